@@ -1,0 +1,377 @@
+# Makefile - the one build for libringcc (GNU make).
+#
+#   make                 library (shared + static), tools, examples
+#   make test            check/install deps, build, run every test/test_*.c
+#   make test T=reduce   run only build/test/test_reduce (T may list several)
+#   make bench           run ringcc-bench under ringcc-run
+#   make install PREFIX=/opt/ringcc
+#   make help            every target and variable
+#
+# Sources are found by wildcard, so a new file in lib/, transports/, tools/,
+# examples/ or test/ needs no edit here.
+
+.DEFAULT_GOAL := all
+.DELETE_ON_ERROR:
+.SUFFIXES:
+
+comma := ,
+empty :=
+space := $(empty) $(empty)
+
+# ---- configuration (override on the command line) ------------------------
+SANITIZE    ?=
+SAN_NAME    := $(subst $(space),,$(subst $(comma),-,$(SANITIZE)))
+# BUILD is taken from the command line only, never from the environment
+# (make clean removes it).
+ifneq ($(origin BUILD),command line)
+BUILD       := $(if $(strip $(SANITIZE)),build/san-$(SAN_NAME),build)
+endif
+ifneq ($(filter-out 1,$(words $(BUILD))),)
+$(error BUILD must be one directory, got '$(BUILD)')
+endif
+ifneq ($(filter / . .. ./ ~ $(HOME) $(CURDIR),$(patsubst %/,%,$(BUILD)) $(BUILD)),)
+$(error BUILD=$(BUILD) would make clean remove too much)
+endif
+
+ifeq ($(origin CC),default)
+CC          := gcc
+endif
+OPT         ?= -O2 -g
+WERROR      ?= 1
+CUDA        ?= 0
+
+PREFIX      ?= /usr/local
+INCLUDEDIR  ?= $(PREFIX)/include
+LIBDIR      ?= $(PREFIX)/lib
+BINDIR      ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DESTDIR     ?=
+
+TEST_JOBS   ?= 1
+TEST_TIMEOUT ?= 900
+TEST_ARGS   ?=
+T           ?=
+
+NP          ?= 4
+BENCH_ARGS  ?= -b 8 -e 64M -f 4
+
+# Tools listed here link libringcc.a instead of the shared library (for a tool
+# that needs internal rcc_* functions). Names without .c, e.g. ringcc-model.
+TOOLS_STATIC ?=
+
+DEPS_SCRIPT := scripts/install-deps.sh
+
+# ---- version: one place, the public header ---------------------------------
+version_part = $(shell sed -n 's/^\#define RINGCC_VERSION_$(1)[[:space:]]\{1,\}\([0-9]\{1,\}\).*/\1/p' include/ringcc.h)
+VERSION_MAJOR := $(call version_part,MAJOR)
+VERSION_MINOR := $(call version_part,MINOR)
+VERSION_PATCH := $(call version_part,PATCH)
+ifeq ($(VERSION_MAJOR)$(VERSION_MINOR)$(VERSION_PATCH),)
+$(error cannot read RINGCC_VERSION_MAJOR/MINOR/PATCH from include/ringcc.h)
+endif
+VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+
+# ---- sources ----------------------------------------------------------------
+LIB_SRC     := $(sort $(wildcard lib/*.c transports/*.c))
+TOOL_SRC    := $(sort $(wildcard tools/*.c))
+EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
+TEST_SRC    := $(sort $(wildcard test/test_*.c))
+TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
+
+# ---- CUDA (not wired yet) ---------------------------------------------------
+# The place for lib/*.cu (exec_cuda.cu, reduce kernels). When CUDA support
+# lands: set NVCC ?= $(CUDA_HOME)/bin/nvcc, add
+#   LIB_CU_SRC := $(sort $(wildcard lib/*.cu))
+#   LIB_OBJ    += $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
+# with a $(OBJ)/%.o: %.cu rule (nvcc -Xcompiler -fPIC,-fvisibility=hidden
+# -MMD -MP), add -I$(CUDA_HOME)/include and -DRINGCC_HAVE_CUDA=1 to the C
+# flags, and -L$(CUDA_HOME)/lib64 -lcudart to LIB_LIBS. Until then the
+# default build never runs nvcc and ignores lib/*.cu.
+CUDA_HOME   ?= /usr/local/cuda
+ifneq ($(CUDA),0)
+$(error CUDA=$(CUDA): the CUDA build is not wired up yet (see the CUDA section of the Makefile))
+endif
+
+# ---- flags ------------------------------------------------------------------
+ifneq ($(WERROR),0)
+WERROR_FLAG := -Werror
+endif
+ifneq ($(strip $(SANITIZE)),)
+SAN_FLAGS   := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+endif
+
+# lib/ and transports/ are searched for "quoted" includes only (-iquote, not
+# -I): an internal header named like a system one (lib/sched.h) must not
+# replace <sched.h> inside the system headers.
+RCC_CPPFLAGS := -Iinclude -iquote lib -iquote transports -D_GNU_SOURCE
+RCC_CFLAGS   := -std=c11 $(OPT) -Wall -Wextra $(WERROR_FLAG) -pthread -fPIC \
+                -fvisibility=hidden $(SAN_FLAGS)
+DEPFLAGS     := -MMD -MP
+COMPILE      = $(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS)
+
+LINK_FLAGS  := -pthread $(SAN_FLAGS)
+LIB_LIBS    ?= -lm
+RPATH       := -Wl,-rpath,'$$ORIGIN/../lib'
+TEST_LIBS   ?= -lcriterion -lm -lpthread
+
+# ---- outputs ----------------------------------------------------------------
+OBJ         := $(BUILD)/obj
+LIBOUT      := $(BUILD)/lib
+BINOUT      := $(BUILD)/bin
+EXOUT       := $(BUILD)/examples
+TESTOUT     := $(BUILD)/test
+
+SONAME      := libringcc.so.$(VERSION_MAJOR)
+SO_REAL     := $(LIBOUT)/libringcc.so.$(VERSION)
+SO_MAJOR    := $(LIBOUT)/$(SONAME)
+SO_DEV      := $(LIBOUT)/libringcc.so
+STATIC_LIB  := $(LIBOUT)/libringcc.a
+PC_FILE     := $(LIBOUT)/pkgconfig/ringcc.pc
+
+LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o)
+TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%)
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
+TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
+TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
+ALL_OBJ     := $(LIB_OBJ) $(TOOL_SRC:%.c=$(OBJ)/%.o) \
+               $(EXAMPLE_SRC:%.c=$(OBJ)/%.o) $(TEST_SRC:%.c=$(OBJ)/%.o) \
+               $(TEST_HELPER_OBJ)
+
+# T=reduce, T=test_reduce or T="reduce bcast": the test binaries to run.
+T_NAMES     := $(patsubst test_%,%,$(basename $(notdir $(T))))
+ifneq ($(strip $(T)),)
+T_MISSING   := $(filter-out $(TEST_SRC),$(T_NAMES:%=test/test_%.c))
+TEST_RUN    := $(T_NAMES:%=$(TESTOUT)/test_%)
+else
+TEST_RUN    := $(TEST_BIN)
+endif
+
+# Compile flags are recorded in $(BUILD)/.flags; a change (CFLAGS=..., OPT=...,
+# WERROR=0) rebuilds every object instead of mixing old and new ones.
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW   := $(COMPILE) | $(LINK_FLAGS) $(LDFLAGS) | $(LIB_LIBS)
+ifneq ($(filter-out clean distclean help uninstall deps,$(MAKECMDGOALS)),)
+UPDATE_STAMP := 1
+endif
+ifeq ($(MAKECMDGOALS),)
+UPDATE_STAMP := 1
+endif
+ifdef UPDATE_STAMP
+ifneq ($(shell cat $(FLAGS_STAMP) 2>/dev/null),$(strip $(FLAGS_NOW)))
+$(shell mkdir -p $(BUILD) && printf '%s\n' '$(subst ','\'',$(strip $(FLAGS_NOW)))' > $(FLAGS_STAMP))
+endif
+endif
+
+# ---- environment for test runs ----------------------------------------------
+# Multi-rank tests start the tools (ringcc-run) from here. The OMPI_* settings
+# let tests that use mpirun run as root (CI) and with more ranks than cores.
+TEST_ENV := RINGCC_BIN_DIR=$(abspath $(BINOUT)) \
+            OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            OMPI_MCA_rmaps_base_oversubscribe=1 \
+            PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+ifneq ($(findstring address,$(SANITIZE)),)
+TEST_ENV += ASAN_OPTIONS=$${ASAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:detect_leaks=1:abort_on_error=0}
+endif
+ifneq ($(findstring undefined,$(SANITIZE)),)
+TEST_ENV += UBSAN_OPTIONS=$${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+endif
+# Criterion 2.4 cannot start under TSan (its boxfort arena finds no free
+# address range: Snaipe/Criterion#274); the library, tools and examples still
+# build and run with SANITIZE=thread, e.g. make bench SANITIZE=thread.
+ifneq ($(findstring thread,$(SANITIZE)),)
+TEST_ENV += TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
+endif
+
+# ---- top-level targets --------------------------------------------------------
+.PHONY: all lib tools examples tests test bench deps install uninstall \
+        clean distclean help
+
+all: lib tools examples
+
+lib: $(SO_REAL) $(SO_MAJOR) $(SO_DEV) $(STATIC_LIB)
+
+tools: $(TOOL_BIN)
+
+examples: $(EXAMPLE_BIN)
+
+# Build the test binaries without running them.
+tests: $(TEST_BIN)
+
+deps:
+	@$(DEPS_SCRIPT)
+
+# Deps first, then the build (a sub-make, so -j cannot reorder the two), then
+# each test binary in turn with a time limit; a summary at the end. Output is
+# also kept in $(BUILD)/test/NAME.log. A sanitizer report anywhere in it fails
+# the binary even when its exit status is 0 (LeakSanitizer in a Criterion
+# worker, or a report from a forked rank whose status nobody checks).
+test:
+ifneq ($(strip $(T_MISSING)),)
+	@echo "make test: no such test: $(T_MISSING)" >&2
+	@echo "tests: $(patsubst test/test_%.c,%,$(TEST_SRC))" >&2
+	@exit 1
+endif
+	@$(DEPS_SCRIPT)
+	@$(MAKE) --no-print-directory all $(TEST_RUN)
+	@pass=0; fail=0; failed=; \
+	if [ -z "$(strip $(TEST_RUN))" ]; then echo "make test: no test/test_*.c yet"; fi; \
+	echo "test environment: $(TEST_ENV)"; \
+	for t in $(TEST_RUN); do \
+	  echo "==> $$t --jobs=$(TEST_JOBS) $(TEST_ARGS)"; \
+	  start=$$(date +%s); \
+	  { env $(TEST_ENV) timeout -k 30 $(TEST_TIMEOUT) $$t --jobs=$(TEST_JOBS) $(TEST_ARGS) </dev/null 2>&1; \
+	    echo $$? > $$t.rc; } | tee $$t.log; \
+	  rc=$$(cat $$t.rc); secs=$$(( $$(date +%s) - start )); \
+	  if [ $$rc -eq 0 ] && grep -q 'SUMMARY: [A-Za-z]*Sanitizer' $$t.log; then rc=san; fi; \
+	  if [ $$rc = 0 ]; then \
+	    pass=$$((pass + 1)); echo "<== PASS $$t ($${secs}s)"; \
+	  else \
+	    fail=$$((fail + 1)); \
+	    if [ $$rc = 124 ] || [ $$rc = 137 ]; then why="timeout after $(TEST_TIMEOUT)s"; \
+	    elif [ $$rc = san ]; then why="sanitizer report in $$t.log"; \
+	    elif grep -q 'Could not initialize inheritable arena' $$t.log; then \
+	      why="Criterion cannot start under TSan: Snaipe/Criterion#274"; \
+	    else why="exit $$rc"; fi; \
+	    failed="$$failed $${t##*/}($$why)"; echo "<== FAIL $$t ($$why, $${secs}s)"; \
+	  fi; \
+	done; \
+	echo "======================================================"; \
+	echo "test summary ($(BUILD)$(if $(SANITIZE), SANITIZE=$(SANITIZE))): $$pass passed, $$fail failed"; \
+	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
+
+bench:
+	@$(DEPS_SCRIPT)
+	@$(MAKE) --no-print-directory all
+	@test -x $(BINOUT)/ringcc-run -a -x $(BINOUT)/ringcc-bench || \
+	  { echo "make bench: needs tools/ringcc-run.c and tools/ringcc-bench.c" >&2; exit 1; }
+	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/ringcc-bench $(BENCH_ARGS)
+
+# ---- library -------------------------------------------------------------------
+$(SO_REAL): $(LIB_OBJ) lib/ringcc.map $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/ringcc.map \
+	  -Wl,--no-undefined $(LINK_FLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIB_LIBS)
+
+$(SO_MAJOR): $(SO_REAL)
+	ln -sfn $(notdir $<) $@
+
+$(SO_DEV): $(SO_MAJOR)
+	ln -sfn $(notdir $<) $@
+
+$(STATIC_LIB): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@rm -f $@
+	$(AR) rcs $@ $(LIB_OBJ)
+
+# ---- programs --------------------------------------------------------------------
+# Tools and examples link the shared library and find it through
+# $ORIGIN/../lib, both in the build tree and after make install.
+$(BINOUT)/%: $(OBJ)/tools/%.o $(SO_REAL) $(SO_DEV) $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< \
+	  $(if $(filter $*,$(TOOLS_STATIC)),$(STATIC_LIB) $(LIB_LIBS),-L$(LIBOUT) -lringcc $(RPATH)) \
+	  $(LDLIBS) -lm
+
+$(EXOUT)/%: $(OBJ)/examples/%.o $(SO_REAL) $(SO_DEV)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< -L$(LIBOUT) -lringcc $(RPATH) $(LDLIBS) -lm
+
+# Tests link the static library (they call internal rcc_* functions) plus
+# every test/*.c that is not test_*.c (shared helpers such as harness.c).
+$(TESTOUT)/%: $(OBJ)/test/%.o $(TEST_HELPER_OBJ) $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(TEST_HELPER_OBJ) $(STATIC_LIB) \
+	  $(LIB_LIBS) $(TEST_LIBS) $(LDLIBS)
+
+# ---- objects -------------------------------------------------------------------
+$(OBJ)/test/%.o: RCC_CPPFLAGS += -iquote test
+
+$(OBJ)/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(COMPILE) -c -o $@ $<
+
+$(FLAGS_STAMP):
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(subst ','\'',$(strip $(FLAGS_NOW)))' > $@
+
+# Program objects are only reached through pattern rules; keep them.
+.SECONDARY: $(ALL_OBJ)
+
+-include $(ALL_OBJ:.o=.d)
+
+# ---- install -------------------------------------------------------------------
+pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+
+# Regenerated on every install: PREFIX may differ from the last one.
+$(PC_FILE): pkgconfig/ringcc.pc.in FORCE
+	@mkdir -p $(@D)
+	@sed -e 's|@PREFIX@|$(PREFIX)|g' \
+	    -e 's|@LIBDIR@|$(call pc_path,$(LIBDIR))|g' \
+	    -e 's|@INCLUDEDIR@|$(call pc_path,$(INCLUDEDIR))|g' \
+	    -e 's|@VERSION@|$(VERSION)|g' $< > $@.tmp && mv $@.tmp $@
+
+.PHONY: FORCE
+FORCE:
+
+INSTALL_HEADERS := include/ringcc.h $(wildcard include/ringcc_nccl.h)
+
+install: all $(PC_FILE)
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR)
+	install -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 $(SO_REAL) $(DESTDIR)$(LIBDIR)/
+	ln -sfn $(notdir $(SO_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libringcc.so
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/
+	install -m 644 $(PC_FILE) $(DESTDIR)$(PKGCONFIGDIR)/
+ifneq ($(strip $(TOOL_BIN)),)
+	install -m 755 $(TOOL_BIN) $(DESTDIR)$(BINDIR)/
+endif
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,ringcc.h ringcc_nccl.h)
+	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so $(DESTDIR)$(LIBDIR)/$(SONAME)
+	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libringcc.a
+	rm -f $(DESTDIR)$(PKGCONFIGDIR)/ringcc.pc
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOL_BIN)))
+
+# ---- housekeeping ------------------------------------------------------------
+clean:
+	rm -rf $(BUILD)
+
+distclean:
+	rm -rf build $(filter-out build build/%,$(BUILD))
+
+help:
+	@echo 'libringcc $(VERSION) - targets:'
+	@echo '  all (default)  $(BUILD)/lib/libringcc.so.$(VERSION) (+ .so.$(VERSION_MAJOR), .so links),'
+	@echo '                 $(BUILD)/lib/libringcc.a, tools and examples'
+	@echo '  lib            the shared and static library only'
+	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME'
+	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
+	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
+	@echo '  test           deps, build, run every test binary in turn, print a summary'
+	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
+	@echo '                 output also in $(BUILD)/test/test_NAME.log'
+	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
+	@echo '  deps           scripts/install-deps.sh: check/install build and test packages'
+	@echo '  install        headers, libraries, tools, ringcc.pc under $$DESTDIR$$PREFIX'
+	@echo '  uninstall      remove what install put there'
+	@echo '  clean          rm -rf $$BUILD (currently $(BUILD))'
+	@echo '  distclean      rm -rf build (every build tree, sanitizer ones too)'
+	@echo '  help           this text'
+	@echo 'variables (current value):'
+	@echo '  BUILD=$(BUILD)   output tree (command line only; SANITIZE=x,y makes it build/san-x-y)'
+	@echo '  SANITIZE=$(SANITIZE)   address,undefined or thread: -fsanitize=... when compiling and'
+	@echo '                 linking; make test sets ASAN/UBSAN/TSAN_OPTIONS (unless already set)'
+	@echo '                 and fails a binary whose output has a sanitizer SUMMARY line'
+	@echo '  CC=$(CC) AR=$(AR)  OPT=$(OPT) (optimisation/debug flags)'
+	@echo '  CFLAGS, CPPFLAGS, LDFLAGS, LDLIBS   appended to the built-in flags'
+	@echo '  WERROR=$(WERROR)       0 drops -Werror'
+	@echo '  CUDA=$(CUDA)         CUDA build (lib/*.cu); only 0 is supported for now'
+	@echo '  TEST_JOBS=$(TEST_JOBS)    Criterion --jobs for each test binary'
+	@echo '  TEST_TIMEOUT=$(TEST_TIMEOUT) seconds per test binary before it counts as failed'
+	@echo '  TEST_ARGS=$(TEST_ARGS)     extra Criterion arguments (e.g. --verbose, --filter=...)'
+	@echo '  T=$(T)             test name(s) for make test'
+	@echo '  NP=$(NP) BENCH_ARGS="$(BENCH_ARGS)"   for make bench'
+	@echo '  TOOLS_STATIC=$(TOOLS_STATIC)  tools linked with libringcc.a instead of the .so'
+	@echo '  PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) (also INCLUDEDIR, LIBDIR, BINDIR, PKGCONFIGDIR)'

@@ -1,0 +1,236 @@
+/*
+ * ringcc.h - the public C API of libringcc, a collective-communication library.
+ *
+ * Ranks join a communicator and run AllReduce, Reduce-Scatter, AllGather,
+ * Broadcast, Reduce, AllToAll, Send/Recv and Barrier. Argument order follows
+ * MPI; the trailing stream argument follows NCCL (pass NULL for host buffers).
+ *
+ * Every call returns a ringcc_result_t. ringcc_strerror() names the code;
+ * ringcc_comm_last_error() gives the detailed message of the last failure on a
+ * communicator (what failed, on which rank and peer, and why).
+ *
+ * A communicator is used by one thread at a time; different communicators may
+ * be used from different threads. Ranks may be processes or threads.
+ */
+#ifndef RINGCC_H
+#define RINGCC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RINGCC_API __attribute__((visibility("default")))
+#else
+#define RINGCC_API
+#endif
+
+#define RINGCC_VERSION_MAJOR 0
+#define RINGCC_VERSION_MINOR 1
+#define RINGCC_VERSION_PATCH 0
+/* ringcc_get_version() returns MAJOR*10000 + MINOR*100 + PATCH. */
+#define RINGCC_VERSION                                                         \
+  (RINGCC_VERSION_MAJOR * 10000 + RINGCC_VERSION_MINOR * 100 +                 \
+   RINGCC_VERSION_PATCH)
+
+typedef enum {
+  RINGCC_SUCCESS = 0,
+  RINGCC_ERR_INVALID_ARGUMENT = 1, /* a bad argument; nothing was sent */
+  RINGCC_ERR_INVALID_USAGE = 2,    /* a call that is wrong in this state */
+  RINGCC_ERR_SYSTEM = 3,           /* an OS call failed (errno in the message) */
+  RINGCC_ERR_CUDA = 4,             /* a CUDA call failed */
+  RINGCC_ERR_NETWORK = 5,          /* a socket or network failure */
+  RINGCC_ERR_TIMEOUT = 6,          /* a deadline passed */
+  RINGCC_ERR_PEER_FAILED = 7,      /* a peer rank died or left */
+  RINGCC_ERR_ABORTED = 8,          /* the communicator was aborted */
+  RINGCC_ERR_UNSUPPORTED = 9,      /* not supported in this build or setup */
+  RINGCC_ERR_OUT_OF_MEMORY = 10,   /* an allocation failed */
+  RINGCC_ERR_INTERNAL = 11,        /* a bug in libringcc: please report it */
+  RINGCC_NUM_RESULTS
+} ringcc_result_t;
+
+typedef enum {
+  RINGCC_INT8 = 0,
+  RINGCC_UINT8 = 1,
+  RINGCC_INT32 = 2,
+  RINGCC_UINT32 = 3,
+  RINGCC_INT64 = 4,
+  RINGCC_UINT64 = 5,
+  RINGCC_FLOAT16 = 6,  /* IEEE 754 binary16; reduced in float, rounded to nearest even */
+  RINGCC_BFLOAT16 = 7, /* bfloat16; reduced in float, rounded to nearest even */
+  RINGCC_FLOAT32 = 8,
+  RINGCC_FLOAT64 = 9,
+  RINGCC_NUM_DATATYPES
+} ringcc_datatype_t;
+
+typedef enum {
+  RINGCC_SUM = 0,
+  RINGCC_PROD = 1,
+  RINGCC_MIN = 2,
+  RINGCC_MAX = 3,
+  RINGCC_AVG = 4, /* sum / nranks; on integers truncated toward zero */
+  RINGCC_NUM_OPS
+} ringcc_op_t;
+
+/* Algorithm choice for ringcc_config_t.algo (RINGCC_ALGO). */
+typedef enum {
+  RINGCC_ALGO_AUTO = 0, /* the library picks */
+  RINGCC_ALGO_RING = 1,
+  RINGCC_ALGO_TREE = 2,
+  RINGCC_ALGO_DIRECT = 3,
+  RINGCC_NUM_ALGOS
+} ringcc_algo_t;
+
+/* Log levels for ringcc_config_t.debug_level (RINGCC_DEBUG). */
+typedef enum {
+  RINGCC_LOG_NONE = 0,
+  RINGCC_LOG_WARN = 1,
+  RINGCC_LOG_INFO = 2,
+  RINGCC_LOG_TRACE = 3
+} ringcc_log_level_t;
+
+typedef struct ringcc_comm *ringcc_comm_t;
+typedef struct {
+  char internal[128];
+} ringcc_unique_id_t;
+typedef void *ringcc_stream_t; /* a cudaStream_t, or NULL */
+
+/* MPI_IN_PLACE's counterpart: pass as sendbuf (see each collective). */
+#define RINGCC_IN_PLACE ((const void *)1)
+
+/* ringcc_comm_split(): a rank passing this color gets *out == NULL. */
+#define RINGCC_SPLIT_NOCOLOR (-1)
+/* ringcc_comm_split_type() types. */
+#define RINGCC_SPLIT_HOST 1
+
+/*
+ * Communicator configuration. Start from RINGCC_CONFIG_INIT and set only what
+ * you need. A field left at its "unset" value takes the environment variable
+ * named beside it, or else the default. A field you set wins over the
+ * environment.
+ */
+typedef struct {
+  size_t size;      /* sizeof(ringcc_config_t), set by RINGCC_CONFIG_INIT */
+  unsigned magic;   /* set by RINGCC_CONFIG_INIT */
+  unsigned version; /* RINGCC_VERSION, set by RINGCC_CONFIG_INIT */
+  int64_t timeout_ms;   /* RINGCC_TIMEOUT_MS; -1 unset; 0 = no deadline; default 600000 */
+  int algo;             /* RINGCC_ALGO (ring|tree|direct); -1 unset; RINGCC_ALGO_AUTO */
+  int debug_level;      /* RINGCC_DEBUG (WARN|INFO|TRACE); -1 unset; process-wide */
+  int64_t chunk_bytes;  /* RINGCC_CHUNK_BYTES; -1 unset; bytes per FIFO slot, default 65536 */
+  int nslots;           /* RINGCC_NSLOTS; -1 unset; slots per FIFO, default 8 */
+  int shm_disable;      /* RINGCC_SHM_DISABLE; -1 unset; default 0 */
+  int check;            /* RINGCC_CHECK; -1 unset; cross-rank argument check, default 0 */
+  const char *socket_ifname; /* RINGCC_SOCKET_IFNAME; NULL unset */
+  int reserved[16];
+} ringcc_config_t;
+
+#define RINGCC_CONFIG_MAGIC 0x52434346u /* "RCCF" */
+#define RINGCC_CONFIG_INIT                                                     \
+  {sizeof(ringcc_config_t), RINGCC_CONFIG_MAGIC, RINGCC_VERSION, -1, -1, -1,   \
+   -1, -1, -1, -1, NULL, {0}}
+
+/* ---- version and errors ---------------------------------------------- */
+RINGCC_API ringcc_result_t ringcc_get_version(int *version);
+RINGCC_API const char *ringcc_strerror(ringcc_result_t r);
+/* The detailed message of the last failure on comm; with comm == NULL, the
+ * last failure of a call made by this thread that had no usable communicator
+ * (e.g. a failed ringcc_comm_init). Never NULL; "" when nothing failed. */
+RINGCC_API const char *ringcc_comm_last_error(ringcc_comm_t comm);
+
+/* ---- communicators ----------------------------------------------------- */
+/* Makes an id for ringcc_comm_init: the rendezvous address (this process
+ * serves the rendezvous from a background thread until every rank arrived or
+ * the timeout passed) and a random 128-bit secret. Give the same id to all
+ * ranks; keep it secret from everybody else. */
+RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id);
+RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *comm, int nranks,
+                                            const ringcc_unique_id_t *id,
+                                            int rank,
+                                            const ringcc_config_t *config);
+/* Rank and size from RINGCC_RANK/RINGCC_NRANKS, else from Open MPI, PMI or
+ * Slurm variables, else RANK/WORLD_SIZE (torchrun); the rendezvous from
+ * RINGCC_ROOT (host:port where rank 0 listens), else MASTER_ADDR/MASTER_PORT. */
+RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *comm,
+                                                const ringcc_config_t *config);
+/* MPI_Comm_split: ranks with the same color form a communicator, ordered by
+ * (key, old rank). Collective over comm. */
+RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
+                                             int key, ringcc_comm_t *out);
+/* MPI_Comm_split_type with MPI_COMM_TYPE_SHARED: one communicator per host. */
+RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
+                                                  int key, ringcc_comm_t *out);
+RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank);
+RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size);
+RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm);
+RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm);
+RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
+                                                       ringcc_result_t *result);
+
+/* ---- collectives ------------------------------------------------------- */
+/* In place: sendbuf == recvbuf, or sendbuf == RINGCC_IN_PLACE (input read from
+ * recvbuf). */
+RINGCC_API ringcc_result_t ringcc_allreduce(const void *sendbuf, void *recvbuf,
+                                            size_t count, ringcc_datatype_t dt,
+                                            ringcc_op_t op, ringcc_comm_t comm,
+                                            ringcc_stream_t stream);
+/* sendbuf holds nranks blocks of recvcount; rank r gets the reduced block r.
+ * In place: recvbuf == sendbuf + rank*recvcount, or sendbuf == RINGCC_IN_PLACE
+ * (all nranks blocks read from recvbuf, result written at recvbuf). */
+RINGCC_API ringcc_result_t ringcc_reduce_scatter(const void *sendbuf,
+                                                 void *recvbuf,
+                                                 size_t recvcount,
+                                                 ringcc_datatype_t dt,
+                                                 ringcc_op_t op,
+                                                 ringcc_comm_t comm,
+                                                 ringcc_stream_t stream);
+/* Rank r's sendcount elements land at recvbuf + r*sendcount on every rank.
+ * In place: sendbuf == recvbuf + rank*sendcount, or sendbuf ==
+ * RINGCC_IN_PLACE (own block read from recvbuf + rank*sendcount). */
+RINGCC_API ringcc_result_t ringcc_allgather(const void *sendbuf, void *recvbuf,
+                                            size_t sendcount,
+                                            ringcc_datatype_t dt,
+                                            ringcc_comm_t comm,
+                                            ringcc_stream_t stream);
+RINGCC_API ringcc_result_t ringcc_bcast(void *buf, size_t count,
+                                        ringcc_datatype_t dt, int root,
+                                        ringcc_comm_t comm,
+                                        ringcc_stream_t stream);
+/* recvbuf is used at the root only (may be NULL elsewhere). In place:
+ * sendbuf == recvbuf at the root, or sendbuf == RINGCC_IN_PLACE at the root. */
+RINGCC_API ringcc_result_t ringcc_reduce(const void *sendbuf, void *recvbuf,
+                                         size_t count, ringcc_datatype_t dt,
+                                         ringcc_op_t op, int root,
+                                         ringcc_comm_t comm,
+                                         ringcc_stream_t stream);
+/* Block j (count elements) of sendbuf goes to rank j; block i of recvbuf comes
+ * from rank i. In place: sendbuf == recvbuf or RINGCC_IN_PLACE. */
+RINGCC_API ringcc_result_t ringcc_alltoall(const void *sendbuf, void *recvbuf,
+                                           size_t count, ringcc_datatype_t dt,
+                                           ringcc_comm_t comm,
+                                           ringcc_stream_t stream);
+/* Point to point, matched in order per (sender, receiver) pair. Both block
+ * until the message has been handed over (host buffers). */
+RINGCC_API ringcc_result_t ringcc_send(const void *buf, size_t count,
+                                       ringcc_datatype_t dt, int peer,
+                                       ringcc_comm_t comm,
+                                       ringcc_stream_t stream);
+RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
+                                       ringcc_datatype_t dt, int peer,
+                                       ringcc_comm_t comm,
+                                       ringcc_stream_t stream);
+RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
+                                          ringcc_stream_t stream);
+
+/* Bytes of one element of dt, or 0 for an unknown datatype. */
+RINGCC_API size_t ringcc_datatype_size(ringcc_datatype_t dt);
+/* "float32", "sum", ... or NULL for an unknown value. */
+RINGCC_API const char *ringcc_datatype_name(ringcc_datatype_t dt);
+RINGCC_API const char *ringcc_op_name(ringcc_op_t op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RINGCC_H */

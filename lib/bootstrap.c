@@ -1,0 +1,1052 @@
+/*
+ * bootstrap.c - rendezvous over TCP: the unique id, the rendezvous server, the
+ * bootstrap ring, and allgather/barrier over that ring.
+ *
+ * How ranks meet:
+ *   1. ringcc_get_unique_id (rcc_bootstrap_new_id) listens on an ephemeral
+ *      port and serves the rendezvous from a detached thread. The id carries
+ *      that address and a random 128-bit secret.
+ *   2. Each rank connects to the rendezvous, learns from getsockname() which
+ *      local address reaches it, opens its own listener there, and sends
+ *      secret + hello (rank, nranks, listener address).
+ *   3. When all nranks arrived, the rendezvous sends every rank the table of
+ *      listener addresses and exits.
+ *   4. Each rank connects to rank+1's listener (secret + ring hello) and
+ *      accepts rank-1's connection: the bootstrap ring. Two ranks use two
+ *      connections, one per direction; one rank uses none.
+ *
+ * Wire format (integers big-endian; an address is 24 bytes: family u16 (4 or
+ * 6), port u16, IPv6 scope id u32, address 16 bytes):
+ *   unique id (128): magic "RCCI" u32, version u16, 0 u16, address (24),
+ *                    secret (16), zeros (76), FNV-1a of bytes 0..123 u32.
+ *   rank -> rendezvous:   secret (16), "RCCH" u32, rank u32, nranks u32,
+ *                         listener address (24)                     = 52
+ *   rendezvous -> rank:   "RCCT" u32, status u32, nranks u32, then on
+ *                         status 0 nranks addresses                = 12+24n
+ *   rank -> next rank:    secret (16), "RCCR" u32, rank u32, nranks u32 = 28
+ *   allgather step:       "RCCD" u32, call number u32, bytes u64, then the
+ *                         record (bytes)
+ *
+ * Safety: every connection must present the secret (compared in constant
+ * time) within HELLO_TIMEOUT_NS before anything else is read; the server polls
+ * all pending connections so a silent or babbling stranger never blocks the
+ * real ranks. Sizes read off the wire are checked against what this side
+ * expects before anything is allocated or read.
+ *
+ * Cost: allgather of n records of B bytes takes n-1 steps, each rank sending
+ * and receiving (n-1)*B bytes in total (plus a 16-byte header per step).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define ID_MAGIC 0x52434349u    /* "RCCI" */
+#define ID_VERSION 1u
+#define HELLO_MAGIC 0x52434348u /* "RCCH" */
+#define TABLE_MAGIC 0x52434354u /* "RCCT" */
+#define RING_MAGIC 0x52434352u  /* "RCCR" */
+#define DATA_MAGIC 0x52434344u  /* "RCCD" */
+
+#define SECRET_LEN 16
+#define WIRE_ADDR_LEN 24
+#define ID_ADDR_OFF 8
+#define ID_SECRET_OFF 32
+#define ID_SUM_OFF 124
+#define HELLO_LEN (SECRET_LEN + 12 + WIRE_ADDR_LEN)
+#define RING_HELLO_LEN (SECRET_LEN + 12)
+#define REPLY_LEN 12
+#define DATA_HDR_LEN 16
+
+#define MAX_NRANKS (1 << 20)
+#define MAX_PENDING 128
+#define HELLO_TIMEOUT_NS (5 * 1000000000LL)
+#define TABLE_SEND_TIMEOUT_NS (30 * 1000000000LL)
+#define DEFAULT_SERVER_TIMEOUT_MS 600000
+
+/* Reply status from the rendezvous. */
+enum {
+  ST_OK = 0,
+  ST_BAD_NRANKS = 1,
+  ST_NRANKS_MISMATCH = 2,
+  ST_BAD_RANK = 3,
+  ST_DUP_RANK = 4,
+  ST_BAD_ADDR = 5,
+};
+
+struct rcc_bootstrap {
+  int rank, nranks;
+  int next_fd, prev_fd; /* -1 when nranks == 1 */
+  uint32_t calls;       /* allgather/barrier calls so far: checked per step */
+  struct sockaddr_storage root;
+  struct sockaddr_storage *peers; /* every rank's bootstrap listener */
+};
+
+/* ---- bytes ----------------------------------------------------------------- */
+
+static void put16(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 8);
+  p[1] = (uint8_t)v;
+}
+static void put32(uint8_t *p, uint32_t v) {
+  put16(p, v >> 16);
+  put16(p + 2, v & 0xffff);
+}
+static void put64(uint8_t *p, uint64_t v) {
+  put32(p, (uint32_t)(v >> 32));
+  put32(p + 4, (uint32_t)v);
+}
+static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static uint32_t get32(const uint8_t *p) { return get16(p) << 16 | get16(p + 2); }
+static uint64_t get64(const uint8_t *p) {
+  return (uint64_t)get32(p) << 32 | get32(p + 4);
+}
+
+static uint32_t fnv1a(const uint8_t *p, size_t n) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ p[i]) * 16777619u;
+  return h;
+}
+
+/* Constant time, so that the secret cannot be guessed byte by byte. */
+static int secret_equal(const uint8_t *a, const uint8_t *b) {
+  volatile uint8_t diff = 0;
+  for (int i = 0; i < SECRET_LEN; i++)
+    diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+static void addr_to_wire(const struct sockaddr_storage *a, uint8_t *w) {
+  memset(w, 0, WIRE_ADDR_LEN);
+  if (a == NULL)
+    return;
+  if (a->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)a;
+    put16(w, 4);
+    put16(w + 2, ntohs(in->sin_port));
+    memcpy(w + 8, &in->sin_addr, 4);
+  } else if (a->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
+    put16(w, 6);
+    put16(w + 2, ntohs(in6->sin6_port));
+    put32(w + 4, in6->sin6_scope_id);
+    memcpy(w + 8, &in6->sin6_addr, 16);
+  }
+}
+
+/* 0, or -1 when the family is not 4 or 6 or the port is 0. */
+static int addr_from_wire(const uint8_t *w, struct sockaddr_storage *a) {
+  memset(a, 0, sizeof(*a));
+  if (get16(w + 2) == 0)
+    return -1;
+  if (get16(w) == 4) {
+    struct sockaddr_in *in = (struct sockaddr_in *)a;
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)get16(w + 2));
+    memcpy(&in->sin_addr, w + 8, 4);
+    return 0;
+  }
+  if (get16(w) == 6) {
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)a;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons((uint16_t)get16(w + 2));
+    in6->sin6_scope_id = get32(w + 4);
+    memcpy(&in6->sin6_addr, w + 8, 16);
+    return 0;
+  }
+  return -1;
+}
+
+/* ---- the unique id --------------------------------------------------------- */
+
+static void id_encode(ringcc_unique_id_t *id,
+                      const struct sockaddr_storage *root,
+                      const uint8_t secret[SECRET_LEN]) {
+  uint8_t *p = (uint8_t *)id->internal;
+  memset(p, 0, sizeof(id->internal));
+  put32(p, ID_MAGIC);
+  put16(p + 4, ID_VERSION);
+  addr_to_wire(root, p + ID_ADDR_OFF);
+  memcpy(p + ID_SECRET_OFF, secret, SECRET_LEN);
+  put32(p + ID_SUM_OFF, fnv1a(p, ID_SUM_OFF));
+}
+
+static ringcc_result_t id_decode(const ringcc_unique_id_t *id,
+                                 struct sockaddr_storage *root,
+                                 uint8_t secret[SECRET_LEN], char *err,
+                                 size_t errlen) {
+  struct sockaddr_storage tmp;
+  const uint8_t *p;
+  if (id == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "unique id is NULL");
+  p = (const uint8_t *)id->internal;
+  if (get32(p) != ID_MAGIC)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "unique id is malformed: bad magic 0x%08x (not made by "
+                    "ringcc_get_unique_id, or not copied whole)", get32(p));
+  if (get16(p + 4) != ID_VERSION)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "unique id is malformed: format version %u, this library "
+                    "reads version %u", get16(p + 4), ID_VERSION);
+  if (get32(p + ID_SUM_OFF) != fnv1a(p, ID_SUM_OFF))
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "unique id is malformed: bad checksum (the id was "
+                    "corrupted or truncated on its way to this rank)");
+  if (addr_from_wire(p + ID_ADDR_OFF, root ? root : &tmp) != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "unique id is malformed: bad address (family %u, port "
+                    "%u)", get16(p + ID_ADDR_OFF), get16(p + ID_ADDR_OFF + 2));
+  if (secret != NULL)
+    memcpy(secret, p + ID_SECRET_OFF, SECRET_LEN);
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_bootstrap_check_id(const ringcc_unique_id_t *id,
+                                       char *err, size_t errlen) {
+  return id_decode(id, NULL, NULL, err, errlen);
+}
+
+static ringcc_result_t make_secret(uint8_t secret[SECRET_LEN], char *err,
+                                   size_t errlen) {
+  size_t got = 0;
+  while (got < SECRET_LEN) {
+    ssize_t n = getrandom(secret + got, SECRET_LEN - got, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                      "bootstrap: getrandom for the id's secret failed: %s",
+                      strerror(errno));
+    got += (size_t)n;
+  }
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_bootstrap_id_from_root(ringcc_unique_id_t *id,
+                                           const char *host_port,
+                                           const uint8_t secret[16],
+                                           char *err, size_t errlen) {
+  struct sockaddr_storage root;
+  uint8_t zero[SECRET_LEN] = {0};
+  if (id == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: id_from_root needs an id to fill");
+  ringcc_result_t r = rcc_socket_parse_host_port(host_port, &root, err,
+                                                 errlen);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  id_encode(id, &root, secret != NULL ? secret : zero);
+  return RINGCC_SUCCESS;
+}
+
+/* ---- the gate: connections that have not proven themselves yet ------------ */
+
+struct pending {
+  int fd;
+  size_t got;
+  int64_t drop_at;
+  struct sockaddr_storage peer;
+  uint8_t hdr[HELLO_LEN];
+};
+
+struct gate {
+  int listen_fd;
+  size_t hdr_len; /* secret included; at most HELLO_LEN */
+  uint8_t secret[SECRET_LEN];
+  int log_rank;     /* for log lines; -1 for the rendezvous */
+  const char *what; /* "rendezvous" or "bootstrap ring" */
+  int accept_warned;
+  int npending;
+  struct pending pending[MAX_PENDING];
+};
+
+static void gate_drop(struct gate *g, int i, const char *why) {
+  char a[80];
+  RCC_INFO(g->log_rank, "bootstrap: %s dropped a connection from %s: %s",
+           g->what, rcc_socket_addr_str(&g->pending[i].peer, a, sizeof(a)),
+           why);
+  close(g->pending[i].fd);
+  g->pending[i] = g->pending[--g->npending];
+}
+
+static void gate_free(struct gate *g) {
+  if (g == NULL)
+    return;
+  for (int i = 0; i < g->npending; i++)
+    close(g->pending[i].fd);
+  free(g);
+}
+
+/* Reads what pending connection i has sent: 1 when its whole header is in
+ * and the secret matched, 0 when more is to come, -1 when it was dropped. */
+static int gate_read(struct gate *g, int i) {
+  struct pending *p = &g->pending[i];
+  while (p->got < g->hdr_len) {
+    ssize_t n = recv(p->fd, p->hdr + p->got, g->hdr_len - p->got, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (n <= 0) {
+      gate_drop(g, i, n == 0 ? "closed before completing its hello"
+                             : strerror(errno));
+      return -1;
+    }
+    size_t before = p->got;
+    p->got += (size_t)n;
+    if (before < SECRET_LEN && p->got >= SECRET_LEN &&
+        !secret_equal(p->hdr, g->secret)) {
+      char a[80];
+      RCC_WARN(g->log_rank, "bootstrap: %s refused a connection from %s: "
+               "wrong secret (a stranger, or a rank given another id)",
+               g->what, rcc_socket_addr_str(&p->peer, a, sizeof(a)));
+      close(p->fd);
+      *p = g->pending[--g->npending];
+      return -1;
+    }
+  }
+  return 1;
+}
+
+static void gate_accept(struct gate *g) {
+  for (int k = 0; k < 64; k++) {
+    char msg[RCC_ERRLEN];
+    int fd;
+    struct sockaddr_storage peer;
+    if (rcc_socket_accept(g->listen_fd, &fd, &peer, msg, sizeof(msg)) !=
+        RINGCC_SUCCESS) {
+      if (!g->accept_warned)
+        RCC_WARN(g->log_rank, "bootstrap: %s: %s", g->what, msg);
+      g->accept_warned = 1;
+      return;
+    }
+    if (fd < 0)
+      return;
+    if (g->npending == MAX_PENDING) { /* a flood: drop the oldest */
+      int oldest = 0;
+      for (int i = 1; i < g->npending; i++)
+        if (g->pending[i].drop_at < g->pending[oldest].drop_at)
+          oldest = i;
+      gate_drop(g, oldest, "too many connections without a hello");
+    }
+    struct pending *p = &g->pending[g->npending++];
+    memset(p, 0, sizeof(*p));
+    p->fd = fd;
+    p->peer = peer;
+    p->drop_at = rcc_now_ns() + HELLO_TIMEOUT_NS;
+  }
+}
+
+/* Hands out the next connection that presented the secret and a whole
+ * header: *fd and hdr (the g->hdr_len - SECRET_LEN bytes after the secret).
+ * Strangers are dropped on the way. RINGCC_ERR_TIMEOUT at deadline_ns. */
+static ringcc_result_t gate_next(struct gate *g, int64_t deadline_ns, int *fd,
+                                 uint8_t *hdr, struct sockaddr_storage *peer) {
+  struct pollfd pfd[1 + MAX_PENDING];
+  for (;;) {
+    int64_t now = rcc_now_ns();
+    for (int i = g->npending - 1; i >= 0; i--)
+      if (g->pending[i].drop_at <= now)
+        gate_drop(g, i, "no complete hello within the time allowed");
+    for (int i = g->npending - 1; i >= 0; i--) {
+      if (gate_read(g, i) == 1) {
+        *fd = g->pending[i].fd;
+        memcpy(hdr, g->pending[i].hdr + SECRET_LEN, g->hdr_len - SECRET_LEN);
+        if (peer)
+          *peer = g->pending[i].peer;
+        g->pending[i] = g->pending[--g->npending];
+        return RINGCC_SUCCESS;
+      }
+    }
+    if (now >= deadline_ns)
+      return RINGCC_ERR_TIMEOUT;
+
+    int timeout_ms = rcc_socket_poll_ms(deadline_ns);
+    pfd[0] = (struct pollfd){.fd = g->listen_fd, .events = POLLIN};
+    for (int i = 0; i < g->npending; i++) {
+      int64_t left_ms = (g->pending[i].drop_at - now + 999999) / 1000000;
+      if (left_ms < timeout_ms)
+        timeout_ms = (int)left_ms;
+      pfd[1 + i] = (struct pollfd){.fd = g->pending[i].fd, .events = POLLIN};
+    }
+    if (g->accept_warned) /* accept failing (e.g. EMFILE): do not spin */
+      timeout_ms = timeout_ms < 50 ? timeout_ms : 50;
+    int n = poll(pfd, (nfds_t)(1 + g->npending), timeout_ms);
+    if (n > 0 && (pfd[0].revents & POLLIN))
+      gate_accept(g);
+    /* The reads happen at the top of the loop: a recv on a connection with
+     * nothing to read just says EAGAIN. */
+  }
+}
+
+static struct gate *gate_new(int listen_fd, size_t hdr_len,
+                             const uint8_t secret[SECRET_LEN], int log_rank,
+                             const char *what) {
+  struct gate *g = calloc(1, sizeof(*g));
+  if (g == NULL)
+    return NULL;
+  g->listen_fd = listen_fd;
+  g->hdr_len = hdr_len;
+  memcpy(g->secret, secret, SECRET_LEN);
+  g->log_rank = log_rank;
+  g->what = what;
+  return g;
+}
+
+/* ---- the rendezvous server ------------------------------------------------ */
+
+struct server {
+  struct gate *gate;
+  int listen_fd;
+  char where[96]; /* "1.2.3.4:5555" */
+  int64_t start_ns, deadline_ns;
+  int nranks, arrived;
+  int *rank_fd;   /* nranks entries, -1 until that rank arrived */
+  uint8_t *table; /* the reply: REPLY_LEN + nranks * WIRE_ADDR_LEN */
+};
+
+static void send_best_effort(int fd, const uint8_t *buf, size_t len) {
+  ssize_t n;
+  do
+    n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+}
+
+static void server_refuse(struct server *s, int fd, uint32_t status,
+                          const char *why, uint32_t rank) {
+  uint8_t reply[REPLY_LEN];
+  put32(reply, TABLE_MAGIC);
+  put32(reply + 4, status);
+  put32(reply + 8, (uint32_t)s->nranks);
+  send_best_effort(fd, reply, sizeof(reply));
+  close(fd);
+  RCC_WARN(-1, "bootstrap: rendezvous %s refused rank %u: %s", s->where, rank,
+           why);
+}
+
+/* The server needs one descriptor per rank until the table goes out. */
+static void raise_fd_limit(int nranks) {
+  struct rlimit rl;
+  rlim_t want = (rlim_t)nranks + 256;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+    return;
+  rlim_t old = rl.rlim_cur;
+  rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    RCC_INFO(-1, "bootstrap: raised the open-file limit from %llu to %llu "
+             "for %d ranks", (unsigned long long)old,
+             (unsigned long long)rl.rlim_cur, nranks);
+}
+
+/* Why a hello (magic already checked) cannot join, with its reply status;
+ * NULL when it can. */
+static const char *hello_problem(const struct server *s, uint32_t rank,
+                                 uint32_t nranks, const uint8_t *wire,
+                                 uint32_t *status, char *why, size_t len) {
+  struct sockaddr_storage listener;
+  if (nranks < 1 || nranks > MAX_NRANKS) {
+    *status = ST_BAD_NRANKS;
+    snprintf(why, len, "nranks %u is not in 1..%d", nranks, MAX_NRANKS);
+  } else if (s->nranks != 0 && nranks != (uint32_t)s->nranks) {
+    *status = ST_NRANKS_MISMATCH;
+    snprintf(why, len, "it says nranks %u, the ranks before it said %d",
+             nranks, s->nranks);
+  } else if (rank >= nranks) {
+    *status = ST_BAD_RANK;
+    snprintf(why, len, "rank %u is not in 0..%u", rank, nranks - 1);
+  } else if (nranks > 1 && addr_from_wire(wire, &listener) != 0) {
+    *status = ST_BAD_ADDR;
+    snprintf(why, len, "its listener address is not IPv4/IPv6");
+  } else if (s->rank_fd != NULL && s->rank_fd[rank] >= 0) {
+    *status = ST_DUP_RANK;
+    snprintf(why, len, "rank %u already joined (two ranks were given the "
+             "same rank number?)", rank);
+  } else {
+    return NULL;
+  }
+  return why;
+}
+
+/* The first rank fixes nranks: 0, or -1 when out of memory. */
+static int server_size(struct server *s, uint32_t nranks) {
+  s->rank_fd = malloc(sizeof(int) * nranks);
+  s->table = calloc(1, REPLY_LEN + (size_t)WIRE_ADDR_LEN * nranks);
+  if (s->rank_fd == NULL || s->table == NULL) {
+    free(s->rank_fd);
+    free(s->table);
+    s->rank_fd = NULL;
+    s->table = NULL;
+    RCC_WARN(-1, "bootstrap: rendezvous %s: out of memory for %u ranks",
+             s->where, nranks);
+    return -1;
+  }
+  for (uint32_t r = 0; r < nranks; r++)
+    s->rank_fd[r] = -1;
+  s->nranks = (int)nranks;
+  raise_fd_limit(s->nranks);
+  return 0;
+}
+
+/* Takes a connection that presented the secret and a hello. */
+static void server_hello(struct server *s, int fd, const uint8_t *hello,
+                         const struct sockaddr_storage *peer) {
+  uint32_t magic = get32(hello), rank = get32(hello + 4);
+  uint32_t nranks = get32(hello + 8), status;
+  const uint8_t *wire = hello + 12;
+  char a[80], why[128];
+
+  if (magic != HELLO_MAGIC) {
+    RCC_WARN(-1, "bootstrap: rendezvous %s dropped %s: right secret but not "
+             "a hello (magic 0x%08x); a different ringcc version?", s->where,
+             rcc_socket_addr_str(peer, a, sizeof(a)), magic);
+    close(fd);
+    return;
+  }
+  if (hello_problem(s, rank, nranks, wire, &status, why, sizeof(why))) {
+    server_refuse(s, fd, status, why, rank);
+    return;
+  }
+  if (s->nranks == 0 && server_size(s, nranks) != 0) {
+    close(fd);
+    return;
+  }
+  s->rank_fd[rank] = fd;
+  memcpy(s->table + REPLY_LEN + (size_t)WIRE_ADDR_LEN * rank, wire,
+         WIRE_ADDR_LEN);
+  s->arrived++;
+  RCC_INFO(-1, "bootstrap: rendezvous %s: rank %u of %u arrived from %s "
+           "(%d/%u)", s->where, rank, nranks,
+           rcc_socket_addr_str(peer, a, sizeof(a)), s->arrived, nranks);
+}
+
+static void server_send_tables(struct server *s) {
+  size_t len = REPLY_LEN + (size_t)WIRE_ADDR_LEN * s->nranks;
+  int64_t deadline = rcc_now_ns() + TABLE_SEND_TIMEOUT_NS;
+  put32(s->table, TABLE_MAGIC);
+  put32(s->table + 4, ST_OK);
+  put32(s->table + 8, (uint32_t)s->nranks);
+  for (int r = 0; r < s->nranks; r++) {
+    char msg[RCC_ERRLEN];
+    if (rcc_socket_send_all(s->rank_fd[r], s->table, len, deadline, msg,
+                            sizeof(msg)) != RINGCC_SUCCESS)
+      RCC_WARN(-1, "bootstrap: rendezvous %s could not send the table to "
+               "rank %d: %s", s->where, r, msg);
+  }
+  RCC_INFO(-1, "bootstrap: rendezvous %s complete: %d ranks in %lld ms",
+           s->where, s->nranks,
+           (long long)((rcc_now_ns() - s->start_ns) / 1000000));
+}
+
+static void server_report_missing(struct server *s) {
+  char missing[256] = "";
+  size_t used = 0;
+  int shown = 0;
+  for (int r = 0; r < s->nranks && shown < 16; r++) {
+    if (s->rank_fd[r] >= 0)
+      continue;
+    int n = snprintf(missing + used, sizeof(missing) - used, "%s%d",
+                     shown ? ", " : "", r);
+    if (n < 0 || (size_t)n >= sizeof(missing) - used)
+      break;
+    used += (size_t)n;
+    shown++;
+  }
+  RCC_WARN(-1, "bootstrap: rendezvous %s gave up after %lld ms: %d of %d "
+           "ranks arrived%s%s%s", s->where,
+           (long long)((rcc_now_ns() - s->start_ns) / 1000000), s->arrived,
+           s->nranks, shown ? " (missing: " : "", missing,
+           shown ? (s->nranks - s->arrived > shown ? ", ...)" : ")") : "");
+}
+
+static void server_free(struct server *s) {
+  for (int r = 0; r < s->nranks; r++)
+    if (s->rank_fd[r] >= 0)
+      close(s->rank_fd[r]);
+  gate_free(s->gate);
+  close(s->listen_fd);
+  free(s->rank_fd);
+  free(s->table);
+  free(s);
+}
+
+static void *server_main(void *arg) {
+  struct server *s = arg;
+  while (s->nranks == 0 || s->arrived < s->nranks) {
+    uint8_t hello[HELLO_LEN - SECRET_LEN];
+    struct sockaddr_storage peer;
+    int fd;
+    if (gate_next(s->gate, s->deadline_ns, &fd, hello, &peer) !=
+        RINGCC_SUCCESS)
+      break;
+    server_hello(s, fd, hello, &peer);
+  }
+  if (s->nranks > 0 && s->arrived == s->nranks)
+    server_send_tables(s);
+  else if (s->nranks > 0)
+    server_report_missing(s);
+  else
+    RCC_WARN(-1, "bootstrap: rendezvous %s gave up after %lld ms: no rank "
+             "arrived", s->where,
+             (long long)((rcc_now_ns() - s->start_ns) / 1000000));
+  server_free(s);
+  return NULL;
+}
+
+/* Serves the rendezvous on listen_fd (taken over, closed on every path) from
+ * a detached thread. */
+static ringcc_result_t server_start(int listen_fd,
+                                    const struct sockaddr_storage *bound,
+                                    const uint8_t secret[SECRET_LEN],
+                                    int64_t timeout_ms, char *err,
+                                    size_t errlen) {
+  struct server *s = calloc(1, sizeof(*s));
+  pthread_attr_t attr;
+  pthread_t tid;
+  int rc;
+
+  if (s != NULL)
+    s->gate = gate_new(listen_fd, HELLO_LEN, secret, -1, "rendezvous");
+  if (s == NULL || s->gate == NULL) {
+    free(s);
+    close(listen_fd);
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                    "bootstrap: out of memory for the rendezvous server");
+  }
+  s->listen_fd = listen_fd;
+  rcc_socket_addr_str(bound, s->where, sizeof(s->where));
+  s->start_ns = rcc_now_ns();
+  s->deadline_ns = rcc_deadline_after_ms(
+      timeout_ms > 0 ? timeout_ms : DEFAULT_SERVER_TIMEOUT_MS);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  rc = pthread_create(&tid, &attr, server_main, s);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    server_free(s);
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                    "bootstrap: cannot start the rendezvous thread: %s",
+                    strerror(rc));
+  }
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_bootstrap_new_id(ringcc_unique_id_t *id,
+                                     int64_t timeout_ms, char *err,
+                                     size_t errlen) {
+  struct sockaddr_storage addr, bound;
+  uint8_t secret[SECRET_LEN];
+  char ifname[64] = "", a[80];
+  const char *spec = rcc_getenv("RINGCC_SOCKET_IFNAME");
+  int fd;
+  ringcc_result_t r;
+
+  if (id == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: the unique id pointer is NULL");
+  r = rcc_socket_pick_address(spec, &addr, ifname, sizeof(ifname), err,
+                              errlen);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = make_secret(secret, err, errlen);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = rcc_socket_listen(&addr, &fd, &bound, err, errlen);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  id_encode(id, &bound, secret);
+  RCC_INFO(-1, "bootstrap: rendezvous listening on %s (interface %s%s%s)",
+           rcc_socket_addr_str(&bound, a, sizeof(a)), ifname,
+           spec ? ", RINGCC_SOCKET_IFNAME=" : "", spec ? spec : "");
+  return server_start(fd, &bound, secret, timeout_ms, err, errlen);
+}
+
+ringcc_result_t rcc_bootstrap_serve(const ringcc_unique_id_t *id,
+                                    int64_t timeout_ms, char *err,
+                                    size_t errlen) {
+  struct sockaddr_storage addr, bound;
+  uint8_t secret[SECRET_LEN];
+  char a[80];
+  int fd;
+  ringcc_result_t r = id_decode(id, &addr, secret, err, errlen);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  char first[RCC_ERRLEN];
+  r = rcc_socket_listen(&addr, &fd, &bound, first, sizeof(first));
+  if (r != RINGCC_SUCCESS) {
+    /* The advertised address may not be local (NAT, a name that resolves
+     * elsewhere): listen on every address with the same port instead. */
+    struct sockaddr_storage any;
+    memset(&any, 0, sizeof(any));
+    any.ss_family = addr.ss_family;
+    rcc_socket_addr_set_port(&any, rcc_socket_addr_port(&addr));
+    if (rcc_socket_listen(&any, &fd, &bound, NULL, 0) != RINGCC_SUCCESS)
+      return rcc_errf(err, errlen, r, "bootstrap: cannot serve the "
+                      "rendezvous: %s", first);
+    RCC_INFO(-1, "bootstrap: %s; listening on %s instead", first,
+             rcc_socket_addr_str(&bound, a, sizeof(a)));
+  }
+  RCC_INFO(-1, "bootstrap: rendezvous listening on %s",
+           rcc_socket_addr_str(&bound, a, sizeof(a)));
+  return server_start(fd, &bound, secret, timeout_ms, err, errlen);
+}
+
+/* ---- joining: the rank side ----------------------------------------------- */
+
+static long long ms_since(int64_t start_ns) {
+  return (long long)((rcc_now_ns() - start_ns) / 1000000);
+}
+
+static const char *status_str(uint32_t status) {
+  switch (status) {
+  case ST_BAD_NRANKS:
+    return "nranks out of range";
+  case ST_NRANKS_MISMATCH:
+    return "other ranks gave a different nranks";
+  case ST_BAD_RANK:
+    return "rank out of range";
+  case ST_DUP_RANK:
+    return "another rank already joined with this rank number";
+  case ST_BAD_ADDR:
+    return "bad listener address";
+  default:
+    return "unknown status";
+  }
+}
+
+/* Receives the rendezvous's reply and the table into b->peers. */
+static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
+                                  int64_t start, int64_t deadline_ns,
+                                  char *err, size_t errlen) {
+  uint8_t reply[REPLY_LEN];
+  char msg[RCC_ERRLEN], where[80];
+  ringcc_result_t r;
+  rcc_socket_addr_str(&b->root, where, sizeof(where));
+
+  r = rcc_socket_recv_all(fd, reply, sizeof(reply), deadline_ns, msg,
+                          sizeof(msg));
+  if (r == RINGCC_ERR_TIMEOUT)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d timed out after %lld "
+                    "ms waiting for the rendezvous at %s: not all %d ranks "
+                    "arrived (were all started, with this id?)", b->rank,
+                    ms_since(start), where, b->nranks);
+  if (r == RINGCC_ERR_PEER_FAILED)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
+                    "the rendezvous at %s closed the connection (wrong secret, "
+                    "or the rendezvous timed out or already completed)",
+                    b->rank, where);
+  if (r != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d: waiting for the "
+                    "rendezvous at %s: %s", b->rank, where, msg);
+  if (get32(reply) != TABLE_MAGIC)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
+                    "the rendezvous at %s answered garbage (magic 0x%08x)",
+                    b->rank, where, get32(reply));
+  if (get32(reply + 4) != ST_OK)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: rank %d of %d refused by the rendezvous at %s: "
+                    "%s (the rendezvous has nranks %u)", b->rank, b->nranks,
+                    where, status_str(get32(reply + 4)), get32(reply + 8));
+  if (get32(reply + 8) != (uint32_t)b->nranks)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
+                    "the rendezvous at %s sent a table for %u ranks, not %d",
+                    b->rank, where, get32(reply + 8), b->nranks);
+
+  size_t len = (size_t)WIRE_ADDR_LEN * b->nranks;
+  uint8_t *table = malloc(len);
+  b->peers = calloc((size_t)b->nranks, sizeof(*b->peers));
+  if (table == NULL || b->peers == NULL) {
+    free(table);
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY, "bootstrap: rank "
+                    "%d: out of memory for the table of %d ranks", b->rank,
+                    b->nranks);
+  }
+  r = rcc_socket_recv_all(fd, table, len, deadline_ns, msg, sizeof(msg));
+  for (int i = 0; r == RINGCC_SUCCESS && i < b->nranks && b->nranks > 1; i++)
+    if (addr_from_wire(table + (size_t)WIRE_ADDR_LEN * i, &b->peers[i]) != 0)
+      r = rcc_errf(msg, sizeof(msg), RINGCC_ERR_NETWORK,
+                   "the entry of rank %d is not an address", i);
+  free(table);
+  if (r != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d: receiving the table "
+                    "of ranks from the rendezvous at %s: %s", b->rank, where,
+                    msg);
+  return RINGCC_SUCCESS;
+}
+
+/* Meets the others at the rendezvous; *listen_fd gets this rank's listener
+ * (n > 1), opened on the local address that reaches the rendezvous. */
+static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
+                                       const uint8_t secret[SECRET_LEN],
+                                       int64_t deadline_ns, int *listen_fd,
+                                       char *err, size_t errlen) {
+  uint8_t hello[HELLO_LEN];
+  struct sockaddr_storage local, bound;
+  socklen_t llen = sizeof(local);
+  char msg[RCC_ERRLEN], where[80];
+  int64_t start = rcc_now_ns();
+  int fd;
+  ringcc_result_t r;
+
+  rcc_socket_addr_str(&b->root, where, sizeof(where));
+  r = rcc_socket_connect(&b->root, deadline_ns, &fd, msg, sizeof(msg));
+  if (r != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d could not reach the "
+                    "rendezvous: %s (is the process that made the id "
+                    "running, and the address reachable?)", b->rank, msg);
+  memset(&bound, 0, sizeof(bound));
+  if (b->nranks > 1) {
+    memset(&local, 0, sizeof(local));
+    if (getsockname(fd, (struct sockaddr *)&local, &llen) != 0) {
+      r = rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "bootstrap: rank %d: "
+                   "getsockname of the connection to %s: %s", b->rank, where,
+                   strerror(errno));
+      close(fd);
+      return r;
+    }
+    rcc_socket_addr_set_port(&local, 0);
+    r = rcc_socket_listen(&local, listen_fd, &bound, msg, sizeof(msg));
+    if (r != RINGCC_SUCCESS) {
+      close(fd);
+      return rcc_errf(err, errlen, r, "bootstrap: rank %d: %s", b->rank, msg);
+    }
+  }
+  memcpy(hello, secret, SECRET_LEN);
+  put32(hello + SECRET_LEN, HELLO_MAGIC);
+  put32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
+  put32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
+  addr_to_wire(b->nranks > 1 ? &bound : NULL, hello + SECRET_LEN + 12);
+  r = rcc_socket_send_all(fd, hello, sizeof(hello), deadline_ns, msg,
+                          sizeof(msg));
+  if (r != RINGCC_SUCCESS)
+    r = rcc_errf(err, errlen, r == RINGCC_ERR_PEER_FAILED ? RINGCC_ERR_NETWORK
+                                                          : r,
+                 "bootstrap: rank %d: sending its hello to the rendezvous at "
+                 "%s: %s", b->rank, where, msg);
+  else
+    r = recv_table(b, fd, start, deadline_ns, err, errlen);
+  close(fd);
+  return r;
+}
+
+/* Connects to the next rank and accepts the previous one. */
+static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
+                                    const uint8_t secret[SECRET_LEN],
+                                    int listen_fd, int64_t deadline_ns,
+                                    char *err, size_t errlen) {
+  int next = (b->rank + 1) % b->nranks;
+  int prev = (b->rank - 1 + b->nranks) % b->nranks;
+  char msg[RCC_ERRLEN], na[80], pa[80];
+  uint8_t hello[RING_HELLO_LEN];
+  int64_t start = rcc_now_ns();
+  ringcc_result_t r;
+
+  rcc_socket_addr_str(&b->peers[next], na, sizeof(na));
+  rcc_socket_addr_str(&b->peers[prev], pa, sizeof(pa));
+  r = rcc_socket_connect(&b->peers[next], deadline_ns, &b->next_fd, msg,
+                         sizeof(msg));
+  if (r != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d could not connect to "
+                    "rank %d for the bootstrap ring: %s", b->rank, next, msg);
+  memcpy(hello, secret, SECRET_LEN);
+  put32(hello + SECRET_LEN, RING_MAGIC);
+  put32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
+  put32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
+  r = rcc_socket_send_all(b->next_fd, hello, sizeof(hello), deadline_ns, msg,
+                          sizeof(msg));
+  if (r != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d: greeting rank %d "
+                    "(%s) on the bootstrap ring: %s", b->rank, next, na, msg);
+
+  struct gate *g = gate_new(listen_fd, RING_HELLO_LEN, secret, b->rank,
+                            "bootstrap ring");
+  if (g == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                    "bootstrap: rank %d: out of memory", b->rank);
+  while (b->prev_fd < 0) {
+    uint8_t in[RING_HELLO_LEN - SECRET_LEN];
+    struct sockaddr_storage peer;
+    int fd;
+    if (gate_next(g, deadline_ns, &fd, in, &peer) != RINGCC_SUCCESS) {
+      gate_free(g);
+      return rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT, "bootstrap: rank %d "
+                      "timed out after %lld ms waiting for rank %d (%s) to "
+                      "connect (bootstrap ring)", b->rank, ms_since(start),
+                      prev, pa);
+    }
+    if (get32(in) == RING_MAGIC && get32(in + 4) == (uint32_t)prev &&
+        get32(in + 8) == (uint32_t)b->nranks) {
+      b->prev_fd = fd;
+      break;
+    }
+    RCC_WARN(b->rank, "bootstrap: rank %d expected rank %d of %d on its "
+             "bootstrap ring but %s says it is rank %u of %u (magic 0x%08x); "
+             "dropped", b->rank, prev, b->nranks,
+             rcc_socket_addr_str(&peer, msg, sizeof(msg)), get32(in + 4),
+             get32(in + 8), get32(in));
+    close(fd);
+  }
+  gate_free(g);
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_bootstrap_init(struct rcc_bootstrap **out,
+                                   const ringcc_unique_id_t *id, int rank,
+                                   int nranks, int64_t deadline_ns,
+                                   char *err, size_t errlen) {
+  uint8_t secret[SECRET_LEN];
+  struct rcc_bootstrap *b;
+  int listen_fd = -1;
+  ringcc_result_t r;
+
+  if (out == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: init needs a place for the handle");
+  *out = NULL;
+  if (nranks < 1 || nranks > MAX_NRANKS || rank < 0 || rank >= nranks)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: rank %d of nranks %d is invalid (need 0 <= "
+                    "rank < nranks <= %d)", rank, nranks, MAX_NRANKS);
+  b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                    "bootstrap: rank %d: out of memory", rank);
+  b->rank = rank;
+  b->nranks = nranks;
+  b->next_fd = b->prev_fd = -1;
+  r = id_decode(id, &b->root, secret, err, errlen);
+  if (r == RINGCC_SUCCESS)
+    r = join_rendezvous(b, secret, deadline_ns, &listen_fd, err, errlen);
+  if (r == RINGCC_SUCCESS && nranks > 1)
+    r = connect_ring(b, secret, listen_fd, deadline_ns, err, errlen);
+  if (listen_fd >= 0)
+    close(listen_fd);
+  if (r != RINGCC_SUCCESS) {
+    rcc_bootstrap_close(b);
+    return r;
+  }
+  RCC_INFO(rank, "bootstrap: rank %d of %d joined the bootstrap ring",
+           rank, nranks);
+  *out = b;
+  return RINGCC_SUCCESS;
+}
+
+/* ---- allgather over the ring ------------------------------------------- */
+
+/* Words a failed exchange with the ring neighbours in step terms. */
+static ringcc_result_t ring_error(struct rcc_bootstrap *b, ringcc_result_t r,
+                                  int failed_recv, const char *op,
+                                  int64_t start, const char *msg, char *err,
+                                  size_t errlen) {
+  int peer = failed_recv ? (b->rank - 1 + b->nranks) % b->nranks
+                         : (b->rank + 1) % b->nranks;
+  char pa[80];
+  rcc_socket_addr_str(&b->peers[peer], pa, sizeof(pa));
+  if (r == RINGCC_ERR_TIMEOUT)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d timed out after %lld "
+                    "ms %s rank %d (%s) in %s", b->rank, ms_since(start),
+                    failed_recv ? "waiting for" : "sending to", peer, pa, op);
+  if (r == RINGCC_ERR_PEER_FAILED)
+    return rcc_errf(err, errlen, r, "bootstrap: rank %d lost rank %d (%s) in "
+                    "%s: %s (did rank %d fail or exit?)", b->rank, peer, pa,
+                    op, msg, peer);
+  return rcc_errf(err, errlen, r, "bootstrap: rank %d, %s with rank %d (%s): "
+                  "%s", b->rank, op, peer, pa, msg);
+}
+
+static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
+                                      size_t bytes, int64_t deadline_ns,
+                                      const char *op, char *err,
+                                      size_t errlen) {
+  int n = b->nranks;
+  int64_t start = rcc_now_ns();
+  uint32_t call = ++b->calls;
+  char msg[RCC_ERRLEN];
+
+  for (int step = 0; step < n - 1; step++) {
+    int send_idx = (b->rank - step + n) % n;
+    int recv_idx = (b->rank - step - 1 + n) % n;
+    uint8_t out_hdr[DATA_HDR_LEN], in_hdr[DATA_HDR_LEN];
+    int failed_recv;
+    put32(out_hdr, DATA_MAGIC);
+    put32(out_hdr + 4, call);
+    put64(out_hdr + 8, bytes);
+    ringcc_result_t r = rcc_socket_sendrecv(
+        b->next_fd, out_hdr, sizeof(out_hdr), b->prev_fd, in_hdr,
+        sizeof(in_hdr), deadline_ns, &failed_recv, msg, sizeof(msg));
+    if (r != RINGCC_SUCCESS)
+      return ring_error(b, r, failed_recv, op, start, msg, err, errlen);
+    if (get32(in_hdr) != DATA_MAGIC || get32(in_hdr + 4) != call ||
+        get64(in_hdr + 8) != bytes)
+      return rcc_errf(err, errlen, RINGCC_ERR_INVALID_USAGE,
+                      "bootstrap: rank %d in %s (call %u, %zu bytes per rank) "
+                      "got call %u with %llu bytes per rank from rank %d: the "
+                      "ranks made different bootstrap calls", b->rank, op,
+                      call, bytes, get32(in_hdr + 4),
+                      (unsigned long long)get64(in_hdr + 8),
+                      (b->rank - 1 + n) % n);
+    r = rcc_socket_sendrecv(b->next_fd, data + (size_t)send_idx * bytes,
+                            bytes, b->prev_fd,
+                            data + (size_t)recv_idx * bytes, bytes,
+                            deadline_ns, &failed_recv, msg, sizeof(msg));
+    if (r != RINGCC_SUCCESS)
+      return ring_error(b, r, failed_recv, op, start, msg, err, errlen);
+  }
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_bootstrap_allgather(struct rcc_bootstrap *b, void *data,
+                                        size_t bytes, int64_t deadline_ns,
+                                        char *err, size_t errlen) {
+  if (b == NULL || (data == NULL && bytes > 0))
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: allgather needs a handle and a buffer");
+  if (bytes > SIZE_MAX / (size_t)b->nranks)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: rank %d: allgather of %zu bytes from each of "
+                    "%d ranks does not fit in memory", b->rank, bytes,
+                    b->nranks);
+  if (b->nranks == 1)
+    return RINGCC_SUCCESS;
+  return ring_allgather(b, data, bytes, deadline_ns, "allgather", err, errlen);
+}
+
+ringcc_result_t rcc_bootstrap_barrier(struct rcc_bootstrap *b,
+                                      int64_t deadline_ns, char *err,
+                                      size_t errlen) {
+  if (b == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: barrier needs a handle");
+  if (b->nranks == 1)
+    return RINGCC_SUCCESS;
+  uint8_t *flags = calloc((size_t)b->nranks, 1);
+  if (flags == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                    "bootstrap: rank %d: out of memory in barrier", b->rank);
+  ringcc_result_t r = ring_allgather(b, flags, 1, deadline_ns, "barrier", err,
+                                     errlen);
+  free(flags);
+  return r;
+}
+
+void rcc_bootstrap_close(struct rcc_bootstrap *b) {
+  if (b == NULL)
+    return;
+  if (b->next_fd >= 0)
+    close(b->next_fd);
+  if (b->prev_fd >= 0)
+    close(b->prev_fd);
+  free(b->peers);
+  free(b);
+}

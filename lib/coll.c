@@ -1,0 +1,315 @@
+/*
+ * coll.c - the public collective calls: validate, resolve in-place forms,
+ * plan, execute.
+ *
+ * Validation happens before anything is sent, so a bad argument on one rank
+ * returns RINGCC_ERR_INVALID_ARGUMENT there and leaves the communicator
+ * working. A failure after data started to move (timeout, abort, a peer that
+ * disagrees) leaves the FIFOs in an unknown state: the communicator is then
+ * marked unusable and every later call says so.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+
+struct call {
+  const char *fn;          /* "ringcc_allreduce" */
+  struct ringcc_comm *comm;
+  int coll;
+  const void *sendbuf;     /* as given */
+  void *recvbuf;           /* as given */
+  size_t count;
+  int dt;
+  int op;                  /* -1: none */
+  int root;                /* -1: none */
+  int peer;                /* -1: none */
+  void *stream;
+};
+
+static const char *const coll_names[RCC_NUM_COLLS] = {
+    "allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
+    "alltoall",  "send",           "recv",      "barrier"};
+
+const char *rcc_coll_name(int coll) {
+  return coll >= 0 && coll < RCC_NUM_COLLS ? coll_names[coll] : "?";
+}
+
+/* How many elements of sendbuf and recvbuf a call touches (per rank). */
+static void buffer_elems(const struct call *c, size_t *send, size_t *recv) {
+  size_t n = (size_t)c->comm->nranks;
+  switch (c->coll) {
+  case RCC_COLL_REDUCE_SCATTER:
+    *send = c->count * n, *recv = c->count;
+    break;
+  case RCC_COLL_ALLGATHER:
+    *send = c->count, *recv = c->count * n;
+    break;
+  case RCC_COLL_ALLTOALL:
+    *send = *recv = c->count * n;
+    break;
+  default:
+    *send = *recv = c->count;
+    break;
+  }
+}
+
+static ringcc_result_t bad_arg(const struct call *c, const char *what) {
+  return rcc_comm_error(c->comm, RINGCC_ERR_INVALID_ARGUMENT,
+                        "%s on rank %d: %s", c->fn, c->comm->rank, what);
+}
+
+static ringcc_result_t validate_buffers(const struct call *c) {
+  char msg[200];
+  size_t esize = ringcc_datatype_size(c->dt), n = (size_t)c->comm->nranks;
+  size_t send_elems, recv_elems;
+
+  /* count * nranks * esize must fit, with room for pointer arithmetic. */
+  if (c->count > (size_t)PTRDIFF_MAX / esize / n) {
+    snprintf(msg, sizeof(msg),
+             "argument 'count' (%zu) times the datatype size (%zu)%s "
+             "overflows", c->count, esize,
+             c->coll == RCC_COLL_ALLGATHER || c->coll == RCC_COLL_ALLTOALL ||
+                     c->coll == RCC_COLL_REDUCE_SCATTER
+                 ? " times nranks"
+                 : "");
+    return bad_arg(c, msg);
+  }
+  buffer_elems(c, &send_elems, &recv_elems);
+  int is_root = c->root < 0 || c->root == c->comm->rank;
+  int needs_recv = c->coll != RCC_COLL_SEND &&
+                   (c->coll != RCC_COLL_REDUCE || is_root);
+  int needs_send = c->coll != RCC_COLL_RECV && c->coll != RCC_COLL_BARRIER;
+  if (needs_send && send_elems > 0 && c->sendbuf == NULL)
+    return bad_arg(c, c->coll == RCC_COLL_BCAST || c->coll == RCC_COLL_SEND
+                          ? "argument 'buf' is NULL with count > 0"
+                          : "argument 'sendbuf' is NULL with count > 0");
+  if (needs_recv && recv_elems > 0 && c->recvbuf == NULL)
+    return bad_arg(c, c->coll == RCC_COLL_RECV
+                          ? "argument 'buf' is NULL with count > 0"
+                          : "argument 'recvbuf' is NULL with count > 0");
+  if (c->sendbuf == RINGCC_IN_PLACE &&
+      (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_BCAST))
+    return bad_arg(c, "RINGCC_IN_PLACE is not a buffer ('buf')");
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t validate(const struct call *c) {
+  char msg[200];
+  struct ringcc_comm *comm = c->comm;
+
+  if (c->stream != NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_UNSUPPORTED,
+                          "%s on rank %d: argument 'stream' is not NULL, but "
+                          "this build has no CUDA support (host buffers take "
+                          "stream NULL)", c->fn, comm->rank);
+  if (!rcc_dt_valid(c->dt)) {
+    snprintf(msg, sizeof(msg),
+             "argument 'datatype' is %d, not a ringcc_datatype_t (0..%d)",
+             c->dt, RINGCC_NUM_DATATYPES - 1);
+    return bad_arg(c, msg);
+  }
+  if (c->op != -1 && !rcc_op_valid(c->op)) {
+    snprintf(msg, sizeof(msg), "argument 'op' is %d, not a ringcc_op_t (0..%d)",
+             c->op, RINGCC_NUM_OPS - 1);
+    return bad_arg(c, msg);
+  }
+  if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks)) {
+    snprintf(msg, sizeof(msg), "argument 'root' is %d; it must be in [0, %d]",
+             c->root, comm->nranks - 1);
+    return bad_arg(c, msg);
+  }
+  return validate_buffers(c);
+}
+
+static ringcc_result_t validate_peer(struct ringcc_comm *comm, const char *fn,
+                                     int peer) {
+  if (peer < 0 || peer >= comm->nranks)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "%s on rank %d: argument 'peer' is %d; it must be in "
+                          "[0, %d]", fn, comm->rank, peer, comm->nranks - 1);
+  if (peer == comm->rank)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "%s on rank %d: argument 'peer' is this rank; a "
+                          "blocking send to oneself cannot complete (copy the "
+                          "data locally instead)", fn, comm->rank);
+  return RINGCC_SUCCESS;
+}
+
+/* Staging for in-place alltoall, kept on the communicator. */
+static void *scratch(struct ringcc_comm *comm, size_t bytes) {
+  if (bytes > comm->scratch_bytes) {
+    void *p = realloc(comm->scratch, bytes);
+    if (p == NULL)
+      return NULL;
+    comm->scratch = p;
+    comm->scratch_bytes = bytes;
+  }
+  return comm->scratch;
+}
+
+/* Resolves the in-place forms: returns the buffer the schedule reads. */
+static const void *source_buffer(const struct call *c) {
+  size_t esize = ringcc_datatype_size(c->dt);
+  if (c->sendbuf != RINGCC_IN_PLACE)
+    return c->sendbuf;
+  if (c->coll == RCC_COLL_ALLGATHER) /* own block inside recvbuf */
+    return (const char *)c->recvbuf + (size_t)c->comm->rank * c->count * esize;
+  return c->recvbuf;
+}
+
+static ringcc_result_t execute(const struct call *c) {
+  struct ringcc_comm *comm = c->comm;
+  const void *src = source_buffer(c);
+  struct rcc_plan plan = {
+      .coll = c->coll,
+      .nranks = comm->nranks,
+      .rank = comm->rank,
+      .pos = comm->ring_pos,
+      .ring = comm->ring,
+      .count = c->count,
+      .chunk_elems = (size_t)comm->set.chunk_bytes / ringcc_datatype_size(c->dt),
+      .root = c->peer >= 0 ? c->peer : c->root,
+      .postop = c->op == RINGCC_AVG,
+  };
+
+  if (c->coll == RCC_COLL_ALLTOALL && src == c->recvbuf && c->count > 0) {
+    size_t bytes = c->count * (size_t)comm->nranks * ringcc_datatype_size(c->dt);
+    void *copy = scratch(comm, bytes);
+    if (copy == NULL)
+      return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                            "%s on rank %d: no memory for the %zu-byte staging "
+                            "copy of an in-place alltoall", c->fn, comm->rank,
+                            bytes);
+    memcpy(copy, src, bytes);
+    src = copy;
+  }
+  if (comm->nranks > 1 && c->coll <= RCC_COLL_REDUCE)
+    rcc_plan_ring(&plan);
+  else
+    rcc_plan_pairwise(&plan);
+  return rcc_exec_host(comm, &plan, src, c->recvbuf, (ringcc_datatype_t)c->dt,
+                       c->op < 0 ? RINGCC_SUM : (ringcc_op_t)c->op);
+}
+
+static ringcc_result_t run(struct call *c) {
+  struct ringcc_comm *comm = c->comm;
+  ringcc_result_t r;
+
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "%s: argument 'comm' is NULL", c->fn);
+  if (comm->aborted || comm->fatal != RINGCC_SUCCESS) {
+    ringcc_result_t code = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
+    RCC_WARN(comm->rank, "%s on rank %d: the communicator is unusable after "
+                         "an earlier failure: %s", c->fn, comm->rank,
+             comm->last_error);
+    return code;
+  }
+  if (c->peer != -1 || c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
+    if ((r = validate_peer(comm, c->fn, c->peer)) != RINGCC_SUCCESS)
+      return r;
+  if ((r = validate(c)) != RINGCC_SUCCESS)
+    return r;
+  if (__atomic_exchange_n(&comm->busy, 1, __ATOMIC_ACQ_REL))
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
+                          "%s on rank %d: another thread is using this "
+                          "communicator; a communicator is used by one thread "
+                          "at a time", c->fn, comm->rank);
+  comm->seq++;
+  RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
+            (unsigned long long)comm->seq, c->count,
+            ringcc_datatype_name((ringcc_datatype_t)c->dt));
+  r = execute(c);
+  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
+    comm->fatal = r;
+  __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
+  return r;
+}
+
+RINGCC_API ringcc_result_t ringcc_allreduce(const void *sendbuf, void *recvbuf,
+                                            size_t count, ringcc_datatype_t dt,
+                                            ringcc_op_t op, ringcc_comm_t comm,
+                                            ringcc_stream_t stream) {
+  struct call c = {"ringcc_allreduce", comm, RCC_COLL_ALLREDUCE, sendbuf,
+                   recvbuf, count, dt, op, -1, -1, stream};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_reduce_scatter(
+    const void *sendbuf, void *recvbuf, size_t recvcount, ringcc_datatype_t dt,
+    ringcc_op_t op, ringcc_comm_t comm, ringcc_stream_t stream) {
+  struct call c = {"ringcc_reduce_scatter", comm, RCC_COLL_REDUCE_SCATTER,
+                   sendbuf, recvbuf, recvcount, dt, op, -1, -1, stream};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_allgather(const void *sendbuf, void *recvbuf,
+                                            size_t sendcount,
+                                            ringcc_datatype_t dt,
+                                            ringcc_comm_t comm,
+                                            ringcc_stream_t stream) {
+  struct call c = {"ringcc_allgather", comm, RCC_COLL_ALLGATHER, sendbuf,
+                   recvbuf, sendcount, dt, -1, -1, -1, stream};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_bcast(void *buf, size_t count,
+                                        ringcc_datatype_t dt, int root,
+                                        ringcc_comm_t comm,
+                                        ringcc_stream_t stream) {
+  struct call c = {"ringcc_bcast", comm, RCC_COLL_BCAST, buf, buf, count, dt,
+                   -1, root, -1, stream};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_reduce(const void *sendbuf, void *recvbuf,
+                                         size_t count, ringcc_datatype_t dt,
+                                         ringcc_op_t op, int root,
+                                         ringcc_comm_t comm,
+                                         ringcc_stream_t stream) {
+  struct call c = {"ringcc_reduce", comm, RCC_COLL_REDUCE, sendbuf, recvbuf,
+                   count, dt, op, root, -1, stream};
+  if (c.comm != NULL && root >= 0 && root < comm->nranks &&
+      root != comm->rank && sendbuf == RINGCC_IN_PLACE)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_reduce on rank %d: RINGCC_IN_PLACE as "
+                          "'sendbuf' is only valid at the root (rank %d)",
+                          comm->rank, root);
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_alltoall(const void *sendbuf, void *recvbuf,
+                                           size_t count, ringcc_datatype_t dt,
+                                           ringcc_comm_t comm,
+                                           ringcc_stream_t stream) {
+  struct call c = {"ringcc_alltoall", comm, RCC_COLL_ALLTOALL, sendbuf,
+                   recvbuf, count, dt, -1, -1, -1, stream};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_send(const void *buf, size_t count,
+                                       ringcc_datatype_t dt, int peer,
+                                       ringcc_comm_t comm,
+                                       ringcc_stream_t stream) {
+  struct call c = {"ringcc_send", comm, RCC_COLL_SEND, buf, NULL, count, dt,
+                   -1, -1, peer, stream};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
+                                       ringcc_datatype_t dt, int peer,
+                                       ringcc_comm_t comm,
+                                       ringcc_stream_t stream) {
+  struct call c = {"ringcc_recv", comm, RCC_COLL_RECV, NULL, buf, count, dt,
+                   -1, -1, peer, stream};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
+                                          ringcc_stream_t stream) {
+  struct call c = {"ringcc_barrier", comm, RCC_COLL_BARRIER, NULL, NULL, 0,
+                   RINGCC_UINT8, -1, -1, -1, stream};
+  return run(&c);
+}

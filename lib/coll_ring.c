@@ -1,0 +1,210 @@
+/*
+ * coll_ring.c - ring Reduce-Scatter, ring AllGather, ring AllReduce, and the
+ * chains (Broadcast, Reduce) that run along the same ring edges.
+ *
+ * n ranks sit on a ring in the order ring[0..n-1]; every rank sends only to
+ * its successor and receives only from its predecessor. With S the message
+ * size in bytes, alpha the per-message latency and beta the time per byte of
+ * the slowest edge (the tuner's terms):
+ *
+ *   Reduce-Scatter   n-1 steps, each rank sends (n-1)/n * S bytes
+ *                    (S = the full input, n blocks of S/n)
+ *                    T = (n-1) * alpha + (n-1)/n * S * beta
+ *   AllGather        n-1 steps, each rank sends (n-1)/n * S bytes
+ *                    (S = the full output)
+ *                    T = (n-1) * alpha + (n-1)/n * S * beta
+ *   AllReduce        Reduce-Scatter then AllGather: 2(n-1) steps, each rank
+ *                    sends 2(n-1)/n * S bytes
+ *                    T = 2(n-1) * alpha + 2(n-1)/n * S * beta
+ *   Broadcast/Reduce a chain of n-1 edges starting (ending) at the root,
+ *                    pipelined in chunks of C bytes:
+ *                    T = (n-2 + S/C) * (alpha + C * beta)
+ *
+ * Data is cut into chunks of at most chunk_elems elements (one FIFO slot) and
+ * pipelined: a chunk moves on as soon as it arrives, so a large message never
+ * waits for a whole block. AllReduce works on loops of n chunks: in loop l the
+ * region [l*n*C, (l+1)*n*C) is split into n chunks and the rank at ring
+ * position p runs (all chunk indices modulo n):
+ *
+ *   step 0          send               chunk p-1
+ *   steps 1..n-2    recvReduceSend     chunk p-1-j
+ *   step n-1        recvReduceCopySend chunk p     (p now owns the sum of chunk p)
+ *   steps n..2n-3   recvCopySend       chunk p-(j-n+1)
+ *   step 2n-2       recv               chunk p+1
+ *
+ * Reduce-Scatter and AllGather use the user's blocks instead of chunks of a
+ * loop (block ring[c] belongs to the rank at position c), so rank r ends with
+ * block r as MPI and NCCL define it.
+ */
+#include "schedule.h"
+
+RCC_HD static inline int mod_n(long v, int n) {
+  long m = v % n;
+  return (int)(m < 0 ? m + n : m);
+}
+
+RCC_HD static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+
+void rcc_plan_ring(struct rcc_plan *p) {
+  int n = p->nranks;
+  uint64_t nloops;
+
+  p->root_pos = 0;
+  for (int i = 0; i < n; i++)
+    if (p->ring[i] == p->root)
+      p->root_pos = i;
+  switch (p->coll) {
+  case RCC_COLL_ALLREDUCE:
+    p->sched = RCC_SCHED_RING_ALLREDUCE;
+    p->steps_per_loop = 2 * (uint64_t)n - 1;
+    nloops = div_up(p->count, (size_t)n * p->chunk_elems);
+    break;
+  case RCC_COLL_REDUCE_SCATTER:
+    p->sched = RCC_SCHED_RING_REDUCE_SCATTER;
+    p->steps_per_loop = (uint64_t)n;
+    nloops = div_up(p->count, p->chunk_elems);
+    break;
+  case RCC_COLL_ALLGATHER:
+    p->sched = RCC_SCHED_RING_ALLGATHER;
+    p->steps_per_loop = (uint64_t)n;
+    nloops = div_up(p->count, p->chunk_elems);
+    break;
+  case RCC_COLL_BCAST:
+    p->sched = RCC_SCHED_CHAIN_BCAST;
+    p->steps_per_loop = 1;
+    nloops = div_up(p->count, p->chunk_elems);
+    break;
+  default: /* RCC_COLL_REDUCE */
+    p->sched = RCC_SCHED_CHAIN_REDUCE;
+    p->steps_per_loop = 1;
+    nloops = div_up(p->count, p->chunk_elems);
+    break;
+  }
+  p->nsteps = nloops * p->steps_per_loop;
+}
+
+/* AllReduce: position-p chunk c of loop l, as (offset, nelem). */
+RCC_HD static void allreduce_chunk(const struct rcc_plan *p, uint64_t loop,
+                                   int c, struct rcc_step *s) {
+  size_t loop_elems = (size_t)p->nranks * p->chunk_elems;
+  size_t base = (size_t)loop * loop_elems;
+  size_t rem = min_sz(loop_elems, p->count - base);
+  size_t per = (rem + (size_t)p->nranks - 1) / (size_t)p->nranks;
+  size_t off = min_sz((size_t)c * per, rem);
+
+  s->block = c;
+  s->src_off = s->dst_off = base + off;
+  s->nelem = min_sz(per, rem - off);
+}
+
+RCC_HD static void allreduce_step(const struct rcc_plan *p, uint64_t loop,
+                                  int j, struct rcc_step *s) {
+  int n = p->nranks, pos = p->pos, c;
+
+  if (j == 0) {
+    s->kind = RCC_STEP_SEND;
+    c = pos - 1;
+  } else if (j < n - 1) {
+    s->kind = RCC_STEP_RECV_REDUCE_SEND;
+    c = pos - 1 - j;
+  } else if (j == n - 1) {
+    s->kind = RCC_STEP_RECV_REDUCE_COPY_SEND;
+    s->postop = (uint8_t)p->postop;
+    c = pos;
+  } else if (j < 2 * n - 2) {
+    s->kind = RCC_STEP_RECV_COPY_SEND;
+    c = pos - (j - n + 1);
+  } else {
+    s->kind = RCC_STEP_RECV;
+    c = pos + 1;
+  }
+  allreduce_chunk(p, loop, mod_n(c, n), s);
+}
+
+RCC_HD static void reduce_scatter_step(const struct rcc_plan *p,
+                                       size_t loop_off, int j,
+                                       struct rcc_step *s) {
+  int n = p->nranks, pos = p->pos, c;
+
+  if (j == 0) {
+    s->kind = RCC_STEP_SEND;
+    c = mod_n(pos - 1, n);
+  } else if (j < n - 1) {
+    s->kind = RCC_STEP_RECV_REDUCE_SEND;
+    c = mod_n(pos - 1 - j, n);
+  } else {
+    s->kind = RCC_STEP_RECV_REDUCE_COPY;
+    s->postop = (uint8_t)p->postop;
+    c = pos;
+  }
+  s->block = p->ring[c];
+  s->src_off = (size_t)s->block * p->count + loop_off;
+  s->dst_off = loop_off;
+}
+
+RCC_HD static void allgather_step(const struct rcc_plan *p, size_t loop_off,
+                                  int j, struct rcc_step *s) {
+  int n = p->nranks, c = mod_n(p->pos - j, p->nranks);
+
+  if (j == 0)
+    s->kind = RCC_STEP_COPY_SEND;
+  else if (j < n - 1)
+    s->kind = RCC_STEP_RECV_COPY_SEND;
+  else
+    s->kind = RCC_STEP_RECV;
+  s->block = p->ring[c];
+  s->src_off = loop_off;
+  s->dst_off = (size_t)s->block * p->count + loop_off;
+}
+
+/* Chains: d is this rank's distance along the ring from the chain's head. */
+RCC_HD static void chain_step(const struct rcc_plan *p, size_t loop_off,
+                              struct rcc_step *s) {
+  int n = p->nranks;
+
+  if (p->sched == RCC_SCHED_CHAIN_BCAST) {
+    int d = mod_n(p->pos - p->root_pos, n);
+    s->kind = d == 0 ? RCC_STEP_COPY_SEND
+              : d == n - 1 ? RCC_STEP_RECV : RCC_STEP_RECV_COPY_SEND;
+  } else {
+    int d = mod_n(p->pos - p->root_pos - 1, n);
+    s->kind = d == 0 ? RCC_STEP_SEND
+              : d == n - 1 ? RCC_STEP_RECV_REDUCE_COPY
+                           : RCC_STEP_RECV_REDUCE_SEND;
+    if (d == n - 1)
+      s->postop = (uint8_t)p->postop;
+  }
+  s->block = p->root;
+  s->src_off = s->dst_off = loop_off;
+}
+
+RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
+                          struct rcc_step *s) {
+  uint64_t loop = i / p->steps_per_loop;
+  int j = (int)(i % p->steps_per_loop);
+  size_t loop_off = (size_t)loop * p->chunk_elems;
+
+  s->kind = RCC_STEP_NONE;
+  s->postop = 0;
+  s->conn_kind = RCC_CONN_COLL;
+  s->last = 0;
+  s->send_peer = p->ring[mod_n(p->pos + 1, p->nranks)];
+  s->recv_peer = p->ring[mod_n(p->pos - 1, p->nranks)];
+  switch (p->sched) {
+  case RCC_SCHED_RING_ALLREDUCE:
+    allreduce_step(p, loop, j, s);
+    return;
+  case RCC_SCHED_RING_REDUCE_SCATTER:
+    reduce_scatter_step(p, loop_off, j, s);
+    break;
+  case RCC_SCHED_RING_ALLGATHER:
+    allgather_step(p, loop_off, j, s);
+    break;
+  default:
+    chain_step(p, loop_off, s);
+    break;
+  }
+  s->nelem = min_sz(p->chunk_elems, p->count - loop_off);
+}

@@ -1,0 +1,757 @@
+/*
+ * comm.c - communicator lifecycle: init (from an id or from the launcher's
+ * environment), split, destroy, abort, and error reporting.
+ *
+ * Init: validate, resolve the settings (config field, else RINGCC_* variable,
+ * else default), join the bootstrap, all-gather what each rank is (host, pid,
+ * FIFO geometry), lay out the ring, and connect every edge through the
+ * transport table. Every failure leaves one sentence in the last-error buffer
+ * naming what failed, on which rank, with which peer, and why.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+#define DEFAULT_TIMEOUT_MS 600000
+#define DEFAULT_CHUNK_BYTES 65536
+#define DEFAULT_NSLOTS 8
+#define DEFAULT_SPIN 64
+#define DEFAULT_YIELDS 8
+
+static _Thread_local char thread_error[RCC_ERRLEN];
+
+/* ---- names ------------------------------------------------------------ */
+
+static const char *const result_names[RINGCC_NUM_RESULTS] = {
+    [RINGCC_SUCCESS] = "RINGCC_SUCCESS: no error",
+    [RINGCC_ERR_INVALID_ARGUMENT] = "RINGCC_ERR_INVALID_ARGUMENT: invalid argument",
+    [RINGCC_ERR_INVALID_USAGE] = "RINGCC_ERR_INVALID_USAGE: invalid usage",
+    [RINGCC_ERR_SYSTEM] = "RINGCC_ERR_SYSTEM: system call failed",
+    [RINGCC_ERR_CUDA] = "RINGCC_ERR_CUDA: CUDA call failed",
+    [RINGCC_ERR_NETWORK] = "RINGCC_ERR_NETWORK: network error",
+    [RINGCC_ERR_TIMEOUT] = "RINGCC_ERR_TIMEOUT: timed out",
+    [RINGCC_ERR_PEER_FAILED] = "RINGCC_ERR_PEER_FAILED: a peer rank failed",
+    [RINGCC_ERR_ABORTED] = "RINGCC_ERR_ABORTED: communicator aborted",
+    [RINGCC_ERR_UNSUPPORTED] = "RINGCC_ERR_UNSUPPORTED: not supported",
+    [RINGCC_ERR_OUT_OF_MEMORY] = "RINGCC_ERR_OUT_OF_MEMORY: out of memory",
+    [RINGCC_ERR_INTERNAL] = "RINGCC_ERR_INTERNAL: internal error (a bug in libringcc)",
+};
+
+RINGCC_API const char *ringcc_strerror(ringcc_result_t r) {
+  if ((int)r < 0 || r >= RINGCC_NUM_RESULTS)
+    return "unknown ringcc_result_t value";
+  return result_names[r];
+}
+
+RINGCC_API ringcc_result_t ringcc_get_version(int *version) {
+  if (version == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_get_version: argument 'version' is NULL");
+  *version = RINGCC_VERSION;
+  return RINGCC_SUCCESS;
+}
+
+static const struct {
+  const char *name;
+  size_t size;
+} datatypes[RINGCC_NUM_DATATYPES] = {
+    [RINGCC_INT8] = {"int8", 1},       [RINGCC_UINT8] = {"uint8", 1},
+    [RINGCC_INT32] = {"int32", 4},     [RINGCC_UINT32] = {"uint32", 4},
+    [RINGCC_INT64] = {"int64", 8},     [RINGCC_UINT64] = {"uint64", 8},
+    [RINGCC_FLOAT16] = {"float16", 2}, [RINGCC_BFLOAT16] = {"bfloat16", 2},
+    [RINGCC_FLOAT32] = {"float32", 4}, [RINGCC_FLOAT64] = {"float64", 8},
+};
+
+RINGCC_API size_t ringcc_datatype_size(ringcc_datatype_t dt) {
+  return rcc_dt_valid(dt) ? datatypes[dt].size : 0;
+}
+
+RINGCC_API const char *ringcc_datatype_name(ringcc_datatype_t dt) {
+  return rcc_dt_valid(dt) ? datatypes[dt].name : NULL;
+}
+
+RINGCC_API const char *ringcc_op_name(ringcc_op_t op) {
+  static const char *const names[RINGCC_NUM_OPS] = {"sum", "prod", "min",
+                                                    "max", "avg"};
+  return rcc_op_valid(op) ? names[op] : NULL;
+}
+
+/* ---- errors ----------------------------------------------------------- */
+
+ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
+                               const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(comm->last_error, sizeof(comm->last_error), fmt, ap);
+  va_end(ap);
+  if (code == RINGCC_ERR_INVALID_ARGUMENT)
+    RCC_INFO(comm->rank, "%s", comm->last_error);
+  else
+    RCC_WARN(comm->rank, "%s", comm->last_error);
+  return code;
+}
+
+ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(thread_error, sizeof(thread_error), fmt, ap);
+  va_end(ap);
+  if (code == RINGCC_ERR_INVALID_ARGUMENT)
+    RCC_INFO(-1, "%s", thread_error);
+  else
+    RCC_WARN(-1, "%s", thread_error);
+  return code;
+}
+
+RINGCC_API const char *ringcc_comm_last_error(ringcc_comm_t comm) {
+  return comm ? comm->last_error : thread_error;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
+                                                       ringcc_result_t *result) {
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_get_async_error: argument 'comm' is "
+                            "NULL");
+  if (result == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_comm_get_async_error: argument 'result' is "
+                          "NULL");
+  *result = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
+  return RINGCC_SUCCESS;
+}
+
+/* ---- settings --------------------------------------------------------- */
+
+/* An integer setting: the config field if set (>= 0), else the variable,
+ * else the default; bounds checked with a message naming the source. */
+static ringcc_result_t int_setting(int64_t field, const char *var,
+                                   int64_t def, int64_t lo, int64_t hi,
+                                   int64_t *out, char *err, size_t errlen) {
+  const char *env = rcc_getenv(var);
+  const char *from = "default";
+  int64_t v = def;
+  if (field >= 0) {
+    v = field;
+    from = "config";
+  } else if (env != NULL) {
+    char *end;
+    errno = 0;
+    long long parsed = strtoll(env, &end, 0);
+    if (errno != 0 || *end != '\0')
+      return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                      "%s=%s is not an integer", var, env);
+    v = parsed;
+    from = "environment";
+  }
+  if (v < lo || v > hi)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "%s (from the %s) is %lld, outside [%lld, %lld]", var,
+                    from, (long long)v, (long long)lo, (long long)hi);
+  *out = v;
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t algo_setting(int field, int *out, char *err,
+                                    size_t errlen) {
+  static const char *const names[RINGCC_NUM_ALGOS] = {"auto", "ring", "tree",
+                                                      "direct"};
+  const char *env = rcc_getenv("RINGCC_ALGO");
+  *out = RINGCC_ALGO_AUTO;
+  if (field >= 0) {
+    if (field >= RINGCC_NUM_ALGOS)
+      return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                      "config field 'algo' is %d, not a ringcc_algo_t", field);
+    *out = field;
+  } else if (env != NULL) {
+    int found = -1;
+    for (int a = 0; a < RINGCC_NUM_ALGOS; a++)
+      if (strcasecmp(env, names[a]) == 0)
+        found = a;
+    if (found < 0)
+      return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                      "RINGCC_ALGO=%s is not one of auto, ring, tree, direct",
+                      env);
+    *out = found;
+  }
+  if (*out == RINGCC_ALGO_TREE || *out == RINGCC_ALGO_DIRECT)
+    return rcc_errf(err, errlen, RINGCC_ERR_UNSUPPORTED,
+                    "algorithm '%s' (RINGCC_ALGO / config 'algo') is not "
+                    "implemented in this version; use ring or auto",
+                    names[*out]);
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t check_config(const ringcc_config_t *c, char *err,
+                                    size_t errlen) {
+  if (c->size != sizeof(ringcc_config_t) || c->magic != RINGCC_CONFIG_MAGIC)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "argument 'config' was not initialised with "
+                    "RINGCC_CONFIG_INIT (size %zu, magic 0x%x)",
+                    c->size, c->magic);
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t resolve_settings(const ringcc_config_t *c,
+                                        struct rcc_settings *s, char *err,
+                                        size_t errlen) {
+  int64_t v;
+  ringcc_result_t r;
+
+#define SETTING(field, var, def, lo, hi, dst)                                  \
+  do {                                                                         \
+    if ((r = int_setting((field), (var), (def), (lo), (hi), &v, err,           \
+                         errlen)) != RINGCC_SUCCESS)                           \
+      return r;                                                                \
+    (dst) = v;                                                                 \
+  } while (0)
+  SETTING(c->timeout_ms, "RINGCC_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 0,
+          INT64_MAX / 1000000, s->timeout_ms);
+  SETTING(c->chunk_bytes, "RINGCC_CHUNK_BYTES", DEFAULT_CHUNK_BYTES, 64,
+          64 << 20, s->chunk_bytes);
+  SETTING(c->nslots, "RINGCC_NSLOTS", DEFAULT_NSLOTS, 2, RCC_FIFO_MAX_SLOTS,
+          s->nslots);
+  SETTING(c->shm_disable, "RINGCC_SHM_DISABLE", 0, 0, 1, s->shm_disable);
+  SETTING(c->check, "RINGCC_CHECK", 0, 0, 1, s->check);
+  SETTING(-1, "RINGCC_SPIN", DEFAULT_SPIN, 0, 1 << 24, s->spin);
+  SETTING(-1, "RINGCC_YIELDS", DEFAULT_YIELDS, 0, 1 << 24, s->yields);
+#undef SETTING
+  if (s->chunk_bytes % 64 != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "RINGCC_CHUNK_BYTES / config 'chunk_bytes' is %lld, not a "
+                    "multiple of 64", (long long)s->chunk_bytes);
+  if (s->check)
+    return rcc_errf(err, errlen, RINGCC_ERR_UNSUPPORTED,
+                    "RINGCC_CHECK / config 'check' (cross-rank argument "
+                    "check) is not implemented in this version");
+  if (c->debug_level >= 0)
+    rcc_log_set_level(c->debug_level);
+  return algo_setting(c->algo, &s->algo, err, errlen);
+}
+
+/* ---- who this rank is ------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < len; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+/* Hostname plus boot id: two containers with one hostname are not one host. */
+static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
+  char boot_id[64] = "";
+  const char *hostid = rcc_getenv("RINGCC_HOSTID");
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+  memset(me, 0, sizeof(*me));
+  if (f) {
+    if (fgets(boot_id, sizeof(boot_id), f) == NULL)
+      boot_id[0] = '\0';
+    fclose(f);
+  }
+  if (gethostname(me->hostname, sizeof(me->hostname)) != 0)
+    strcpy(me->hostname, "unknown");
+  me->hostname[sizeof(me->hostname) - 1] = '\0';
+  me->host_hash = 0xcbf29ce484222325ULL;
+  if (hostid != NULL) {
+    me->host_hash = fnv1a(me->host_hash, hostid, strlen(hostid));
+  } else {
+    me->host_hash = fnv1a(me->host_hash, me->hostname, strlen(me->hostname));
+    me->host_hash = fnv1a(me->host_hash, boot_id, strlen(boot_id));
+  }
+  me->rank = comm->rank;
+  me->pid = (int32_t)getpid();
+  me->chunk_bytes = comm->set.chunk_bytes;
+  me->nslots = comm->set.nslots;
+  me->shm_disable = comm->set.shm_disable;
+}
+
+static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
+                                          int64_t deadline) {
+  char err[RCC_ERRLEN];
+  comm->peers = calloc((size_t)comm->nranks, sizeof(*comm->peers));
+  if (comm->peers == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "init on rank %d: out of memory", comm->rank);
+  fill_peer_info(comm, &comm->peers[comm->rank]);
+  ringcc_result_t r =
+      rcc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers),
+                              deadline, err, sizeof(err));
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
+  for (int p = 0; p < comm->nranks; p++) {
+    const struct rcc_peer_info *q = &comm->peers[p];
+    if (q->chunk_bytes != comm->set.chunk_bytes ||
+        q->nslots != comm->set.nslots)
+      return rcc_comm_error(
+          comm, RINGCC_ERR_INVALID_USAGE,
+          "init on rank %d: rank %d uses chunk_bytes=%lld nslots=%d but rank "
+          "%d uses chunk_bytes=%lld nslots=%d; all ranks must agree "
+          "(RINGCC_CHUNK_BYTES, RINGCC_NSLOTS)",
+          comm->rank, p, (long long)q->chunk_bytes, q->nslots, comm->rank,
+          (long long)comm->set.chunk_bytes, comm->set.nslots);
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* ---- init ------------------------------------------------------------- */
+
+static void comm_free(struct ringcc_comm *comm) {
+  rcc_transports_destroy(comm);
+  if (comm->boot)
+    rcc_bootstrap_close(comm->boot);
+  for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
+    free(comm->send_conn[k]);
+    free(comm->recv_conn[k]);
+  }
+  free(comm->edge_transport);
+  free(comm->ring);
+  free(comm->peers);
+  free(comm->scratch);
+  free(comm);
+}
+
+static ringcc_result_t alloc_conns(struct ringcc_comm *comm) {
+  size_t n = (size_t)comm->nranks;
+  comm->edge_transport = calloc(n, sizeof(*comm->edge_transport));
+  int ok = comm->edge_transport != NULL;
+  for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
+    comm->send_conn[k] = calloc(n, sizeof(struct rcc_conn));
+    comm->recv_conn[k] = calloc(n, sizeof(struct rcc_conn));
+    ok = ok && comm->send_conn[k] && comm->recv_conn[k];
+  }
+  return ok ? RINGCC_SUCCESS
+            : rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                             "init on rank %d: out of memory", comm->rank);
+}
+
+static void log_ring(const struct ringcc_comm *comm) {
+  char order[512];
+  int off = 0;
+  for (int p = 0; p < comm->nranks && off < (int)sizeof(order) - 16; p++)
+    off += snprintf(order + off, sizeof(order) - (size_t)off, "%s%d",
+                    p ? " " : "", comm->ring[p]);
+  RCC_INFO(comm->rank, "ring 0 order: %s%s", order,
+           off >= (int)sizeof(order) - 16 ? " ..." : "");
+  if (comm->nranks > 1) {
+    int next = comm->ring[(comm->ring_pos + 1) % comm->nranks];
+    RCC_INFO(comm->rank, "ring 0: %d -> %d via %s", comm->rank, next,
+             comm->edge_transport[next]->name);
+  }
+  RCC_INFO(comm->rank,
+           "settings: nranks %d, timeout_ms %lld, chunk_bytes %lld, nslots "
+           "%d, shm_disable %d, spin %d, yields %d",
+           comm->nranks, (long long)comm->set.timeout_ms,
+           (long long)comm->set.chunk_bytes, comm->set.nslots,
+           comm->set.shm_disable, comm->set.spin, comm->set.yields);
+}
+
+static ringcc_result_t comm_setup(struct ringcc_comm *comm,
+                                  const ringcc_unique_id_t *id) {
+  char err[RCC_ERRLEN];
+  int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
+  ringcc_result_t r =
+      rcc_bootstrap_init(&comm->boot, id, comm->rank, comm->nranks, deadline,
+                         err, sizeof(err));
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "init on rank %d of %d: %s", comm->rank,
+                          comm->nranks, err);
+  if ((r = exchange_peer_info(comm, deadline)) != RINGCC_SUCCESS ||
+      (r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
+      (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
+      (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
+    return r;
+  log_ring(comm);
+  return RINGCC_SUCCESS;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
+                                            const ringcc_unique_id_t *id,
+                                            int rank,
+                                            const ringcc_config_t *config) {
+  static const ringcc_config_t defaults = RINGCC_CONFIG_INIT;
+  char err[RCC_ERRLEN];
+  ringcc_result_t r;
+
+  rcc_log_init();
+  if (out == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init: argument 'comm' is NULL");
+  *out = NULL;
+  if (nranks <= 0)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init: argument 'nranks' is %d; it "
+                            "must be >= 1", nranks);
+  if (rank < 0 || rank >= nranks)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init: argument 'rank' is %d; it "
+                            "must be in [0, nranks-1 = %d]", rank, nranks - 1);
+  if (id == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init: argument 'id' is NULL");
+  if ((r = rcc_bootstrap_check_id(id, err, sizeof(err))) != RINGCC_SUCCESS)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init: argument 'id' is not a "
+                            "ringcc_unique_id_t: %s", err);
+  if (config == NULL)
+    config = &defaults;
+  if ((r = check_config(config, err, sizeof(err))) != RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_comm_init: %s", err);
+
+  struct ringcc_comm *comm = calloc(1, sizeof(*comm));
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_OUT_OF_MEMORY,
+                            "ringcc_comm_init: out of memory");
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->config = *config;
+  if ((r = resolve_settings(config, &comm->set, err, sizeof(err))) !=
+      RINGCC_SUCCESS) {
+    free(comm);
+    return rcc_thread_error(r, "ringcc_comm_init on rank %d: %s", rank, err);
+  }
+  if ((r = comm_setup(comm, id)) != RINGCC_SUCCESS) {
+    rcc_thread_error(r, "%s", comm->last_error);
+    comm_free(comm);
+    return r;
+  }
+  *out = comm;
+  return RINGCC_SUCCESS;
+}
+
+/* ---- init from a launcher's environment -------------------------------- */
+
+static int env_int(const char *const *names, int *value, const char **from) {
+  for (; *names; names++) {
+    const char *v = rcc_getenv(*names);
+    char *end;
+    if (v == NULL)
+      continue;
+    long parsed = strtol(v, &end, 10);
+    *from = *names;
+    if (*end != '\0' || parsed < 0 || parsed > INT32_MAX)
+      return -1;
+    *value = (int)parsed;
+    return 1;
+  }
+  return 0;
+}
+
+/* A launcher's job id, to derive a rendezvous port on a single host. */
+static const char *job_key(void) {
+  static const char *const vars[] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+                                     "SLURM_STEP_ID", "PMI_KVSNAME", NULL};
+  for (int i = 0; vars[i]; i++)
+    if (rcc_getenv(vars[i]))
+      return rcc_getenv(vars[i]);
+  return NULL;
+}
+
+static ringcc_result_t env_root(char *root, size_t len, int nranks) {
+  const char *v = rcc_getenv("RINGCC_ROOT");
+  const char *addr = rcc_getenv("MASTER_ADDR");
+  const char *port = rcc_getenv("MASTER_PORT");
+  const char *local = rcc_getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char *job = job_key();
+
+  if (v != NULL) {
+    snprintf(root, len, "%s", v);
+  } else if (addr != NULL && port != NULL) {
+    snprintf(root, len, "%s%s%s:%s", strchr(addr, ':') ? "[" : "", addr,
+             strchr(addr, ':') ? "]" : "", port);
+  } else if (job != NULL && local != NULL && atoi(local) == nranks) {
+    /* mpirun on one host and no rendezvous given: every rank derives the same
+     * port from the job id. */
+    uint64_t h = fnv1a(0xcbf29ce484222325ULL, job, strlen(job));
+    snprintf(root, len, "127.0.0.1:%d", 20000 + (int)(h % 20000));
+    RCC_INFO(-1, "no RINGCC_ROOT or MASTER_ADDR/MASTER_PORT; all %d ranks are "
+                 "on this host, so the rendezvous is %s (from the job id)",
+             nranks, root);
+  } else {
+    return rcc_thread_error(
+        RINGCC_ERR_INVALID_ARGUMENT,
+        "ringcc_comm_init_env: no rendezvous address: set RINGCC_ROOT=host:port "
+        "(where rank 0 listens) or MASTER_ADDR and MASTER_PORT");
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* RINGCC_SECRET (32 hex digits, set by ringcc-run), else derived from the
+ * rendezvous address and job id: then the id only keeps strays out. */
+static ringcc_result_t env_secret(const char *root, uint8_t secret[16]) {
+  const char *hex = rcc_getenv("RINGCC_SECRET");
+  if (hex != NULL) {
+    if (strlen(hex) != 32)
+      return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                              "ringcc_comm_init_env: RINGCC_SECRET must be 32 "
+                              "hex digits");
+    for (int i = 0; i < 16; i++) {
+      unsigned byte;
+      if (sscanf(hex + 2 * i, "%2x", &byte) != 1)
+        return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                                "ringcc_comm_init_env: RINGCC_SECRET must be "
+                                "32 hex digits");
+      secret[i] = (uint8_t)byte;
+    }
+    return RINGCC_SUCCESS;
+  }
+  const char *job = job_key();
+  uint64_t h1 = fnv1a(0xcbf29ce484222325ULL, root, strlen(root));
+  uint64_t h2 = job ? fnv1a(h1 ^ 0x9e3779b97f4a7c15ULL, job, strlen(job))
+                    : fnv1a(h1, "ringcc", 6);
+  memcpy(secret, &h1, 8);
+  memcpy(secret + 8, &h2, 8);
+  RCC_INFO(-1, "RINGCC_SECRET is not set: the rendezvous secret is derived "
+               "from the address and job id (ringcc-run sets a random one)");
+  return RINGCC_SUCCESS;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *out,
+                                                const ringcc_config_t *config) {
+  static const char *const rank_vars[] = {"RINGCC_RANK", "OMPI_COMM_WORLD_RANK",
+                                          "PMI_RANK", "SLURM_PROCID", "RANK",
+                                          NULL};
+  static const char *const size_vars[] = {"RINGCC_NRANKS",
+                                          "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                          "SLURM_NTASKS", "WORLD_SIZE", NULL};
+  int rank = -1, nranks = -1;
+  const char *rank_from = NULL, *size_from = NULL;
+  char root[300], err[RCC_ERRLEN];
+  uint8_t secret[16];
+  ringcc_unique_id_t id;
+  ringcc_result_t r;
+
+  rcc_log_init();
+  if (out == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init_env: argument 'comm' is NULL");
+  *out = NULL;
+  int got_rank = env_int(rank_vars, &rank, &rank_from);
+  int got_size = env_int(size_vars, &nranks, &size_from);
+  if (got_rank <= 0 || got_size <= 0)
+    return rcc_thread_error(
+        RINGCC_ERR_INVALID_ARGUMENT,
+        "ringcc_comm_init_env: %s: set RINGCC_RANK and RINGCC_NRANKS, or start "
+        "the program with ringcc-run, mpirun, srun or torchrun",
+        got_rank < 0   ? "the rank variable is not a number"
+        : got_size < 0 ? "the size variable is not a number"
+                       : "no rank or size in the environment");
+  if ((r = env_root(root, sizeof(root), nranks)) != RINGCC_SUCCESS ||
+      (r = env_secret(root, secret)) != RINGCC_SUCCESS)
+    return r;
+  if ((r = rcc_bootstrap_id_from_root(&id, root, secret, err, sizeof(err))) !=
+      RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_comm_init_env: rendezvous '%s': %s",
+                            root, err);
+  RCC_INFO(rank, "init from environment: rank %d (%s) of %d (%s), rendezvous %s",
+           rank, rank_from, nranks, size_from, root);
+  if (rank == 0 && rank < nranks) {
+    const ringcc_config_t *c = config;
+    static const ringcc_config_t defaults = RINGCC_CONFIG_INIT;
+    struct rcc_settings s;
+    if (c == NULL)
+      c = &defaults;
+    if ((r = check_config(c, err, sizeof(err))) != RINGCC_SUCCESS ||
+        (r = resolve_settings(c, &s, err, sizeof(err))) != RINGCC_SUCCESS)
+      return rcc_thread_error(r, "ringcc_comm_init_env: %s", err);
+    if ((r = rcc_bootstrap_serve(&id, s.timeout_ms, err, sizeof(err))) !=
+        RINGCC_SUCCESS)
+      return rcc_thread_error(r, "ringcc_comm_init_env on rank 0: cannot "
+                                 "serve the rendezvous at %s: %s", root, err);
+  }
+  return ringcc_comm_init(out, nranks, &id, rank, config);
+}
+
+RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id) {
+  char err[RCC_ERRLEN];
+  int64_t timeout_ms = DEFAULT_TIMEOUT_MS;
+  ringcc_result_t r;
+
+  rcc_log_init();
+  if (id == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_get_unique_id: argument 'id' is NULL");
+  if (int_setting(-1, "RINGCC_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 0,
+                  INT64_MAX / 1000000, &timeout_ms, err, sizeof(err)) !=
+      RINGCC_SUCCESS)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_get_unique_id: %s", err);
+  if ((r = rcc_bootstrap_new_id(id, timeout_ms, err, sizeof(err))) !=
+      RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_get_unique_id: %s", err);
+  return RINGCC_SUCCESS;
+}
+
+/* ---- queries, destroy, abort ----------------------------------------- */
+
+RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank) {
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_rank: argument 'comm' is NULL");
+  if (rank == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_comm_rank: argument 'rank' is NULL");
+  *rank = comm->rank;
+  return RINGCC_SUCCESS;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size) {
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_size: argument 'comm' is NULL");
+  if (size == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_comm_size: argument 'size' is NULL");
+  *size = comm->nranks;
+  return RINGCC_SUCCESS;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm) {
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_destroy: argument 'comm' is NULL");
+  comm_free(comm);
+  return RINGCC_SUCCESS;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_abort: argument 'comm' is NULL");
+  comm->aborted = 1;
+  /* A collective blocked in another thread notices within one sleep slice
+   * (exec_host.c) and leaves; give it a second before freeing. */
+  for (int i = 0; i < 100 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE);
+       i++)
+    usleep(10000);
+  if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE)) {
+    RCC_WARN(comm->rank, "ringcc_comm_abort: a call is still running on this "
+                         "communicator; its memory is kept (leaked) so that "
+                         "call cannot crash");
+    return RINGCC_SUCCESS;
+  }
+  comm_free(comm);
+  return RINGCC_SUCCESS;
+}
+
+/* ---- split ------------------------------------------------------------ */
+
+struct split_record {
+  int32_t color;
+  int32_t key;
+  int32_t status;
+  int32_t pad;
+  ringcc_unique_id_t id; /* filled by each group's leader */
+};
+
+/* This rank's new rank and its group's leader: members sorted by (key, rank). */
+static void split_place(const struct split_record *all, int n, int me,
+                        int *new_rank, int *size, int *leader) {
+  *new_rank = 0;
+  *size = 0;
+  *leader = -1;
+  for (int q = 0; q < n; q++) {
+    if (all[q].color != all[me].color)
+      continue;
+    (*size)++;
+    if (all[q].key < all[me].key || (all[q].key == all[me].key && q < me))
+      (*new_rank)++;
+    if (*leader < 0 || all[q].key < all[*leader].key)
+      *leader = q;
+  }
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
+                                             int key, ringcc_comm_t *out) {
+  char err[RCC_ERRLEN];
+  int new_rank, size, leader;
+  ringcc_result_t r;
+
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_split: argument 'comm' is NULL");
+  if (out == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_comm_split: argument 'out' is NULL");
+  if (color < 0 && color != RINGCC_SPLIT_NOCOLOR)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_comm_split: argument 'color' is %d; it must "
+                          "be >= 0 or RINGCC_SPLIT_NOCOLOR", color);
+  *out = NULL;
+  int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
+  struct split_record *all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (all == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "ringcc_comm_split: out of memory");
+  struct split_record *mine = &all[comm->rank];
+  mine->color = color;
+  mine->key = key;
+  r = rcc_bootstrap_allgather(comm->boot, all, sizeof(*all), deadline, err,
+                              sizeof(err));
+  if (r != RINGCC_SUCCESS)
+    goto fail;
+  split_place(all, comm->nranks, comm->rank, &new_rank, &size, &leader);
+  /* Round two: each group's leader makes the id its members join. */
+  memset(mine, 0, sizeof(*mine));
+  mine->color = color;
+  mine->key = key;
+  if (color != RINGCC_SPLIT_NOCOLOR && leader == comm->rank)
+    mine->status = (int32_t)rcc_bootstrap_new_id(&mine->id, comm->set.timeout_ms,
+                                                 err, sizeof(err));
+  if (mine->status != RINGCC_SUCCESS) {
+    r = (ringcc_result_t)mine->status;
+    rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank, err);
+  }
+  ringcc_result_t r2 = rcc_bootstrap_allgather(comm->boot, all, sizeof(*all),
+                                               deadline, err, sizeof(err));
+  if (r2 != RINGCC_SUCCESS) {
+    r = r2;
+    goto fail;
+  }
+  if (r != RINGCC_SUCCESS)
+    goto out;
+  if (color != RINGCC_SPLIT_NOCOLOR) {
+    if (all[leader].status != RINGCC_SUCCESS) {
+      r = rcc_comm_error(comm, (ringcc_result_t)all[leader].status,
+                         "ringcc_comm_split on rank %d: the group's leader, "
+                         "rank %d, could not create its id", comm->rank, leader);
+      goto out;
+    }
+    r = ringcc_comm_init(out, size, &all[leader].id, new_rank, &comm->config);
+    if (r != RINGCC_SUCCESS)
+      rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank,
+                     ringcc_comm_last_error(NULL));
+  }
+  goto out;
+fail:
+  rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank, err);
+out:
+  free(all);
+  return r;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
+                                                  int key, ringcc_comm_t *out) {
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_split_type: argument 'comm' is NULL");
+  if (type != RINGCC_SPLIT_HOST)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_comm_split_type: argument 'type' is %d; "
+                          "only RINGCC_SPLIT_HOST (%d) exists", type,
+                          RINGCC_SPLIT_HOST);
+  int color = comm->rank;
+  for (int q = comm->nranks - 1; q >= 0; q--)
+    if (comm->peers[q].host_hash == comm->peers[comm->rank].host_hash)
+      color = q; /* the lowest rank on this host names the group */
+  return ringcc_comm_split(comm, color, key, out);
+}

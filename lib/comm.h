@@ -1,0 +1,88 @@
+/*
+ * comm.h - the communicator, as the files of the core see it.
+ */
+#ifndef RCC_COMM_H
+#define RCC_COMM_H
+
+#include <stdint.h>
+
+#include "internal.h"
+#include "proto.h"
+#include "schedule.h"
+#include "transport.h"
+
+#define RCC_MAX_TRANSPORTS 4
+#define RCC_HOSTNAME_LEN 64
+
+/* What every rank tells the others at init (all-gathered). */
+struct rcc_peer_info {
+  int32_t rank;
+  int32_t pid;
+  uint64_t host_hash;  /* hostname + boot id, or RINGCC_HOSTID */
+  int64_t chunk_bytes; /* must agree across ranks */
+  int32_t nslots;      /* must agree across ranks */
+  int32_t shm_disable;
+  char hostname[RCC_HOSTNAME_LEN];
+};
+
+/* Settings resolved from ringcc_config_t, the environment and defaults. */
+struct rcc_settings {
+  int64_t timeout_ms;
+  int algo;
+  int64_t chunk_bytes;
+  int nslots;
+  int shm_disable;
+  int check;
+  int spin;   /* polls before yielding (RINGCC_SPIN) */
+  int yields; /* sched_yield()s before sleeping (RINGCC_YIELDS) */
+};
+
+struct ringcc_comm {
+  int rank;
+  int nranks;
+  struct rcc_settings set;
+  ringcc_config_t config; /* as given (or RINGCC_CONFIG_INIT), for split */
+  struct rcc_bootstrap *boot;
+  struct rcc_peer_info *peers; /* [nranks] */
+
+  /* Ring order: ring[pos] is a rank; ranks of one host are contiguous. */
+  int *ring;
+  int ring_pos;
+
+  /* Connections: [kind][peer]; .fifo == NULL where no edge exists. */
+  struct rcc_conn *send_conn[RCC_NUM_CONN_KINDS];
+  struct rcc_conn *recv_conn[RCC_NUM_CONN_KINDS];
+  const struct rcc_transport **edge_transport; /* [nranks] */
+  void *transport_state[RCC_MAX_TRANSPORTS];
+
+  uint64_t seq;            /* collectives issued on this communicator */
+  void *scratch;           /* staging for in-place alltoall */
+  size_t scratch_bytes;
+  volatile int aborted;
+  int busy;                /* a call is running on this communicator */
+  ringcc_result_t fatal;   /* sticky: the communicator is unusable */
+  char last_error[RCC_ERRLEN];
+};
+
+/* Records a failure on comm (last_error, log) and returns code. */
+ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
+                               const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Same, for calls without a usable communicator (thread-local message). */
+ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* graph.c: ring order over the peers' hosts. */
+ringcc_result_t rcc_graph_build_ring(struct ringcc_comm *comm);
+
+/* exec_host.c: runs a plan on host buffers. */
+ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
+                              const struct rcc_plan *plan, const void *src,
+                              void *dst, ringcc_datatype_t dt, ringcc_op_t op);
+
+/* transport.c: connects every edge with the first transport that can. */
+ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
+                                       int64_t deadline_ns);
+void rcc_transports_destroy(struct ringcc_comm *comm);
+
+#endif /* RCC_COMM_H */

@@ -1,0 +1,104 @@
+/*
+ * debug.c - time, logging, error formatting and the one place environment
+ * variables are read.
+ *
+ * RINGCC_DEBUG=WARN|INFO|TRACE sets the process-wide level (default: WARN).
+ * Every line is prefixed "host:pid [rank] RINGCC LEVEL" so that the output of
+ * many ranks can be merged and still read.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int rcc_log_level = RINGCC_LOG_WARN;
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static char log_host[64];
+
+int64_t rcc_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t rcc_deadline_after_ms(int64_t timeout_ms) {
+  if (timeout_ms <= 0)
+    return INT64_MAX;
+  return rcc_now_ns() + timeout_ms * 1000000LL;
+}
+
+static int parse_level(const char *s) {
+  if (s == NULL || *s == '\0')
+    return RINGCC_LOG_WARN;
+  if (strcasecmp(s, "NONE") == 0 || strcmp(s, "0") == 0)
+    return RINGCC_LOG_NONE;
+  if (strcasecmp(s, "WARN") == 0)
+    return RINGCC_LOG_WARN;
+  if (strcasecmp(s, "INFO") == 0)
+    return RINGCC_LOG_INFO;
+  if (strcasecmp(s, "TRACE") == 0)
+    return RINGCC_LOG_TRACE;
+  fprintf(stderr, "RINGCC WARN RINGCC_DEBUG=%s is not one of NONE, WARN, "
+                  "INFO, TRACE; using WARN\n", s);
+  return RINGCC_LOG_WARN;
+}
+
+static void log_init_once(void) {
+  if (gethostname(log_host, sizeof(log_host)) != 0)
+    strcpy(log_host, "?");
+  log_host[sizeof(log_host) - 1] = '\0';
+  char *dot = strchr(log_host, '.');
+  if (dot)
+    *dot = '\0';
+  rcc_log_level = parse_level(rcc_getenv("RINGCC_DEBUG"));
+}
+
+void rcc_log_init(void) { pthread_once(&log_once, log_init_once); }
+
+void rcc_log_set_level(int level) {
+  rcc_log_init();
+  rcc_log_level = level;
+}
+
+void rcc_log(int level, int rank, const char *fmt, ...) {
+  static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
+  char line[1024];
+  int off;
+  va_list ap;
+
+  rcc_log_init();
+  if (rank >= 0)
+    off = snprintf(line, sizeof(line), "%s:%d [%d] RINGCC %s ", log_host,
+                   (int)getpid(), rank, names[level & 3]);
+  else
+    off = snprintf(line, sizeof(line), "%s:%d [-] RINGCC %s ", log_host,
+                   (int)getpid(), names[level & 3]);
+  va_start(ap, fmt);
+  vsnprintf(line + off, sizeof(line) - (size_t)off - 1, fmt, ap);
+  va_end(ap);
+  /* One write per line so that lines of concurrent ranks do not interleave. */
+  size_t len = strlen(line);
+  line[len++] = '\n';
+  fwrite(line, 1, len, stderr);
+}
+
+ringcc_result_t rcc_errf(char *err, size_t errlen, ringcc_result_t code,
+                         const char *fmt, ...) {
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+const char *rcc_getenv(const char *name) {
+  const char *v = getenv(name);
+  return (v != NULL && *v != '\0') ? v : NULL;
+}

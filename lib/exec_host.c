@@ -1,0 +1,305 @@
+/*
+ * exec_host.c - runs a collective's schedule on the CPU, for host buffers.
+ *
+ * Step by step: wait for the incoming slot and/or a free outgoing slot (the
+ * shared protocol of proto.h), move or reduce the data, publish. The fused
+ * steps reduce straight from the incoming slot and the user's buffer into the
+ * outgoing slot, so a ring step touches each byte once.
+ *
+ * Waiting polls briefly, then yields the CPU, then sleeps on the FIFO counter
+ * as a futex (the publisher wakes sleepers only when there are any). Eight
+ * ranks on two cores therefore still make progress, and a rank that sleeps
+ * wakes as soon as its data arrives. Sleeps are bounded so the deadline and
+ * ringcc_comm_abort() are noticed.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define RCC_HD
+#define RCC_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define RCC_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define RCC_PROTO_WAIT(ctx, word, waiters, old)                                \
+  host_wait((struct exec *)(ctx), (word), (waiters), (old))
+#define RCC_PROTO_WAKE(word, waiters) host_wake((word), (waiters))
+
+struct exec;
+static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
+                     uint32_t old);
+static void host_wake(uint32_t *word, uint32_t *waiters);
+
+#include "comm.h"
+
+#define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
+
+struct exec {
+  struct ringcc_comm *comm;
+  const struct rcc_plan *plan;
+  const char *src;
+  char *dst;
+  size_t esize;
+  ringcc_datatype_t dt;
+  rcc_reduce_fn reduce;
+  int64_t deadline;
+  uint64_t step_index;   /* for messages */
+  int waiting_peer;      /* for messages */
+  const char *waiting_for;
+};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+static long futex(uint32_t *word, int op, uint32_t val,
+                  const struct timespec *ts) {
+  return syscall(SYS_futex, word, op, val, ts, NULL, 0);
+}
+
+static void host_wake(uint32_t *word, uint32_t *waiters) {
+  /* Orders our publish before reading waiters; pairs with the waiter's
+   * increment-then-recheck, so a sleeper is never missed. */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(waiters, __ATOMIC_RELAXED) != 0)
+    futex(word, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static int wait_failed(struct exec *x) {
+  struct ringcc_comm *comm = x->comm;
+  if (comm->aborted)
+    return rcc_comm_error(comm, RINGCC_ERR_ABORTED,
+                          "%s (seq %llu) on rank %d: aborted while waiting "
+                          "for %s rank %d",
+                          rcc_coll_name(x->plan->coll),
+                          (unsigned long long)comm->seq, comm->rank,
+                          x->waiting_for, x->waiting_peer);
+  if (rcc_now_ns() >= x->deadline)
+    return rcc_comm_error(
+        comm, RINGCC_ERR_TIMEOUT,
+        "%s (seq %llu) on rank %d timed out after %lld ms at step %llu of "
+        "%llu waiting for %s rank %d (did every rank call it with the same "
+        "arguments?)",
+        rcc_coll_name(x->plan->coll), (unsigned long long)comm->seq,
+        comm->rank, (long long)comm->set.timeout_ms,
+        (unsigned long long)x->step_index,
+        (unsigned long long)x->plan->nsteps, x->waiting_for, x->waiting_peer);
+  return RINGCC_SUCCESS;
+}
+
+static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
+                     uint32_t old) {
+  const struct rcc_settings *set = &x->comm->set;
+
+  for (int i = 0; i < set->spin; i++) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
+      return 0;
+    cpu_relax();
+  }
+  for (int i = 0; i < set->yields; i++) {
+    sched_yield();
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
+      return 0;
+  }
+  for (;;) {
+    struct timespec slice = {0, SLEEP_SLICE_NS};
+    __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == old)
+      futex(word, FUTEX_WAIT, old, &slice);
+    __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
+      return 0;
+    int r = wait_failed(x);
+    if (r != RINGCC_SUCCESS)
+      return r;
+  }
+}
+
+#include "proto.h"
+
+static inline void copy_bytes(void *dst, const void *src, size_t bytes) {
+  if (dst != src && bytes > 0)
+    memcpy(dst, src, bytes);
+}
+
+static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
+                                  uint64_t meta, size_t bytes) {
+  if (RCC_META_BYTES(meta) == bytes &&
+      ((meta & RCC_META_LAST) != 0) == (s->last != 0))
+    return RINGCC_SUCCESS;
+  struct ringcc_comm *comm = x->comm;
+  if (s->conn_kind == RCC_CONN_P2P)
+    return rcc_comm_error(
+        comm, RINGCC_ERR_INVALID_USAGE,
+        "ringcc_recv on rank %d from rank %d: the message does not match: "
+        "expected %zu elements, the sender's message is %s (send and recv "
+        "counts and datatypes must agree)",
+        comm->rank, s->recv_peer, x->plan->count,
+        RCC_META_BYTES(meta) != bytes ? "of a different size"
+        : (meta & RCC_META_LAST)      ? "shorter"
+                                      : "longer");
+  return rcc_comm_error(
+      comm, RINGCC_ERR_INVALID_USAGE,
+      "%s (seq %llu) on rank %d: rank %d sent %u bytes at step %llu where %zu "
+      "were expected (do all ranks call the same collective with the same "
+      "count and datatype?)",
+      rcc_coll_name(x->plan->coll), (unsigned long long)comm->seq, comm->rank,
+      s->recv_peer, RCC_META_BYTES(meta), (unsigned long long)x->step_index,
+      bytes);
+}
+
+static int step_receives(int kind) {
+  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_SEND || kind == RCC_STEP_RECV_REDUCE_COPY ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+
+static int step_sends(int kind) {
+  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
+         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+
+/* The data movement of one step, slots already acquired. */
+static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
+                      char *out) {
+  size_t bytes = s->nelem * x->esize;
+  const char *src = x->src + s->src_off * x->esize;
+  char *dst = x->dst + s->dst_off * x->esize;
+
+  switch (s->kind) {
+  case RCC_STEP_SEND:
+    copy_bytes(out, src, bytes);
+    break;
+  case RCC_STEP_RECV:
+    copy_bytes(dst, in, bytes);
+    break;
+  case RCC_STEP_COPY:
+  case RCC_STEP_COPY_SEND:
+    copy_bytes(dst, src, bytes);
+    if (s->postop && s->nelem > 0)
+      rcc_reduce_avg_finish(x->dt, dst, dst, s->nelem, x->comm->nranks);
+    if (out)
+      copy_bytes(out, src, bytes);
+    break;
+  case RCC_STEP_RECV_COPY_SEND:
+    copy_bytes(dst, in, bytes);
+    copy_bytes(out, in, bytes);
+    break;
+  case RCC_STEP_RECV_REDUCE_SEND:
+    if (s->nelem > 0)
+      x->reduce(out, in, src, s->nelem);
+    break;
+  default: /* RECV_REDUCE_COPY[_SEND] */
+    if (s->nelem > 0) {
+      x->reduce(dst, in, src, s->nelem);
+      if (s->postop)
+        rcc_reduce_avg_finish(x->dt, dst, dst, s->nelem, x->comm->nranks);
+    }
+    if (out)
+      copy_bytes(out, dst, bytes);
+    break;
+  }
+}
+
+static uint64_t meta_of(const struct rcc_step *s, size_t bytes) {
+  return (uint64_t)bytes | (s->last ? RCC_META_LAST : 0);
+}
+
+/* AllToAll and Barrier: send to one peer, then receive from another. */
+static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_conn *sc = &comm->send_conn[s->conn_kind][s->send_peer];
+  struct rcc_conn *rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
+  size_t bytes = s->nelem * x->esize;
+  const char *in;
+  char *out;
+  uint64_t meta;
+  int r;
+
+  x->waiting_for = "a free slot to send to";
+  x->waiting_peer = s->send_peer;
+  if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
+    return r;
+  copy_bytes(out, x->src + s->src_off * x->esize, bytes);
+  rcc_proto_send_end(sc, meta_of(s, bytes));
+
+  x->waiting_for = "data from";
+  x->waiting_peer = s->recv_peer;
+  if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
+    return r;
+  if ((r = check_meta(x, s, meta, bytes)) != 0)
+    return r;
+  copy_bytes(x->dst + s->dst_off * x->esize, in, bytes);
+  rcc_proto_recv_end(rc);
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_conn *rc = NULL, *sc = NULL;
+  const char *in = NULL;
+  char *out = NULL;
+  size_t bytes = s->nelem * x->esize;
+  uint64_t meta;
+  int r;
+
+  if (s->kind == RCC_STEP_SEND_RECV)
+    return run_send_recv(x, s);
+  if (step_receives(s->kind)) {
+    rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
+    x->waiting_for = "data from";
+    x->waiting_peer = s->recv_peer;
+    if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
+      return r;
+    if ((r = check_meta(x, s, meta, bytes)) != 0)
+      return r;
+  }
+  if (step_sends(s->kind)) {
+    sc = &comm->send_conn[s->conn_kind][s->send_peer];
+    x->waiting_for = "a free slot to send to";
+    x->waiting_peer = s->send_peer;
+    if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
+      return r;
+  }
+  step_data(x, s, in, out);
+  if (sc)
+    rcc_proto_send_end(sc, meta_of(s, bytes));
+  if (rc)
+    rcc_proto_recv_end(rc);
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
+                              const struct rcc_plan *plan, const void *src,
+                              void *dst, ringcc_datatype_t dt, ringcc_op_t op) {
+  struct exec x = {
+      .comm = comm,
+      .plan = plan,
+      .src = src,
+      .dst = dst,
+      .esize = ringcc_datatype_size(dt),
+      .dt = dt,
+      .reduce = rcc_reduce_get(dt, op),
+      .deadline = rcc_deadline_after_ms(comm->set.timeout_ms),
+  };
+  struct rcc_step s;
+
+  for (uint64_t i = 0; i < plan->nsteps; i++) {
+    rcc_plan_step(plan, i, &s);
+    x.step_index = i;
+    ringcc_result_t r = run_step(&x, &s);
+    if (r != RINGCC_SUCCESS)
+      return r;
+  }
+  return RINGCC_SUCCESS;
+}

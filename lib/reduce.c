@@ -1,0 +1,411 @@
+/*
+ * reduce.c - the element-wise reduction kernels: dst[i] = a[i] op b[i].
+ *
+ * These are the hot loop of every reducing collective, and must run at memory
+ * bandwidth. One definition, expanded by the macros below, makes every
+ * datatype x op kernel; it is compiled once per instruction set (portable C,
+ * AVX2+F16C, AVX-512) and the best set the CPU has is picked at run time.
+ *
+ * Semantics, the same in every instruction set (bit for bit):
+ *  - Integers wrap modulo 2^bits: sum and product are computed in the unsigned
+ *    type (signed overflow would be undefined behaviour).
+ *  - min(x, y) = x < y ? x : y and max(x, y) = x > y ? x : y, the x86
+ *    MINPS/MAXPS rule: when either operand is a NaN, or both are zeros of
+ *    either sign, the result is y (the element of b). So a NaN in b
+ *    propagates and a NaN in a does not; the result of a reduction over ranks
+ *    with NaNs depends on the order in which ranks were combined.
+ *  - float16 and bfloat16 are widened to float, combined in float and rounded
+ *    back to nearest even (overflow gives Inf, NaNs stay NaN, subnormals are
+ *    kept, independent of the MXCSR FTZ/DAZ bits for the conversions).
+ *  - RINGCC_AVG reduces as RINGCC_SUM; rcc_reduce_avg_finish divides.
+ *
+ * dst may alias a or b exactly. The loops carry no restrict (that would be a
+ * false promise when dst == a); instead `GCC ivdep` tells the vectoriser that
+ * there is no loop-carried dependence, which exact aliasing cannot create:
+ * element i is read before element i is written, and no other element is.
+ *
+ * Why blocks of RCC_BLOCK elements: GCC 12 at -O2 vectorises only loops whose
+ * trip count is a known multiple of the vector length ("very cheap" cost
+ * model), so the body runs over fixed-size blocks and a short scalar loop
+ * does the tail.
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define RCC_HAVE_X86 1
+#include <immintrin.h>
+#else
+#define RCC_HAVE_X86 0
+#endif
+
+#if defined(__clang__)
+#define RCC_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define RCC_IVDEP _Pragma("GCC ivdep")
+#else
+#define RCC_IVDEP
+#endif
+
+#define RCC_BLOCK 64 /* elements per vectorised block; >= 64 bytes of int8 */
+
+/* ---- scalar conversions (portable, bit-exact with F16C) -------------- */
+
+static inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline float f32_from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Exact. A signalling NaN comes back quiet, as VCVTPH2PS does. */
+static inline float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  int32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) /* Inf or NaN */
+    return f32_from_bits(sign | 0x7f800000u | (mant << 13) |
+                         (mant != 0 ? 0x400000u : 0));
+  if (exp == 0) {
+    if (mant == 0)
+      return f32_from_bits(sign);
+    exp = 1; /* subnormal: normalise so that bit 10 is the implicit one */
+    while ((mant & 0x400u) == 0) {
+      mant <<= 1;
+      exp--;
+    }
+    mant &= 0x3ffu;
+  }
+  /* + 112 rebiases 15 -> 127; a subnormal's exp is -9..0 here. */
+  return f32_from_bits(sign | ((uint32_t)(exp + 112) << 23) | (mant << 13));
+}
+
+/* Round to nearest even. NaNs keep sign and top payload bits and are made
+ * quiet, as VCVTPS2PH does, so every instruction set gives the same bits. */
+static inline uint16_t float_to_half(float f) {
+  uint32_t x = f32_bits(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN */
+    return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x477ff000u) /* >= 65520: the tie above 65504 rounds to Inf */
+    return (uint16_t)(sign | 0x7c00u);
+  if (ax >= 0x38800000u) { /* >= 2^-14: a normal half */
+    uint32_t r = ax - (112u << 23);
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
+  }
+  if (ax <= 0x33000000u) /* <= 2^-25: rounds to zero (2^-25 is a tie) */
+    return sign;
+  /* A subnormal half: count units of 2^-24. */
+  uint32_t shift = 126u - (ax >> 23); /* 14..24 */
+  uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+  uint32_t q = mant >> shift;
+  uint32_t rem = mant & ((1u << shift) - 1u);
+  uint32_t halfway = 1u << (shift - 1u);
+  q += (rem > halfway || (rem == halfway && (q & 1u))) ? 1u : 0u;
+  return (uint16_t)(sign | q);
+}
+
+static inline float bf16_to_float(uint16_t h) {
+  return f32_from_bits((uint32_t)h << 16);
+}
+
+/* Integer-only and branch-free so that it vectorises (VCVTNEPS2BF16 would
+ * flush subnormals). A NaN is made quiet so that rounding cannot turn it into
+ * Inf; overflow carries into the exponent and gives Inf. */
+static inline uint16_t float_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+float rcc_half_to_float(uint16_t h) { return half_to_float(h); }
+uint16_t rcc_float_to_half(float f) { return float_to_half(f); }
+float rcc_bf16_to_float(uint16_t h) { return bf16_to_float(h); }
+uint16_t rcc_float_to_bf16(float f) { return float_to_bf16(f); }
+
+/* ---- the one definition of every element operation ------------------- */
+
+/* A: type of sum/product; C: type of comparisons. */
+#define RCC_OP_sum(A, C, x, y) ((A)(x) + (A)(y))
+#define RCC_OP_prod(A, C, x, y) ((A)(x) * (A)(y))
+#define RCC_OP_min(A, C, x, y) ((C)(x) < (C)(y) ? (C)(x) : (C)(y))
+#define RCC_OP_max(A, C, x, y) ((C)(x) > (C)(y) ? (C)(x) : (C)(y))
+
+#define RCC_SAME(x) (x)
+
+/*
+ * Every datatype, one row each: X(name, enum, T storage, A sum/product type,
+ * C comparison type, D average-division type, WIDEN, NARROW). Integers add
+ * and multiply in the unsigned type and compare in their own; int8 divides
+ * in int32 so that nranks > 127 stays exact. float16 is listed apart because
+ * the x86 sets replace its kernels with F16C ones.
+ */
+#define RCC_DATATYPES_BUT_F16(X, ...)                                          \
+  X(__VA_ARGS__, int8, RINGCC_INT8, int8_t, uint8_t, int8_t, int32_t,          \
+    RCC_SAME, RCC_SAME)                                                        \
+  X(__VA_ARGS__, uint8, RINGCC_UINT8, uint8_t, uint8_t, uint8_t, uint32_t,     \
+    RCC_SAME, RCC_SAME)                                                        \
+  X(__VA_ARGS__, int32, RINGCC_INT32, int32_t, uint32_t, int32_t, int32_t,     \
+    RCC_SAME, RCC_SAME)                                                        \
+  X(__VA_ARGS__, uint32, RINGCC_UINT32, uint32_t, uint32_t, uint32_t,          \
+    uint32_t, RCC_SAME, RCC_SAME)                                              \
+  X(__VA_ARGS__, int64, RINGCC_INT64, int64_t, uint64_t, int64_t, int64_t,     \
+    RCC_SAME, RCC_SAME)                                                        \
+  X(__VA_ARGS__, uint64, RINGCC_UINT64, uint64_t, uint64_t, uint64_t,          \
+    uint64_t, RCC_SAME, RCC_SAME)                                              \
+  X(__VA_ARGS__, bfloat16, RINGCC_BFLOAT16, uint16_t, float, float, float,     \
+    bf16_to_float, float_to_bf16)                                              \
+  X(__VA_ARGS__, float32, RINGCC_FLOAT32, float, float, float, float,          \
+    RCC_SAME, RCC_SAME)                                                        \
+  X(__VA_ARGS__, float64, RINGCC_FLOAT64, double, double, double, double,      \
+    RCC_SAME, RCC_SAME)
+#define RCC_DATATYPE_F16(X, ...)                                               \
+  X(__VA_ARGS__, float16, RINGCC_FLOAT16, uint16_t, float, float, float,       \
+    half_to_float, float_to_half)
+#define RCC_DATATYPES(X, ...)                                                  \
+  RCC_DATATYPES_BUT_F16(X, __VA_ARGS__) RCC_DATATYPE_F16(X, __VA_ARGS__)
+
+/* Scalar element functions, shared by every instruction set (they inline
+ * into each set's kernels and get vectorised there). */
+#define RCC_DEFINE_ELEMENT(T, A, C, W, N, dt, op)                              \
+  static inline T elem_##op##_##dt(T x, T y) {                                 \
+    return (T)N(RCC_OP_##op(A, C, W(x), W(y)));                                \
+  }
+#define RCC_DEFINE_ELEMENTS(unused, dt, e, T, A, C, D, W, N)                   \
+  RCC_DEFINE_ELEMENT(T, A, C, W, N, dt, sum)                                   \
+  RCC_DEFINE_ELEMENT(T, A, C, W, N, dt, prod)                                  \
+  RCC_DEFINE_ELEMENT(T, A, C, W, N, dt, min)                                   \
+  RCC_DEFINE_ELEMENT(T, A, C, W, N, dt, max)                                   \
+  static inline T elem_avg_##dt(T x, D nranks) {                               \
+    return (T)N((D)W(x) / nranks);                                             \
+  }
+RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
+
+/* ---- kernels, generated per instruction set ---------------------------- */
+
+#define RCC_DEFINE_REDUCE(isa, attr, dt, T, op)                                \
+  static attr void reduce_##op##_##dt##_##isa(void *dst_, const void *a_,      \
+                                              const void *b_, size_t n) {      \
+    T *dst = dst_;                                                             \
+    const T *a = a_, *b = b_;                                                  \
+    size_t i = 0;                                                              \
+    for (; n - i >= RCC_BLOCK; i += RCC_BLOCK) {                               \
+      RCC_IVDEP                                                                \
+      for (size_t j = 0; j < RCC_BLOCK; j++)                                   \
+        dst[i + j] = elem_##op##_##dt(a[i + j], b[i + j]);                     \
+    }                                                                          \
+    for (; i < n; i++)                                                         \
+      dst[i] = elem_##op##_##dt(a[i], b[i]);                                   \
+  }
+
+#define RCC_DEFINE_AVG(isa, attr, dt, T, D)                                    \
+  static attr void avg_##dt##_##isa(void *dst_, const void *src_, size_t n,    \
+                                    int nranks) {                              \
+    T *dst = dst_;                                                             \
+    const T *src = src_;                                                       \
+    const D divisor = (D)nranks;                                               \
+    size_t i = 0;                                                              \
+    for (; n - i >= RCC_BLOCK; i += RCC_BLOCK) {                               \
+      RCC_IVDEP                                                                \
+      for (size_t j = 0; j < RCC_BLOCK; j++)                                   \
+        dst[i + j] = elem_avg_##dt(src[i + j], divisor);                       \
+    }                                                                          \
+    for (; i < n; i++)                                                         \
+      dst[i] = elem_avg_##dt(src[i], divisor);                                 \
+  }
+
+#define RCC_DEFINE_KERNELS(isa, attr, dt, e, T, A, C, D, W, N)                 \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, sum)                                     \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, prod)                                    \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, min)                                     \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, max)                                     \
+  RCC_DEFINE_AVG(isa, attr, dt, T, D)
+
+/* The table of one instruction set. AVG reduces as SUM. */
+typedef void (*rcc_avg_fn)(void *dst, const void *src, size_t n, int nranks);
+struct rcc_kernel_set {
+  const char *name;
+  rcc_reduce_fn reduce[RINGCC_NUM_DATATYPES][RINGCC_NUM_OPS];
+  rcc_avg_fn avg[RINGCC_NUM_DATATYPES];
+};
+
+#define RCC_TABLE_REDUCE_ROW(isa, dt, e, T, A, C, D, W, N)                     \
+  [e] = {[RINGCC_SUM] = reduce_sum_##dt##_##isa,                               \
+         [RINGCC_PROD] = reduce_prod_##dt##_##isa,                             \
+         [RINGCC_MIN] = reduce_min_##dt##_##isa,                               \
+         [RINGCC_MAX] = reduce_max_##dt##_##isa,                               \
+         [RINGCC_AVG] = reduce_sum_##dt##_##isa},
+#define RCC_TABLE_AVG_ROW(isa, dt, e, T, A, C, D, W, N) [e] = avg_##dt##_##isa,
+#define RCC_DEFINE_KERNEL_SET(isa)                                             \
+  static const struct rcc_kernel_set kernels_##isa = {                         \
+      .name = #isa,                                                            \
+      .reduce = {RCC_DATATYPES(RCC_TABLE_REDUCE_ROW, isa)},                    \
+      .avg = {RCC_DATATYPES(RCC_TABLE_AVG_ROW, isa)},                          \
+  };
+
+/* Portable C: whatever the compiler's baseline (SSE2 on x86-64) gives. */
+RCC_DATATYPES(RCC_DEFINE_KERNELS, portable, )
+RCC_DEFINE_KERNEL_SET(portable)
+
+#if RCC_HAVE_X86
+/*
+ * float16 on x86: F16C converts 8 (AVX2) or 16 (AVX-512) halves per
+ * instruction with round-to-nearest-even. The tail goes through a zeroed
+ * stack block so that it is rounded by the same instruction.
+ */
+#define RCC_F16_ROUNDING (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+#define RCC_F16_STEP_avx2 8
+#define RCC_F16_LOAD_avx2(p)                                                   \
+  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define RCC_F16_STORE_avx2(p, v)                                               \
+  _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph((v), RCC_F16_ROUNDING))
+#define RCC_VOP_avx2_sum _mm256_add_ps
+#define RCC_VOP_avx2_prod _mm256_mul_ps
+#define RCC_VOP_avx2_min _mm256_min_ps /* a < b ? a : b, as RCC_OP_min */
+#define RCC_VOP_avx2_max _mm256_max_ps
+#define RCC_VDIV_avx2(v, d) _mm256_div_ps((v), _mm256_set1_ps(d))
+
+#define RCC_F16_STEP_avx512 16
+#define RCC_F16_LOAD_avx512(p)                                                 \
+  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define RCC_F16_STORE_avx512(p, v)                                             \
+  _mm256_storeu_si256((__m256i *)(void *)(p),                                  \
+                      _mm512_cvtps_ph((v), RCC_F16_ROUNDING))
+#define RCC_VOP_avx512_sum _mm512_add_ps
+#define RCC_VOP_avx512_prod _mm512_mul_ps
+#define RCC_VOP_avx512_min _mm512_min_ps
+#define RCC_VOP_avx512_max _mm512_max_ps
+#define RCC_VDIV_avx512(v, d) _mm512_div_ps((v), _mm512_set1_ps(d))
+
+#define RCC_F16_STEP_OP(isa, op, d, x, y)                                      \
+  RCC_F16_STORE_##isa(d, RCC_VOP_##isa##_##op(RCC_F16_LOAD_##isa(x),           \
+                                              RCC_F16_LOAD_##isa(y)))
+#define RCC_F16_STEP_AVG(isa, d, x, divisor)                                   \
+  RCC_F16_STORE_##isa(d, RCC_VDIV_##isa(RCC_F16_LOAD_##isa(x), (divisor)))
+
+#define RCC_DEFINE_F16_REDUCE(isa, attr, op)                                   \
+  static attr void reduce_##op##_float16_##isa(void *dst_, const void *a_,     \
+                                               const void *b_, size_t n) {     \
+    uint16_t *dst = dst_;                                                      \
+    const uint16_t *a = a_, *b = b_;                                           \
+    enum { step = RCC_F16_STEP_##isa };                                        \
+    size_t i = 0;                                                              \
+    for (; n - i >= step; i += step)                                           \
+      RCC_F16_STEP_OP(isa, op, dst + i, a + i, b + i);                         \
+    if (i < n) {                                                               \
+      uint16_t ta[step], tb[step];                                             \
+      memset(ta, 0, sizeof ta);                                                \
+      memset(tb, 0, sizeof tb);                                                \
+      memcpy(ta, a + i, (n - i) * sizeof(uint16_t));                           \
+      memcpy(tb, b + i, (n - i) * sizeof(uint16_t));                           \
+      RCC_F16_STEP_OP(isa, op, ta, ta, tb);                                    \
+      memcpy(dst + i, ta, (n - i) * sizeof(uint16_t));                         \
+    }                                                                          \
+  }
+
+#define RCC_DEFINE_F16_AVG(isa, attr)                                          \
+  static attr void avg_float16_##isa(void *dst_, const void *src_, size_t n,   \
+                                     int nranks) {                             \
+    uint16_t *dst = dst_;                                                      \
+    const uint16_t *src = src_;                                                \
+    const float divisor = (float)nranks;                                       \
+    enum { step = RCC_F16_STEP_##isa };                                        \
+    size_t i = 0;                                                              \
+    for (; n - i >= step; i += step)                                           \
+      RCC_F16_STEP_AVG(isa, dst + i, src + i, divisor);                        \
+    if (i < n) {                                                               \
+      uint16_t t[step];                                                        \
+      memset(t, 0, sizeof t);                                                  \
+      memcpy(t, src + i, (n - i) * sizeof(uint16_t));                          \
+      RCC_F16_STEP_AVG(isa, t, t, divisor);                                    \
+      memcpy(dst + i, t, (n - i) * sizeof(uint16_t));                          \
+    }                                                                          \
+  }
+
+#define RCC_DEFINE_F16_KERNELS(isa, attr)                                      \
+  RCC_DEFINE_F16_REDUCE(isa, attr, sum)                                        \
+  RCC_DEFINE_F16_REDUCE(isa, attr, prod)                                       \
+  RCC_DEFINE_F16_REDUCE(isa, attr, min)                                        \
+  RCC_DEFINE_F16_REDUCE(isa, attr, max)                                        \
+  RCC_DEFINE_F16_AVG(isa, attr)
+
+#define RCC_TARGET_AVX2 __attribute__((target("avx2,f16c")))
+#define RCC_TARGET_AVX512                                                      \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c")))
+
+RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, avx2, RCC_TARGET_AVX2)
+RCC_DEFINE_F16_KERNELS(avx2, RCC_TARGET_AVX2)
+RCC_DEFINE_KERNEL_SET(avx2)
+
+RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, avx512, RCC_TARGET_AVX512)
+RCC_DEFINE_F16_KERNELS(avx512, RCC_TARGET_AVX512)
+RCC_DEFINE_KERNEL_SET(avx512)
+#endif /* RCC_HAVE_X86 */
+
+/* ---- run-time choice --------------------------------------------------- */
+
+static const struct rcc_kernel_set *const kernel_sets[] = {
+    [RCC_ISA_PORTABLE] = &kernels_portable,
+#if RCC_HAVE_X86
+    [RCC_ISA_AVX2] = &kernels_avx2,
+    [RCC_ISA_AVX512] = &kernels_avx512,
+#endif
+};
+
+/* The level in use, or -1 before the first call has looked at the CPU. */
+static _Atomic int isa_in_use = -1;
+
+static int best_isa(void) {
+#if RCC_HAVE_X86
+  /* __builtin_cpu_supports also checks that the OS saves the registers. */
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("f16c"))
+    return RCC_ISA_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    return RCC_ISA_AVX2;
+#endif
+  return RCC_ISA_PORTABLE;
+}
+
+static const struct rcc_kernel_set *current_set(void) {
+  int isa = atomic_load_explicit(&isa_in_use, memory_order_relaxed);
+  if (isa < 0) { /* a race here is benign: both threads pick the same */
+    isa = best_isa();
+    atomic_store_explicit(&isa_in_use, isa, memory_order_relaxed);
+    RCC_INFO(-1, "reduction kernels: %s", kernel_sets[isa]->name);
+  }
+  return kernel_sets[isa];
+}
+
+int rcc_reduce_set_isa(int isa) {
+  int best = best_isa();
+  int use = (isa < 0 || isa > best) ? best : isa;
+  atomic_store_explicit(&isa_in_use, use, memory_order_relaxed);
+  return use;
+}
+
+rcc_reduce_fn rcc_reduce_get(ringcc_datatype_t dt, ringcc_op_t op) {
+  if (!rcc_dt_valid((int)dt) || !rcc_op_valid((int)op))
+    return NULL;
+  return current_set()->reduce[dt][op];
+}
+
+void rcc_reduce_avg_finish(ringcc_datatype_t dt, void *dst, const void *src,
+                           size_t n, int nranks) {
+  if (!rcc_dt_valid((int)dt) || nranks < 1)
+    return;
+  current_set()->avg[dt](dst, src, n, nranks);
+}

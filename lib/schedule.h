@@ -1,0 +1,127 @@
+/*
+ * schedule.h - a collective as a schedule of primitive steps.
+ *
+ * An algorithm file (coll_ring.c, coll_pairwise.c, ...) turns one call into a
+ * plan: a small struct from which step i is computed on demand by
+ * rcc_plan_step(). Nothing is materialised per call, so the same pure
+ * functions can run in a CUDA kernel, in the host executor, and in
+ * ringcc-model --explain.
+ *
+ * Each step moves at most chunk_elems elements (one FIFO slot) and names the
+ * peers it receives from and sends to. Offsets are in elements, relative to
+ * the call's source buffer (src) and destination buffer (dst).
+ */
+#ifndef RCC_SCHEDULE_H
+#define RCC_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef RCC_HD
+#define RCC_HD
+#endif
+
+enum rcc_coll {
+  RCC_COLL_ALLREDUCE,
+  RCC_COLL_REDUCE_SCATTER,
+  RCC_COLL_ALLGATHER,
+  RCC_COLL_BCAST,
+  RCC_COLL_REDUCE,
+  RCC_COLL_ALLTOALL,
+  RCC_COLL_SEND,
+  RCC_COLL_RECV,
+  RCC_COLL_BARRIER,
+  RCC_NUM_COLLS
+};
+
+enum rcc_sched_kind {
+  RCC_SCHED_LOCAL_COPY,       /* one rank: dst <- src */
+  RCC_SCHED_RING_ALLREDUCE,   /* ring reduce-scatter then ring allgather */
+  RCC_SCHED_RING_REDUCE_SCATTER,
+  RCC_SCHED_RING_ALLGATHER,
+  RCC_SCHED_CHAIN_BCAST,      /* pipelined along the ring from the root */
+  RCC_SCHED_CHAIN_REDUCE,     /* pipelined along the ring into the root */
+  RCC_SCHED_PAIRWISE_ALLTOALL,
+  RCC_SCHED_P2P_SEND,
+  RCC_SCHED_P2P_RECV,
+  RCC_SCHED_BARRIER,          /* dissemination barrier, empty messages */
+};
+
+enum rcc_step_kind {
+  RCC_STEP_NONE,
+  RCC_STEP_SEND,                  /* out <- src */
+  RCC_STEP_RECV,                  /* dst <- in */
+  RCC_STEP_COPY,                  /* dst <- src (local) */
+  RCC_STEP_COPY_SEND,             /* dst <- src; out <- src */
+  RCC_STEP_RECV_COPY_SEND,        /* dst <- in; out <- in */
+  RCC_STEP_RECV_REDUCE_SEND,      /* out <- in op src */
+  RCC_STEP_RECV_REDUCE_COPY,      /* dst <- in op src */
+  RCC_STEP_RECV_REDUCE_COPY_SEND, /* dst <- in op src; out <- dst */
+  RCC_STEP_SEND_RECV,             /* out <- src to one peer; dst <- in from another */
+  RCC_NUM_STEP_KINDS
+};
+
+/* Which FIFO of a peer pair a step uses: collectives and point-to-point
+ * traffic never share one, so a send the peer has not yet received cannot be
+ * mistaken for collective data. */
+enum rcc_conn_kind { RCC_CONN_COLL = 0, RCC_CONN_P2P = 1, RCC_NUM_CONN_KINDS };
+
+struct rcc_step {
+  uint8_t kind;       /* enum rcc_step_kind */
+  uint8_t postop;     /* apply the AVG division when writing dst */
+  uint8_t conn_kind;  /* enum rcc_conn_kind */
+  uint8_t last;       /* last piece of a p2p message (meta tag) */
+  int send_peer;      /* rank, or -1 */
+  int recv_peer;      /* rank, or -1 */
+  int block;          /* the data block (rank index) this step works on */
+  size_t src_off;     /* elements */
+  size_t dst_off;     /* elements */
+  size_t nelem;
+};
+
+struct rcc_plan {
+  int sched;          /* enum rcc_sched_kind */
+  int coll;           /* enum rcc_coll */
+  int nranks;
+  int rank;
+  int pos;            /* this rank's position in ring[] */
+  const int *ring;    /* ring[pos] = rank; nranks entries */
+  size_t count;       /* see each schedule */
+  size_t chunk_elems; /* elements per step, >= 1 */
+  int root;           /* bcast/reduce root, p2p peer */
+  int root_pos;       /* the root's position in ring[] */
+  int postop;         /* 1 for RINGCC_AVG */
+  uint64_t nsteps;
+  uint64_t steps_per_loop;
+};
+
+/* Filled by the algorithm files; each sets plan->sched and nsteps. */
+void rcc_plan_ring(struct rcc_plan *p);     /* coll_ring.c */
+void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */
+
+RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
+                          struct rcc_step *s);
+RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
+                              struct rcc_step *s);
+
+/* Step i of any plan. */
+RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
+                                        struct rcc_step *s) {
+  switch (p->sched) {
+  case RCC_SCHED_RING_ALLREDUCE:
+  case RCC_SCHED_RING_REDUCE_SCATTER:
+  case RCC_SCHED_RING_ALLGATHER:
+  case RCC_SCHED_CHAIN_BCAST:
+  case RCC_SCHED_CHAIN_REDUCE:
+    rcc_ring_step(p, i, s);
+    break;
+  default:
+    rcc_pairwise_step(p, i, s);
+    break;
+  }
+}
+
+const char *rcc_coll_name(int coll);
+const char *rcc_step_kind_name(int kind);
+
+#endif /* RCC_SCHEDULE_H */

@@ -1,0 +1,125 @@
+/*
+ * transport.c - the ordered transport table and the setup of every edge.
+ *
+ * For each peer the first transport of rcc_transports[] whose can_connect
+ * says yes carries the edge. Setup runs per transport in lock step on all
+ * ranks (setup, all-gather of blobs, connect, barrier, finish); each phase
+ * all-gathers a status word too, so a rank that fails makes every rank fail
+ * with a message naming it, instead of leaving the others waiting.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+
+const struct rcc_transport *const rcc_transports[] = {
+    &rcc_transport_shm,
+};
+const int rcc_num_transports =
+    (int)(sizeof(rcc_transports) / sizeof(rcc_transports[0]));
+
+struct phase_record {
+  int32_t status;
+  int32_t pad;
+  char blob[RCC_TRANSPORT_BLOB_BYTES];
+};
+
+/* All-gathers this rank's status (and blob); fails if any rank failed. */
+static ringcc_result_t agree(struct ringcc_comm *comm, ringcc_result_t mine,
+                             struct phase_record *all, const char *phase,
+                             int64_t deadline) {
+  char err[RCC_ERRLEN];
+  all[comm->rank].status = (int32_t)mine;
+  ringcc_result_t r = rcc_bootstrap_allgather(comm->boot, all, sizeof(*all),
+                                              deadline, err, sizeof(err));
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
+  if (mine != RINGCC_SUCCESS)
+    return mine; /* our own message is already recorded */
+  for (int p = 0; p < comm->nranks; p++)
+    if (all[p].status != RINGCC_SUCCESS)
+      return rcc_comm_error(comm, (ringcc_result_t)all[p].status,
+                            "init on rank %d: rank %d failed during %s (%s); "
+                            "its log has the reason",
+                            comm->rank, p, phase,
+                            ringcc_strerror((ringcc_result_t)all[p].status));
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t assign_edges(struct ringcc_comm *comm) {
+  const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  for (int p = 0; p < comm->nranks; p++) {
+    if (p == comm->rank)
+      continue;
+    for (int t = 0; t < rcc_num_transports && !comm->edge_transport[p]; t++)
+      if (rcc_transports[t]->can_connect(comm, me, &comm->peers[p]))
+        comm->edge_transport[p] = rcc_transports[t];
+    if (comm->edge_transport[p] == NULL)
+      return rcc_comm_error(
+          comm, RINGCC_ERR_UNSUPPORTED,
+          "init on rank %d: no transport can connect rank %d (host %s) to "
+          "rank %d (host %s)%s; this build has: SHM (one host only)",
+          comm->rank, comm->rank, me->hostname, p, comm->peers[p].hostname,
+          me->shm_disable ? " with RINGCC_SHM_DISABLE=1" : "");
+  }
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t connect_one(struct ringcc_comm *comm, int t,
+                                   struct phase_record *all, int *peers,
+                                   int64_t deadline) {
+  const struct rcc_transport *tr = rcc_transports[t];
+  int npeers = 0;
+  for (int p = 0; p < comm->nranks; p++)
+    if (comm->edge_transport[p] == tr)
+      peers[npeers++] = p;
+
+  memset(all, 0, (size_t)comm->nranks * sizeof(*all));
+  ringcc_result_t r = tr->setup(comm, peers, npeers, all[comm->rank].blob,
+                                &comm->transport_state[t]);
+  if ((r = agree(comm, r, all, tr->name, deadline)) != RINGCC_SUCCESS)
+    return r;
+
+  /* connect() reads the blobs at RCC_TRANSPORT_BLOB_BYTES strides. */
+  char *blobs = malloc((size_t)comm->nranks * RCC_TRANSPORT_BLOB_BYTES);
+  if (blobs == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "init on rank %d: out of memory", comm->rank);
+  for (int p = 0; p < comm->nranks; p++)
+    memcpy(blobs + (size_t)p * RCC_TRANSPORT_BLOB_BYTES, all[p].blob,
+           RCC_TRANSPORT_BLOB_BYTES);
+  r = tr->connect(comm, comm->transport_state[t], peers, npeers, blobs);
+  free(blobs);
+  if ((r = agree(comm, r, all, tr->name, deadline)) != RINGCC_SUCCESS)
+    return r;
+  tr->finish(comm, comm->transport_state[t]);
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
+                                       int64_t deadline) {
+  int n = comm->nranks;
+  struct phase_record *all = calloc((size_t)n, sizeof(*all));
+  int *peers = calloc((size_t)n, sizeof(int));
+  ringcc_result_t r = RINGCC_ERR_OUT_OF_MEMORY;
+
+  if (all == NULL || peers == NULL) {
+    rcc_comm_error(comm, r, "init on rank %d: out of memory", comm->rank);
+    goto out;
+  }
+  r = agree(comm, assign_edges(comm), all, "transport selection", deadline);
+  for (int t = 0; t < rcc_num_transports && r == RINGCC_SUCCESS; t++)
+    r = connect_one(comm, t, all, peers, deadline);
+out:
+  free(all);
+  free(peers);
+  return r;
+}
+
+void rcc_transports_destroy(struct ringcc_comm *comm) {
+  for (int t = 0; t < rcc_num_transports; t++) {
+    if (comm->transport_state[t])
+      rcc_transports[t]->destroy(comm, comm->transport_state[t]);
+    comm->transport_state[t] = NULL;
+  }
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# install-deps.sh - make sure what libringcc's build and tests need is here.
+#
+#   scripts/install-deps.sh          check; install what is missing (Debian)
+#   scripts/install-deps.sh --check  check only: list what is missing, exit 1
+#
+# Needs: gcc, make, ar (binutils), pkg-config, Criterion (header + library),
+# Open MPI (mpirun, mpicc), iproute2 (ip). Silent and fast (no apt) when all
+# of it is present, so make test and make bench call it every time.
+# Installing: as root apt-get directly; otherwise through sudo -n when that
+# works without a password; otherwise it prints the command and exits 1.
+set -euo pipefail
+
+check_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --check) check_only=1 ;;
+    -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+CC_BIN=${CC:-gcc}
+command -v "$CC_BIN" >/dev/null 2>&1 || CC_BIN=gcc
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# Criterion: the header compiles and the linker finds libcriterion.
+have_criterion() {
+  have "$CC_BIN" || return 1
+  printf '#include <criterion/criterion.h>\n' |
+    "$CC_BIN" -x c -fsyntax-only - >/dev/null 2>&1 || return 1
+  local lib
+  lib=$("$CC_BIN" -print-file-name=libcriterion.so 2>/dev/null) || return 1
+  [ "$lib" != "libcriterion.so" ] && [ -e "$lib" ]
+}
+
+# Prints the Debian packages that are missing, one per line.
+missing_packages() {
+  have gcc || echo gcc
+  have make || echo make
+  have ar || echo binutils
+  have pkg-config || echo pkg-config
+  have_criterion || echo libcriterion-dev
+  have mpirun || echo openmpi-bin
+  have mpicc || echo libopenmpi-dev
+  have ip || echo iproute2
+}
+
+missing=$(missing_packages | sort -u | tr '\n' ' ')
+missing=${missing% }
+[ -z "$missing" ] && exit 0
+
+apt_cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $missing"
+if [ "$check_only" = 1 ]; then
+  echo "install-deps.sh: missing packages: $missing" >&2
+  echo "install with: $apt_cmd" >&2
+  exit 1
+fi
+
+if ! have apt-get; then
+  echo "install-deps.sh: missing: $missing (no apt-get here: install the equivalents" \
+       "with this system's package manager)" >&2
+  exit 1
+fi
+
+if [ "$(id -u)" = 0 ]; then
+  sudo_cmd=()
+elif have sudo && sudo -n true >/dev/null 2>&1; then
+  sudo_cmd=(sudo -n)
+else
+  echo "install-deps.sh: missing packages: $missing" >&2
+  echo "install them as root: sudo sh -c '$apt_cmd'" >&2
+  exit 1
+fi
+
+echo "install-deps.sh: installing $missing" >&2
+# shellcheck disable=SC2086 # one word per package
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null >&2
+# shellcheck disable=SC2086
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+  $missing </dev/null >&2
+
+hash -r
+still=$(missing_packages | sort -u | tr '\n' ' ')
+still=${still% }
+if [ -n "$still" ]; then
+  echo "install-deps.sh: still missing after apt-get install: $still" >&2
+  exit 1
+fi
+echo "install-deps.sh: done" >&2

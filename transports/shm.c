@@ -1,0 +1,234 @@
+/*
+ * shm.c - shared host memory transport.
+ *
+ * Every rank owns one POSIX shared-memory segment holding its receive FIFOs:
+ * one per (connection kind, sender) for each peer this transport serves. The
+ * sender maps the receiver's segment and writes straight into the slots, so
+ * a fused ring step reduces into the next rank's slot with no extra copy.
+ *
+ * Segments are created O_CREAT|O_EXCL with mode 0600 under a name holding 128
+ * random bits, and unlinked as soon as every peer has mapped them (after the
+ * connect barrier), so nothing is left in /dev/shm once a communicator is up,
+ * whatever happens to the processes later.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+struct shm_blob {
+  char name[64];
+  uint64_t bytes;
+  uint64_t fifo_bytes;
+};
+
+struct shm_state {
+  char name[64];
+  int unlinked;
+  void *own;           /* this rank's segment */
+  size_t own_bytes;
+  void **peer_map;     /* [nranks] peers' segments, NULL where not mapped */
+  size_t *peer_bytes;  /* [nranks] */
+};
+
+static size_t fifo_bytes(const struct ringcc_comm *comm) {
+  size_t data = (size_t)comm->set.nslots * (size_t)comm->set.chunk_bytes;
+  size_t b = RCC_FIFO_DATA_OFFSET + data;
+  return (b + 4095) & ~(size_t)4095;
+}
+
+/* FIFO (kind, sender) inside a receiver's segment. */
+static size_t fifo_offset(const struct ringcc_comm *comm, int kind,
+                          int sender) {
+  return ((size_t)kind * (size_t)comm->nranks + (size_t)sender) *
+         fifo_bytes(comm);
+}
+
+static int shm_can_connect(const struct ringcc_comm *comm,
+                           const struct rcc_peer_info *me,
+                           const struct rcc_peer_info *peer) {
+  (void)comm;
+  return !me->shm_disable && !peer->shm_disable &&
+         me->host_hash == peer->host_hash;
+}
+
+static ringcc_result_t random_name(struct ringcc_comm *comm, char *name,
+                                   size_t len) {
+  uint8_t rnd[16];
+  size_t got = 0;
+  while (got < sizeof(rnd)) {
+    ssize_t r = getrandom(rnd + got, sizeof(rnd) - got, 0);
+    if (r < 0 && errno != EINTR)
+      return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                            "shm on rank %d: getrandom failed: %s", comm->rank,
+                            strerror(errno));
+    if (r > 0)
+      got += (size_t)r;
+  }
+  int off = snprintf(name, len, "/ringcc-%d-", (int)getpid());
+  for (size_t i = 0; i < sizeof(rnd); i++)
+    off += snprintf(name + off, len - (size_t)off, "%02x", rnd[i]);
+  return RINGCC_SUCCESS;
+}
+
+static void *map_segment(int fd, size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static ringcc_result_t create_segment(struct ringcc_comm *comm,
+                                      struct shm_state *st) {
+  ringcc_result_t r = random_name(comm, st->name, sizeof(st->name));
+  if (r != RINGCC_SUCCESS)
+    return r;
+  st->own_bytes = fifo_offset(comm, RCC_NUM_CONN_KINDS, 0);
+  int fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "shm on rank %d: cannot create %s: %s", comm->rank,
+                          st->name, strerror(errno));
+  if (ftruncate(fd, (off_t)st->own_bytes) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(st->name);
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "shm on rank %d: cannot size %s to %zu bytes: %s "
+                          "(is /dev/shm full?)",
+                          comm->rank, st->name, st->own_bytes, strerror(e));
+  }
+  st->own = map_segment(fd, st->own_bytes);
+  int e = errno;
+  close(fd);
+  if (st->own == NULL) {
+    shm_unlink(st->name);
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "shm on rank %d: cannot map %s (%zu bytes): %s",
+                          comm->rank, st->name, st->own_bytes, strerror(e));
+  }
+  return RINGCC_SUCCESS;
+}
+
+static void shm_destroy(struct ringcc_comm *comm, void *state) {
+  struct shm_state *st = state;
+  if (st == NULL)
+    return;
+  if (!st->unlinked && st->name[0])
+    shm_unlink(st->name);
+  for (int p = 0; st->peer_map && p < comm->nranks; p++)
+    if (st->peer_map[p])
+      munmap(st->peer_map[p], st->peer_bytes[p]);
+  if (st->own)
+    munmap(st->own, st->own_bytes);
+  free(st->peer_map);
+  free(st->peer_bytes);
+  free(st);
+}
+
+static ringcc_result_t shm_setup(struct ringcc_comm *comm, const int *peers,
+                                 int npeers, void *blob, void **state) {
+  struct shm_state *st = calloc(1, sizeof(*st));
+  struct shm_blob *b = blob;
+  if (st == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "shm on rank %d: out of memory", comm->rank);
+  st->peer_map = calloc((size_t)comm->nranks, sizeof(void *));
+  st->peer_bytes = calloc((size_t)comm->nranks, sizeof(size_t));
+  *state = st;
+  (void)peers;
+  if (st->peer_map == NULL || st->peer_bytes == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "shm on rank %d: out of memory", comm->rank);
+  if (npeers == 0)
+    return RINGCC_SUCCESS;
+  ringcc_result_t r = create_segment(comm, st);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  memcpy(b->name, st->name, sizeof(b->name));
+  b->bytes = st->own_bytes;
+  b->fifo_bytes = fifo_bytes(comm);
+  return RINGCC_SUCCESS;
+}
+
+static void init_conn(struct rcc_conn *c, char *fifo_base,
+                      const struct ringcc_comm *comm, int peer) {
+  c->fifo = (struct rcc_fifo *)fifo_base;
+  c->data = fifo_base + RCC_FIFO_DATA_OFFSET;
+  c->nslots = (uint32_t)comm->set.nslots;
+  c->slot_bytes = (size_t)comm->set.chunk_bytes;
+  c->step = 0;
+  c->peer = peer;
+}
+
+static ringcc_result_t map_peer(struct ringcc_comm *comm,
+                                struct shm_state *st, int peer,
+                                const struct shm_blob *b) {
+  if (b->name[0] != '/' || memchr(b->name, '\0', sizeof(b->name)) == NULL ||
+      b->fifo_bytes != fifo_bytes(comm))
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
+                          "shm on rank %d: rank %d's FIFOs do not match ours "
+                          "(do all ranks use the same RINGCC_CHUNK_BYTES and "
+                          "RINGCC_NSLOTS?)",
+                          comm->rank, peer);
+  int fd = shm_open(b->name, O_RDWR, 0);
+  if (fd < 0)
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "shm on rank %d: cannot open rank %d's segment %s: "
+                          "%s",
+                          comm->rank, peer, b->name, strerror(errno));
+  st->peer_map[peer] = map_segment(fd, (size_t)b->bytes);
+  int e = errno;
+  close(fd);
+  if (st->peer_map[peer] == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "shm on rank %d: cannot map rank %d's segment %s: %s",
+                          comm->rank, peer, b->name, strerror(e));
+  st->peer_bytes[peer] = (size_t)b->bytes;
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t shm_connect(struct ringcc_comm *comm, void *state,
+                                   const int *peers, int npeers,
+                                   const char *all_blobs) {
+  struct shm_state *st = state;
+  for (int i = 0; i < npeers; i++) {
+    int p = peers[i];
+    const struct shm_blob *b =
+        (const void *)(all_blobs + (size_t)p * RCC_TRANSPORT_BLOB_BYTES);
+    ringcc_result_t r = map_peer(comm, st, p, b);
+    if (r != RINGCC_SUCCESS)
+      return r;
+    for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
+      init_conn(&comm->send_conn[k][p],
+                (char *)st->peer_map[p] + fifo_offset(comm, k, comm->rank),
+                comm, p);
+      init_conn(&comm->recv_conn[k][p],
+                (char *)st->own + fifo_offset(comm, k, p), comm, p);
+    }
+  }
+  return RINGCC_SUCCESS;
+}
+
+static void shm_finish(struct ringcc_comm *comm, void *state) {
+  struct shm_state *st = state;
+  (void)comm;
+  if (st->name[0] && !st->unlinked) {
+    shm_unlink(st->name);
+    st->unlinked = 1;
+  }
+}
+
+const struct rcc_transport rcc_transport_shm = {
+    .name = "SHM",
+    .can_connect = shm_can_connect,
+    .setup = shm_setup,
+    .connect = shm_connect,
+    .finish = shm_finish,
+    .destroy = shm_destroy,
+};

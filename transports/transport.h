@@ -1,0 +1,56 @@
+/*
+ * transport.h - the table every transport fills in.
+ *
+ * A transport only provides FIFOs (lib/proto.h): for each peer it serves, the
+ * receive end of the peer -> me FIFOs (one per connection kind) and the send
+ * end of the me -> peer FIFOs. The core tries the transports of
+ * rcc_transports[] in order for every peer; the first whose can_connect says
+ * yes carries that edge. Setup runs in the same steps on every rank, whether
+ * or not a transport serves any of its peers:
+ *
+ *   setup    create what this rank owns (e.g. its receive FIFOs) for the peers
+ *            it serves, and describe it in a public blob;
+ *            (the core all-gathers the blobs)
+ *   connect  attach to the peers' resources named in their blobs and fill in
+ *            comm->send_conn / recv_conn for those peers;
+ *            (the core runs a bootstrap barrier)
+ *   finish   drop what must not outlive setup (e.g. shared-memory names);
+ *   destroy  free everything (local, never blocks on a peer).
+ *
+ * Adding a transport means one new file with one designated-initialiser table
+ * and one line in rcc_transports[] (lib/transport.c).
+ */
+#ifndef RCC_TRANSPORT_H
+#define RCC_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringcc.h"
+
+struct ringcc_comm;
+struct rcc_peer_info;
+
+#define RCC_TRANSPORT_BLOB_BYTES 256
+
+struct rcc_transport {
+  const char *name; /* "SHM", shown in "ring 0: 1 -> 2 via SHM" */
+  int (*can_connect)(const struct ringcc_comm *comm,
+                     const struct rcc_peer_info *me,
+                     const struct rcc_peer_info *peer);
+  ringcc_result_t (*setup)(struct ringcc_comm *comm, const int *peers,
+                           int npeers, void *blob, void **state);
+  ringcc_result_t (*connect)(struct ringcc_comm *comm, void *state,
+                             const int *peers, int npeers,
+                             const char *all_blobs);
+  void (*finish)(struct ringcc_comm *comm, void *state);
+  void (*destroy)(struct ringcc_comm *comm, void *state);
+};
+
+extern const struct rcc_transport rcc_transport_shm;
+
+/* The ordered table: the first transport that can connect an edge wins. */
+extern const struct rcc_transport *const rcc_transports[];
+extern const int rcc_num_transports;
+
+#endif /* RCC_TRANSPORT_H */
