@@ -266,8 +266,9 @@ struct gate {
   size_t hdr_len; /* secret included; at most HELLO_LEN */
   uint8_t secret[SECRET_LEN];
   int log_rank;     /* for log lines; -1 for the rendezvous */
-  const char *what; /* "rendezvous" or "bootstrap ring" */
+  char what[128]; /* "rendezvous 1.2.3.4:5" or "rank 3's bootstrap ring" */
   int accept_warned;
+  int64_t accept_retry_at; /* after accept failed (e.g. EMFILE): back off */
   int npending;
   struct pending pending[MAX_PENDING];
 };
@@ -330,6 +331,7 @@ static void gate_accept(struct gate *g) {
       if (!g->accept_warned)
         RCC_WARN(g->log_rank, "bootstrap: %s: %s", g->what, msg);
       g->accept_warned = 1;
+      g->accept_retry_at = rcc_now_ns() + 50 * 1000000LL;
       return;
     }
     if (fd < 0)
@@ -374,15 +376,20 @@ static ringcc_result_t gate_next(struct gate *g, int64_t deadline_ns, int *fd,
       return RINGCC_ERR_TIMEOUT;
 
     int timeout_ms = rcc_socket_poll_ms(deadline_ns);
-    pfd[0] = (struct pollfd){.fd = g->listen_fd, .events = POLLIN};
+    int accepting = now >= g->accept_retry_at;
+    pfd[0] = (struct pollfd){.fd = accepting ? g->listen_fd : -1,
+                             .events = POLLIN};
+    if (!accepting) {
+      int64_t retry_ms = (g->accept_retry_at - now + 999999) / 1000000;
+      if (retry_ms < timeout_ms)
+        timeout_ms = (int)retry_ms;
+    }
     for (int i = 0; i < g->npending; i++) {
       int64_t left_ms = (g->pending[i].drop_at - now + 999999) / 1000000;
       if (left_ms < timeout_ms)
         timeout_ms = (int)left_ms;
       pfd[1 + i] = (struct pollfd){.fd = g->pending[i].fd, .events = POLLIN};
     }
-    if (g->accept_warned) /* accept failing (e.g. EMFILE): do not spin */
-      timeout_ms = timeout_ms < 50 ? timeout_ms : 50;
     int n = poll(pfd, (nfds_t)(1 + g->npending), timeout_ms);
     if (n > 0 && (pfd[0].revents & POLLIN))
       gate_accept(g);
@@ -401,7 +408,7 @@ static struct gate *gate_new(int listen_fd, size_t hdr_len,
   g->hdr_len = hdr_len;
   memcpy(g->secret, secret, SECRET_LEN);
   g->log_rank = log_rank;
-  g->what = what;
+  snprintf(g->what, sizeof(g->what), "%s", what);
   return g;
 }
 
@@ -616,8 +623,11 @@ static ringcc_result_t server_start(int listen_fd,
   pthread_t tid;
   int rc;
 
+  char what[128], a[80];
+  snprintf(what, sizeof(what), "rendezvous %s",
+           rcc_socket_addr_str(bound, a, sizeof(a)));
   if (s != NULL)
-    s->gate = gate_new(listen_fd, HELLO_LEN, secret, -1, "rendezvous");
+    s->gate = gate_new(listen_fd, HELLO_LEN, secret, -1, what);
   if (s == NULL || s->gate == NULL) {
     free(s);
     close(listen_fd);
@@ -652,6 +662,7 @@ ringcc_result_t rcc_bootstrap_new_id(ringcc_unique_id_t *id,
   int fd;
   ringcc_result_t r;
 
+  rcc_log_init();
   if (id == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "bootstrap: the unique id pointer is NULL");
@@ -679,6 +690,7 @@ ringcc_result_t rcc_bootstrap_serve(const ringcc_unique_id_t *id,
   uint8_t secret[SECRET_LEN];
   char a[80];
   int fd;
+  rcc_log_init();
   ringcc_result_t r = id_decode(id, &addr, secret, err, errlen);
   if (r != RINGCC_SUCCESS)
     return r;
@@ -803,8 +815,9 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
   r = rcc_socket_connect(&b->root, deadline_ns, &fd, msg, sizeof(msg));
   if (r != RINGCC_SUCCESS)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d could not reach the "
-                    "rendezvous: %s (is the process that made the id "
-                    "running, and the address reachable?)", b->rank, msg);
+                    "rendezvous: %s; is the process that made the id still "
+                    "running, and its address reachable from here?", b->rank,
+                    msg);
   memset(&bound, 0, sizeof(bound));
   if (b->nranks > 1) {
     memset(&local, 0, sizeof(local));
@@ -869,8 +882,9 @@ static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
     return rcc_errf(err, errlen, r, "bootstrap: rank %d: greeting rank %d "
                     "(%s) on the bootstrap ring: %s", b->rank, next, na, msg);
 
-  struct gate *g = gate_new(listen_fd, RING_HELLO_LEN, secret, b->rank,
-                            "bootstrap ring");
+  char what[64];
+  snprintf(what, sizeof(what), "rank %d's bootstrap ring", b->rank);
+  struct gate *g = gate_new(listen_fd, RING_HELLO_LEN, secret, b->rank, what);
   if (g == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "bootstrap: rank %d: out of memory", b->rank);
@@ -910,6 +924,7 @@ ringcc_result_t rcc_bootstrap_init(struct rcc_bootstrap **out,
   int listen_fd = -1;
   ringcc_result_t r;
 
+  rcc_log_init();
   if (out == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "bootstrap: init needs a place for the handle");
@@ -959,7 +974,7 @@ static ringcc_result_t ring_error(struct rcc_bootstrap *b, ringcc_result_t r,
                     failed_recv ? "waiting for" : "sending to", peer, pa, op);
   if (r == RINGCC_ERR_PEER_FAILED)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d lost rank %d (%s) in "
-                    "%s: %s (did rank %d fail or exit?)", b->rank, peer, pa,
+                    "%s: %s; did rank %d fail or exit?", b->rank, peer, pa,
                     op, msg, peer);
   return rcc_errf(err, errlen, r, "bootstrap: rank %d, %s with rank %d (%s): "
                   "%s", b->rank, op, peer, pa, msg);

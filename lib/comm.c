@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -273,6 +274,8 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->chunk_bytes = comm->set.chunk_bytes;
   me->nslots = comm->set.nslots;
   me->shm_disable = comm->set.shm_disable;
+  if (getrandom(me->secret, sizeof(me->secret), 0) != sizeof(me->secret))
+    memset(me->secret, 0, sizeof(me->secret)); /* the bootstrap's id still guards */
 }
 
 static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
@@ -288,6 +291,7 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
                               deadline, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
+  memcpy(comm->secret, comm->peers[0].secret, sizeof(comm->secret));
   for (int p = 0; p < comm->nranks; p++) {
     const struct rcc_peer_info *q = &comm->peers[p];
     if (q->chunk_bytes != comm->set.chunk_bytes ||
@@ -345,7 +349,7 @@ static void log_ring(const struct ringcc_comm *comm) {
   if (comm->nranks > 1) {
     int next = comm->ring[(comm->ring_pos + 1) % comm->nranks];
     RCC_INFO(comm->rank, "ring 0: %d -> %d via %s", comm->rank, next,
-             comm->edge_transport[next]->name);
+             rcc_edge_name(comm, next));
   }
   RCC_INFO(comm->rank,
            "settings: nranks %d, timeout_ms %lld, chunk_bytes %lld, nslots "
@@ -359,6 +363,7 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
                                   const ringcc_unique_id_t *id) {
   char err[RCC_ERRLEN];
   int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
+  comm->init_deadline = deadline;
   ringcc_result_t r =
       rcc_bootstrap_init(&comm->boot, id, comm->rank, comm->nranks, deadline,
                          err, sizeof(err));

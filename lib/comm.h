@@ -22,6 +22,7 @@ struct rcc_peer_info {
   int64_t chunk_bytes; /* must agree across ranks */
   int32_t nslots;      /* must agree across ranks */
   int32_t shm_disable;
+  uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
   char hostname[RCC_HOSTNAME_LEN];
 };
 
@@ -58,7 +59,13 @@ struct ringcc_comm {
   uint64_t seq;            /* collectives issued on this communicator */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
+  uint8_t secret[16];      /* shared by the ranks only (via the bootstrap) */
+  int64_t init_deadline;   /* for transports' connect phase */
   volatile int aborted;
+  /* Set once by a proxy thread when the network fails under a collective;
+   * every wait checks it. */
+  volatile int async_error;
+  char async_message[RCC_ERRLEN];
   int busy;                /* a call is running on this communicator */
   ringcc_result_t fatal;   /* sticky: the communicator is unusable */
   char last_error[RCC_ERRLEN];
@@ -80,9 +87,39 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op);
 
+/* proxy.c: the progress thread of network connections. */
+struct rcc_net_plugin;
+struct rcc_proxy_conn {
+  struct rcc_fifo *fifo;  /* local memory; the executor uses the other end */
+  char *data;
+  uint32_t nslots;
+  size_t slot_bytes;
+  int is_send;            /* send: slots -> network; recv: network -> slots */
+  int peer;
+  void *net_comm;         /* the plugin's send or recv comm */
+  void *mhandle;
+  uint32_t posted;        /* slots handed to the plugin */
+  uint32_t done;          /* slots the plugin finished */
+  void *request[RCC_FIFO_MAX_SLOTS];
+};
+struct rcc_proxy;
+ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
+                                const struct rcc_net_plugin *plugin,
+                                struct rcc_proxy_conn *conns, int nconns,
+                                struct rcc_proxy **out);
+int rcc_proxy_doorbell(const struct rcc_proxy *proxy);
+void rcc_proxy_stop(struct rcc_proxy *proxy);
+void rcc_proxy_ring(int doorbell_fd);
+/* Records the first asynchronous failure (from any thread). */
+void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,
+                              const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* transport.c: connects every edge with the first transport that can. */
 ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
                                        int64_t deadline_ns);
 void rcc_transports_destroy(struct ringcc_comm *comm);
+/* "SHM", "NET/Socket/eth0": how this rank reaches peer. */
+const char *rcc_edge_name(const struct ringcc_comm *comm, int peer);
 
 #endif /* RCC_COMM_H */

@@ -28,12 +28,14 @@
 #define RCC_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define RCC_PROTO_WAIT(ctx, word, waiters, old)                                \
   host_wait((struct exec *)(ctx), (word), (waiters), (old))
-#define RCC_PROTO_WAKE(word, waiters) host_wake((word), (waiters))
+#define RCC_PROTO_WAKE(conn, word, waiters) host_wake((conn), (word), (waiters))
 
 struct exec;
 static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
                      uint32_t old);
-static void host_wake(uint32_t *word, uint32_t *waiters);
+struct rcc_conn;
+static void host_wake(const struct rcc_conn *c, uint32_t *word,
+                      uint32_t *waiters);
 
 #include "comm.h"
 
@@ -66,16 +68,30 @@ static long futex(uint32_t *word, int op, uint32_t val,
   return syscall(SYS_futex, word, op, val, ts, NULL, 0);
 }
 
-static void host_wake(uint32_t *word, uint32_t *waiters) {
+static void host_wake(const struct rcc_conn *c, uint32_t *word,
+                      uint32_t *waiters) {
   /* Orders our publish before reading waiters; pairs with the waiter's
    * increment-then-recheck, so a sleeper is never missed. */
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(waiters, __ATOMIC_RELAXED) != 0)
+  if (__atomic_load_n(waiters, __ATOMIC_RELAXED) == 0)
+    return;
+  if (c->doorbell >= 0)
+    rcc_proxy_ring(c->doorbell);
+  else
     futex(word, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 static int wait_failed(struct exec *x) {
   struct ringcc_comm *comm = x->comm;
+  int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  if (async > 0)
+    return rcc_comm_error(comm, (ringcc_result_t)async,
+                          "%s (seq %llu) on rank %d failed at step %llu while "
+                          "waiting for %s rank %d: %s",
+                          rcc_coll_name(x->plan->coll),
+                          (unsigned long long)comm->seq, comm->rank,
+                          (unsigned long long)x->step_index, x->waiting_for,
+                          x->waiting_peer, comm->async_message);
   if (comm->aborted)
     return rcc_comm_error(comm, RINGCC_ERR_ABORTED,
                           "%s (seq %llu) on rank %d: aborted while waiting "

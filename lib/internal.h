@@ -64,7 +64,15 @@ ringcc_result_t rcc_socket_pick_address(const char *spec,
                                         struct sockaddr_storage *addr,
                                         char *ifname, size_t ifname_len,
                                         char *err, size_t errlen);
-/* "host:port", "[v6addr]:port" or "v6addr" forms -> address. */
+/* The same choice among addresses of one family only (AF_INET, AF_INET6;
+ * AF_UNSPEC: exactly rcc_socket_pick_address), e.g. for NCCL's
+ * NCCL_SOCKET_FAMILY: "lo" with AF_INET6 gives ::1 instead of 127.0.0.1. */
+ringcc_result_t rcc_socket_pick_address_family(const char *spec, int family,
+                                               struct sockaddr_storage *addr,
+                                               char *ifname, size_t ifname_len,
+                                               char *err, size_t errlen);
+/* "host:port", "[v6addr]:port" or "v6addr:port" -> address (names resolved
+ * with getaddrinfo; port 1..65535). */
 ringcc_result_t rcc_socket_parse_host_port(const char *host_port,
                                            struct sockaddr_storage *addr,
                                            char *err, size_t errlen);

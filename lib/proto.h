@@ -29,7 +29,10 @@
  *                                   block while *word == old; evaluates to a
  *                                   ringcc_result_t (deadline, abort, peer
  *                                   failure are the includer's policy)
- *   RCC_PROTO_WAKE(word, waiters)   wake sleepers on word after a publish
+ *   RCC_PROTO_WAKE(conn, word, waiters)
+ *                                   wake sleepers on word after a publish
+ *                                   (a proxy thread, through conn->doorbell,
+ *                                   or a waiting executor)
  */
 #ifndef RCC_PROTO_H
 #define RCC_PROTO_H
@@ -64,6 +67,8 @@ struct rcc_conn {
   uint32_t step;       /* sender: next slot to fill; receiver: next to read */
   size_t slot_bytes;
   int peer;            /* the rank at the other end */
+  int doorbell;        /* eventfd of a proxy thread serving the other end,
+                          or -1 when the other end is an executor */
 };
 
 #endif /* RCC_PROTO_H */
@@ -93,7 +98,7 @@ RCC_HD static inline void rcc_proto_send_end(struct rcc_conn *c,
   c->fifo->meta[c->step % c->nslots] = meta;
   c->step++;
   RCC_STORE_RELEASE(&c->fifo->tail, c->step);
-  RCC_PROTO_WAKE(&c->fifo->tail, &c->fifo->tail_waiters);
+  RCC_PROTO_WAKE(c, &c->fifo->tail, &c->fifo->tail_waiters);
 }
 
 /* Receiver: wait for the next slot; returns its payload and meta word. */
@@ -117,7 +122,7 @@ RCC_HD static inline int rcc_proto_recv_begin(void *ctx, struct rcc_conn *c,
 RCC_HD static inline void rcc_proto_recv_end(struct rcc_conn *c) {
   c->step++;
   RCC_STORE_RELEASE(&c->fifo->head, c->step);
-  RCC_PROTO_WAKE(&c->fifo->head, &c->fifo->head_waiters);
+  RCC_PROTO_WAKE(c, &c->fifo->head, &c->fifo->head_waiters);
 }
 
 #endif /* RCC_PROTO_FUNCTIONS */

@@ -181,31 +181,21 @@ static void note_interface(char *seen, size_t seen_len,
     memcpy(seen + used, item, strlen(item) + 1);
 }
 
-ringcc_result_t rcc_socket_pick_address(const char *spec,
-                                        struct sockaddr_storage *addr,
-                                        char *ifname, size_t ifname_len,
-                                        char *err, size_t errlen) {
-  struct ifaddrs *list = NULL, *best = NULL;
-  struct if_spec s;
-  char seen[1024] = "";
+/* The best up interface address that matches spec and family (AF_UNSPEC:
+ * any), first in getifaddrs order among equals; NULL when none does. */
+static const struct ifaddrs *best_match(const struct ifaddrs *list,
+                                        const struct if_spec *s, int named,
+                                        int family) {
+  const struct ifaddrs *best = NULL;
   int best_pref = INT_MAX;
-  int named = spec != NULL && *spec != '\0';
-
-  if (addr == NULL)
-    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                    "socket: pick_address needs an address to fill");
-  if (getifaddrs(&list) != 0)
-    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
-                    "socket: getifaddrs failed: %s", strerror(errno));
-  parse_if_spec(named ? spec : NULL, &s);
-  for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
-    note_interface(seen, sizeof(seen), ifa);
+  for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
     if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP))
       continue;
-    if (ifa->ifa_addr->sa_family != AF_INET &&
-        ifa->ifa_addr->sa_family != AF_INET6)
+    int f = ifa->ifa_addr->sa_family;
+    if ((f != AF_INET && f != AF_INET6) ||
+        (family != AF_UNSPEC && f != family))
       continue;
-    if (named && !if_spec_matches(&s, ifa->ifa_name))
+    if (named && !if_spec_matches(s, ifa->ifa_name))
       continue;
     int pref = addr_preference(ifa->ifa_addr, ifa->ifa_flags);
     if (pref < best_pref) {
@@ -213,17 +203,55 @@ ringcc_result_t rcc_socket_pick_address(const char *spec,
       best = ifa;
     }
   }
+  return best;
+}
+
+/* Says why nothing matched, listing the interfaces that exist. */
+static ringcc_result_t no_match(const struct ifaddrs *list,
+                                const struct if_spec *s, const char *spec,
+                                int family, char *err, size_t errlen) {
+  const char *fname = family == AF_INET    ? "an IPv4"
+                      : family == AF_INET6 ? "an IPv6"
+                                           : "an IP";
+  const char *other = "";
+  char seen[1024] = "";
+  int named = spec != NULL && *spec != '\0';
+  for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next)
+    note_interface(seen, sizeof(seen), ifa);
+  if (family != AF_UNSPEC && best_match(list, s, named, AF_UNSPEC) != NULL)
+    other = family == AF_INET ? " (only IPv6 addresses match)"
+                              : " (only IPv4 addresses match)";
+  if (named)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: RINGCC_SOCKET_IFNAME=\"%s\" matches no interface "
+                    "that is up and has %s address%s; interfaces seen: %s",
+                    spec, fname, other, seen[0] ? seen : "none");
+  return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                  "socket: no network interface is up with %s address%s; "
+                  "interfaces seen: %s", fname, other,
+                  seen[0] ? seen : "none");
+}
+
+ringcc_result_t rcc_socket_pick_address_family(const char *spec, int family,
+                                               struct sockaddr_storage *addr,
+                                               char *ifname, size_t ifname_len,
+                                               char *err, size_t errlen) {
+  struct ifaddrs *list = NULL;
+  struct if_spec s;
+  int named = spec != NULL && *spec != '\0';
+
+  if (addr == NULL ||
+      (family != AF_UNSPEC && family != AF_INET && family != AF_INET6))
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: pick_address needs an address to fill and "
+                    "AF_UNSPEC, AF_INET or AF_INET6 (got family %d)", family);
+  if (getifaddrs(&list) != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                    "socket: getifaddrs failed: %s", strerror(errno));
+  parse_if_spec(named ? spec : NULL, &s);
+  const struct ifaddrs *best = best_match(list, &s, named, family);
   if (best == NULL) {
-    ringcc_result_t r;
-    if (named)
-      r = rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                   "socket: RINGCC_SOCKET_IFNAME=\"%s\" matches no interface "
-                   "that is up and has an IP address; interfaces seen: %s",
-                   spec, seen[0] ? seen : "none");
-    else
-      r = rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
-                   "socket: no network interface is up with an IP address; "
-                   "interfaces seen: %s", seen[0] ? seen : "none");
+    ringcc_result_t r = no_match(list, &s, spec, family, err, errlen);
     freeifaddrs(list);
     return r;
   }
@@ -236,6 +264,14 @@ ringcc_result_t rcc_socket_pick_address(const char *spec,
     snprintf(ifname, ifname_len, "%s", best->ifa_name);
   freeifaddrs(list);
   return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_socket_pick_address(const char *spec,
+                                        struct sockaddr_storage *addr,
+                                        char *ifname, size_t ifname_len,
+                                        char *err, size_t errlen) {
+  return rcc_socket_pick_address_family(spec, AF_UNSPEC, addr, ifname,
+                                        ifname_len, err, errlen);
 }
 
 /* ---- "host:port" ---------------------------------------------------------- */
@@ -252,65 +288,54 @@ static int parse_port(const char *s) {
   return (int)v;
 }
 
-ringcc_result_t rcc_socket_parse_host_port(const char *host_port,
-                                           struct sockaddr_storage *addr,
-                                           char *err, size_t errlen) {
-  char host[256];
-  const char *port_str;
-  size_t host_len;
-
-  if (host_port == NULL || addr == NULL)
-    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                    "socket: no host:port given");
+/* Splits "host:port", "[v6]:port" or "v6addr:port" into host[hostlen] and a
+ * pointer to the port text. */
+static ringcc_result_t split_host_port(const char *host_port, char *host,
+                                       size_t hostlen, const char **port_str,
+                                       char *err, size_t errlen) {
+  const char *host_start = host_port, *host_end;
   if (host_port[0] == '[') { /* "[v6]:port" */
-    const char *close = strchr(host_port, ']');
-    if (close == NULL || close[1] != ':')
+    host_end = strchr(host_port, ']');
+    if (host_end == NULL || host_end[1] != ':')
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                       "socket: \"%s\" is not [ipv6-address]:port", host_port);
-    host_len = (size_t)(close - host_port - 1);
-    if (host_len >= sizeof(host))
-      host_len = sizeof(host); /* rejected below */
-    else
-      memcpy(host, host_port + 1, host_len);
-    port_str = close + 2;
+    host_start = host_port + 1;
+    *port_str = host_end + 2;
   } else {
-    const char *colon = strrchr(host_port, ':');
-    if (colon == NULL)
+    host_end = strrchr(host_port, ':');
+    if (host_end == NULL)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                       "socket: \"%s\" has no port; write host:port (or "
                       "[ipv6-address]:port)", host_port);
-    host_len = (size_t)(colon - host_port);
-    if (host_len < sizeof(host))
-      memcpy(host, host_port, host_len);
-    port_str = colon + 1;
-    if (host_len < sizeof(host) && memchr(host, ':', host_len) != NULL) {
-      /* An unbracketed IPv6 address: only accepted as "v6addr:port" when
-       * what precedes the last colon is a complete IPv6 address. */
-      struct in6_addr probe;
-      host[host_len] = '\0';
-      char *pct = strchr(host, '%');
-      if (pct)
-        *pct = '\0';
-      int ok = inet_pton(AF_INET6, host, &probe) == 1;
-      if (pct)
-        *pct = '%';
-      if (!ok)
-        return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                        "socket: \"%s\" is not host:port; write an IPv6 "
-                        "address as [address]:port", host_port);
-    }
+    *port_str = host_end + 1;
   }
-  if (host_len == 0 || host_len >= sizeof(host))
+  size_t len = (size_t)(host_end - host_start);
+  if (len == 0 || len >= hostlen)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "socket: \"%s\" has %s host name", host_port,
-                    host_len == 0 ? "an empty" : "a too long");
-  host[host_len] = '\0';
-  int port = parse_port(port_str);
-  if (port < 0)
-    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                    "socket: \"%s\": port \"%s\" is not a number in 1..65535",
-                    host_port, port_str);
+                    len == 0 ? "an empty" : "a too long");
+  memcpy(host, host_start, len);
+  host[len] = '\0';
+  if (host_port[0] != '[' && strchr(host, ':') != NULL) {
+    /* Unbracketed IPv6: only "v6addr:port" where what precedes the last
+     * colon is a whole IPv6 address ("fe80::1" alone has no port). */
+    struct in6_addr probe;
+    char bare[256];
+    snprintf(bare, sizeof(bare), "%s", host);
+    bare[strcspn(bare, "%")] = '\0';
+    if (inet_pton(AF_INET6, bare, &probe) != 1)
+      return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                      "socket: \"%s\" is not host:port; write an IPv6 "
+                      "address as [address]:port", host_port);
+  }
+  return RINGCC_SUCCESS;
+}
 
+/* Resolves host (numeric or a name) to its first IPv4/IPv6 address. */
+static ringcc_result_t resolve(const char *host, const char *port_str,
+                               const char *host_port,
+                               struct sockaddr_storage *addr, char *err,
+                               size_t errlen) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
@@ -329,17 +354,39 @@ ringcc_result_t rcc_socket_parse_host_port(const char *host_port,
        ai = ai->ai_next)
     if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
       pick = ai;
-  if (pick == NULL) {
-    freeaddrinfo(res);
+  if (pick != NULL) {
+    memset(addr, 0, sizeof(*addr));
+    memcpy(addr, pick->ai_addr, pick->ai_addrlen);
+  }
+  freeaddrinfo(res);
+  if (pick == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "socket: host \"%s\" of \"%s\" has no IPv4 or IPv6 "
                     "address", host, host_port);
-  }
-  memset(addr, 0, sizeof(*addr));
-  memcpy(addr, pick->ai_addr, pick->ai_addrlen);
-  freeaddrinfo(res);
-  rcc_socket_addr_set_port(addr, port);
   return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_socket_parse_host_port(const char *host_port,
+                                           struct sockaddr_storage *addr,
+                                           char *err, size_t errlen) {
+  char host[256];
+  const char *port_str = "";
+  if (host_port == NULL || addr == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: no host:port given");
+  ringcc_result_t r = split_host_port(host_port, host, sizeof(host),
+                                     &port_str, err, errlen);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  int port = parse_port(port_str);
+  if (port < 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: \"%s\": port \"%s\" is not a number in 1..65535",
+                    host_port, port_str);
+  r = resolve(host, port_str, host_port, addr, err, errlen);
+  if (r == RINGCC_SUCCESS)
+    rcc_socket_addr_set_port(addr, port);
+  return r;
 }
 
 /* ---- listen, accept, connect ------------------------------------------- */

@@ -14,6 +14,7 @@
 
 const struct rcc_transport *const rcc_transports[] = {
     &rcc_transport_shm,
+    // WIP &rcc_transport_net,
 };
 const int rcc_num_transports =
     (int)(sizeof(rcc_transports) / sizeof(rcc_transports[0]));
@@ -58,9 +59,8 @@ static ringcc_result_t assign_edges(struct ringcc_comm *comm) {
       return rcc_comm_error(
           comm, RINGCC_ERR_UNSUPPORTED,
           "init on rank %d: no transport can connect rank %d (host %s) to "
-          "rank %d (host %s)%s; this build has: SHM (one host only)",
-          comm->rank, comm->rank, me->hostname, p, comm->peers[p].hostname,
-          me->shm_disable ? " with RINGCC_SHM_DISABLE=1" : "");
+          "rank %d (host %s)",
+          comm->rank, comm->rank, me->hostname, p, comm->peers[p].hostname);
   }
   return RINGCC_SUCCESS;
 }
@@ -114,6 +114,14 @@ out:
   free(all);
   free(peers);
   return r;
+}
+
+const char *rcc_edge_name(const struct ringcc_comm *comm, int peer) {
+  const struct rcc_transport *tr = comm->edge_transport[peer];
+  for (int t = 0; t < rcc_num_transports; t++)
+    if (rcc_transports[t] == tr && tr->describe && comm->transport_state[t])
+      return tr->describe(comm->transport_state[t]);
+  return tr ? tr->name : "none";
 }
 
 void rcc_transports_destroy(struct ringcc_comm *comm) {

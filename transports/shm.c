@@ -164,6 +164,7 @@ static void init_conn(struct rcc_conn *c, char *fifo_base,
   c->slot_bytes = (size_t)comm->set.chunk_bytes;
   c->step = 0;
   c->peer = peer;
+  c->doorbell = -1;
 }
 
 static ringcc_result_t map_peer(struct ringcc_comm *comm,

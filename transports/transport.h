@@ -45,9 +45,12 @@ struct rcc_transport {
                              const char *all_blobs);
   void (*finish)(struct ringcc_comm *comm, void *state);
   void (*destroy)(struct ringcc_comm *comm, void *state);
+  /* Optional: a longer name for the log ("NET/Socket/eth0"). */
+  const char *(*describe)(void *state);
 };
 
 extern const struct rcc_transport rcc_transport_shm;
+extern const struct rcc_transport rcc_transport_net;
 
 /* The ordered table: the first transport that can connect an edge wins. */
 extern const struct rcc_transport *const rcc_transports[];

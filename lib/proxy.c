@@ -1,0 +1,287 @@
+/*
+ * proxy.c - the progress thread that moves FIFO slots across the network.
+ *
+ * One thread per communicator with network edges. For a send connection it
+ * turns every slot the executor filled (tail) into a plugin isend and, when
+ * that completes, frees the slot (head). For a receive connection it posts an
+ * irecv into every free slot (head) and, when a message lands, publishes it
+ * (tail) with its meta word. The executors therefore see ordinary FIFOs and
+ * never drive the network themselves.
+ *
+ * Idle, the thread sleeps in poll() on the plugin's sockets and an eventfd
+ * doorbell. Before sleeping it registers as a waiter on the counters it is
+ * waiting for, so an executor that publishes rings the doorbell (see
+ * host_wake in exec_host.c); it is the futex protocol of proto.h with poll().
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "net.h"
+
+#define IDLE_SPINS 200
+#define POLL_MS 100
+#define MAX_POLL_FDS 1024
+
+struct rcc_proxy {
+  struct ringcc_comm *comm;
+  const struct rcc_net_plugin *plugin;
+  struct rcc_proxy_conn *conns;
+  int nconns;
+  int doorbell;
+  volatile int stop;
+  pthread_t thread;
+  struct pollfd *pfds;
+};
+
+void rcc_proxy_ring(int doorbell_fd) {
+  uint64_t one = 1;
+  ssize_t r = write(doorbell_fd, &one, sizeof(one));
+  (void)r; /* a full counter still wakes the reader */
+}
+
+int rcc_proxy_doorbell(const struct rcc_proxy *proxy) {
+  return proxy->doorbell;
+}
+
+void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,
+                              const char *fmt, ...) {
+  int expected = 0;
+  /* Claim with a placeholder, write the message, then publish the code. */
+  if (!__atomic_compare_exchange_n(&comm->async_error, &expected, -1, 0,
+                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(comm->async_message, sizeof(comm->async_message), fmt, ap);
+  va_end(ap);
+  RCC_WARN(comm->rank, "%s", comm->async_message);
+  __atomic_store_n(&comm->async_error, (int)code, __ATOMIC_RELEASE);
+}
+
+static void wake_executor(uint32_t *word, uint32_t *waiters) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(waiters, __ATOMIC_RELAXED) != 0)
+    syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Wakes every executor waiter, so they see an asynchronous error. */
+static void wake_all(struct rcc_proxy *px) {
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_fifo *f = px->conns[i].fifo;
+    syscall(SYS_futex, &f->head, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    syscall(SYS_futex, &f->tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  }
+}
+
+static ringcc_result_t fail(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                            ringcc_result_t r, const char *err) {
+  const struct rcc_peer_info *peer = &px->comm->peers[c->peer];
+  rcc_comm_set_async_error(px->comm, r,
+                           "network %s rank %d -> rank %d (host %s): %s",
+                           c->is_send ? "send" : "receive",
+                           c->is_send ? px->comm->rank : c->peer,
+                           c->is_send ? c->peer : px->comm->rank,
+                           peer->hostname, err);
+  wake_all(px);
+  return r;
+}
+
+/* Posts what can be posted and retires what completed; returns progress. */
+static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                         ringcc_result_t *r) {
+  char err[RCC_ERRLEN];
+  int moved = 0;
+  uint32_t tail = __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE);
+
+  while (c->posted != tail) {
+    uint32_t slot = c->posted % c->nslots;
+    uint64_t meta = c->fifo->meta[slot];
+    void *req = NULL;
+    *r = px->plugin->isend(c->net_comm, c->data + (size_t)slot * c->slot_bytes,
+                           RCC_META_BYTES(meta), (uint32_t)(meta >> 32),
+                           c->mhandle, &req, err, sizeof(err));
+    if (*r != RINGCC_SUCCESS)
+      return fail(px, c, *r, err), 0;
+    if (req == NULL)
+      break;
+    c->request[slot] = req;
+    c->posted++;
+    moved = 1;
+  }
+  while (c->done != c->posted) {
+    int done = 0;
+    size_t bytes;
+    uint32_t imm;
+    *r = px->plugin->test(c->request[c->done % c->nslots], &done, &bytes, &imm,
+                          err, sizeof(err));
+    if (*r != RINGCC_SUCCESS)
+      return fail(px, c, *r, err), 0;
+    if (!done)
+      break;
+    c->done++;
+    __atomic_store_n(&c->fifo->head, c->done, __ATOMIC_RELEASE);
+    wake_executor(&c->fifo->head, &c->fifo->head_waiters);
+    moved = 1;
+  }
+  return moved;
+}
+
+static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                         ringcc_result_t *r) {
+  char err[RCC_ERRLEN];
+  int moved = 0;
+  uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
+
+  while ((uint32_t)(c->posted - head) < c->nslots) {
+    uint32_t slot = c->posted % c->nslots;
+    void *req = NULL;
+    *r = px->plugin->irecv(c->net_comm, c->data + (size_t)slot * c->slot_bytes,
+                           c->slot_bytes, c->mhandle, &req, err, sizeof(err));
+    if (*r != RINGCC_SUCCESS)
+      return fail(px, c, *r, err), 0;
+    if (req == NULL)
+      break;
+    c->request[slot] = req;
+    c->posted++;
+    moved = 1;
+  }
+  while (c->done != c->posted) {
+    int done = 0;
+    size_t bytes;
+    uint32_t imm;
+    uint32_t slot = c->done % c->nslots;
+    *r = px->plugin->test(c->request[slot], &done, &bytes, &imm, err,
+                          sizeof(err));
+    if (*r != RINGCC_SUCCESS)
+      return fail(px, c, *r, err), 0;
+    if (!done)
+      break;
+    c->fifo->meta[slot] = (uint64_t)bytes | (uint64_t)imm << 32;
+    c->done++;
+    __atomic_store_n(&c->fifo->tail, c->done, __ATOMIC_RELEASE);
+    wake_executor(&c->fifo->tail, &c->fifo->tail_waiters);
+    moved = 1;
+  }
+  return moved;
+}
+
+/* The counter this connection waits on while idle: the executor's side. */
+static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
+  *waiters = c->is_send ? &c->fifo->tail_waiters : &c->fifo->head_waiters;
+  return c->is_send ? &c->fifo->tail : &c->fifo->head;
+}
+
+/* Sleeps until a socket is ready, the doorbell rings, or POLL_MS passed. */
+static void idle_sleep(struct rcc_proxy *px) {
+  int nfds = 0, changed = 0;
+  px->pfds[nfds++] = (struct pollfd){.fd = px->doorbell, .events = POLLIN};
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_proxy_conn *c = &px->conns[i];
+    uint32_t *waiters, *word = idle_word(c, &waiters);
+    __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
+    uint32_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+    /* Work arrived while we were deciding to sleep: do not sleep. */
+    if (c->is_send ? now != c->posted
+                   : (uint32_t)(c->posted - now) < c->nslots)
+      changed = 1;
+    int fds[16];
+    int k = px->plugin->fds(c->net_comm, fds, 16);
+    short events = POLLIN;
+    if (c->is_send && c->done != c->posted)
+      events |= POLLOUT;
+    for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++)
+      px->pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = events};
+  }
+  if (!changed && !px->stop)
+    poll(px->pfds, (nfds_t)nfds, POLL_MS);
+  for (int i = 0; i < px->nconns; i++) {
+    uint32_t *waiters;
+    idle_word(&px->conns[i], &waiters);
+    __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
+  }
+  if (px->pfds[0].revents & POLLIN) {
+    uint64_t v;
+    ssize_t r = read(px->doorbell, &v, sizeof(v));
+    (void)r;
+  }
+}
+
+static void *proxy_main(void *arg) {
+  struct rcc_proxy *px = arg;
+  int idle = 0, failed = 0;
+
+  while (!px->stop) {
+    int moved = 0;
+    for (int i = 0; i < px->nconns && !failed; i++) {
+      ringcc_result_t r = RINGCC_SUCCESS;
+      struct rcc_proxy_conn *c = &px->conns[i];
+      moved |= c->is_send ? progress_send(px, c, &r) : progress_recv(px, c, &r);
+      failed = r != RINGCC_SUCCESS;
+    }
+    if (moved) {
+      idle = 0;
+    } else if (failed || ++idle > IDLE_SPINS) {
+      idle_sleep(px); /* after a failure: only wait for stop */
+    }
+  }
+  return NULL;
+}
+
+ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
+                                const struct rcc_net_plugin *plugin,
+                                struct rcc_proxy_conn *conns, int nconns,
+                                struct rcc_proxy **out) {
+  struct rcc_proxy *px = calloc(1, sizeof(*px));
+  if (px == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "init on rank %d: out of memory", comm->rank);
+  px->comm = comm;
+  px->plugin = plugin;
+  px->conns = conns;
+  px->nconns = nconns;
+  px->pfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
+  px->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (px->pfds == NULL || px->doorbell < 0) {
+    int e = errno;
+    if (px->doorbell >= 0)
+      close(px->doorbell);
+    free(px->pfds);
+    free(px);
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "init on rank %d: cannot create the proxy's "
+                          "doorbell: %s", comm->rank, strerror(e));
+  }
+  int e = pthread_create(&px->thread, NULL, proxy_main, px);
+  if (e != 0) {
+    close(px->doorbell);
+    free(px->pfds);
+    free(px);
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "init on rank %d: cannot start the proxy thread: %s",
+                          comm->rank, strerror(e));
+  }
+  *out = px;
+  return RINGCC_SUCCESS;
+}
+
+void rcc_proxy_stop(struct rcc_proxy *px) {
+  if (px == NULL)
+    return;
+  px->stop = 1;
+  rcc_proxy_ring(px->doorbell);
+  pthread_join(px->thread, NULL);
+  close(px->doorbell);
+  free(px->pfds);
+  free(px);
+}

@@ -1,0 +1,78 @@
+/*
+ * net.h - the network plugin interface (TCP sockets today, verbs next).
+ *
+ * A plugin moves whole messages between two ranks on different hosts. The
+ * "net" transport (transports/net.c) puts a FIFO on each side in local
+ * memory and a proxy thread (lib/proxy.c) turns filled slots into isend()s
+ * and free slots into irecv()s, so the executors see ordinary FIFOs.
+ *
+ * Model (NCCL's net plugin, simplified):
+ *   listen   once per communicator; the handle (an address) goes to peers
+ *            through the bootstrap
+ *   connect  to a peer's handle, sending a small hello (who we are and the
+ *            communicator's secret) that accept() hands to the core
+ *   isend / irecv  post one message of at most the slot size; each carries a
+ *            32-bit immediate (the FIFO slot's meta tag); requests on one
+ *            connection complete in the order they were posted
+ *   test     progress a request; reports completion, size and immediate
+ *   reg_mr   make memory usable for isend/irecv (a no-op for TCP; verbs
+ *            register it with the NIC)
+ *   fds      file descriptors the proxy may poll() on while idle
+ *
+ * Every call that can fail writes one sentence to err[errlen] (what, which
+ * address, the OS reason) and returns a ringcc_result_t: RINGCC_ERR_NETWORK
+ * for a network failure, RINGCC_ERR_PEER_FAILED when the peer closed the
+ * connection, RINGCC_ERR_TIMEOUT at a deadline.
+ */
+#ifndef RCC_NET_H
+#define RCC_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringcc.h"
+
+#define RCC_NET_HANDLE_BYTES 128 /* a listen handle, opaque to the core */
+#define RCC_NET_HELLO_BYTES 64   /* the hello sent by connect() */
+#define RCC_NET_MAX_REQUESTS 64  /* outstanding requests per connection */
+
+struct rcc_net_plugin {
+  const char *name; /* "Socket" */
+  /* Once per process. spec: the interface choice (RINGCC_SOCKET_IFNAME
+   * syntax, NULL for the default). */
+  ringcc_result_t (*init)(const char *spec, char *err, size_t errlen);
+  /* The device in use, for the log: "eth0". */
+  const char *(*device)(void);
+  ringcc_result_t (*listen)(void *handle, void **listen_comm, char *err,
+                            size_t errlen);
+  ringcc_result_t (*connect)(const void *handle, const void *hello,
+                             void **send_comm, int64_t deadline_ns, char *err,
+                             size_t errlen);
+  /* Accepts the next connection and returns its hello
+   * (RCC_NET_HELLO_BYTES). The core decides whether it is welcome. */
+  ringcc_result_t (*accept)(void *listen_comm, void *hello, void **recv_comm,
+                            int64_t deadline_ns, char *err, size_t errlen);
+  ringcc_result_t (*reg_mr)(void *comm, void *data, size_t bytes,
+                            void **mhandle, char *err, size_t errlen);
+  void (*dereg_mr)(void *comm, void *mhandle);
+  /* *request == NULL on return: no resources now, try again later. */
+  ringcc_result_t (*isend)(void *send_comm, const void *data, size_t bytes,
+                           uint32_t imm, void *mhandle, void **request,
+                           char *err, size_t errlen);
+  ringcc_result_t (*irecv)(void *recv_comm, void *data, size_t max_bytes,
+                           void *mhandle, void **request, char *err,
+                           size_t errlen);
+  /* On *done, the request is freed; *bytes and *imm describe the message. */
+  ringcc_result_t (*test)(void *request, int *done, size_t *bytes,
+                          uint32_t *imm, char *err, size_t errlen);
+  /* Up to max fds to poll() for progress (POLLIN and POLLOUT); returns the
+   * number written. */
+  int (*fds)(void *comm, int *fds, int max);
+  void (*close_send)(void *send_comm);
+  void (*close_recv)(void *recv_comm);
+  void (*close_listen)(void *listen_comm);
+};
+
+extern const struct rcc_net_plugin rcc_net_socket;
+
+#endif /* RCC_NET_H */
