@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -22,8 +23,8 @@
 #define DEFAULT_TIMEOUT_MS 600000
 #define DEFAULT_CHUNK_BYTES 65536
 #define DEFAULT_NSLOTS 8
-#define DEFAULT_SPIN 64
-#define DEFAULT_YIELDS 8
+#define DEFAULT_SPIN 20000 /* polls, about 20 us to 100 us */
+#define DEFAULT_YIELDS 32
 
 static _Thread_local char thread_error[RCC_ERRLEN];
 
@@ -220,8 +221,8 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
           s->nslots);
   SETTING(c->shm_disable, "RINGCC_SHM_DISABLE", 0, 0, 1, s->shm_disable);
   SETTING(c->check, "RINGCC_CHECK", 0, 0, 1, s->check);
-  SETTING(-1, "RINGCC_SPIN", DEFAULT_SPIN, 0, 1 << 24, s->spin);
-  SETTING(-1, "RINGCC_YIELDS", DEFAULT_YIELDS, 0, 1 << 24, s->yields);
+  SETTING(-1, "RINGCC_SPIN", -1, -1, 1 << 24, s->spin);
+  SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
 #undef SETTING
   if (s->chunk_bytes % 64 != 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
@@ -269,6 +270,10 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
     me->host_hash = fnv1a(me->host_hash, me->hostname, strlen(me->hostname));
     me->host_hash = fnv1a(me->host_hash, boot_id, strlen(boot_id));
   }
+  char pidns[64] = "";
+  ssize_t len = readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
+  me->pid_space = fnv1a(0xcbf29ce484222325ULL, boot_id, strlen(boot_id));
+  me->pid_space = fnv1a(me->pid_space, pidns, len > 0 ? (size_t)len : 0);
   me->rank = comm->rank;
   me->pid = (int32_t)getpid();
   me->chunk_bytes = comm->set.chunk_bytes;
@@ -305,6 +310,41 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
           (long long)comm->set.chunk_bytes, comm->set.nslots);
   }
   return RINGCC_SUCCESS;
+}
+
+int rcc_peer_alive(const struct ringcc_comm *comm, int peer) {
+  const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  const struct rcc_peer_info *q = &comm->peers[peer];
+  char path[64], stat[256];
+
+  if (q->pid_space != me->pid_space || q->pid == me->pid)
+    return 1; /* another host, or a thread of this process */
+  if (kill(q->pid, 0) != 0 && errno == ESRCH)
+    return 0;
+  /* A killed child its parent has not reaped yet is a zombie: gone too. */
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)q->pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 1;
+  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *paren = strrchr(stat, ')');
+  return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+/* Without RINGCC_SPIN / RINGCC_YIELDS: poll only when every local rank has
+ * a CPU of its own; oversubscribed, a spinning rank steals the CPU its
+ * producer needs, so yield at once. */
+static void adapt_waiting(struct ringcc_comm *comm) {
+  int local = 0;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int p = 0; p < comm->nranks; p++)
+    local += comm->peers[p].host_hash == comm->peers[comm->rank].host_hash;
+  if (comm->set.spin < 0)
+    comm->set.spin = local <= cpus ? DEFAULT_SPIN : 0;
+  if (comm->set.yields < 0)
+    comm->set.yields = DEFAULT_YIELDS;
 }
 
 /* ---- init ------------------------------------------------------------- */
@@ -371,6 +411,7 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
     return rcc_comm_error(comm, r, "init on rank %d of %d: %s", comm->rank,
                           comm->nranks, err);
   if ((r = exchange_peer_info(comm, deadline)) != RINGCC_SUCCESS ||
+      (adapt_waiting(comm), 0) ||
       (r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
       (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)

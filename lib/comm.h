@@ -19,6 +19,7 @@ struct rcc_peer_info {
   int32_t rank;
   int32_t pid;
   uint64_t host_hash;  /* hostname + boot id, or RINGCC_HOSTID */
+  uint64_t pid_space;  /* boot id + pid namespace: pids comparable if equal */
   int64_t chunk_bytes; /* must agree across ranks */
   int32_t nslots;      /* must agree across ranks */
   int32_t shm_disable;
@@ -78,6 +79,9 @@ ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
 /* Same, for calls without a usable communicator (thread-local message). */
 ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* 0 if rank peer's process is known to be gone (same pid space only). */
+int rcc_peer_alive(const struct ringcc_comm *comm, int peer);
 
 /* graph.c: ring order over the peers' hosts. */
 ringcc_result_t rcc_graph_build_ring(struct ringcc_comm *comm);

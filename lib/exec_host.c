@@ -99,6 +99,17 @@ static int wait_failed(struct exec *x) {
                           rcc_coll_name(x->plan->coll),
                           (unsigned long long)comm->seq, comm->rank,
                           x->waiting_for, x->waiting_peer);
+  if (x->waiting_peer >= 0 && !rcc_peer_alive(comm, x->waiting_peer)) {
+    const struct rcc_peer_info *q = &comm->peers[x->waiting_peer];
+    return rcc_comm_error(comm, RINGCC_ERR_PEER_FAILED,
+                          "%s (seq %llu) on rank %d: rank %d (pid %d on host "
+                          "%s) died; noticed at step %llu while waiting for %s "
+                          "it",
+                          rcc_coll_name(x->plan->coll),
+                          (unsigned long long)comm->seq, comm->rank,
+                          x->waiting_peer, (int)q->pid, q->hostname,
+                          (unsigned long long)x->step_index, x->waiting_for);
+  }
   if (rcc_now_ns() >= x->deadline)
     return rcc_comm_error(
         comm, RINGCC_ERR_TIMEOUT,
