@@ -89,6 +89,11 @@ static ringcc_result_t validate_buffers(const struct call *c) {
     return bad_arg(c, c->coll == RCC_COLL_RECV
                           ? "argument 'buf' is NULL with count > 0"
                           : "argument 'recvbuf' is NULL with count > 0");
+  if ((const void *)c->recvbuf == RINGCC_IN_PLACE)
+    return bad_arg(c, c->coll == RCC_COLL_RECV || c->coll == RCC_COLL_BCAST
+                          ? "argument 'buf' is RINGCC_IN_PLACE, not a buffer"
+                          : "argument 'recvbuf' is RINGCC_IN_PLACE; only "
+                            "'sendbuf' may be");
   if (c->sendbuf == RINGCC_IN_PLACE &&
       (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_BCAST))
     return bad_arg(c, "RINGCC_IN_PLACE is not a buffer ('buf')");

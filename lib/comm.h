@@ -104,6 +104,8 @@ struct rcc_proxy_conn {
   void *mhandle;
   uint32_t posted;        /* slots handed to the plugin */
   uint32_t done;          /* slots the plugin finished */
+  int bye;                /* send: goodbye posted; recv: goodbye received */
+  void *bye_request;
   void *request[RCC_FIFO_MAX_SLOTS];
 };
 struct rcc_proxy;
@@ -112,6 +114,9 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
                                 struct rcc_proxy_conn *conns, int nconns,
                                 struct rcc_proxy **out);
 int rcc_proxy_doorbell(const struct rcc_proxy *proxy);
+/* Sends every filled slot, then a goodbye on every send connection, so
+ * peers can tell a rank that left from a rank that died. */
+void rcc_proxy_drain(struct rcc_proxy *proxy, int64_t deadline_ns);
 void rcc_proxy_stop(struct rcc_proxy *proxy);
 void rcc_proxy_ring(int doorbell_fd);
 /* Records the first asynchronous failure (from any thread). */

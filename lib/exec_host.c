@@ -52,6 +52,7 @@ struct exec {
   int64_t deadline;
   uint64_t step_index;   /* for messages */
   int waiting_peer;      /* for messages */
+  const struct rcc_fifo *waiting_fifo;
   const char *waiting_for;
 };
 
@@ -99,6 +100,16 @@ static int wait_failed(struct exec *x) {
                           rcc_coll_name(x->plan->coll),
                           (unsigned long long)comm->seq, comm->rank,
                           x->waiting_for, x->waiting_peer);
+  if (x->waiting_fifo && __atomic_load_n(&x->waiting_fifo->closed,
+                                         __ATOMIC_ACQUIRE))
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
+                          "%s (seq %llu) on rank %d: rank %d destroyed its "
+                          "communicator while this rank waits for %s it at "
+                          "step %llu (did all ranks make the same calls?)",
+                          rcc_coll_name(x->plan->coll),
+                          (unsigned long long)comm->seq, comm->rank,
+                          x->waiting_peer, x->waiting_for,
+                          (unsigned long long)x->step_index);
   if (x->waiting_peer >= 0 && !rcc_peer_alive(comm, x->waiting_peer)) {
     const struct rcc_peer_info *q = &comm->peers[x->waiting_peer];
     return rcc_comm_error(comm, RINGCC_ERR_PEER_FAILED,
@@ -255,6 +266,7 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
 
   x->waiting_for = "a free slot to send to";
   x->waiting_peer = s->send_peer;
+  x->waiting_fifo = NULL;
   if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
     return r;
   copy_bytes(out, x->src + s->src_off * x->esize, bytes);
@@ -262,6 +274,7 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
 
   x->waiting_for = "data from";
   x->waiting_peer = s->recv_peer;
+  x->waiting_fifo = rc->fifo;
   if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
     return r;
   if ((r = check_meta(x, s, meta, bytes)) != 0)
@@ -286,6 +299,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
     rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
     x->waiting_for = "data from";
     x->waiting_peer = s->recv_peer;
+    x->waiting_fifo = rc->fifo;
     if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
       return r;
     if ((r = check_meta(x, s, meta, bytes)) != 0)
@@ -295,6 +309,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
     sc = &comm->send_conn[s->conn_kind][s->send_peer];
     x->waiting_for = "a free slot to send to";
     x->waiting_peer = s->send_peer;
+    x->waiting_fifo = NULL;
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
   }

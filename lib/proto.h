@@ -51,6 +51,7 @@ struct rcc_fifo {
   _Alignas(RCC_CACHELINE) uint32_t head;  /* written by the receiver */
   uint32_t head_waiters;                  /* senders sleeping on head */
   _Alignas(RCC_CACHELINE) uint64_t meta[RCC_FIFO_MAX_SLOTS];
+  uint32_t closed; /* the sender's rank left cleanly (network FIFOs) */
 };
 #define RCC_FIFO_DATA_OFFSET 4096
 _Static_assert(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,

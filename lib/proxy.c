@@ -29,7 +29,12 @@
 #include "comm.h"
 #include "net.h"
 
-#define IDLE_SPINS 200
+/* Rounds without progress before sleeping in poll(). Polling sockets that
+ * have nothing ready is expensive (and steals the CPU from the ranks on an
+ * oversubscribed host), so the proxy sleeps almost at once. */
+#define IDLE_SPINS 2
+/* The immediate of the goodbye message a leaving rank sends (not a slot). */
+#define IMM_BYE 0x80000000u
 #define POLL_MS 100
 #define MAX_POLL_FDS 1024
 
@@ -40,6 +45,8 @@ struct rcc_proxy {
   int nconns;
   int doorbell;
   volatile int stop;
+  volatile int closing;    /* destroy: send goodbyes once drained */
+  volatile int bye_done;   /* every goodbye went out */
   pthread_t thread;
   struct pollfd *pfds;
 };
@@ -143,6 +150,8 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   int moved = 0;
   uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
 
+  if (c->bye)
+    return 0;
   while ((uint32_t)(c->posted - head) < c->nslots) {
     uint32_t slot = c->posted % c->nslots;
     void *req = NULL;
@@ -167,6 +176,12 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
       return fail(px, c, *r, err), 0;
     if (!done)
       break;
+    if (imm & IMM_BYE) { /* the peer left cleanly: nothing more comes */
+      c->bye = 1;
+      __atomic_store_n(&c->fifo->closed, 1, __ATOMIC_RELEASE);
+      syscall(SYS_futex, &c->fifo->tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+      return 1;
+    }
     c->fifo->meta[slot] = (uint64_t)bytes | (uint64_t)imm << 32;
     c->done++;
     __atomic_store_n(&c->fifo->tail, c->done, __ATOMIC_RELEASE);
@@ -186,10 +201,14 @@ static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
 static void idle_sleep(struct rcc_proxy *px) {
   int nfds = 0, changed = 0;
   px->pfds[nfds++] = (struct pollfd){.fd = px->doorbell, .events = POLLIN};
+  if (px->closing && !px->bye_done)
+    changed = 1; /* the goodbye needs progress, not sleep */
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
     uint32_t *waiters, *word = idle_word(c, &waiters);
     __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
+    if (!c->is_send && c->bye)
+      continue; /* the peer left: its sockets only report EOF */
     uint32_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
     /* Work arrived while we were deciding to sleep: do not sleep. */
     if (c->is_send ? now != c->posted
@@ -217,6 +236,49 @@ static void idle_sleep(struct rcc_proxy *px) {
   }
 }
 
+/* Once every send FIFO is empty, post a goodbye on each; bye_done when all
+ * went out. Returns progress. */
+static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
+  char err[RCC_ERRLEN];
+  int moved = 0, pending = 0;
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_proxy_conn *c = &px->conns[i];
+    if (!c->is_send)
+      continue;
+    if (c->done != c->posted ||
+        c->posted != __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE))
+      return 0; /* not drained yet */
+  }
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_proxy_conn *c = &px->conns[i];
+    if (!c->is_send || c->bye == 2)
+      continue;
+    if (!c->bye) {
+      *r = px->plugin->isend(c->net_comm, c->data, 0, IMM_BYE, c->mhandle,
+                             &c->bye_request, err, sizeof(err));
+      if (*r != RINGCC_SUCCESS)
+        return fail(px, c, *r, err), 0;
+      c->bye = c->bye_request != NULL;
+      moved |= c->bye;
+    }
+    if (c->bye == 1) {
+      int done = 0;
+      size_t bytes;
+      uint32_t imm;
+      *r = px->plugin->test(c->bye_request, &done, &bytes, &imm, err,
+                            sizeof(err));
+      if (*r != RINGCC_SUCCESS)
+        return fail(px, c, *r, err), 0;
+      if (done)
+        c->bye = 2, moved = 1;
+    }
+    pending |= c->bye != 2;
+  }
+  if (!pending)
+    __atomic_store_n(&px->bye_done, 1, __ATOMIC_RELEASE);
+  return moved;
+}
+
 static void *proxy_main(void *arg) {
   struct rcc_proxy *px = arg;
   int idle = 0, failed = 0;
@@ -227,6 +289,11 @@ static void *proxy_main(void *arg) {
       ringcc_result_t r = RINGCC_SUCCESS;
       struct rcc_proxy_conn *c = &px->conns[i];
       moved |= c->is_send ? progress_send(px, c, &r) : progress_recv(px, c, &r);
+      failed = r != RINGCC_SUCCESS;
+    }
+    if (px->closing && !px->bye_done && !failed) {
+      ringcc_result_t r = RINGCC_SUCCESS;
+      moved |= progress_goodbye(px, &r);
       failed = r != RINGCC_SUCCESS;
     }
     if (moved) {
@@ -273,6 +340,24 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   }
   *out = px;
   return RINGCC_SUCCESS;
+}
+
+void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
+  if (px == NULL)
+    return;
+  px->closing = 1;
+  rcc_proxy_ring(px->doorbell);
+  while (!__atomic_load_n(&px->bye_done, __ATOMIC_ACQUIRE)) {
+    if (px->comm->aborted ||
+        __atomic_load_n(&px->comm->async_error, __ATOMIC_ACQUIRE) != 0)
+      return;
+    if (rcc_now_ns() >= deadline_ns) {
+      RCC_WARN(px->comm->rank, "destroy: gave up waiting for the network to "
+                               "take the last messages of this rank");
+      return;
+    }
+    usleep(100);
+  }
 }
 
 void rcc_proxy_stop(struct rcc_proxy *px) {

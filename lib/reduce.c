@@ -4,7 +4,11 @@
  * These are the hot loop of every reducing collective, and must run at memory
  * bandwidth. One definition, expanded by the macros below, makes every
  * datatype x op kernel; it is compiled once per instruction set (portable C,
- * AVX2+F16C, AVX-512) and the best set the CPU has is picked at run time.
+ * AVX2+F16C, AVX-512 F/BW/DQ/VL) with __attribute__((target)), into one table
+ * of function pointers per set. The first call picks the best table the CPU
+ * and OS support (logged at RINGCC_DEBUG=INFO). Tables rather than
+ * target_clones: a caller fetches its kernel once per collective, so there is
+ * no dispatch per call, and the tests can run every set (rcc_reduce_set_isa).
  *
  * Semantics, the same in every instruction set (bit for bit):
  *  - Integers wrap modulo 2^bits: sum and product are computed in the unsigned
@@ -36,6 +40,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define RCC_HAVE_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define RCC_HAVE_X86 0
@@ -65,53 +70,52 @@ static inline float f32_from_bits(uint32_t u) {
   return f;
 }
 
+/*
+ * The float16 conversions are branch-free so that the portable kernels
+ * vectorise too; they give the F16C instructions' bits exactly, NaNs
+ * included. Subnormal halves go through one float addition or subtraction
+ * that is exact or rounds to nearest even (the default rounding mode, which
+ * all float arithmetic here assumes); its operands and results are normal
+ * floats, so the MXCSR FTZ/DAZ bits do not matter.
+ */
+
+/* cond ? yes : no, as bit masks: GCC turns a ?: around a float operation
+ * into a branch (the operation might trap), which stops vectorisation. */
+static inline uint32_t pick(int cond, uint32_t yes, uint32_t no) {
+  uint32_t mask = -(uint32_t)(cond != 0);
+  return (yes & mask) | (no & ~mask);
+}
+
 /* Exact. A signalling NaN comes back quiet, as VCVTPH2PS does. */
 static inline float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  int32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) /* Inf or NaN */
-    return f32_from_bits(sign | 0x7f800000u | (mant << 13) |
-                         (mant != 0 ? 0x400000u : 0));
-  if (exp == 0) {
-    if (mant == 0)
-      return f32_from_bits(sign);
-    exp = 1; /* subnormal: normalise so that bit 10 is the implicit one */
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      exp--;
-    }
-    mant &= 0x3ffu;
-  }
-  /* + 112 rebiases 15 -> 127; a subnormal's exp is -9..0 here. */
-  return f32_from_bits(sign | ((uint32_t)(exp + 112) << 23) | (mant << 13));
+  uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent, mantissa */
+  uint32_t exp = em & 0x0f800000u;
+  uint32_t normal = em + (112u << 23); /* rebias 15 -> 127 */
+  uint32_t quiet = (uint32_t)((h & 0x3ffu) != 0) << 22; /* NaN -> quiet */
+  uint32_t inf_nan = (em + (224u << 23)) | quiet;
+  /* 2^-14 * (1 + m/1024) - 2^-14 = m * 2^-24, exactly. */
+  uint32_t sub = f32_bits(f32_from_bits(em + (113u << 23)) - 0x1p-14f);
+  uint32_t r = pick(exp == 0, sub, pick(exp == 0x0f800000u, inf_nan, normal));
+  return f32_from_bits(sign | r);
 }
 
 /* Round to nearest even. NaNs keep sign and top payload bits and are made
  * quiet, as VCVTPS2PH does, so every instruction set gives the same bits. */
 static inline uint16_t float_to_half(float f) {
   uint32_t x = f32_bits(f);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) /* NaN */
-    return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  if (ax >= 0x477ff000u) /* >= 65520: the tie above 65504 rounds to Inf */
-    return (uint16_t)(sign | 0x7c00u);
-  if (ax >= 0x38800000u) { /* >= 2^-14: a normal half */
-    uint32_t r = ax - (112u << 23);
-    r += 0xfffu + ((r >> 13) & 1u);
-    return (uint16_t)(sign | (r >> 13));
-  }
-  if (ax <= 0x33000000u) /* <= 2^-25: rounds to zero (2^-25 is a tie) */
-    return sign;
-  /* A subnormal half: count units of 2^-24. */
-  uint32_t shift = 126u - (ax >> 23); /* 14..24 */
-  uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
-  uint32_t q = mant >> shift;
-  uint32_t rem = mant & ((1u << shift) - 1u);
-  uint32_t halfway = 1u << (shift - 1u);
-  q += (rem > halfway || (rem == halfway && (q & 1u))) ? 1u : 0u;
-  return (uint16_t)(sign | q);
+  /* >= 2^-14, a normal half: rebias, round on bit 13 (wraps when unused). */
+  uint32_t normal = (ax - (112u << 23) + 0xfffu + ((ax >> 13) & 1u)) >> 13;
+  /* < 2^-14: adding 0.5, whose ulp is 2^-24, rounds to whole subnormal
+   * units; the result's low bits count them (0x400 is the smallest normal). */
+  uint32_t sub = f32_bits(f32_from_bits(ax) + 0.5f) - 0x3f000000u;
+  uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+  uint32_t h = pick(ax < 0x38800000u, sub, normal);
+  h = pick(ax >= 0x477ff000u, 0x7c00u, h); /* >= 65520 (the tie): Inf */
+  h = pick(ax > 0x7f800000u, nan, h);
+  return (uint16_t)(sign | h);
 }
 
 static inline float bf16_to_float(uint16_t h) {
@@ -366,15 +370,25 @@ static const struct rcc_kernel_set *const kernel_sets[] = {
 /* The level in use, or -1 before the first call has looked at the CPU. */
 static _Atomic int isa_in_use = -1;
 
+#if RCC_HAVE_X86
+/* From CPUID: clang's __builtin_cpu_supports does not know "f16c". */
+static int cpu_has_f16c(void) {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
+
 static int best_isa(void) {
 #if RCC_HAVE_X86
-  /* __builtin_cpu_supports also checks that the OS saves the registers. */
+  /* __builtin_cpu_supports also checks that the OS saves the registers;
+   * F16C uses the same YMM state as AVX2. */
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("f16c"))
+  int f16c = cpu_has_f16c();
+  if (f16c && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     return RCC_ISA_AVX512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+  if (f16c && __builtin_cpu_supports("avx2"))
     return RCC_ISA_AVX2;
 #endif
   return RCC_ISA_PORTABLE;

@@ -14,7 +14,7 @@
 
 const struct rcc_transport *const rcc_transports[] = {
     &rcc_transport_shm,
-    // WIP &rcc_transport_net,
+    &rcc_transport_net,
 };
 const int rcc_num_transports =
     (int)(sizeof(rcc_transports) / sizeof(rcc_transports[0]));

@@ -1,0 +1,267 @@
+/*
+ * net.c - the network transport: FIFOs on both ends of an edge between
+ * hosts, joined by a network plugin (net.h) and the proxy thread (proxy.c).
+ *
+ * For every peer it serves and every connection kind, a rank owns a send FIFO
+ * (the executor fills slots, the proxy sends them) and a receive FIFO (the
+ * proxy receives into free slots, the executor consumes them), both in local
+ * memory registered with the plugin. Setup: listen and publish the handle;
+ * connect to every peer (the hello carries the communicator's secret, our
+ * rank and the connection kind) and accept every peer's connections, refusing
+ * anything that does not present the secret.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "net.h"
+
+#define HELLO_MAGIC 0x52434e48u /* "RCNH" */
+
+struct net_hello {
+  uint8_t secret[16];
+  uint32_t magic;
+  int32_t rank;
+  int32_t kind;
+  int32_t nranks;
+};
+_Static_assert(sizeof(struct net_hello) <= RCC_NET_HELLO_BYTES, "hello size");
+
+struct net_state {
+  const struct rcc_net_plugin *plugin;
+  void *listen_comm;
+  struct rcc_proxy_conn *conns; /* [2 * kinds * npeers]: send, recv pairs */
+  int nconns;
+  struct rcc_proxy *proxy;
+  char describe[96];
+};
+
+static const struct rcc_net_plugin *const plugins[] = {&rcc_net_socket};
+
+static int net_can_connect(const struct ringcc_comm *comm,
+                           const struct rcc_peer_info *me,
+                           const struct rcc_peer_info *peer) {
+  (void)comm, (void)me, (void)peer;
+  return 1; /* the last resort: any two ranks that can reach each other */
+}
+
+static const char *ifname_spec(const struct ringcc_comm *comm) {
+  return comm->config.socket_ifname ? comm->config.socket_ifname
+                                    : rcc_getenv("RINGCC_SOCKET_IFNAME");
+}
+
+static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
+                                 int npeers, void *blob, void **state) {
+  char err[RCC_ERRLEN];
+  struct net_state *st = calloc(1, sizeof(*st));
+  (void)peers;
+  *state = st;
+  if (st == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "net on rank %d: out of memory", comm->rank);
+  if (npeers == 0)
+    return RINGCC_SUCCESS;
+  st->plugin = plugins[0];
+  ringcc_result_t r = st->plugin->init(ifname_spec(comm), err, sizeof(err));
+  if (r == RINGCC_SUCCESS)
+    r = st->plugin->listen(blob, &st->listen_comm, err, sizeof(err));
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
+  snprintf(st->describe, sizeof(st->describe), "NET/%s/%s", st->plugin->name,
+           st->plugin->device());
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
+                                  const struct net_state *st,
+                                  struct rcc_proxy_conn *c, int peer,
+                                  int is_send) {
+  char err[RCC_ERRLEN];
+  size_t data = (size_t)comm->set.nslots * (size_t)comm->set.chunk_bytes;
+  void *mem = NULL;
+  if (posix_memalign(&mem, 4096, RCC_FIFO_DATA_OFFSET + data) != 0)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "net on rank %d: no memory for a %zu-byte FIFO",
+                          comm->rank, data);
+  memset(mem, 0, RCC_FIFO_DATA_OFFSET);
+  c->fifo = mem;
+  c->data = (char *)mem + RCC_FIFO_DATA_OFFSET;
+  c->nslots = (uint32_t)comm->set.nslots;
+  c->slot_bytes = (size_t)comm->set.chunk_bytes;
+  c->is_send = is_send;
+  c->peer = peer;
+  (void)st, (void)err;
+  return RINGCC_SUCCESS;
+}
+
+static int hello_valid(const struct ringcc_comm *comm,
+                       const struct net_hello *h) {
+  uint8_t diff = 0;
+  for (int i = 0; i < 16; i++)
+    diff |= h->secret[i] ^ comm->secret[i];
+  return diff == 0 && h->magic == HELLO_MAGIC && h->nranks == comm->nranks &&
+         h->rank >= 0 && h->rank < comm->nranks && h->rank != comm->rank &&
+         h->kind >= 0 && h->kind < RCC_NUM_CONN_KINDS;
+}
+
+/* The receive connection slot for (peer, kind), or NULL if not ours. */
+static struct rcc_proxy_conn *recv_slot(struct net_state *st, int peer,
+                                        int kind) {
+  for (int i = 0; i < st->nconns; i++) {
+    struct rcc_proxy_conn *c = &st->conns[i];
+    if (!c->is_send && c->peer == peer && (i / 2) % RCC_NUM_CONN_KINDS == kind)
+      return c->net_comm ? NULL : c;
+  }
+  return NULL;
+}
+
+static ringcc_result_t connect_all(struct ringcc_comm *comm,
+                                   struct net_state *st, const int *peers,
+                                   int npeers, const char *all_blobs) {
+  char err[RCC_ERRLEN];
+  for (int i = 0; i < npeers; i++)
+    for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
+      struct rcc_proxy_conn *c = &st->conns[2 * (i * RCC_NUM_CONN_KINDS + k)];
+      struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
+                                .kind = k, .nranks = comm->nranks};
+      uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
+      memcpy(hello.secret, comm->secret, 16);
+      memcpy(wire, &hello, sizeof(hello));
+      ringcc_result_t r = st->plugin->connect(
+          all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES, wire,
+          &c->net_comm, comm->init_deadline, err, sizeof(err));
+      if (r != RINGCC_SUCCESS)
+        return rcc_comm_error(comm, r,
+                              "net on rank %d: cannot connect to rank %d "
+                              "(host %s): %s",
+                              comm->rank, peers[i],
+                              comm->peers[peers[i]].hostname, err);
+    }
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t accept_all(struct ringcc_comm *comm,
+                                  struct net_state *st, int expected) {
+  char err[RCC_ERRLEN];
+  while (expected > 0) {
+    uint8_t wire[RCC_NET_HELLO_BYTES];
+    struct net_hello h;
+    void *rc = NULL;
+    ringcc_result_t r = st->plugin->accept(st->listen_comm, wire, &rc,
+                                           comm->init_deadline, err,
+                                           sizeof(err));
+    if (r != RINGCC_SUCCESS)
+      return rcc_comm_error(comm, r,
+                            "net on rank %d: waiting for %d more connection%s "
+                            "from peers: %s",
+                            comm->rank, expected, expected == 1 ? "" : "s",
+                            err);
+    memcpy(&h, wire, sizeof(h));
+    struct rcc_proxy_conn *c =
+        hello_valid(comm, &h) ? recv_slot(st, h.rank, h.kind) : NULL;
+    if (c == NULL) {
+      RCC_WARN(comm->rank, "net: refused a connection that is not one of "
+                           "this communicator's (wrong secret, rank or kind)");
+      st->plugin->close_recv(rc);
+      continue;
+    }
+    c->net_comm = rc;
+    expected--;
+  }
+  return RINGCC_SUCCESS;
+}
+
+static void bind_conn(struct rcc_conn *e, struct rcc_proxy_conn *c,
+                      int doorbell) {
+  e->fifo = c->fifo;
+  e->data = c->data;
+  e->nslots = c->nslots;
+  e->slot_bytes = c->slot_bytes;
+  e->step = 0;
+  e->peer = c->peer;
+  e->doorbell = doorbell;
+}
+
+static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
+                                   const int *peers, int npeers,
+                                   const char *all_blobs) {
+  char err[RCC_ERRLEN];
+  struct net_state *st = state;
+  ringcc_result_t r;
+  if (npeers == 0)
+    return RINGCC_SUCCESS;
+  st->nconns = 2 * RCC_NUM_CONN_KINDS * npeers;
+  st->conns = calloc((size_t)st->nconns, sizeof(*st->conns));
+  if (st->conns == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "net on rank %d: out of memory", comm->rank);
+  for (int i = 0; i < st->nconns; i++)
+    if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * RCC_NUM_CONN_KINDS)],
+                        i % 2 == 0)) != RINGCC_SUCCESS)
+      return r;
+  if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
+      (r = accept_all(comm, st, st->nconns / 2)) != RINGCC_SUCCESS)
+    return r;
+  for (int i = 0; i < st->nconns; i++) {
+    struct rcc_proxy_conn *c = &st->conns[i];
+    r = st->plugin->reg_mr(c->net_comm, c->data,
+                           (size_t)c->nslots * c->slot_bytes, &c->mhandle, err,
+                           sizeof(err));
+    if (r != RINGCC_SUCCESS)
+      return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
+  }
+  if ((r = rcc_proxy_start(comm, st->plugin, st->conns, st->nconns,
+                           &st->proxy)) != RINGCC_SUCCESS)
+    return r;
+  for (int i = 0; i < st->nconns; i++) {
+    struct rcc_proxy_conn *c = &st->conns[i];
+    int kind = (i / 2) % RCC_NUM_CONN_KINDS;
+    bind_conn(c->is_send ? &comm->send_conn[kind][c->peer]
+                         : &comm->recv_conn[kind][c->peer],
+              c, rcc_proxy_doorbell(st->proxy));
+  }
+  return RINGCC_SUCCESS;
+}
+
+static void net_finish(struct ringcc_comm *comm, void *state) {
+  (void)comm, (void)state;
+}
+
+static void net_destroy(struct ringcc_comm *comm, void *state) {
+  struct net_state *st = state;
+  if (st == NULL)
+    return;
+  rcc_proxy_drain(st->proxy, rcc_deadline_after_ms(comm->set.timeout_ms));
+  rcc_proxy_stop(st->proxy); /* first: nothing may touch the conns after */
+  for (int i = 0; i < st->nconns; i++) {
+    struct rcc_proxy_conn *c = &st->conns[i];
+    if (c->net_comm) {
+      if (c->mhandle)
+        st->plugin->dereg_mr(c->net_comm, c->mhandle);
+      if (c->is_send)
+        st->plugin->close_send(c->net_comm);
+      else
+        st->plugin->close_recv(c->net_comm);
+    }
+    free(c->fifo);
+  }
+  if (st->listen_comm)
+    st->plugin->close_listen(st->listen_comm);
+  free(st->conns);
+  free(st);
+}
+
+static const char *net_describe(void *state) {
+  return ((struct net_state *)state)->describe;
+}
+
+const struct rcc_transport rcc_transport_net = {
+    .name = "NET",
+    .can_connect = net_can_connect,
+    .setup = net_setup,
+    .connect = net_connect,
+    .finish = net_finish,
+    .destroy = net_destroy,
+    .describe = net_describe,
+};

@@ -1,0 +1,886 @@
+/*
+ * net_socket.c - the TCP network plugin ("Socket"): net.h over plain sockets.
+ *
+ * Connections. connect() opens N sockets to the listener (N from
+ * RINGCC_NSOCKS_PERPEER, default 2). Each starts with a 16-byte preamble
+ * (magic, socket index, N, a random 64-bit connection id); socket 0 follows
+ * it with the 64-byte hello. The listener keeps every accepted socket in a
+ * pending table and reads preambles without blocking; a socket whose preamble
+ * is malformed, or does not arrive within PREAMBLE_TIMEOUT_NS, is dropped.
+ * Complete sockets are grouped by connection id, and accept() returns the
+ * first connection whose N sockets are all there, whatever order sockets of
+ * different peers arrived in. A stranger is never waited for.
+ *
+ * Messages. An 8-byte header (u32 bytes, u32 imm, network order), then the
+ * payload. Message k of a connection travels on socket k % N at both ends, so
+ * each socket carries its messages in order and both ends agree where message
+ * k is. A request is a small state machine (bytes moved, header included): a
+ * send leaves with one sendmsg() of header + payload straight from the
+ * caller's buffer; a receive reads the header, then the payload straight
+ * into the caller's buffer. test() moves every socket of the connection as
+ * far as it goes without blocking, the request's own socket first, so a
+ * proxy that tests requests in posting order keeps all N sockets busy.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "net.h"
+
+#define NSOCKS_DEFAULT 2
+#define NSOCKS_MAX 16
+#define HANDLE_MAGIC 0x52434e4cu   /* "RCNL": a listen handle */
+#define PREAMBLE_MAGIC 0x52434e53u /* "RCNS": a socket of a connection */
+#define HANDLE_BYTES 28            /* magic, family, port, address, scope */
+#define PREAMBLE_BYTES 16          /* magic, index, nsocks, connection id */
+#define MSG_HEADER_BYTES 8         /* payload bytes, imm */
+/* A stranger gets this long to send its preamble, and a connection this long
+ * (from its first socket) to bring the others. Both are counted from when
+ * accept() took the socket from the kernel, so a late accept() is no fault. */
+#define PREAMBLE_TIMEOUT_NS (5 * 1000000000LL)
+#define GROUP_TIMEOUT_NS (30 * 1000000000LL)
+#define MAX_PENDING 1024      /* sockets accepted but not yet returned */
+#define ACCEPT_POLL_MAX_MS 200 /* so that timeouts are noticed */
+
+_Static_assert(HANDLE_BYTES <= RCC_NET_HANDLE_BYTES, "handle size");
+
+/* ---- the process-wide choice ------------------------------------------- */
+
+static struct {
+  pthread_mutex_t lock;
+  int ready;
+  struct sockaddr_storage addr; /* port 0 */
+  char ifname[IF_NAMESIZE + 1];
+} g_net = {.lock = PTHREAD_MUTEX_INITIALIZER, .ifname = "none"};
+
+/* RINGCC_NSOCKS_PERPEER is read here only, at init (for the log) and at every
+ * connect (the acceptor learns N from the preamble). */
+static ringcc_result_t sockets_per_connection(int *n, char *err,
+                                              size_t errlen) {
+  const char *v = rcc_getenv("RINGCC_NSOCKS_PERPEER");
+  char *end;
+  *n = NSOCKS_DEFAULT;
+  if (v == NULL)
+    return RINGCC_SUCCESS;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < 1 || x > NSOCKS_MAX)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: RINGCC_NSOCKS_PERPEER=\"%s\" is not a "
+                    "number in 1..%d", v, NSOCKS_MAX);
+  *n = (int)x;
+  return RINGCC_SUCCESS;
+}
+
+/* RINGCC_SOCKET_FAMILY (NCCL_SOCKET_FAMILY's values): AF_INET or AF_INET6
+ * restricts the interface choice to that family. Read here only. */
+static ringcc_result_t address_family(int *family, char *err, size_t errlen) {
+  const char *v = rcc_getenv("RINGCC_SOCKET_FAMILY");
+  *family = AF_UNSPEC;
+  if (v == NULL)
+    return RINGCC_SUCCESS;
+  if (strcmp(v, "AF_INET") == 0)
+    *family = AF_INET;
+  else if (strcmp(v, "AF_INET6") == 0)
+    *family = AF_INET6;
+  else
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: RINGCC_SOCKET_FAMILY=\"%s\" is neither "
+                    "AF_INET nor AF_INET6", v);
+  return RINGCC_SUCCESS;
+}
+
+/* "192.0.2.2" or "fd00::2": the address without its port. */
+static const char *host_str(const struct sockaddr_storage *a, char *buf,
+                            size_t len) {
+  const void *raw = a->ss_family == AF_INET
+                        ? (const void *)&((const struct sockaddr_in *)a)->sin_addr
+                        : (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+  if (inet_ntop(a->ss_family, raw, buf, (socklen_t)len) == NULL)
+    snprintf(buf, len, "?");
+  return buf;
+}
+
+static ringcc_result_t socket_init(const char *spec, char *err,
+                                   size_t errlen) {
+  ringcc_result_t r = RINGCC_SUCCESS;
+  int nsocks, family;
+  char host[INET6_ADDRSTRLEN];
+  int named = spec != NULL && *spec != '\0';
+
+  rcc_log_init();
+  pthread_mutex_lock(&g_net.lock);
+  if (g_net.ready) /* once per process: the first choice stands */
+    goto out;
+  if ((r = sockets_per_connection(&nsocks, err, errlen)) != RINGCC_SUCCESS ||
+      (r = address_family(&family, err, errlen)) != RINGCC_SUCCESS ||
+      (r = rcc_socket_pick_address_family(spec, family, &g_net.addr,
+                                          g_net.ifname, sizeof(g_net.ifname),
+                                          err, errlen)) != RINGCC_SUCCESS)
+    goto out;
+  g_net.ready = 1;
+  RCC_INFO(-1, "NET/Socket: using interface %s (%s), %d socket%s per "
+               "connection%s%s%s%s",
+           g_net.ifname, host_str(&g_net.addr, host, sizeof(host)), nsocks,
+           nsocks == 1 ? "" : "s", named ? ", RINGCC_SOCKET_IFNAME=" : "",
+           named ? spec : "",
+           family != AF_UNSPEC ? ", RINGCC_SOCKET_FAMILY=" : "",
+           family == AF_INET    ? "AF_INET"
+           : family == AF_INET6 ? "AF_INET6"
+                                : "");
+out:
+  pthread_mutex_unlock(&g_net.lock);
+  return r;
+}
+
+static const char *socket_device(void) { return g_net.ifname; }
+
+/* ---- wire encodings (network byte order) ------------------------------- */
+
+static void put_u16(uint8_t *p, uint16_t v) {
+  v = htons(v);
+  memcpy(p, &v, 2);
+}
+static void put_u32(uint8_t *p, uint32_t v) {
+  v = htonl(v);
+  memcpy(p, &v, 4);
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+  put_u32(p, (uint32_t)(v >> 32));
+  put_u32(p + 4, (uint32_t)v);
+}
+static uint16_t get_u16(const uint8_t *p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return ntohs(v);
+}
+static uint32_t get_u32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return ntohl(v);
+}
+static uint64_t get_u64(const uint8_t *p) {
+  return (uint64_t)get_u32(p) << 32 | get_u32(p + 4);
+}
+
+/* Handle: magic u32, family u16 (4 or 6), port u16, address[16], scope u32. */
+static void handle_encode(uint8_t *h, const struct sockaddr_storage *a) {
+  memset(h, 0, RCC_NET_HANDLE_BYTES);
+  put_u32(h, HANDLE_MAGIC);
+  put_u16(h + 6, (uint16_t)rcc_socket_addr_port(a));
+  if (a->ss_family == AF_INET) {
+    put_u16(h + 4, 4);
+    memcpy(h + 8, &((const struct sockaddr_in *)a)->sin_addr, 4);
+  } else {
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)a;
+    put_u16(h + 4, 6);
+    memcpy(h + 8, &a6->sin6_addr, 16);
+    put_u32(h + 24, a6->sin6_scope_id);
+  }
+}
+
+static ringcc_result_t handle_decode(const uint8_t *h,
+                                     struct sockaddr_storage *a, char *err,
+                                     size_t errlen) {
+  uint16_t family = get_u16(h + 4);
+  memset(a, 0, sizeof(*a));
+  if (get_u32(h) != HANDLE_MAGIC || (family != 4 && family != 6) ||
+      get_u16(h + 6) == 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: the peer's listen handle is not a Socket "
+                    "plugin handle (magic 0x%08x, family %u)",
+                    (unsigned)get_u32(h), (unsigned)family);
+  if (family == 4) {
+    struct sockaddr_in *a4 = (struct sockaddr_in *)a;
+    a4->sin_family = AF_INET;
+    memcpy(&a4->sin_addr, h + 8, 4);
+  } else {
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)a;
+    a6->sin6_family = AF_INET6;
+    memcpy(&a6->sin6_addr, h + 8, 16);
+    a6->sin6_scope_id = get_u32(h + 24);
+  }
+  rcc_socket_addr_set_port(a, get_u16(h + 6));
+  return RINGCC_SUCCESS;
+}
+
+static uint64_t random_id(void) {
+  static uint64_t counter;
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != (ssize_t)sizeof(id))
+    id = (uint64_t)rcc_now_ns() ^ (uint64_t)getpid() << 40 ^
+         __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) *
+             0x9e3779b97f4a7c15ull;
+  return id;
+}
+
+/* ---- connections and requests ------------------------------------------ */
+
+enum { COMM_LISTEN = 0x4c, COMM_SEND = 0x53, COMM_RECV = 0x52 };
+enum { REQ_FREE = 0, REQ_POSTED, REQ_DONE };
+
+struct net_conn;
+
+struct net_request {
+  struct net_conn *conn;
+  void *data;
+  size_t bytes; /* send: the size; receive: the slot, then the size */
+  size_t moved; /* bytes moved so far, header included */
+  uint64_t seq; /* message number on the connection: socket seq % nsocks */
+  uint32_t imm;
+  int state;
+  uint8_t header[MSG_HEADER_BYTES];
+};
+
+/* The requests of one socket, in posting order: the head moves first. */
+struct sock_queue {
+  int fd;
+  unsigned head, count;
+  struct net_request *q[RCC_NET_MAX_REQUESTS];
+};
+
+struct net_conn {
+  int kind; /* COMM_SEND or COMM_RECV */
+  int nsocks;
+  uint64_t posted;
+  ringcc_result_t error; /* the first failure; sticky */
+  char message[RCC_ERRLEN];
+  char peer[80]; /* "1.2.3.4:5": the remote end, for messages */
+  int nfree;
+  struct net_request *free_list[RCC_NET_MAX_REQUESTS];
+  struct net_request reqs[RCC_NET_MAX_REQUESTS];
+  struct sock_queue socks[]; /* nsocks */
+};
+
+static struct net_conn *conn_new(int kind, int nsocks) {
+  struct net_conn *c =
+      calloc(1, sizeof(*c) + (size_t)nsocks * sizeof(struct sock_queue));
+  if (c == NULL)
+    return NULL;
+  c->kind = kind;
+  c->nsocks = nsocks;
+  for (int i = 0; i < nsocks; i++)
+    c->socks[i].fd = -1;
+  for (int i = 0; i < RCC_NET_MAX_REQUESTS; i++)
+    c->free_list[c->nfree++] = &c->reqs[RCC_NET_MAX_REQUESTS - 1 - i];
+  return c;
+}
+
+static void conn_free(struct net_conn *c) {
+  if (c == NULL)
+    return;
+  for (int i = 0; i < c->nsocks; i++)
+    if (c->socks[i].fd >= 0)
+      close(c->socks[i].fd);
+  free(c);
+}
+
+/* Records the connection's first failure; every later test() reports it. */
+static void conn_fail(struct net_conn *c, ringcc_result_t code,
+                      const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void conn_fail(struct net_conn *c, ringcc_result_t code,
+                      const char *fmt, ...) {
+  va_list ap;
+  if (c->error != RINGCC_SUCCESS)
+    return;
+  c->error = code;
+  va_start(ap, fmt);
+  vsnprintf(c->message, sizeof(c->message), fmt, ap);
+  va_end(ap);
+}
+
+/* "message 7, 100 of 65544 bytes": how far a request got, for messages.
+ * Before its header is in, a receive does not know its size yet. */
+static const char *request_where(const struct net_conn *c,
+                                 const struct net_request *r, char *buf,
+                                 size_t len) {
+  if (c->kind == COMM_RECV && r->moved < MSG_HEADER_BYTES)
+    snprintf(buf, len, "message %llu, %s", (unsigned long long)r->seq,
+             r->moved == 0 ? "between messages" : "inside its header");
+  else
+    snprintf(buf, len, "message %llu, %zu of %zu bytes",
+             (unsigned long long)r->seq, r->moved,
+             r->bytes + MSG_HEADER_BYTES);
+  return buf;
+}
+
+/* A failed send/recv: a peer that went away is PEER_FAILED. */
+static void conn_fail_io(struct net_conn *c, int sock, int e,
+                         const struct net_request *r) {
+  char where[96];
+  int gone = e == ECONNRESET || e == EPIPE;
+  conn_fail(c, gone ? RINGCC_ERR_PEER_FAILED : RINGCC_ERR_NETWORK,
+            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s",
+            c->kind == COMM_SEND ? "send to" : "receive from", c->peer, sock,
+            c->nsocks, request_where(c, r, where, sizeof(where)), strerror(e),
+            gone ? " (the peer closed the connection or died)" : "");
+}
+
+/* The head request of a socket is complete: off the queue; test() frees it. */
+static void request_finish(struct sock_queue *s, struct net_request *r) {
+  r->state = REQ_DONE;
+  s->head = (s->head + 1) % RCC_NET_MAX_REQUESTS;
+  s->count--;
+}
+
+/* Sends the queued messages of one socket until it would block. */
+static void progress_send(struct net_conn *c, int sock) {
+  struct sock_queue *s = &c->socks[sock];
+  while (s->count > 0 && c->error == RINGCC_SUCCESS) {
+    struct net_request *r = s->q[s->head];
+    struct iovec iov[2];
+    int n = 0;
+    if (r->moved < MSG_HEADER_BYTES)
+      iov[n++] = (struct iovec){.iov_base = r->header + r->moved,
+                                .iov_len = MSG_HEADER_BYTES - r->moved};
+    size_t off = r->moved > MSG_HEADER_BYTES ? r->moved - MSG_HEADER_BYTES : 0;
+    if (r->bytes > off)
+      iov[n++] = (struct iovec){.iov_base = (char *)r->data + off,
+                                .iov_len = r->bytes - off};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t sent = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        conn_fail_io(c, sock, errno, r);
+      return;
+    }
+    r->moved += (size_t)sent;
+    if (r->moved == MSG_HEADER_BYTES + r->bytes)
+      request_finish(s, r);
+  }
+}
+
+/* The header of a receive is in: checks the size against the slot. */
+static int header_arrived(struct net_conn *c, int sock,
+                          struct net_request *r) {
+  uint32_t bytes = get_u32(r->header);
+  r->imm = get_u32(r->header + 4);
+  if (bytes > r->bytes) {
+    conn_fail(c, RINGCC_ERR_NETWORK,
+              "NET/Socket: peer sent %u bytes, more than the %zu-byte slot "
+              "(connection from %s, message %llu, socket %d of %d)",
+              (unsigned)bytes, r->bytes, c->peer, (unsigned long long)r->seq,
+              sock, c->nsocks);
+    return -1;
+  }
+  r->bytes = bytes;
+  return 0;
+}
+
+/* Receives into the posted requests of one socket until it would block. */
+static void progress_recv(struct net_conn *c, int sock) {
+  struct sock_queue *s = &c->socks[sock];
+  while (s->count > 0 && c->error == RINGCC_SUCCESS) {
+    struct net_request *r = s->q[s->head];
+    int in_header = r->moved < MSG_HEADER_BYTES;
+    char *to = in_header ? (char *)r->header + r->moved
+                         : (char *)r->data + (r->moved - MSG_HEADER_BYTES);
+    size_t want = in_header ? MSG_HEADER_BYTES - r->moved
+                            : MSG_HEADER_BYTES + r->bytes - r->moved;
+    ssize_t got = recv(s->fd, to, want, MSG_DONTWAIT); /* want > 0 */
+    if (got < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        conn_fail_io(c, sock, errno, r);
+      return;
+    }
+    if (got == 0) {
+      char where[96];
+      conn_fail(c, RINGCC_ERR_PEER_FAILED,
+                "NET/Socket: connection from %s closed by the peer (socket "
+                "%d of %d, %s)", c->peer, sock, c->nsocks,
+                request_where(c, r, where, sizeof(where)));
+      return;
+    }
+    r->moved += (size_t)got;
+    if (in_header && r->moved == MSG_HEADER_BYTES &&
+        header_arrived(c, sock, r) != 0)
+      return;
+    if (r->moved == MSG_HEADER_BYTES + r->bytes) /* false inside the header */
+      request_finish(s, r);
+  }
+}
+
+/* Moves every socket of the connection, the given one first. */
+static void progress_conn(struct net_conn *c, int first) {
+  for (int i = 0; i < c->nsocks && c->error == RINGCC_SUCCESS; i++) {
+    int sock = (first + i) % c->nsocks;
+    if (c->socks[sock].count == 0)
+      continue;
+    if (c->kind == COMM_SEND)
+      progress_send(c, sock);
+    else
+      progress_recv(c, sock);
+  }
+}
+
+/* Takes a free request and queues it on the socket of the next message;
+ * NULL when RCC_NET_MAX_REQUESTS are outstanding. */
+static struct net_request *post(struct net_conn *c, void *data, size_t bytes) {
+  if (c->nfree == 0)
+    return NULL;
+  struct net_request *r = c->free_list[--c->nfree];
+  struct sock_queue *s = &c->socks[c->posted % (uint64_t)c->nsocks];
+  *r = (struct net_request){.conn = c, .data = data, .bytes = bytes,
+                            .seq = c->posted++, .state = REQ_POSTED};
+  s->q[(s->head + s->count) % RCC_NET_MAX_REQUESTS] = r;
+  s->count++;
+  return r;
+}
+
+static ringcc_result_t socket_isend(void *send_comm, const void *data,
+                                    size_t bytes, uint32_t imm, void *mhandle,
+                                    void **request, char *err, size_t errlen) {
+  struct net_conn *c = send_comm;
+  (void)mhandle;
+  *request = NULL;
+  if (c == NULL || c->kind != COMM_SEND)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: isend on something that is not a send "
+                    "connection");
+  if (bytes > UINT32_MAX || (data == NULL && bytes > 0))
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: isend of %zu bytes from %p to %s: a message "
+                    "holds at most %u bytes, from a valid buffer", bytes, data,
+                    c->peer, (unsigned)UINT32_MAX);
+  if (c->error != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, c->error, "%s", c->message);
+  struct net_request *r = post(c, (void *)data, bytes);
+  if (r != NULL) {
+    r->imm = imm;
+    put_u32(r->header, (uint32_t)bytes);
+    put_u32(r->header + 4, imm);
+  }
+  *request = r;
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t socket_irecv(void *recv_comm, void *data,
+                                    size_t max_bytes, void *mhandle,
+                                    void **request, char *err, size_t errlen) {
+  struct net_conn *c = recv_comm;
+  (void)mhandle;
+  *request = NULL;
+  if (c == NULL || c->kind != COMM_RECV)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: irecv on something that is not a receive "
+                    "connection");
+  if (data == NULL && max_bytes > 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: irecv of up to %zu bytes into NULL",
+                    max_bytes);
+  if (c->error != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, c->error, "%s", c->message);
+  *request = post(c, data, max_bytes);
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t socket_test(void *request, int *done, size_t *bytes,
+                                   uint32_t *imm, char *err, size_t errlen) {
+  struct net_request *r = request;
+  *done = 0;
+  if (r == NULL || r->state == REQ_FREE)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: test of a request that is not outstanding");
+  struct net_conn *c = r->conn;
+  if (r->state == REQ_POSTED)
+    progress_conn(c, (int)(r->seq % (uint64_t)c->nsocks));
+  if (r->state == REQ_DONE) {
+    *done = 1;
+    if (bytes != NULL)
+      *bytes = r->bytes;
+    if (imm != NULL)
+      *imm = r->imm;
+    r->state = REQ_FREE;
+    c->free_list[c->nfree++] = r;
+    return RINGCC_SUCCESS;
+  }
+  if (c->error != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, c->error, "%s", c->message);
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t socket_reg_mr(void *comm, void *data, size_t bytes,
+                                     void **mhandle, char *err,
+                                     size_t errlen) {
+  (void)comm, (void)data, (void)bytes, (void)err, (void)errlen;
+  *mhandle = NULL; /* TCP reads and writes any memory */
+  return RINGCC_SUCCESS;
+}
+
+static void socket_dereg_mr(void *comm, void *mhandle) {
+  (void)comm, (void)mhandle;
+}
+
+/* ---- connect ----------------------------------------------------------- */
+
+static ringcc_result_t socket_connect(const void *handle, const void *hello,
+                                      void **send_comm, int64_t deadline_ns,
+                                      char *err, size_t errlen) {
+  struct sockaddr_storage addr;
+  char why[RCC_ERRLEN];
+  int nsocks;
+  ringcc_result_t r;
+
+  *send_comm = NULL;
+  if ((r = handle_decode(handle, &addr, err, errlen)) != RINGCC_SUCCESS ||
+      (r = sockets_per_connection(&nsocks, err, errlen)) != RINGCC_SUCCESS)
+    return r;
+  struct net_conn *c = conn_new(COMM_SEND, nsocks);
+  if (c == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                    "NET/Socket: out of memory for a connection");
+  rcc_socket_addr_str(&addr, c->peer, sizeof(c->peer));
+  uint64_t id = random_id();
+  for (int i = 0; i < nsocks; i++) {
+    uint8_t pre[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES];
+    size_t len = PREAMBLE_BYTES + (i == 0 ? RCC_NET_HELLO_BYTES : 0);
+    put_u32(pre, PREAMBLE_MAGIC);
+    put_u16(pre + 4, (uint16_t)i);
+    put_u16(pre + 6, (uint16_t)nsocks);
+    put_u64(pre + 8, id);
+    if (i == 0 && hello != NULL)
+      memcpy(pre + PREAMBLE_BYTES, hello, RCC_NET_HELLO_BYTES);
+    else if (i == 0)
+      memset(pre + PREAMBLE_BYTES, 0, RCC_NET_HELLO_BYTES);
+    r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
+                           sizeof(why));
+    if (r == RINGCC_SUCCESS)
+      r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
+                              sizeof(why));
+    if (r != RINGCC_SUCCESS) {
+      rcc_errf(err, errlen, r, "NET/Socket: opening socket %d of %d to %s: %s",
+               i, nsocks, c->peer, why);
+      conn_free(c);
+      return r;
+    }
+  }
+  RCC_TRACE(-1, "NET/Socket: connected to %s with %d socket%s (id %016llx)",
+            c->peer, nsocks, nsocks == 1 ? "" : "s", (unsigned long long)id);
+  *send_comm = c;
+  return RINGCC_SUCCESS;
+}
+
+/* ---- listen and accept ------------------------------------------------- */
+
+/* An accepted socket whose connection is not complete yet. */
+struct pending {
+  int fd;
+  int index, nsocks; /* from the preamble, once got >= PREAMBLE_BYTES */
+  uint64_t id;
+  size_t got, need; /* preamble (+ hello for socket 0) bytes */
+  int64_t since_ns;
+  char peer[80];
+  uint8_t buf[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES];
+};
+
+struct net_listen {
+  int kind; /* COMM_LISTEN */
+  int fd;
+  char addr[80];
+  int npending, cap;
+  struct pending *pending;
+  struct pollfd *pfds; /* cap + 1 */
+};
+
+static ringcc_result_t socket_listen(void *handle, void **listen_comm,
+                                     char *err, size_t errlen) {
+  struct sockaddr_storage addr, bound;
+  ringcc_result_t r;
+
+  *listen_comm = NULL;
+  pthread_mutex_lock(&g_net.lock);
+  int ready = g_net.ready;
+  addr = g_net.addr;
+  pthread_mutex_unlock(&g_net.lock);
+  if (!ready)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_USAGE,
+                    "NET/Socket: listen before init");
+  struct net_listen *l = calloc(1, sizeof(*l));
+  if (l == NULL)
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                    "NET/Socket: out of memory for a listener");
+  l->kind = COMM_LISTEN;
+  l->cap = 16;
+  l->pending = malloc((size_t)l->cap * sizeof(*l->pending));
+  l->pfds = malloc((size_t)(l->cap + 1) * sizeof(*l->pfds));
+  if (l->pending == NULL || l->pfds == NULL)
+    r = rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                 "NET/Socket: out of memory for a listener");
+  else
+    r = rcc_socket_listen(&addr, &l->fd, &bound, err, errlen);
+  if (r != RINGCC_SUCCESS) {
+    free(l->pending);
+    free(l->pfds);
+    free(l);
+    return r;
+  }
+  rcc_socket_addr_str(&bound, l->addr, sizeof(l->addr));
+  handle_encode(handle, &bound);
+  *listen_comm = l;
+  return RINGCC_SUCCESS;
+}
+
+static void pending_drop(struct net_listen *l, int i, const char *why) {
+  struct pending *p = &l->pending[i];
+  RCC_WARN(-1, "NET/Socket: dropped a connection from %s to %s: %s", p->peer,
+           l->addr, why);
+  close(p->fd);
+  l->pending[i] = l->pending[--l->npending];
+}
+
+/* Takes what the kernel has queued, as long as the table has room (beyond
+ * that, sockets wait in the kernel's backlog). */
+static ringcc_result_t accept_new(struct net_listen *l, char *err,
+                                  size_t errlen) {
+  while (l->npending < MAX_PENDING) {
+    struct sockaddr_storage peer;
+    int fd;
+    ringcc_result_t r = rcc_socket_accept(l->fd, &fd, &peer, err, errlen);
+    if (r != RINGCC_SUCCESS || fd < 0)
+      return r;
+    if (l->npending == l->cap) {
+      int cap = 2 * l->cap;
+      struct pending *p = realloc(l->pending, (size_t)cap * sizeof(*p));
+      if (p != NULL)
+        l->pending = p;
+      struct pollfd *f =
+          p ? realloc(l->pfds, (size_t)(cap + 1) * sizeof(*f)) : NULL;
+      if (f == NULL) {
+        close(fd);
+        return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                        "NET/Socket: out of memory accepting on %s", l->addr);
+      }
+      l->pfds = f;
+      l->cap = cap;
+    }
+    struct pending *p = &l->pending[l->npending++];
+    memset(p, 0, sizeof(*p));
+    p->fd = fd;
+    p->need = PREAMBLE_BYTES;
+    p->since_ns = rcc_now_ns();
+    rcc_socket_addr_str(&peer, p->peer, sizeof(p->peer));
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* The preamble is in: 0 if it is acceptable, else -1 and why[] says why. */
+static int preamble_check(struct net_listen *l, int self, char *why,
+                          size_t whylen) {
+  struct pending *p = &l->pending[self];
+  if (get_u32(p->buf) != PREAMBLE_MAGIC) {
+    snprintf(why, whylen, "bad magic 0x%08x: not a RingCC Socket "
+             "connection", (unsigned)get_u32(p->buf));
+    return -1;
+  }
+  p->index = get_u16(p->buf + 4);
+  p->nsocks = get_u16(p->buf + 6);
+  p->id = get_u64(p->buf + 8);
+  if (p->nsocks < 1 || p->nsocks > NSOCKS_MAX || p->index >= p->nsocks) {
+    snprintf(why, whylen, "socket %d of %d is not a valid socket index "
+             "and count (1..%d)", p->index, p->nsocks, NSOCKS_MAX);
+    return -1;
+  }
+  for (int i = 0; i < l->npending; i++) {
+    const struct pending *o = &l->pending[i];
+    if (i == self || o->got < PREAMBLE_BYTES || o->id != p->id)
+      continue;
+    if (o->index == p->index || o->nsocks != p->nsocks) {
+      snprintf(why, whylen, "socket %d of %d of connection %016llx "
+               "clashes with socket %d of %d", p->index, p->nsocks,
+               (unsigned long long)p->id, o->index, o->nsocks);
+      return -1;
+    }
+  }
+  if (p->index == 0)
+    p->need = PREAMBLE_BYTES + RCC_NET_HELLO_BYTES;
+  return 0;
+}
+
+/* Reads what has arrived of the preambles; drops malformed sockets. */
+static void read_preambles(struct net_listen *l) {
+  for (int i = 0; i < l->npending; i++) {
+    struct pending *p = &l->pending[i];
+    while (p->got < p->need) {
+      ssize_t n = recv(p->fd, p->buf + p->got, p->need - p->got, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        break;
+      if (n <= 0) {
+        pending_drop(l, i--, n == 0 ? "closed before its preamble"
+                                    : strerror(errno));
+        break;
+      }
+      char why[160];
+      p->got += (size_t)n;
+      if (p->got == PREAMBLE_BYTES &&
+          preamble_check(l, i, why, sizeof(why)) != 0) {
+        pending_drop(l, i--, why);
+        break;
+      }
+    }
+  }
+}
+
+/* Drops sockets whose preamble or whose connection is overdue. */
+static void expire(struct net_listen *l) {
+  int64_t now = rcc_now_ns();
+  for (int i = 0; i < l->npending; i++) {
+    const struct pending *p = &l->pending[i];
+    char why[128];
+    if (p->got < p->need && now - p->since_ns > PREAMBLE_TIMEOUT_NS) {
+      snprintf(why, sizeof(why), "no preamble within %lld s",
+               PREAMBLE_TIMEOUT_NS / 1000000000LL);
+      pending_drop(l, i--, why);
+    } else if (p->got == p->need && now - p->since_ns > GROUP_TIMEOUT_NS) {
+      snprintf(why, sizeof(why), "the other %d sockets of its connection did "
+               "not arrive within %lld s", p->nsocks - 1,
+               GROUP_TIMEOUT_NS / 1000000000LL);
+      pending_drop(l, i--, why);
+    }
+  }
+}
+
+/* A connection whose sockets are all here, taken out of the table; NULL if
+ * none is complete (or memory ran out: the sockets stay for a retry). */
+static struct net_conn *take_complete(struct net_listen *l, void *hello) {
+  for (int i = 0; i < l->npending; i++) {
+    const struct pending *p = &l->pending[i];
+    int have = 0;
+    if (p->got != p->need || p->index != 0)
+      continue;
+    for (int j = 0; j < l->npending; j++)
+      have += l->pending[j].id == p->id && l->pending[j].got == l->pending[j].need;
+    if (have != p->nsocks)
+      continue;
+    struct net_conn *c = conn_new(COMM_RECV, p->nsocks);
+    if (c == NULL)
+      return NULL;
+    memcpy(hello, p->buf + PREAMBLE_BYTES, RCC_NET_HELLO_BYTES);
+    snprintf(c->peer, sizeof(c->peer), "%s", p->peer);
+    uint64_t id = p->id;
+    for (int j = 0; j < l->npending; j++) {
+      struct pending *q = &l->pending[j];
+      if (q->id != id || q->got != q->need)
+        continue;
+      c->socks[q->index].fd = q->fd;
+      l->pending[j--] = l->pending[--l->npending];
+    }
+    return c;
+  }
+  return NULL;
+}
+
+static ringcc_result_t socket_accept(void *listen_comm, void *hello,
+                                     void **recv_comm, int64_t deadline_ns,
+                                     char *err, size_t errlen) {
+  struct net_listen *l = listen_comm;
+  *recv_comm = NULL;
+  if (l == NULL || l->kind != COMM_LISTEN)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: accept on something that is not a listener");
+  for (;;) {
+    ringcc_result_t r = accept_new(l, err, errlen);
+    if (r != RINGCC_SUCCESS)
+      return r;
+    read_preambles(l);
+    struct net_conn *c = take_complete(l, hello);
+    if (c != NULL) {
+      RCC_TRACE(-1, "NET/Socket: accepted a connection from %s with %d "
+                    "socket%s on %s", c->peer, c->nsocks,
+                c->nsocks == 1 ? "" : "s", l->addr);
+      *recv_comm = c;
+      return RINGCC_SUCCESS;
+    }
+    expire(l);
+    if (rcc_now_ns() >= deadline_ns)
+      return rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT,
+                      "NET/Socket: no complete connection arrived on %s "
+                      "before the deadline (%d socket%s of incomplete "
+                      "connections waiting)", l->addr, l->npending,
+                      l->npending == 1 ? "" : "s");
+    int n = 0;
+    l->pfds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    for (int i = 0; i < l->npending; i++)
+      if (l->pending[i].got < l->pending[i].need)
+        l->pfds[n++] = (struct pollfd){.fd = l->pending[i].fd, .events = POLLIN};
+    int ms = rcc_socket_poll_ms(deadline_ns);
+    if (poll(l->pfds, (nfds_t)n, ms < ACCEPT_POLL_MAX_MS ? ms : ACCEPT_POLL_MAX_MS) < 0 &&
+        errno != EINTR)
+      return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                      "NET/Socket: poll while accepting on %s: %s", l->addr,
+                      strerror(errno));
+  }
+}
+
+/* ---- the rest of the table --------------------------------------------- */
+
+/* Only the sockets with requests queued: an idle socket of a send connection
+ * is always writable and one of a receive connection may hold the next
+ * messages' bytes, so either would end every poll() at once. With nothing
+ * queued there is nothing to wait for here (0 fds). A listener: its socket. */
+static int socket_fds(void *comm, int *fds, int max) {
+  int n = 0;
+  if (comm == NULL)
+    return 0;
+  if (*(const int *)comm == COMM_LISTEN) {
+    if (max > 0)
+      fds[n++] = ((const struct net_listen *)comm)->fd;
+    return n;
+  }
+  const struct net_conn *c = comm;
+  for (int i = 0; i < c->nsocks && n < max; i++)
+    if (c->socks[i].count > 0)
+      fds[n++] = c->socks[i].fd;
+  return n;
+}
+
+static void socket_close_conn(void *comm) { conn_free(comm); }
+
+static void socket_close_listen(void *listen_comm) {
+  struct net_listen *l = listen_comm;
+  if (l == NULL)
+    return;
+  for (int i = 0; i < l->npending; i++)
+    close(l->pending[i].fd);
+  if (l->fd >= 0)
+    close(l->fd);
+  free(l->pending);
+  free(l->pfds);
+  free(l);
+}
+
+const struct rcc_net_plugin rcc_net_socket = {
+    .name = "Socket",
+    .init = socket_init,
+    .device = socket_device,
+    .listen = socket_listen,
+    .connect = socket_connect,
+    .accept = socket_accept,
+    .reg_mr = socket_reg_mr,
+    .dereg_mr = socket_dereg_mr,
+    .isend = socket_isend,
+    .irecv = socket_irecv,
+    .test = socket_test,
+    .fds = socket_fds,
+    .close_send = socket_close_conn,
+    .close_recv = socket_close_conn,
+    .close_listen = socket_close_listen,
+};
