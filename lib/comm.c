@@ -428,7 +428,7 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
   char err[RCC_ERRLEN];
   ringcc_result_t r;
 
-  rcc_log_init();
+  rcc_log_env_once();
   if (out == NULL)
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "ringcc_comm_init: argument 'comm' is NULL");

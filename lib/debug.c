@@ -98,6 +98,27 @@ ringcc_result_t rcc_errf(char *err, size_t errlen, ringcc_result_t code,
   return code;
 }
 
+extern char **environ;
+
+/* At INFO, once per process: every RINGCC_* variable set (secrets masked). */
+static void log_env(void) {
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "RINGCC_", 7) != 0)
+      continue;
+    if (strncmp(*e, "RINGCC_SECRET=", 14) == 0)
+      rcc_log(RINGCC_LOG_INFO, -1, "environment: RINGCC_SECRET=(set, not shown)");
+    else
+      rcc_log(RINGCC_LOG_INFO, -1, "environment: %s", *e);
+  }
+}
+
+void rcc_log_env_once(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  rcc_log_init();
+  if (rcc_log_level >= RINGCC_LOG_INFO)
+    pthread_once(&once, log_env);
+}
+
 const char *rcc_getenv(const char *name) {
   const char *v = getenv(name);
   return (v != NULL && *v != '\0') ? v : NULL;

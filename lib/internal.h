@@ -53,6 +53,8 @@ ringcc_result_t rcc_errf(char *err, size_t errlen, ringcc_result_t code,
 /* The one place environment variables are read: returns getenv(name) and
  * remembers it for the INFO dump of settings. */
 const char *rcc_getenv(const char *name);
+/* At RINGCC_DEBUG=INFO, prints every RINGCC_* variable once per process. */
+void rcc_log_env_once(void);
 
 /* ---- sockets (socket.c) ------------------------------------------------ */
 struct sockaddr_storage;
