@@ -119,18 +119,21 @@ typedef struct {
   int64_t timeout_ms;   /* RINGCC_TIMEOUT_MS; -1 unset; 0 = no deadline; default 600000 */
   int algo;             /* RINGCC_ALGO (ring|tree|direct); -1 unset; RINGCC_ALGO_AUTO */
   int debug_level;      /* RINGCC_DEBUG (WARN|INFO|TRACE); -1 unset; process-wide */
-  int64_t chunk_bytes;  /* RINGCC_CHUNK_BYTES; -1 unset; bytes per FIFO slot, default 65536 */
+  int64_t chunk_bytes;  /* RINGCC_CHUNK_BYTES; -1 unset; bytes per slot of
+                           shared-memory FIFOs (the pipeline chunk), default 65536 */
   int nslots;           /* RINGCC_NSLOTS; -1 unset; slots per FIFO, default 8 */
   int shm_disable;      /* RINGCC_SHM_DISABLE; -1 unset; default 0 */
   int check;            /* RINGCC_CHECK; -1 unset; cross-rank argument check, default 0 */
   const char *socket_ifname; /* RINGCC_SOCKET_IFNAME; NULL unset */
+  int64_t net_chunk_bytes; /* RINGCC_NET_CHUNK_BYTES; -1 unset; bytes per slot
+                              of network FIFOs, default 1048576 */
   int reserved[16];
 } ringcc_config_t;
 
 #define RINGCC_CONFIG_MAGIC 0x52434346u /* "RCCF" */
 #define RINGCC_CONFIG_INIT                                                     \
   {sizeof(ringcc_config_t), RINGCC_CONFIG_MAGIC, RINGCC_VERSION, -1, -1, -1,   \
-   -1, -1, -1, -1, NULL, {0}}
+   -1, -1, -1, -1, NULL, -1, {0}}
 
 /* ---- version and errors ---------------------------------------------- */
 RINGCC_API ringcc_result_t ringcc_get_version(int *version);

@@ -22,11 +22,16 @@ struct call {
   void *recvbuf;           /* as given */
   size_t count;
   int dt;
-  int op;                  /* -1: none */
-  int root;                /* -1: none */
-  int peer;                /* -1: none */
+  int op;
+  int root;
+  int peer;
   void *stream;
+  unsigned uses;           /* USES_OP | USES_ROOT | USES_PEER */
 };
+
+#define USES_OP 1u
+#define USES_ROOT 2u
+#define USES_PEER 4u
 
 static const char *const coll_names[RCC_NUM_COLLS] = {
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
@@ -77,7 +82,7 @@ static ringcc_result_t validate_buffers(const struct call *c) {
     return bad_arg(c, msg);
   }
   buffer_elems(c, &send_elems, &recv_elems);
-  int is_root = c->root < 0 || c->root == c->comm->rank;
+  int is_root = !(c->uses & USES_ROOT) || c->root == c->comm->rank;
   int needs_recv = c->coll != RCC_COLL_SEND &&
                    (c->coll != RCC_COLL_REDUCE || is_root);
   int needs_send = c->coll != RCC_COLL_RECV && c->coll != RCC_COLL_BARRIER;
@@ -115,12 +120,12 @@ static ringcc_result_t validate(const struct call *c) {
              c->dt, RINGCC_NUM_DATATYPES - 1);
     return bad_arg(c, msg);
   }
-  if (c->op != -1 && !rcc_op_valid(c->op)) {
+  if ((c->uses & USES_OP) && !rcc_op_valid(c->op)) {
     snprintf(msg, sizeof(msg), "argument 'op' is %d, not a ringcc_op_t (0..%d)",
              c->op, RINGCC_NUM_OPS - 1);
     return bad_arg(c, msg);
   }
-  if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks)) {
+  if ((c->uses & USES_ROOT) && (c->root < 0 || c->root >= comm->nranks)) {
     snprintf(msg, sizeof(msg), "argument 'root' is %d; it must be in [0, %d]",
              c->root, comm->nranks - 1);
     return bad_arg(c, msg);
@@ -164,6 +169,16 @@ static const void *source_buffer(const struct call *c) {
   return c->recvbuf;
 }
 
+/* Bytes per step: one slot of the edges the schedule uses. */
+static size_t step_bytes(const struct call *c) {
+  struct ringcc_comm *comm = c->comm;
+  if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
+    return comm->send_conn[RCC_CONN_P2P][c->peer].slot_bytes;
+  if (c->coll <= RCC_COLL_REDUCE)
+    return comm->ring_chunk_bytes;
+  return comm->all_chunk_bytes;
+}
+
 static ringcc_result_t execute(const struct call *c) {
   struct ringcc_comm *comm = c->comm;
   const void *src = source_buffer(c);
@@ -174,9 +189,9 @@ static ringcc_result_t execute(const struct call *c) {
       .pos = comm->ring_pos,
       .ring = comm->ring,
       .count = c->count,
-      .chunk_elems = (size_t)comm->set.chunk_bytes / ringcc_datatype_size(c->dt),
-      .root = c->peer >= 0 ? c->peer : c->root,
-      .postop = c->op == RINGCC_AVG,
+      .chunk_elems = step_bytes(c) / ringcc_datatype_size(c->dt),
+      .root = (c->uses & USES_PEER) ? c->peer : c->root,
+      .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
 
   if (c->coll == RCC_COLL_ALLTOALL && src == c->recvbuf && c->count > 0) {
@@ -195,7 +210,7 @@ static ringcc_result_t execute(const struct call *c) {
   else
     rcc_plan_pairwise(&plan);
   return rcc_exec_host(comm, &plan, src, c->recvbuf, (ringcc_datatype_t)c->dt,
-                       c->op < 0 ? RINGCC_SUM : (ringcc_op_t)c->op);
+                       (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM);
 }
 
 static ringcc_result_t run(struct call *c) {
@@ -212,7 +227,7 @@ static ringcc_result_t run(struct call *c) {
              comm->last_error);
     return code;
   }
-  if (c->peer != -1 || c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
+  if (c->uses & USES_PEER)
     if ((r = validate_peer(comm, c->fn, c->peer)) != RINGCC_SUCCESS)
       return r;
   if ((r = validate(c)) != RINGCC_SUCCESS)
@@ -238,7 +253,7 @@ RINGCC_API ringcc_result_t ringcc_allreduce(const void *sendbuf, void *recvbuf,
                                             ringcc_op_t op, ringcc_comm_t comm,
                                             ringcc_stream_t stream) {
   struct call c = {"ringcc_allreduce", comm, RCC_COLL_ALLREDUCE, sendbuf,
-                   recvbuf, count, dt, op, -1, -1, stream};
+                   recvbuf, count, dt, op, -1, -1, stream, USES_OP};
   return run(&c);
 }
 
@@ -246,7 +261,7 @@ RINGCC_API ringcc_result_t ringcc_reduce_scatter(
     const void *sendbuf, void *recvbuf, size_t recvcount, ringcc_datatype_t dt,
     ringcc_op_t op, ringcc_comm_t comm, ringcc_stream_t stream) {
   struct call c = {"ringcc_reduce_scatter", comm, RCC_COLL_REDUCE_SCATTER,
-                   sendbuf, recvbuf, recvcount, dt, op, -1, -1, stream};
+                   sendbuf, recvbuf, recvcount, dt, op, -1, -1, stream, USES_OP};
   return run(&c);
 }
 
@@ -256,7 +271,7 @@ RINGCC_API ringcc_result_t ringcc_allgather(const void *sendbuf, void *recvbuf,
                                             ringcc_comm_t comm,
                                             ringcc_stream_t stream) {
   struct call c = {"ringcc_allgather", comm, RCC_COLL_ALLGATHER, sendbuf,
-                   recvbuf, sendcount, dt, -1, -1, -1, stream};
+                   recvbuf, sendcount, dt, -1, -1, -1, stream, 0};
   return run(&c);
 }
 
@@ -265,7 +280,7 @@ RINGCC_API ringcc_result_t ringcc_bcast(void *buf, size_t count,
                                         ringcc_comm_t comm,
                                         ringcc_stream_t stream) {
   struct call c = {"ringcc_bcast", comm, RCC_COLL_BCAST, buf, buf, count, dt,
-                   -1, root, -1, stream};
+                   -1, root, -1, stream, USES_ROOT};
   return run(&c);
 }
 
@@ -275,7 +290,7 @@ RINGCC_API ringcc_result_t ringcc_reduce(const void *sendbuf, void *recvbuf,
                                          ringcc_comm_t comm,
                                          ringcc_stream_t stream) {
   struct call c = {"ringcc_reduce", comm, RCC_COLL_REDUCE, sendbuf, recvbuf,
-                   count, dt, op, root, -1, stream};
+                   count, dt, op, root, -1, stream, USES_OP | USES_ROOT};
   if (c.comm != NULL && root >= 0 && root < comm->nranks &&
       root != comm->rank && sendbuf == RINGCC_IN_PLACE)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
@@ -290,7 +305,7 @@ RINGCC_API ringcc_result_t ringcc_alltoall(const void *sendbuf, void *recvbuf,
                                            ringcc_comm_t comm,
                                            ringcc_stream_t stream) {
   struct call c = {"ringcc_alltoall", comm, RCC_COLL_ALLTOALL, sendbuf,
-                   recvbuf, count, dt, -1, -1, -1, stream};
+                   recvbuf, count, dt, -1, -1, -1, stream, 0};
   return run(&c);
 }
 
@@ -299,7 +314,7 @@ RINGCC_API ringcc_result_t ringcc_send(const void *buf, size_t count,
                                        ringcc_comm_t comm,
                                        ringcc_stream_t stream) {
   struct call c = {"ringcc_send", comm, RCC_COLL_SEND, buf, NULL, count, dt,
-                   -1, -1, peer, stream};
+                   -1, -1, peer, stream, USES_PEER};
   return run(&c);
 }
 
@@ -308,13 +323,13 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
                                        ringcc_comm_t comm,
                                        ringcc_stream_t stream) {
   struct call c = {"ringcc_recv", comm, RCC_COLL_RECV, NULL, buf, count, dt,
-                   -1, -1, peer, stream};
+                   -1, -1, peer, stream, USES_PEER};
   return run(&c);
 }
 
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream) {
   struct call c = {"ringcc_barrier", comm, RCC_COLL_BARRIER, NULL, NULL, 0,
-                   RINGCC_UINT8, -1, -1, -1, stream};
+                   RINGCC_UINT8, -1, -1, -1, stream, 0};
   return run(&c);
 }

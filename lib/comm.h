@@ -21,6 +21,7 @@ struct rcc_peer_info {
   uint64_t host_hash;  /* hostname + boot id, or RINGCC_HOSTID */
   uint64_t pid_space;  /* boot id + pid namespace: pids comparable if equal */
   int64_t chunk_bytes; /* must agree across ranks */
+  int64_t net_chunk_bytes; /* must agree across ranks */
   int32_t nslots;      /* must agree across ranks */
   int32_t shm_disable;
   uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
@@ -31,7 +32,8 @@ struct rcc_peer_info {
 struct rcc_settings {
   int64_t timeout_ms;
   int algo;
-  int64_t chunk_bytes;
+  int64_t chunk_bytes;     /* shared-memory slots */
+  int64_t net_chunk_bytes; /* network slots */
   int nslots;
   int shm_disable;
   int check;
@@ -56,6 +58,11 @@ struct ringcc_comm {
   struct rcc_conn *recv_conn[RCC_NUM_CONN_KINDS];
   const struct rcc_transport **edge_transport; /* [nranks] */
   void *transport_state[RCC_MAX_TRANSPORTS];
+
+  /* Step sizes every rank derives alike: the ring's (its smallest edge slot)
+   * and the whole communicator's (for schedules that use every edge). */
+  size_t ring_chunk_bytes;
+  size_t all_chunk_bytes;
 
   uint64_t seq;            /* collectives issued on this communicator */
   void *scratch;           /* staging for in-place alltoall */

@@ -96,6 +96,34 @@ static ringcc_result_t connect_one(struct ringcc_comm *comm, int t,
   return RINGCC_SUCCESS;
 }
 
+/* The slot size of the edge a -> b, as every rank computes it alike. */
+static size_t edge_slot_bytes(const struct ringcc_comm *comm, int a, int b) {
+  for (int t = 0; t < rcc_num_transports; t++)
+    if (rcc_transports[t]->can_connect(comm, &comm->peers[a], &comm->peers[b]))
+      return rcc_transports[t]->slot_bytes(comm);
+  return 0;
+}
+
+/* Step sizes: a schedule moves at most one slot per step, so the ring's step
+ * is its smallest edge's slot and a schedule over all edges takes the
+ * smallest of all. O(n^2) once per communicator. */
+static void choose_chunks(struct ringcc_comm *comm) {
+  int n = comm->nranks;
+  size_t ring = SIZE_MAX, all = SIZE_MAX;
+  for (int p = 0; p < n && n > 1; p++) {
+    size_t b = edge_slot_bytes(comm, comm->ring[p], comm->ring[(p + 1) % n]);
+    ring = b < ring ? b : ring;
+  }
+  for (int a = 0; a < n; a++)
+    for (int b = 0; b < n; b++)
+      if (a != b) {
+        size_t s = edge_slot_bytes(comm, a, b);
+        all = s < all ? s : all;
+      }
+  comm->ring_chunk_bytes = n > 1 ? ring : (size_t)comm->set.chunk_bytes;
+  comm->all_chunk_bytes = n > 1 ? all : (size_t)comm->set.chunk_bytes;
+}
+
 ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
                                        int64_t deadline) {
   int n = comm->nranks;
@@ -108,6 +136,7 @@ ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
     goto out;
   }
   r = agree(comm, assign_edges(comm), all, "transport selection", deadline);
+  choose_chunks(comm);
   for (int t = 0; t < rcc_num_transports && r == RINGCC_SUCCESS; t++)
     r = connect_one(comm, t, all, peers, deadline);
 out:

@@ -46,6 +46,10 @@ static int net_can_connect(const struct ringcc_comm *comm,
   return 1; /* the last resort: any two ranks that can reach each other */
 }
 
+static size_t net_slot_bytes(const struct ringcc_comm *comm) {
+  return (size_t)comm->set.net_chunk_bytes;
+}
+
 static const char *ifname_spec(const struct ringcc_comm *comm) {
   return comm->config.socket_ifname ? comm->config.socket_ifname
                                     : rcc_getenv("RINGCC_SOCKET_IFNAME");
@@ -78,7 +82,7 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
                                   struct rcc_proxy_conn *c, int peer,
                                   int is_send) {
   char err[RCC_ERRLEN];
-  size_t data = (size_t)comm->set.nslots * (size_t)comm->set.chunk_bytes;
+  size_t data = (size_t)comm->set.nslots * net_slot_bytes(comm);
   void *mem = NULL;
   if (posix_memalign(&mem, 4096, RCC_FIFO_DATA_OFFSET + data) != 0)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
@@ -88,7 +92,7 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
   c->fifo = mem;
   c->data = (char *)mem + RCC_FIFO_DATA_OFFSET;
   c->nslots = (uint32_t)comm->set.nslots;
-  c->slot_bytes = (size_t)comm->set.chunk_bytes;
+  c->slot_bytes = net_slot_bytes(comm);
   c->is_send = is_send;
   c->peer = peer;
   (void)st, (void)err;
@@ -259,6 +263,7 @@ static const char *net_describe(void *state) {
 const struct rcc_transport rcc_transport_net = {
     .name = "NET",
     .can_connect = net_can_connect,
+    .slot_bytes = net_slot_bytes,
     .setup = net_setup,
     .connect = net_connect,
     .finish = net_finish,

@@ -38,6 +38,10 @@ struct shm_state {
   size_t *peer_bytes;  /* [nranks] */
 };
 
+static size_t shm_slot_bytes(const struct ringcc_comm *comm) {
+  return (size_t)comm->set.chunk_bytes;
+}
+
 static size_t fifo_bytes(const struct ringcc_comm *comm) {
   size_t data = (size_t)comm->set.nslots * (size_t)comm->set.chunk_bytes;
   size_t b = RCC_FIFO_DATA_OFFSET + data;
@@ -228,6 +232,7 @@ static void shm_finish(struct ringcc_comm *comm, void *state) {
 const struct rcc_transport rcc_transport_shm = {
     .name = "SHM",
     .can_connect = shm_can_connect,
+    .slot_bytes = shm_slot_bytes,
     .setup = shm_setup,
     .connect = shm_connect,
     .finish = shm_finish,

@@ -38,6 +38,8 @@ struct rcc_transport {
   int (*can_connect)(const struct ringcc_comm *comm,
                      const struct rcc_peer_info *me,
                      const struct rcc_peer_info *peer);
+  /* Payload bytes of one FIFO slot on this transport's edges. */
+  size_t (*slot_bytes)(const struct ringcc_comm *comm);
   ringcc_result_t (*setup)(struct ringcc_comm *comm, const int *peers,
                            int npeers, void *blob, void **state);
   ringcc_result_t (*connect)(struct ringcc_comm *comm, void *state,
