@@ -171,6 +171,13 @@ RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm);
 RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm);
 RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
                                                        ringcc_result_t *result);
+/* Where this rank stands: the collective, its sequence number, the step, the
+ * peer waited for and that FIFO's counters (or "idle"). Safe to call from
+ * another thread while a collective runs (the values may be a moment old).
+ * The same report is logged when a deadline passes, and when the process
+ * gets the signal named by RINGCC_REPORT_SIGNAL (USR1 or USR2). */
+RINGCC_API ringcc_result_t ringcc_comm_report(ringcc_comm_t comm, char *buf,
+                                              size_t len);
 
 /* ---- collectives ------------------------------------------------------- */
 /* In place: sendbuf == recvbuf, or sendbuf == RINGCC_IN_PLACE (input read from

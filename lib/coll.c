@@ -41,6 +41,23 @@ const char *rcc_coll_name(int coll) {
   return coll >= 0 && coll < RCC_NUM_COLLS ? coll_names[coll] : "?";
 }
 
+const char *rcc_step_kind_name(int kind) {
+  static const char *const names[RCC_NUM_STEP_KINDS] = {
+      [RCC_STEP_NONE] = "none",
+      [RCC_STEP_SEND] = "send",
+      [RCC_STEP_RECV] = "recv",
+      [RCC_STEP_COPY] = "copy",
+      [RCC_STEP_COPY_SEND] = "copySend",
+      [RCC_STEP_RECV_COPY_SEND] = "recvCopySend",
+      [RCC_STEP_RECV_REDUCE_SEND] = "recvReduceSend",
+      [RCC_STEP_RECV_REDUCE_COPY] = "recvReduceCopy",
+      [RCC_STEP_RECV_REDUCE_COPY_SEND] = "recvReduceCopySend",
+      [RCC_STEP_SEND_RECV] = "sendRecv",
+      [RCC_STEP_REDUCE_LOCAL] = "reduceLocal",
+  };
+  return kind >= 0 && kind < RCC_NUM_STEP_KINDS ? names[kind] : "?";
+}
+
 /* How many elements of sendbuf and recvbuf a call touches (per rank). */
 static void buffer_elems(const struct call *c, size_t *send, size_t *recv) {
   size_t n = (size_t)c->comm->nranks;
@@ -213,6 +230,91 @@ static ringcc_result_t execute(const struct call *c) {
                        (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM);
 }
 
+/* ---- RINGCC_CHECK: do all ranks make the same call? ------------------- */
+
+struct check_desc {
+  uint64_t seq;
+  uint64_t count;
+  int32_t coll;
+  int32_t dt;
+  int32_t op;   /* -1 where the collective has none */
+  int32_t root; /* -1 where the collective has none */
+};
+
+static int differs(const struct check_desc *a, const struct check_desc *b,
+                   int field) {
+  switch (field) {
+  case 0: return a->seq != b->seq;
+  case 1: return a->coll != b->coll;
+  case 2: return a->count != b->count;
+  case 3: return a->dt != b->dt;
+  case 4: return a->op != b->op;
+  default: return a->root != b->root;
+  }
+}
+
+static int field_value(const struct check_desc *d, int field, char *buf,
+                       size_t len) {
+  switch (field) {
+  case 0: return snprintf(buf, len, "%llu", (unsigned long long)d->seq);
+  case 1: return snprintf(buf, len, "%s", rcc_coll_name(d->coll));
+  case 2: return snprintf(buf, len, "%llu", (unsigned long long)d->count);
+  case 3: return snprintf(buf, len, "%s",
+                          ringcc_datatype_name((ringcc_datatype_t)d->dt));
+  case 4: return snprintf(buf, len, "%s",
+                          d->op < 0 ? "none" : ringcc_op_name((ringcc_op_t)d->op));
+  default: return snprintf(buf, len, "%d", d->root);
+  }
+}
+
+/* All ranks all-gather what they were asked to do and compare: the same
+ * table on every rank, so every rank fails alike, naming ranks and field. */
+static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
+  static const char *const fields[] = {"sequence number", "collective", "count",
+                                       "datatype", "op", "root"};
+  struct ringcc_comm *comm = c->comm;
+  int n = comm->nranks;
+  struct check_desc mine = {comm->seq, c->count, c->coll, c->dt,
+                            (c->uses & USES_OP) ? c->op : -1,
+                            (c->uses & USES_ROOT) ? c->root : -1};
+  struct check_desc *all = calloc((size_t)n, sizeof(*all));
+  struct rcc_plan plan = {.coll = RCC_COLL_ALLGATHER, .nranks = n,
+                          .rank = comm->rank, .pos = comm->ring_pos,
+                          .ring = comm->ring, .count = sizeof(mine),
+                          .chunk_elems = comm->ring_chunk_bytes};
+  char msg[RCC_ERRLEN], a[48], b[48];
+  int off = 0;
+
+  if (all == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "%s on rank %d: out of memory for RINGCC_CHECK",
+                          c->fn, comm->rank);
+  rcc_plan_ring(&plan);
+  ringcc_result_t r = rcc_exec_host(comm, &plan, &mine, all, RINGCC_UINT8,
+                                    RINGCC_SUM);
+  int gathered = r == RINGCC_SUCCESS;
+  for (int f = 0; f < 6 && gathered; f++)
+    for (int q = 1; q < n; q++) {
+      if (!differs(&all[0], &all[q], f))
+        continue;
+      field_value(&all[0], f, a, sizeof(a));
+      field_value(&all[q], f, b, sizeof(b));
+      if (off < (int)sizeof(msg) - 1)
+        off += snprintf(msg + off, sizeof(msg) - (size_t)off,
+                        "%s%s: rank 0 has %s, rank %d has %s", off ? "; " : "",
+                        fields[f], a, q, b);
+      r = RINGCC_ERR_INVALID_USAGE;
+      break; /* one rank per field keeps the message short */
+    }
+  free(all);
+  *mismatch = r == RINGCC_ERR_INVALID_USAGE;
+  if (r == RINGCC_ERR_INVALID_USAGE)
+    return rcc_comm_error(comm, r,
+                          "%s on rank %d (RINGCC_CHECK): the ranks' calls do "
+                          "not match: %s", c->fn, comm->rank, msg);
+  return r;
+}
+
 static ringcc_result_t run(struct call *c) {
   struct ringcc_comm *comm = c->comm;
   ringcc_result_t r;
@@ -241,8 +343,16 @@ static ringcc_result_t run(struct call *c) {
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
             ringcc_datatype_name((ringcc_datatype_t)c->dt));
-  r = execute(c);
-  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
+  int mismatch = 0;
+  r = RINGCC_SUCCESS;
+  if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
+    r = check_agreement(c, &mismatch);
+  if (r == RINGCC_SUCCESS)
+    r = execute(c);
+  /* A mismatch the check found is seen by every rank before any data moved:
+   * the communicator stays usable. Any other failure leaves FIFOs in an
+   * unknown state. */
+  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !mismatch)
     comm->fatal = r;
   __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
   return r;

@@ -85,6 +85,7 @@ RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
   s->postop = 0;
   s->conn_kind = RCC_CONN_COLL;
   s->last = 0;
+  s->acc = 0;
   s->send_peer = s->recv_peer = -1;
   s->block = p->rank;
   s->src_off = s->dst_off = 0;

@@ -190,6 +190,7 @@ RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
   s->postop = 0;
   s->conn_kind = RCC_CONN_COLL;
   s->last = 0;
+  s->acc = 0;
   s->send_peer = p->ring[mod_n(p->pos + 1, p->nranks)];
   s->recv_peer = p->ring[mod_n(p->pos - 1, p->nranks)];
   switch (p->sched) {

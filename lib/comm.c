@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,10 +236,6 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
                     "RINGCC_NET_CHUNK_BYTES / 'net_chunk_bytes' (%lld) must be "
                     "multiples of 64",
                     (long long)s->chunk_bytes, (long long)s->net_chunk_bytes);
-  if (s->check)
-    return rcc_errf(err, errlen, RINGCC_ERR_UNSUPPORTED,
-                    "RINGCC_CHECK / config 'check' (cross-rank argument "
-                    "check) is not implemented in this version");
   if (c->debug_level >= 0)
     rcc_log_set_level(c->debug_level);
   return algo_setting(c->algo, &s->algo, err, errlen);
@@ -441,7 +438,9 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
   char err[RCC_ERRLEN];
   ringcc_result_t r;
 
+  static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
   rcc_log_env_once();
+  pthread_once(&signal_once, rcc_report_signal_setup);
   if (out == NULL)
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "ringcc_comm_init: argument 'comm' is NULL");

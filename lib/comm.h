@@ -41,6 +41,21 @@ struct rcc_settings {
   int yields; /* sched_yield()s before sleeping (RINGCC_YIELDS) */
 };
 
+/* Where a communicator stands, kept up to date by the executor for error
+ * messages and the hang report (report.c). */
+struct rcc_progress {
+  int active;                  /* a collective is running */
+  int coll;
+  int algo_sched;              /* enum rcc_sched_kind */
+  uint64_t step;
+  uint64_t nsteps;
+  struct rcc_step cur;
+  int peer;                    /* waited for, or -1 */
+  const char *waiting_for;     /* "data from", "a free slot to send to" */
+  const struct rcc_conn *conn; /* the connection waited on */
+  int waiting_send;            /* 1: for a free slot on conn; 0: for data */
+};
+
 struct ringcc_comm {
   int rank;
   int nranks;
@@ -65,6 +80,8 @@ struct ringcc_comm {
   size_t all_chunk_bytes;
 
   uint64_t seq;            /* collectives issued on this communicator */
+  struct rcc_progress progress;
+  int report_seen;         /* report signals handled (report.c) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
   uint8_t secret[16];      /* shared by the ranks only (via the bootstrap) */
@@ -89,6 +106,11 @@ ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...)
 
 /* 0 if rank peer's process is known to be gone (same pid space only). */
 int rcc_peer_alive(const struct ringcc_comm *comm, int peer);
+
+/* report.c: the hang report, on timeout, on demand and on a signal. */
+void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len);
+void rcc_report_signal_setup(void);
+int rcc_report_requested(struct ringcc_comm *comm);
 
 /* graph.c: ring order over the peers' hosts. */
 ringcc_result_t rcc_graph_build_ring(struct ringcc_comm *comm);

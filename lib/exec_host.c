@@ -50,10 +50,7 @@ struct exec {
   ringcc_datatype_t dt;
   rcc_reduce_fn reduce;
   int64_t deadline;
-  uint64_t step_index;   /* for messages */
-  int waiting_peer;      /* for messages */
-  const struct rcc_fifo *waiting_fifo;
-  const char *waiting_for;
+  struct rcc_progress *at; /* == &comm->progress */
 };
 
 static inline void cpu_relax(void) {
@@ -91,37 +88,46 @@ static int wait_failed(struct exec *x) {
                           "waiting for %s rank %d: %s",
                           rcc_coll_name(x->plan->coll),
                           (unsigned long long)comm->seq, comm->rank,
-                          (unsigned long long)x->step_index, x->waiting_for,
-                          x->waiting_peer, comm->async_message);
+                          (unsigned long long)x->at->step, x->at->waiting_for,
+                          x->at->peer, comm->async_message);
   if (comm->aborted)
     return rcc_comm_error(comm, RINGCC_ERR_ABORTED,
                           "%s (seq %llu) on rank %d: aborted while waiting "
                           "for %s rank %d",
                           rcc_coll_name(x->plan->coll),
                           (unsigned long long)comm->seq, comm->rank,
-                          x->waiting_for, x->waiting_peer);
-  if (x->waiting_fifo && __atomic_load_n(&x->waiting_fifo->closed,
-                                         __ATOMIC_ACQUIRE))
+                          x->at->waiting_for, x->at->peer);
+  if (x->at->conn && !x->at->waiting_send &&
+      __atomic_load_n(&x->at->conn->fifo->closed, __ATOMIC_ACQUIRE))
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "%s (seq %llu) on rank %d: rank %d destroyed its "
                           "communicator while this rank waits for %s it at "
                           "step %llu (did all ranks make the same calls?)",
                           rcc_coll_name(x->plan->coll),
                           (unsigned long long)comm->seq, comm->rank,
-                          x->waiting_peer, x->waiting_for,
-                          (unsigned long long)x->step_index);
-  if (x->waiting_peer >= 0 && !rcc_peer_alive(comm, x->waiting_peer)) {
-    const struct rcc_peer_info *q = &comm->peers[x->waiting_peer];
+                          x->at->peer, x->at->waiting_for,
+                          (unsigned long long)x->at->step);
+  if (x->at->peer >= 0 && !rcc_peer_alive(comm, x->at->peer)) {
+    const struct rcc_peer_info *q = &comm->peers[x->at->peer];
     return rcc_comm_error(comm, RINGCC_ERR_PEER_FAILED,
                           "%s (seq %llu) on rank %d: rank %d (pid %d on host "
                           "%s) died; noticed at step %llu while waiting for %s "
                           "it",
                           rcc_coll_name(x->plan->coll),
                           (unsigned long long)comm->seq, comm->rank,
-                          x->waiting_peer, (int)q->pid, q->hostname,
-                          (unsigned long long)x->step_index, x->waiting_for);
+                          x->at->peer, (int)q->pid, q->hostname,
+                          (unsigned long long)x->at->step, x->at->waiting_for);
   }
-  if (rcc_now_ns() >= x->deadline)
+  if (rcc_report_requested(comm)) {
+    char report[2048];
+    rcc_report_format(comm, report, sizeof(report));
+    rcc_log(RINGCC_LOG_WARN, comm->rank, "report on request:\n%s", report);
+  }
+  if (rcc_now_ns() >= x->deadline) {
+    char report[2048];
+    rcc_report_format(comm, report, sizeof(report));
+    rcc_log(RINGCC_LOG_WARN, comm->rank, "timeout; where this rank stands:\n%s",
+            report);
     return rcc_comm_error(
         comm, RINGCC_ERR_TIMEOUT,
         "%s (seq %llu) on rank %d timed out after %lld ms at step %llu of "
@@ -129,8 +135,9 @@ static int wait_failed(struct exec *x) {
         "arguments?)",
         rcc_coll_name(x->plan->coll), (unsigned long long)comm->seq,
         comm->rank, (long long)comm->set.timeout_ms,
-        (unsigned long long)x->step_index,
-        (unsigned long long)x->plan->nsteps, x->waiting_for, x->waiting_peer);
+        (unsigned long long)x->at->step,
+        (unsigned long long)x->plan->nsteps, x->at->waiting_for, x->at->peer);
+  }
   return RINGCC_SUCCESS;
 }
 
@@ -191,7 +198,7 @@ static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
       "were expected (do all ranks call the same collective with the same "
       "count and datatype?)",
       rcc_coll_name(x->plan->coll), (unsigned long long)comm->seq, comm->rank,
-      s->recv_peer, RCC_META_BYTES(meta), (unsigned long long)x->step_index,
+      s->recv_peer, RCC_META_BYTES(meta), (unsigned long long)x->at->step,
       bytes);
 }
 
@@ -237,9 +244,19 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
     if (s->nelem > 0)
       x->reduce(out, in, src, s->nelem);
     break;
+  case RCC_STEP_REDUCE_LOCAL:
+    if (s->nelem > 0) {
+      x->reduce(dst, dst, src, s->nelem);
+      if (s->postop)
+        rcc_reduce_avg_finish(x->dt, dst, dst, s->nelem, x->comm->nranks);
+    }
+    break;
   default: /* RECV_REDUCE_COPY[_SEND] */
     if (s->nelem > 0) {
-      x->reduce(dst, in, src, s->nelem);
+      if (s->acc) /* one operand order on every rank: bitwise agreement */
+        x->reduce(dst, dst, in, s->nelem);
+      else
+        x->reduce(dst, in, src, s->nelem);
       if (s->postop)
         rcc_reduce_avg_finish(x->dt, dst, dst, s->nelem, x->comm->nranks);
     }
@@ -264,17 +281,19 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
   uint64_t meta;
   int r;
 
-  x->waiting_for = "a free slot to send to";
-  x->waiting_peer = s->send_peer;
-  x->waiting_fifo = NULL;
+  x->at->waiting_for = "a free slot to send to";
+  x->at->peer = s->send_peer;
+  x->at->conn = sc;
+  x->at->waiting_send = 1;
   if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
     return r;
   copy_bytes(out, x->src + s->src_off * x->esize, bytes);
   rcc_proto_send_end(sc, meta_of(s, bytes));
 
-  x->waiting_for = "data from";
-  x->waiting_peer = s->recv_peer;
-  x->waiting_fifo = rc->fifo;
+  x->at->waiting_for = "data from";
+  x->at->peer = s->recv_peer;
+  x->at->conn = rc;
+  x->at->waiting_send = 0;
   if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
     return r;
   if ((r = check_meta(x, s, meta, bytes)) != 0)
@@ -297,9 +316,10 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
     return run_send_recv(x, s);
   if (step_receives(s->kind)) {
     rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
-    x->waiting_for = "data from";
-    x->waiting_peer = s->recv_peer;
-    x->waiting_fifo = rc->fifo;
+    x->at->waiting_for = "data from";
+    x->at->peer = s->recv_peer;
+    x->at->conn = rc;
+    x->at->waiting_send = 0;
     if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
       return r;
     if ((r = check_meta(x, s, meta, bytes)) != 0)
@@ -307,9 +327,10 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
   }
   if (step_sends(s->kind)) {
     sc = &comm->send_conn[s->conn_kind][s->send_peer];
-    x->waiting_for = "a free slot to send to";
-    x->waiting_peer = s->send_peer;
-    x->waiting_fifo = NULL;
+    x->at->waiting_for = "a free slot to send to";
+    x->at->peer = s->send_peer;
+    x->at->conn = sc;
+    x->at->waiting_send = 1;
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
   }
@@ -333,15 +354,21 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
       .dt = dt,
       .reduce = rcc_reduce_get(dt, op),
       .deadline = rcc_deadline_after_ms(comm->set.timeout_ms),
+      .at = &comm->progress,
   };
-  struct rcc_step s;
+  ringcc_result_t r = RINGCC_SUCCESS;
 
-  for (uint64_t i = 0; i < plan->nsteps; i++) {
-    rcc_plan_step(plan, i, &s);
-    x.step_index = i;
-    ringcc_result_t r = run_step(&x, &s);
-    if (r != RINGCC_SUCCESS)
-      return r;
+  x.at->coll = plan->coll;
+  x.at->algo_sched = plan->sched;
+  x.at->nsteps = plan->nsteps;
+  x.at->peer = -1;
+  x.at->conn = NULL;
+  x.at->active = 1;
+  for (uint64_t i = 0; i < plan->nsteps && r == RINGCC_SUCCESS; i++) {
+    rcc_plan_step(plan, i, &x.at->cur);
+    x.at->step = i;
+    r = run_step(&x, &x.at->cur);
   }
-  return RINGCC_SUCCESS;
+  x.at->active = 0;
+  return r;
 }

@@ -45,6 +45,7 @@ enum rcc_sched_kind {
   RCC_SCHED_P2P_SEND,
   RCC_SCHED_P2P_RECV,
   RCC_SCHED_BARRIER,          /* dissemination barrier, empty messages */
+  RCC_SCHED_DIRECT_ALLREDUCE, /* one-shot: everybody sends to everybody */
 };
 
 enum rcc_step_kind {
@@ -58,6 +59,7 @@ enum rcc_step_kind {
   RCC_STEP_RECV_REDUCE_COPY,      /* dst <- in op src */
   RCC_STEP_RECV_REDUCE_COPY_SEND, /* dst <- in op src; out <- dst */
   RCC_STEP_SEND_RECV,             /* out <- src to one peer; dst <- in from another */
+  RCC_STEP_REDUCE_LOCAL,          /* dst <- dst op src (local) */
   RCC_NUM_STEP_KINDS
 };
 
@@ -71,6 +73,7 @@ struct rcc_step {
   uint8_t postop;     /* apply the AVG division when writing dst */
   uint8_t conn_kind;  /* enum rcc_conn_kind */
   uint8_t last;       /* last piece of a p2p message (meta tag) */
+  uint8_t acc;        /* recvReduceCopy accumulates: dst <- dst op in */
   int send_peer;      /* rank, or -1 */
   int recv_peer;      /* rank, or -1 */
   int block;          /* the data block (rank index) this step works on */

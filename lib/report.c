@@ -1,0 +1,117 @@
+/*
+ * report.c - the hang report: where a rank stands in a collective.
+ *
+ * Printed at WARN when a deadline passes, on demand through
+ * ringcc_comm_report(), and when the process receives the signal named by
+ * RINGCC_REPORT_SIGNAL (e.g. USR1): the handler only raises a flag; the
+ * waiting thread prints at its next wake-up (within 20 ms), since formatting
+ * is not async-signal-safe.
+ *
+ *   rank 2: allreduce seq 17, ring, step 35 of 63: recvReduceSend block 1,
+ *     16384 elements; waiting for data from rank 1
+ *     from rank 1: tail 12 head 12 (0 of 8 slots full)
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "comm.h"
+
+static volatile sig_atomic_t report_generation;
+
+static void on_signal(int sig) {
+  (void)sig;
+  report_generation++;
+}
+
+void rcc_report_signal_setup(void) {
+  const char *name = rcc_getenv("RINGCC_REPORT_SIGNAL");
+  static const struct {
+    const char *name;
+    int sig;
+  } signals[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"SIGUSR1", SIGUSR1},
+                 {"SIGUSR2", SIGUSR2}};
+  if (name == NULL)
+    return;
+  for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
+    if (strcasecmp(name, signals[i].name) == 0) {
+      struct sigaction sa;
+      memset(&sa, 0, sizeof(sa));
+      sa.sa_handler = on_signal;
+      sa.sa_flags = SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      sigaction(signals[i].sig, &sa, NULL);
+      RCC_INFO(-1, "hang report on signal %s", signals[i].name);
+      return;
+    }
+  RCC_WARN(-1, "RINGCC_REPORT_SIGNAL=%s is not USR1 or USR2; no report signal",
+            name);
+}
+
+int rcc_report_requested(struct ringcc_comm *comm) {
+  int gen = report_generation;
+  if (gen == comm->report_seen)
+    return 0;
+  comm->report_seen = gen;
+  return 1;
+}
+
+static const char *const sched_names[] = {
+    [RCC_SCHED_LOCAL_COPY] = "local copy",
+    [RCC_SCHED_RING_ALLREDUCE] = "ring",
+    [RCC_SCHED_RING_REDUCE_SCATTER] = "ring",
+    [RCC_SCHED_RING_ALLGATHER] = "ring",
+    [RCC_SCHED_CHAIN_BCAST] = "chain",
+    [RCC_SCHED_CHAIN_REDUCE] = "chain",
+    [RCC_SCHED_PAIRWISE_ALLTOALL] = "pairwise",
+    [RCC_SCHED_P2P_SEND] = "p2p",
+    [RCC_SCHED_P2P_RECV] = "p2p",
+    [RCC_SCHED_BARRIER] = "dissemination",
+    [RCC_SCHED_DIRECT_ALLREDUCE] = "one-shot",
+};
+
+void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
+  const struct rcc_progress *at = &comm->progress;
+  int off;
+
+  if (!at->active) {
+    snprintf(buf, len, "  rank %d: idle (last collective: seq %llu)",
+             comm->rank, (unsigned long long)comm->seq);
+    return;
+  }
+  off = snprintf(buf, len,
+                 "  rank %d: %s seq %llu, %s, step %llu of %llu: %s block %d, "
+                 "%zu elements",
+                 comm->rank, rcc_coll_name(at->coll),
+                 (unsigned long long)comm->seq, sched_names[at->algo_sched],
+                 (unsigned long long)at->step, (unsigned long long)at->nsteps,
+                 rcc_step_kind_name(at->cur.kind), at->cur.block,
+                 at->cur.nelem);
+  if (at->peer >= 0 && off >= 0 && (size_t)off < len)
+    off += snprintf(buf + off, len - (size_t)off, "; waiting for %s rank %d",
+                    at->waiting_for, at->peer);
+  if (at->conn && at->conn->fifo && off >= 0 && (size_t)off < len) {
+    const struct rcc_fifo *f = at->conn->fifo;
+    uint32_t tail = __atomic_load_n(&f->tail, __ATOMIC_ACQUIRE);
+    uint32_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
+    snprintf(buf + off, len - (size_t)off,
+             "\n    %s rank %d: tail %u head %u (%u of %u slots full), this "
+             "rank's counter %u",
+             at->waiting_send ? "to" : "from", at->peer, tail, head,
+             tail - head, at->conn->nslots, at->conn->step);
+  }
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_report(ringcc_comm_t comm, char *buf,
+                                              size_t len) {
+  if (comm == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_report: argument 'comm' is NULL");
+  if (buf == NULL || len == 0)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "ringcc_comm_report: argument 'buf' is NULL or 'len' "
+                          "is 0");
+  rcc_report_format(comm, buf, len);
+  return RINGCC_SUCCESS;
+}
