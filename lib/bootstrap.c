@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "wire.h"
 
 #define ID_MAGIC 0x52434349u    /* "RCCI" */
 #define ID_VERSION 1u
@@ -67,8 +68,16 @@
 #define RING_HELLO_LEN (SECRET_LEN + 12)
 #define REPLY_LEN 12
 #define DATA_HDR_LEN 16
+_Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
+                   WIRE_ADDR_LEN == RCC_BOOT_ADDR_BYTES &&
+                   HELLO_LEN == SECRET_LEN + RCC_BOOT_HELLO_BYTES &&
+                   REPLY_LEN == RCC_BOOT_REPLY_BYTES &&
+                   RING_HELLO_LEN == SECRET_LEN + RCC_BOOT_RING_HELLO_BYTES &&
+                   DATA_HDR_LEN == RCC_BOOT_DATA_HDR_BYTES &&
+                   sizeof(ringcc_unique_id_t) == RCC_BOOT_ID_BYTES,
+               "wire.h sizes");
 
-#define MAX_NRANKS (1 << 20)
+#define MAX_NRANKS RCC_BOOT_MAX_NRANKS
 #define MAX_PENDING 128
 #define HELLO_TIMEOUT_NS (5 * 1000000000LL)
 #define TABLE_SEND_TIMEOUT_NS (30 * 1000000000LL)
@@ -182,16 +191,19 @@ static void id_encode(ringcc_unique_id_t *id,
   put32(p + ID_SUM_OFF, fnv1a(p, ID_SUM_OFF));
 }
 
-static ringcc_result_t id_decode(const ringcc_unique_id_t *id,
-                                 struct sockaddr_storage *root,
-                                 uint8_t secret[SECRET_LEN], char *err,
-                                 size_t errlen) {
+ringcc_result_t rcc_bootstrap_id_decode(const void *id, size_t len,
+                                        struct sockaddr_storage *root,
+                                        uint8_t *secret, char *err,
+                                        size_t errlen) {
   struct sockaddr_storage tmp;
-  const uint8_t *p;
+  const uint8_t *p = id;
   if (id == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "unique id is NULL");
-  p = (const uint8_t *)id->internal;
+  if (len < RCC_BOOT_ID_BYTES)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "unique id is truncated: %zu of %d bytes", len,
+                    RCC_BOOT_ID_BYTES);
   if (get32(p) != ID_MAGIC)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "unique id is malformed: bad magic 0x%08x (not made by "
@@ -211,6 +223,14 @@ static ringcc_result_t id_decode(const ringcc_unique_id_t *id,
   if (secret != NULL)
     memcpy(secret, p + ID_SECRET_OFF, SECRET_LEN);
   return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t id_decode(const ringcc_unique_id_t *id,
+                                 struct sockaddr_storage *root,
+                                 uint8_t secret[SECRET_LEN], char *err,
+                                 size_t errlen) {
+  return rcc_bootstrap_id_decode(id ? id->internal : NULL, sizeof(*id), root,
+                                 secret, err, errlen);
 }
 
 ringcc_result_t rcc_bootstrap_check_id(const ringcc_unique_id_t *id,
@@ -457,33 +477,34 @@ static void raise_fd_limit(int nranks) {
              (unsigned long long)rl.rlim_cur, nranks);
 }
 
-/* Why a hello (magic already checked) cannot join, with its reply status;
- * NULL when it can. */
-static const char *hello_problem(const struct server *s, uint32_t rank,
-                                 uint32_t nranks, const uint8_t *wire,
-                                 uint32_t *status, char *why, size_t len) {
-  struct sockaddr_storage listener;
-  if (nranks < 1 || nranks > MAX_NRANKS) {
-    *status = ST_BAD_NRANKS;
-    snprintf(why, len, "nranks %u is not in 1..%d", nranks, MAX_NRANKS);
-  } else if (s->nranks != 0 && nranks != (uint32_t)s->nranks) {
-    *status = ST_NRANKS_MISMATCH;
-    snprintf(why, len, "it says nranks %u, the ranks before it said %d",
-             nranks, s->nranks);
-  } else if (rank >= nranks) {
-    *status = ST_BAD_RANK;
-    snprintf(why, len, "rank %u is not in 0..%u", rank, nranks - 1);
-  } else if (nranks > 1 && addr_from_wire(wire, &listener) != 0) {
-    *status = ST_BAD_ADDR;
-    snprintf(why, len, "its listener address is not IPv4/IPv6");
-  } else if (s->rank_fd != NULL && s->rank_fd[rank] >= 0) {
-    *status = ST_DUP_RANK;
-    snprintf(why, len, "rank %u already joined (two ranks were given the "
-             "same rank number?)", rank);
-  } else {
-    return NULL;
+int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
+                              uint32_t nranks_known, struct rcc_boot_hello *out,
+                              char *why, size_t whylen) {
+  memset(out, 0, sizeof(*out));
+  if (len < HELLO_LEN - SECRET_LEN || get32(in) != HELLO_MAGIC) {
+    snprintf(why, whylen, "not a hello");
+    return -1;
   }
-  return why;
+  uint32_t rank = out->rank = get32(in + 4);
+  uint32_t nranks = out->nranks = get32(in + 8);
+  if (nranks < 1 || nranks > MAX_NRANKS) {
+    snprintf(why, whylen, "nranks %u is not in 1..%d", nranks, MAX_NRANKS);
+    return ST_BAD_NRANKS;
+  }
+  if (nranks_known != 0 && nranks != nranks_known) {
+    snprintf(why, whylen, "it says nranks %u, the ranks before it said %u",
+             nranks, nranks_known);
+    return ST_NRANKS_MISMATCH;
+  }
+  if (rank >= nranks) {
+    snprintf(why, whylen, "rank %u is not in 0..%u", rank, nranks - 1);
+    return ST_BAD_RANK;
+  }
+  if (nranks > 1 && addr_from_wire(in + 12, &out->listener) != 0) {
+    snprintf(why, whylen, "its listener address is not IPv4/IPv6");
+    return ST_BAD_ADDR;
+  }
+  return ST_OK;
 }
 
 /* The first rank fixes nranks: 0, or -1 when out of memory. */
@@ -509,20 +530,28 @@ static int server_size(struct server *s, uint32_t nranks) {
 /* Takes a connection that presented the secret and a hello. */
 static void server_hello(struct server *s, int fd, const uint8_t *hello,
                          const struct sockaddr_storage *peer) {
-  uint32_t magic = get32(hello), rank = get32(hello + 4);
-  uint32_t nranks = get32(hello + 8), status;
+  struct rcc_boot_hello h;
   const uint8_t *wire = hello + 12;
   char a[80], why[128];
+  int status = rcc_bootstrap_hello_parse(hello, HELLO_LEN - SECRET_LEN,
+                                         (uint32_t)s->nranks, &h, why,
+                                         sizeof(why));
+  uint32_t rank = h.rank, nranks = h.nranks;
 
-  if (magic != HELLO_MAGIC) {
+  if (status < 0) {
     RCC_WARN(-1, "bootstrap: rendezvous %s dropped %s: right secret but not "
              "a hello (magic 0x%08x); a different ringcc version?", s->where,
-             rcc_socket_addr_str(peer, a, sizeof(a)), magic);
+             rcc_socket_addr_str(peer, a, sizeof(a)), get32(hello));
     close(fd);
     return;
   }
-  if (hello_problem(s, rank, nranks, wire, &status, why, sizeof(why))) {
-    server_refuse(s, fd, status, why, rank);
+  if (status == ST_OK && s->rank_fd != NULL && s->rank_fd[rank] >= 0) {
+    status = ST_DUP_RANK;
+    snprintf(why, sizeof(why), "rank %u already joined (two ranks were given "
+             "the same rank number?)", rank);
+  }
+  if (status != ST_OK) {
+    server_refuse(s, fd, (uint32_t)status, why, rank);
     return;
   }
   if (s->nranks == 0 && server_size(s, nranks) != 0) {
@@ -737,6 +766,42 @@ static const char *status_str(uint32_t status) {
   }
 }
 
+ringcc_result_t rcc_bootstrap_reply_check(const uint8_t *reply, size_t len,
+                                          int rank, int nranks,
+                                          const char *where, char *err,
+                                          size_t errlen) {
+  if (len < REPLY_LEN || get32(reply) != TABLE_MAGIC)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
+                    "the rendezvous at %s answered garbage (magic 0x%08x)",
+                    rank, where, len < 4 ? 0 : get32(reply));
+  if (get32(reply + 4) != ST_OK)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: rank %d of %d refused by the rendezvous at %s: "
+                    "%s (the rendezvous has nranks %u)", rank, nranks,
+                    where, status_str(get32(reply + 4)), get32(reply + 8));
+  if (get32(reply + 8) != (uint32_t)nranks)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
+                    "the rendezvous at %s sent a table for %u ranks, not %d",
+                    rank, where, get32(reply + 8), nranks);
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_bootstrap_table_decode(const uint8_t *table, size_t len,
+                                           int nranks,
+                                           struct sockaddr_storage *peers,
+                                           char *err, size_t errlen) {
+  if (nranks < 1 || len / WIRE_ADDR_LEN < (size_t)nranks)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "the table of %d ranks "
+                    "needs %zu bytes, not %zu", nranks,
+                    (size_t)WIRE_ADDR_LEN * (nranks < 1 ? 0 : (size_t)nranks),
+                    len);
+  for (int i = 0; i < nranks && nranks > 1; i++)
+    if (addr_from_wire(table + (size_t)WIRE_ADDR_LEN * i, &peers[i]) != 0)
+      return rcc_errf(err, errlen, RINGCC_ERR_NETWORK,
+                      "the entry of rank %d is not an address", i);
+  return RINGCC_SUCCESS;
+}
+
 /* Receives the rendezvous's reply and the table into b->peers. */
 static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
                                   int64_t start, int64_t deadline_ns,
@@ -761,19 +826,10 @@ static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
   if (r != RINGCC_SUCCESS)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d: waiting for the "
                     "rendezvous at %s: %s", b->rank, where, msg);
-  if (get32(reply) != TABLE_MAGIC)
-    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
-                    "the rendezvous at %s answered garbage (magic 0x%08x)",
-                    b->rank, where, get32(reply));
-  if (get32(reply + 4) != ST_OK)
-    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                    "bootstrap: rank %d of %d refused by the rendezvous at %s: "
-                    "%s (the rendezvous has nranks %u)", b->rank, b->nranks,
-                    where, status_str(get32(reply + 4)), get32(reply + 8));
-  if (get32(reply + 8) != (uint32_t)b->nranks)
-    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
-                    "the rendezvous at %s sent a table for %u ranks, not %d",
-                    b->rank, where, get32(reply + 8), b->nranks);
+  r = rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
+                                where, err, errlen);
+  if (r != RINGCC_SUCCESS)
+    return r;
 
   size_t len = (size_t)WIRE_ADDR_LEN * b->nranks;
   uint8_t *table = malloc(len);
@@ -785,10 +841,9 @@ static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
                     b->nranks);
   }
   r = rcc_socket_recv_all(fd, table, len, deadline_ns, msg, sizeof(msg));
-  for (int i = 0; r == RINGCC_SUCCESS && i < b->nranks && b->nranks > 1; i++)
-    if (addr_from_wire(table + (size_t)WIRE_ADDR_LEN * i, &b->peers[i]) != 0)
-      r = rcc_errf(msg, sizeof(msg), RINGCC_ERR_NETWORK,
-                   "the entry of rank %d is not an address", i);
+  if (r == RINGCC_SUCCESS)
+    r = rcc_bootstrap_table_decode(table, len, b->nranks, b->peers, msg,
+                                   sizeof(msg));
   free(table);
   if (r != RINGCC_SUCCESS)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d: receiving the table "
@@ -853,6 +908,12 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
   return r;
 }
 
+int rcc_bootstrap_ring_hello_ok(const uint8_t *in, size_t len, int prev,
+                                int nranks) {
+  return len >= RING_HELLO_LEN - SECRET_LEN && get32(in) == RING_MAGIC &&
+         get32(in + 4) == (uint32_t)prev && get32(in + 8) == (uint32_t)nranks;
+}
+
 /* Connects to the next rank and accepts the previous one. */
 static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
                                     const uint8_t secret[SECRET_LEN],
@@ -899,8 +960,7 @@ static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
                       "connect (bootstrap ring)", b->rank, ms_since(start),
                       prev, pa);
     }
-    if (get32(in) == RING_MAGIC && get32(in + 4) == (uint32_t)prev &&
-        get32(in + 8) == (uint32_t)b->nranks) {
+    if (rcc_bootstrap_ring_hello_ok(in, sizeof(in), prev, b->nranks)) {
       b->prev_fd = fd;
       break;
     }
@@ -980,6 +1040,12 @@ static ringcc_result_t ring_error(struct rcc_bootstrap *b, ringcc_result_t r,
                   "%s", b->rank, op, peer, pa, msg);
 }
 
+int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
+                                 uint64_t bytes) {
+  return len >= DATA_HDR_LEN && get32(hdr) == DATA_MAGIC &&
+         get32(hdr + 4) == call && get64(hdr + 8) == bytes;
+}
+
 static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
                                       size_t bytes, int64_t deadline_ns,
                                       const char *op, char *err,
@@ -1002,8 +1068,7 @@ static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
         sizeof(in_hdr), deadline_ns, &failed_recv, msg, sizeof(msg));
     if (r != RINGCC_SUCCESS)
       return ring_error(b, r, failed_recv, op, start, msg, err, errlen);
-    if (get32(in_hdr) != DATA_MAGIC || get32(in_hdr + 4) != call ||
-        get64(in_hdr + 8) != bytes)
+    if (!rcc_bootstrap_data_header_ok(in_hdr, sizeof(in_hdr), call, bytes))
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_USAGE,
                       "bootstrap: rank %d in %s (call %u, %zu bytes per rank) "
                       "got call %u with %llu bytes per rank from rank %d: the "

@@ -211,18 +211,27 @@ static ringcc_result_t execute(const struct call *c) {
       .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
 
-  if (c->coll == RCC_COLL_ALLTOALL && src == c->recvbuf && c->count > 0) {
-    size_t bytes = c->count * (size_t)comm->nranks * ringcc_datatype_size(c->dt);
+  int direct = c->coll == RCC_COLL_ALLREDUCE && comm->nranks > 1 &&
+               rcc_tuner_allreduce(comm, c->count * ringcc_datatype_size(c->dt)) ==
+                   RINGCC_ALGO_DIRECT;
+  /* Alltoall in place overwrites blocks not yet sent; one-shot in place
+   * overwrites its own input before reducing it: stage the input. */
+  if ((c->coll == RCC_COLL_ALLTOALL || direct) && src == c->recvbuf &&
+      c->count > 0) {
+    size_t bytes = c->count * ringcc_datatype_size(c->dt) *
+                   (direct ? 1 : (size_t)comm->nranks);
     void *copy = scratch(comm, bytes);
     if (copy == NULL)
       return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                             "%s on rank %d: no memory for the %zu-byte staging "
-                            "copy of an in-place alltoall", c->fn, comm->rank,
+                            "copy of an in-place input", c->fn, comm->rank,
                             bytes);
     memcpy(copy, src, bytes);
     src = copy;
   }
-  if (comm->nranks > 1 && c->coll <= RCC_COLL_REDUCE)
+  if (direct)
+    rcc_plan_direct(&plan);
+  else if (comm->nranks > 1 && c->coll <= RCC_COLL_REDUCE)
     rcc_plan_ring(&plan);
   else
     rcc_plan_pairwise(&plan);

@@ -112,6 +112,9 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len);
 void rcc_report_signal_setup(void);
 int rcc_report_requested(struct ringcc_comm *comm);
 
+/* tuner.c: RINGCC_ALGO_RING or RINGCC_ALGO_DIRECT for an allreduce. */
+int rcc_tuner_allreduce(struct ringcc_comm *comm, size_t bytes);
+
 /* graph.c: ring order over the peers' hosts. */
 ringcc_result_t rcc_graph_build_ring(struct ringcc_comm *comm);
 

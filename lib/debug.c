@@ -60,6 +60,24 @@ static void log_init_once(void) {
 
 void rcc_log_init(void) { pthread_once(&log_once, log_init_once); }
 
+int rcc_log_subsys(const char *name) {
+  static const char *spec;
+  static int read;
+  if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) {
+    spec = rcc_getenv("RINGCC_DEBUG_SUBSYS");
+    __atomic_store_n(&read, 1, __ATOMIC_RELEASE);
+  }
+  if (spec == NULL)
+    return 0;
+  if (strcasestr(spec, "ALL") != NULL)
+    return 1;
+  size_t len = strlen(name);
+  for (const char *p = spec; (p = strcasestr(p, name)) != NULL; p += len)
+    if ((p == spec || p[-1] == ',') && (p[len] == '\0' || p[len] == ','))
+      return 1;
+  return 0;
+}
+
 void rcc_log_set_level(int level) {
   rcc_log_init();
   rcc_log_level = level;

@@ -24,6 +24,9 @@ int64_t rcc_deadline_after_ms(int64_t timeout_ms);
 extern int rcc_log_level;
 void rcc_log_init(void);
 void rcc_log_set_level(int level);
+/* RINGCC_DEBUG_SUBSYS (comma list, e.g. "TUNING,INIT"; ALL): extra subsystems
+ * whose INFO lines are printed. */
+int rcc_log_subsys(const char *name);
 /* Prints "host:pid [rank] RINGCC LEVEL message" to stderr. rank < 0: "[-]". */
 void rcc_log(int level, int rank, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -101,11 +101,14 @@ struct rcc_plan {
 /* Filled by the algorithm files; each sets plan->sched and nsteps. */
 void rcc_plan_ring(struct rcc_plan *p);     /* coll_ring.c */
 void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */
+void rcc_plan_direct(struct rcc_plan *p);   /* coll_direct.c */
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
 RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
                               struct rcc_step *s);
+RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
+                            struct rcc_step *s);
 
 /* Step i of any plan. */
 RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
@@ -117,6 +120,9 @@ RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
   case RCC_SCHED_CHAIN_BCAST:
   case RCC_SCHED_CHAIN_REDUCE:
     rcc_ring_step(p, i, s);
+    break;
+  case RCC_SCHED_DIRECT_ALLREDUCE:
+    rcc_direct_step(p, i, s);
     break;
   default:
     rcc_pairwise_step(p, i, s);

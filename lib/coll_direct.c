@@ -1,0 +1,56 @@
+/*
+ * coll_direct.c - one-shot AllReduce: every rank's data reaches every peer in
+ * one step, and each rank reduces locally, in rank order.
+ *
+ *   steps 0..n-2   send this rank's whole input to rank r+1+i (mod n)
+ *   steps n-1..2n-2  for k = 0..n-1: acc <- d_0 (k = 0), acc <- acc op d_k
+ *                  (d_k received from rank k, or this rank's own input)
+ *
+ * Every rank computes ((d_0 op d_1) op d_2) ... with the same operands in the
+ * same order, so all ranks get bitwise-identical results although each
+ * reduces for itself. Each rank sends (n-1)*S bytes and reduces n*S bytes,
+ * but pays one message latency instead of the ring's 2(n-1):
+ *
+ *   T = alpha + (n-1) * S * beta + n * S * gamma
+ *
+ * so it wins for small messages only; the message must fit one FIFO slot.
+ * In place, the input is first copied aside (coll.c), since the result is
+ * built in the output while the own input is still needed at step k = rank.
+ */
+#include "schedule.h"
+
+void rcc_plan_direct(struct rcc_plan *p) {
+  p->sched = RCC_SCHED_DIRECT_ALLREDUCE;
+  p->steps_per_loop = 2 * (uint64_t)p->nranks - 1;
+  p->nsteps = p->count == 0 ? 0 : p->steps_per_loop;
+  p->root_pos = 0;
+}
+
+RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
+                            struct rcc_step *s) {
+  int n = p->nranks, r = p->rank;
+
+  s->postop = 0;
+  s->conn_kind = RCC_CONN_COLL;
+  s->last = 0;
+  s->acc = 0;
+  s->send_peer = s->recv_peer = -1;
+  s->src_off = s->dst_off = 0;
+  s->nelem = p->count;
+  if (i < (uint64_t)(n - 1)) {
+    s->kind = RCC_STEP_SEND;
+    s->send_peer = (int)((r + 1 + (int)i) % n);
+    s->block = r;
+    return;
+  }
+  int k = (int)(i - (uint64_t)(n - 1));
+  s->block = k;
+  s->postop = (uint8_t)(k == n - 1 && p->postop);
+  if (k == r) {
+    s->kind = k == 0 ? RCC_STEP_COPY : RCC_STEP_REDUCE_LOCAL;
+  } else {
+    s->kind = k == 0 ? RCC_STEP_RECV : RCC_STEP_RECV_REDUCE_COPY;
+    s->acc = 1;
+    s->recv_peer = k;
+  }
+}

@@ -1,0 +1,110 @@
+/*
+ * wire.h - every parser of bytes that come from the network, as a pure
+ * function: bytes and their length in, fields or a refusal out, no I/O. The
+ * code that reads the sockets calls these, and so do the fuzz targets
+ * (test/fuzz/), so what is fuzzed is what runs. A buffer shorter than its
+ * format is refused, never read past.
+ *
+ * The formats are documented where they are written: lib/bootstrap.c (unique
+ * id, rendezvous hello and table, bootstrap ring hello, allgather step
+ * header), transports/net_socket.c (connection preamble, message header) and
+ * transports/net.c (connection hello).
+ */
+#ifndef RCC_WIRE_H
+#define RCC_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ringcc.h"
+
+/* ---- bootstrap (bootstrap.c) --------------------------------------------- */
+#define RCC_BOOT_SECRET_BYTES 16
+#define RCC_BOOT_ID_BYTES 128       /* sizeof(ringcc_unique_id_t) */
+#define RCC_BOOT_ADDR_BYTES 24      /* an address in a hello or the table */
+#define RCC_BOOT_HELLO_BYTES 36     /* rendezvous hello, after the secret */
+#define RCC_BOOT_REPLY_BYTES 12     /* the rendezvous's reply, before the table */
+#define RCC_BOOT_RING_HELLO_BYTES 12 /* ring hello, after the secret */
+#define RCC_BOOT_DATA_HDR_BYTES 16  /* allgather step header */
+#define RCC_BOOT_MAX_NRANKS (1 << 20)
+
+/* A unique id: the rendezvous address into *root and the secret into
+ * secret[RCC_BOOT_SECRET_BYTES] (either may be NULL). Checks magic, version,
+ * checksum and address; RINGCC_ERR_INVALID_ARGUMENT otherwise. */
+ringcc_result_t rcc_bootstrap_id_decode(const void *id, size_t len,
+                                        struct sockaddr_storage *root,
+                                        uint8_t *secret, char *err,
+                                        size_t errlen);
+
+/* A rank's hello to the rendezvous (the bytes after the secret). */
+struct rcc_boot_hello {
+  uint32_t rank, nranks;            /* as sent, also when refused */
+  struct sockaddr_storage listener; /* zeroed unless nranks > 1 */
+};
+/* nranks_known: the nranks of the ranks that arrived before (0 for the
+ * first). Returns 0 when the hello may join, -1 when it is not a hello at all
+ * (wrong magic, or short), else the reply status that refuses it, with why[].
+ * Whether that rank already joined is the rendezvous's own check. */
+int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
+                              uint32_t nranks_known, struct rcc_boot_hello *out,
+                              char *why, size_t whylen);
+
+/* The rendezvous's reply to rank of nranks (where: its address, for the
+ * message): success when it announces the table for nranks ranks; else the
+ * error the rank reports. */
+ringcc_result_t rcc_bootstrap_reply_check(const uint8_t *reply, size_t len,
+                                          int rank, int nranks,
+                                          const char *where, char *err,
+                                          size_t errlen);
+/* The table after the reply: nranks addresses into peers[nranks]. With one
+ * rank there is no ring and the entry is not read. RINGCC_ERR_NETWORK names
+ * the first entry that is not an address. */
+ringcc_result_t rcc_bootstrap_table_decode(const uint8_t *table, size_t len,
+                                           int nranks,
+                                           struct sockaddr_storage *peers,
+                                           char *err, size_t errlen);
+
+/* 1 when a bootstrap ring hello (after the secret) comes from rank prev of
+ * nranks, else 0. */
+int rcc_bootstrap_ring_hello_ok(const uint8_t *in, size_t len, int prev,
+                                int nranks);
+
+/* 1 when an allgather step header is the one of call number call with bytes
+ * per rank, as this rank's own, else 0. */
+int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
+                                 uint64_t bytes);
+
+/* ---- the TCP plugin (transports/net_socket.c) ------------------------------ */
+#define RCC_NET_SOCKET_PREAMBLE_BYTES 16
+#define RCC_NET_SOCKET_HEADER_BYTES 8
+#define RCC_NET_SOCKET_MAX_SOCKS 16
+
+/* The preamble of an accepted socket. */
+struct rcc_net_preamble {
+  int index, nsocks; /* this socket's place in its connection */
+  uint64_t id;       /* the connection */
+  size_t need;       /* bytes the socket sends before messages: preamble, and
+                        for socket 0 the hello too */
+};
+/* 0 when acceptable, else -1 and why[] says why. Whether it clashes with
+ * sockets already there is the listener's own check. */
+int rcc_net_socket_preamble_parse(const uint8_t *in, size_t len,
+                                  struct rcc_net_preamble *out, char *why,
+                                  size_t whylen);
+
+/* A message header: *bytes and *imm as sent (also when refused); 0 when the
+ * payload fits the slot_bytes of the posted receive, else -1. */
+int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
+                                size_t slot_bytes, uint32_t *bytes,
+                                uint32_t *imm);
+
+/* ---- the network transport (transports/net.c) ------------------------------ */
+
+/* The hello a connecting peer sent (RCC_NET_HELLO_BYTES): 1 when it presents
+ * secret[16] and names another rank of nranks (not my_rank) and a connection
+ * kind, into *peer and *kind; else 0. */
+int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
+                        int my_rank, int nranks, int *peer, int *kind);
+
+#endif /* RCC_WIRE_H */
