@@ -211,9 +211,13 @@ static ringcc_result_t execute(const struct call *c) {
       .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
 
-  int direct = c->coll == RCC_COLL_ALLREDUCE && comm->nranks > 1 &&
-               rcc_tuner_allreduce(comm, c->count * ringcc_datatype_size(c->dt)) ==
-                   RINGCC_ALGO_DIRECT;
+  int algo = RINGCC_ALGO_RING;
+  if (c->coll == RCC_COLL_ALLREDUCE && comm->nranks > 1)
+    algo = comm->set.algo == RINGCC_ALGO_TREE
+               ? RINGCC_ALGO_TREE
+               : rcc_tuner_allreduce(comm,
+                                     c->count * ringcc_datatype_size(c->dt));
+  int direct = algo == RINGCC_ALGO_DIRECT;
   /* Alltoall in place overwrites blocks not yet sent; one-shot in place
    * overwrites its own input before reducing it: stage the input. */
   if ((c->coll == RCC_COLL_ALLTOALL || direct) && src == c->recvbuf &&
@@ -231,6 +235,8 @@ static ringcc_result_t execute(const struct call *c) {
   }
   if (direct)
     rcc_plan_direct(&plan);
+  else if (algo == RINGCC_ALGO_TREE)
+    rcc_plan_tree(&plan);
   else if (comm->nranks > 1 && c->coll <= RCC_COLL_REDUCE)
     rcc_plan_ring(&plan);
   else

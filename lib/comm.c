@@ -186,11 +186,6 @@ static ringcc_result_t algo_setting(int field, int *out, char *err,
                       env);
     *out = found;
   }
-  if (*out == RINGCC_ALGO_TREE)
-    return rcc_errf(err, errlen, RINGCC_ERR_UNSUPPORTED,
-                    "algorithm '%s' (RINGCC_ALGO / config 'algo') is not "
-                    "implemented in this version; use ring, direct or auto",
-                    names[*out]);
   return RINGCC_SUCCESS;
 }
 

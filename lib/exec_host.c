@@ -223,7 +223,7 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
 
   switch (s->kind) {
   case RCC_STEP_SEND:
-    copy_bytes(out, src, bytes);
+    copy_bytes(out, s->acc ? dst : src, bytes);
     break;
   case RCC_STEP_RECV:
     copy_bytes(dst, in, bytes);
@@ -241,8 +241,12 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
     copy_bytes(out, in, bytes);
     break;
   case RCC_STEP_RECV_REDUCE_SEND:
-    if (s->nelem > 0)
-      x->reduce(out, in, src, s->nelem);
+    if (s->nelem > 0) {
+      if (s->acc)
+        x->reduce(out, dst, in, s->nelem);
+      else
+        x->reduce(out, in, src, s->nelem);
+    }
     break;
   case RCC_STEP_REDUCE_LOCAL:
     if (s->nelem > 0) {

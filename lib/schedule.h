@@ -46,6 +46,7 @@ enum rcc_sched_kind {
   RCC_SCHED_P2P_RECV,
   RCC_SCHED_BARRIER,          /* dissemination barrier, empty messages */
   RCC_SCHED_DIRECT_ALLREDUCE, /* one-shot: everybody sends to everybody */
+  RCC_SCHED_TREE_ALLREDUCE,   /* double binary tree */
 };
 
 enum rcc_step_kind {
@@ -73,7 +74,9 @@ struct rcc_step {
   uint8_t postop;     /* apply the AVG division when writing dst */
   uint8_t conn_kind;  /* enum rcc_conn_kind */
   uint8_t last;       /* last piece of a p2p message (meta tag) */
-  uint8_t acc;        /* recvReduceCopy accumulates: dst <- dst op in */
+  uint8_t acc;        /* the user-buffer operand is dst (the partial sum or
+                         total built so far), not src: recvReduce* reduce
+                         dst op in, send sends dst */
   int send_peer;      /* rank, or -1 */
   int recv_peer;      /* rank, or -1 */
   int block;          /* the data block (rank index) this step works on */
@@ -96,12 +99,18 @@ struct rcc_plan {
   int postop;         /* 1 for RINGCC_AVG */
   uint64_t nsteps;
   uint64_t steps_per_loop;
+  /* Double binary tree (coll_tree.c): parent and children ranks per tree. */
+  int tree_up[2];
+  int tree_down[2][2];
+  uint32_t tree_up_steps[2];
+  uint32_t tree_down_steps[2];
 };
 
 /* Filled by the algorithm files; each sets plan->sched and nsteps. */
 void rcc_plan_ring(struct rcc_plan *p);     /* coll_ring.c */
 void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */
 void rcc_plan_direct(struct rcc_plan *p);   /* coll_direct.c */
+void rcc_plan_tree(struct rcc_plan *p);     /* coll_tree.c */
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
@@ -109,6 +118,8 @@ RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
                               struct rcc_step *s);
 RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
                             struct rcc_step *s);
+RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
+                          struct rcc_step *s);
 
 /* Step i of any plan. */
 RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
@@ -123,6 +134,9 @@ RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
     break;
   case RCC_SCHED_DIRECT_ALLREDUCE:
     rcc_direct_step(p, i, s);
+    break;
+  case RCC_SCHED_TREE_ALLREDUCE:
+    rcc_tree_step(p, i, s);
     break;
   default:
     rcc_pairwise_step(p, i, s);
