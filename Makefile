@@ -5,6 +5,8 @@
 #   make test T=reduce   run only build/test/test_reduce (T may list several)
 #   make bench           run ringcc-bench under ringcc-run
 #   make install PREFIX=/opt/ringcc
+#   make test SANITIZE=address,undefined, make tsan-check, make fuzz-run,
+#   make valgrind-check  the sanitizer, fuzzing and valgrind checks (CI runs all)
 #   make help            every target and variable
 #
 # Sources are found by wildcard, so a new file in lib/, transports/, tools/,
@@ -99,6 +101,13 @@ endif
 ifneq ($(strip $(SANITIZE)),)
 SAN_FLAGS   := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 endif
+# GCC warns (-Wtsan) that TSan does not model atomic_thread_fence; the wakeup
+# protocol of exec_host.c/proxy.c uses one (publish, fence, read waiters), and
+# the data it guards is read through acquire loads that TSan does see, so the
+# warning is no error here. Only for a compiler that knows -Wno-tsan (GCC).
+ifneq ($(findstring thread,$(SANITIZE)),)
+SAN_FLAGS   += $(shell $(CC) -Werror -Wno-tsan -fsanitize=thread -E -x c /dev/null >/dev/null 2>&1 && echo -Wno-tsan)
+endif
 
 # lib/ and transports/ are searched for "quoted" includes only (-iquote, not
 # -I): an internal header named like a system one (lib/sched.h) must not
@@ -169,8 +178,11 @@ TEST_ENV := RINGCC_BIN_DIR=$(abspath $(BINOUT)) \
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
             OMPI_MCA_rmaps_base_oversubscribe=1 \
             PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+# LeakSanitizer: Criterion's own allocations (libcriterion.so) are reported
+# as leaks at every worker's exit; test/lsan.supp suppresses those only.
 ifneq ($(findstring address,$(SANITIZE)),)
-TEST_ENV += ASAN_OPTIONS=$${ASAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:detect_leaks=1:abort_on_error=0}
+TEST_ENV += ASAN_OPTIONS=$${ASAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:detect_leaks=1:abort_on_error=0} \
+            LSAN_OPTIONS=$${LSAN_OPTIONS:-suppressions=$(abspath test/lsan.supp):print_suppressions=0}
 endif
 ifneq ($(findstring undefined,$(SANITIZE)),)
 TEST_ENV += UBSAN_OPTIONS=$${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
@@ -184,7 +196,7 @@ endif
 
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
-        clean distclean help
+        clean distclean help fuzz fuzz-run tsan-check valgrind-check
 
 all: lib tools examples
 
@@ -299,6 +311,123 @@ $(FLAGS_STAMP):
 
 -include $(ALL_OBJ:.o=.d)
 
+# ---- fuzzing: libFuzzer targets (clang) ----------------------------------------
+# test/fuzz/fuzz_NAME.c -> $(BUILD)/fuzz/fuzz_NAME, linked with the library's
+# objects rebuilt under $(BUILD)/fuzz/obj by clang with coverage for libFuzzer
+# and ASan+UBSan (any UBSan report is a crash). Each target feeds one parser
+# of lib/wire.h; its seeds are test/fuzz/corpus/NAME (test/fuzz/make_corpus.py).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS    ?= 1
+FUZZ_ARGS    ?=
+FUZZ_OUT     := $(BUILD)/fuzz
+FUZZ_SRC     := $(sort $(wildcard test/fuzz/fuzz_*.c))
+FUZZ_NAMES   := $(FUZZ_SRC:test/fuzz/fuzz_%.c=%)
+FUZZ_TARGETS ?= $(FUZZ_NAMES)
+FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_OUT)/fuzz_%)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_OUT)/obj/%.o)
+FUZZ_OBJ     := $(FUZZ_SRC:%.c=$(FUZZ_OUT)/obj/%.o)
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                -fno-omit-frame-pointer
+# -Wno-pass-failed: reduce.c asks clang to vectorise its loops, which the
+# sanitizers' instrumentation (or -O1) can prevent; that is no error here.
+FUZZ_COMPILE = $(FUZZ_CC) $(RCC_CPPFLAGS) -iquote test/fuzz $(CPPFLAGS) \
+               -std=c11 -O1 -g -Wall -Wextra -Wno-pass-failed $(WERROR_FLAG) \
+               -pthread $(FUZZ_SAN) $(DEPFLAGS)
+FUZZ_STAMP   := $(FUZZ_OUT)/.flags
+FUZZ_FLAGS_NOW := $(FUZZ_COMPILE)
+ifneq ($(filter fuzz fuzz-run $(FUZZ_OUT)/%,$(MAKECMDGOALS)),)
+ifneq ($(shell cat $(FUZZ_STAMP) 2>/dev/null),$(strip $(FUZZ_FLAGS_NOW)))
+$(shell mkdir -p $(FUZZ_OUT) && printf '%s\n' '$(subst ','\'',$(strip $(FUZZ_FLAGS_NOW)))' > $(FUZZ_STAMP))
+endif
+endif
+
+fuzz: $(FUZZ_BIN)
+
+fuzz-run: $(FUZZ_BIN)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_ARGS="$(FUZZ_ARGS)" \
+	  test/fuzz/run.sh $(FUZZ_OUT) $(FUZZ_TARGETS)
+
+$(FUZZ_OUT)/obj/test/fuzz/%.o: test/fuzz/%.c $(FUZZ_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_COMPILE) -fsanitize=fuzzer -c -o $@ $<
+
+$(FUZZ_OUT)/obj/%.o: %.c $(FUZZ_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_COMPILE) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+$(FUZZ_OUT)/fuzz_%: $(FUZZ_OUT)/obj/test/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -pthread $(LDFLAGS) -o $@ $< \
+	  $(FUZZ_LIB_OBJ) $(LIB_LIBS)
+
+$(FUZZ_STAMP):
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(subst ','\'',$(strip $(FUZZ_FLAGS_NOW)))' > $@
+
+.SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_OBJ)
+-include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d)
+
+# ---- ThreadSanitizer: ranks as threads -------------------------------------------
+# Criterion cannot start under TSan, so make tsan-check builds the library
+# with SANITIZE=thread (in build/san-thread, or $(BUILD) when SANITIZE=thread
+# is given) and runs test/tsan/threads.c, a plain program whose ranks are
+# threads of one process. Any TSan report fails it (exit 66).
+TSAN_BUILD   := $(if $(findstring thread,$(SANITIZE)),$(BUILD),build/san-thread)
+TSAN_DRIVER  := $(TSAN_BUILD)/tsan/threads
+TSAN_TIMEOUT ?= 900
+TSAN_RUN_OPTIONS := halt_on_error=1:exitcode=66:second_deadlock_stack=1
+
+tsan-check:
+	@$(MAKE) --no-print-directory SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_DRIVER)
+	@echo "==> $(TSAN_DRIVER) (TSAN_OPTIONS=$(TSAN_RUN_OPTIONS))"
+	@start=$$(date +%s); \
+	env TSAN_OPTIONS=$(TSAN_RUN_OPTIONS) timeout -k 30 $(TSAN_TIMEOUT) $(TSAN_DRIVER) </dev/null; \
+	rc=$$?; secs=$$(( $$(date +%s) - start )); \
+	if [ $$rc -eq 0 ]; then echo "<== PASS tsan-check ($${secs}s)"; \
+	elif [ $$rc -eq 66 ]; then echo "<== FAIL tsan-check: ThreadSanitizer report above ($${secs}s)"; exit 1; \
+	elif [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then echo "<== FAIL tsan-check: timeout after $(TSAN_TIMEOUT)s"; exit 1; \
+	else echo "<== FAIL tsan-check: exit $$rc ($${secs}s)"; exit 1; fi
+
+$(BUILD)/tsan/%: $(OBJ)/test/tsan/%.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(LDLIBS)
+
+.SECONDARY: $(OBJ)/test/tsan/threads.o
+-include $(OBJ)/test/tsan/threads.d
+
+# ---- valgrind: two real ranks ------------------------------------------------------
+# Each rank of a 2-rank ringcc-run job runs under valgrind (memcheck); an
+# error or a definite leak fails the run. The examples' allreduce and a short
+# ringcc-bench, over shared memory and over TCP (RINGCC_SHM_DISABLE=1). Needs
+# the plain build: valgrind does not run sanitized programs.
+VALGRIND       ?= valgrind
+VALGRIND_FLAGS ?= --error-exitcode=1 --leak-check=full \
+                  --errors-for-leak-kinds=definite --show-leak-kinds=definite
+VALGRIND_TIMEOUT ?= 900
+VALGRIND_RUNS  := $(EXOUT)/allreduce \
+                  "$(BINOUT)/ringcc-bench -b 8 -e 1M -f 8 -n 2 -w 1"
+
+valgrind-check:
+ifneq ($(strip $(SANITIZE)),)
+	@echo "make valgrind-check: needs a build without SANITIZE" >&2; exit 1
+endif
+	@$(MAKE) --no-print-directory all
+	@command -v $(VALGRIND) >/dev/null || \
+	  { echo "make valgrind-check: $(VALGRIND) not found (apt-get install valgrind)" >&2; exit 1; }
+	@pass=0; fail=0; failed=; \
+	for shm in 0 1; do for run in $(VALGRIND_RUNS); do \
+	  echo "==> RINGCC_SHM_DISABLE=$$shm ringcc-run -np 2 valgrind $$run"; \
+	  start=$$(date +%s); \
+	  env RINGCC_SHM_DISABLE=$$shm $(BINOUT)/ringcc-run -np 2 --timeout $(VALGRIND_TIMEOUT) \
+	    $(VALGRIND) $(VALGRIND_FLAGS) $$run </dev/null; \
+	  rc=$$?; secs=$$(( $$(date +%s) - start )); \
+	  if [ $$rc -eq 0 ]; then pass=$$((pass + 1)); echo "<== PASS ($${secs}s)"; \
+	  else fail=$$((fail + 1)); failed="$$failed [SHM_DISABLE=$$shm $$run: exit $$rc]"; \
+	    echo "<== FAIL exit $$rc ($${secs}s)"; fi; \
+	done; done; \
+	echo "valgrind-check: $$pass passed, $$fail failed"; \
+	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
+
 # ---- install -------------------------------------------------------------------
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
 
@@ -353,6 +482,14 @@ help:
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
+	@echo '  fuzz           build test/fuzz/fuzz_*.c with clang (libFuzzer, ASan, UBSan)'
+	@echo '                 -> $(FUZZ_OUT)/fuzz_NAME'
+	@echo '  fuzz-run       run each fuzz target $$FUZZ_SECONDS s on a copy of its corpus'
+	@echo '                 (test/fuzz/corpus/NAME); fails on a crash, naming the input'
+	@echo '  tsan-check     SANITIZE=thread build (in $(TSAN_BUILD)) of the library and'
+	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
+	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
+	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'
 	@echo '  deps           scripts/install-deps.sh: check/install build and test packages'
 	@echo '  install        headers, libraries, tools, ringcc.pc under $$DESTDIR$$PREFIX'
 	@echo '  uninstall      remove what install put there'
@@ -373,5 +510,10 @@ help:
 	@echo '  TEST_ARGS=$(TEST_ARGS)     extra Criterion arguments (e.g. --verbose, --filter=...)'
 	@echo '  T=$(T)             test name(s) for make test'
 	@echo '  NP=$(NP) BENCH_ARGS="$(BENCH_ARGS)"   for make bench'
+	@echo '  FUZZ_CC=$(FUZZ_CC) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) (targets run at once)'
+	@echo '  FUZZ_TARGETS=$(FUZZ_TARGETS)'
+	@echo '  FUZZ_ARGS=$(FUZZ_ARGS)   extra libFuzzer flags for fuzz-run'
+	@echo '  TSAN_TIMEOUT=$(TSAN_TIMEOUT) VALGRIND_TIMEOUT=$(VALGRIND_TIMEOUT) seconds'
+	@echo '  VALGRIND=$(VALGRIND) VALGRIND_FLAGS=$(VALGRIND_FLAGS)'
 	@echo '  TOOLS_STATIC=$(TOOLS_STATIC)  tools linked with libringcc.a instead of the .so'
 	@echo '  PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) (also INCLUDEDIR, LIBDIR, BINDIR, PKGCONFIGDIR)'

@@ -415,9 +415,10 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "init on rank %d of %d: %s", comm->rank,
                           comm->nranks, err);
-  if ((r = exchange_peer_info(comm, deadline)) != RINGCC_SUCCESS ||
-      (adapt_waiting(comm), 0) ||
-      (r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
+  if ((r = exchange_peer_info(comm, deadline)) != RINGCC_SUCCESS)
+    return r;
+  adapt_waiting(comm);
+  if ((r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
       (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
     return r;

@@ -201,7 +201,7 @@ static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
 static void idle_sleep(struct rcc_proxy *px) {
   int nfds = 0, changed = 0;
   px->pfds[nfds++] = (struct pollfd){.fd = px->doorbell, .events = POLLIN};
-  if (px->closing && !px->bye_done)
+  if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done)
     changed = 1; /* the goodbye needs progress, not sleep */
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
@@ -222,7 +222,7 @@ static void idle_sleep(struct rcc_proxy *px) {
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++)
       px->pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = events};
   }
-  if (!changed && !px->stop)
+  if (!changed && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE))
     poll(px->pfds, (nfds_t)nfds, POLL_MS);
   for (int i = 0; i < px->nconns; i++) {
     uint32_t *waiters;
@@ -283,7 +283,7 @@ static void *proxy_main(void *arg) {
   struct rcc_proxy *px = arg;
   int idle = 0, failed = 0;
 
-  while (!px->stop) {
+  while (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
     int moved = 0;
     for (int i = 0; i < px->nconns && !failed; i++) {
       ringcc_result_t r = RINGCC_SUCCESS;
@@ -291,7 +291,8 @@ static void *proxy_main(void *arg) {
       moved |= c->is_send ? progress_send(px, c, &r) : progress_recv(px, c, &r);
       failed = r != RINGCC_SUCCESS;
     }
-    if (px->closing && !px->bye_done && !failed) {
+    if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done &&
+        !failed) {
       ringcc_result_t r = RINGCC_SUCCESS;
       moved |= progress_goodbye(px, &r);
       failed = r != RINGCC_SUCCESS;
@@ -345,7 +346,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
 void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
   if (px == NULL)
     return;
-  px->closing = 1;
+  __atomic_store_n(&px->closing, 1, __ATOMIC_RELEASE);
   rcc_proxy_ring(px->doorbell);
   while (!__atomic_load_n(&px->bye_done, __ATOMIC_ACQUIRE)) {
     if (px->comm->aborted ||
@@ -363,7 +364,7 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
 void rcc_proxy_stop(struct rcc_proxy *px) {
   if (px == NULL)
     return;
-  px->stop = 1;
+  __atomic_store_n(&px->stop, 1, __ATOMIC_RELEASE);
   rcc_proxy_ring(px->doorbell);
   pthread_join(px->thread, NULL);
   close(px->doorbell);

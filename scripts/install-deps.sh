@@ -3,19 +3,23 @@
 #
 #   scripts/install-deps.sh          check; install what is missing (Debian)
 #   scripts/install-deps.sh --check  check only: list what is missing, exit 1
+#   scripts/install-deps.sh --bench  also what make bench-compare needs
 #
 # Needs: gcc, make, ar (binutils), pkg-config, Criterion (header + library),
-# Open MPI (mpirun, mpicc), iproute2 (ip). Silent and fast (no apt) when all
-# of it is present, so make test and make bench call it every time.
+# Open MPI (mpirun, mpicc), iproute2 (ip); with --bench also g++, Gloo
+# (libgloo-dev), gnuplot (gnuplot-nox) and python3. Silent and fast (no apt)
+# when all of it is present, so make test and make bench call it every time.
 # Installing: as root apt-get directly; otherwise through sudo -n when that
 # works without a password; otherwise it prints the command and exits 1.
 set -euo pipefail
 
 check_only=0
+bench=0
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=1 ;;
-    -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --bench) bench=1 ;;
+    -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,6 +39,13 @@ have_criterion() {
   [ "$lib" != "libcriterion.so" ] && [ -e "$lib" ]
 }
 
+# Gloo (for bench/gloo_bench.cc): the header compiles and libgloo links.
+have_gloo() {
+  have g++ || return 1
+  printf '#include <gloo/allreduce.h>\nint main() { return 0; }\n' |
+    g++ -std=c++17 -x c++ - -o /dev/null -lgloo -pthread >/dev/null 2>&1
+}
+
 # Prints the Debian packages that are missing, one per line.
 missing_packages() {
   have gcc || echo gcc
@@ -45,6 +56,12 @@ missing_packages() {
   have mpirun || echo openmpi-bin
   have mpicc || echo libopenmpi-dev
   have ip || echo iproute2
+  if [ "$bench" = 1 ]; then
+    have g++ || echo g++
+    have_gloo || echo libgloo-dev
+    have gnuplot || echo gnuplot-nox
+    have python3 || echo python3
+  fi
 }
 
 missing=$(missing_packages | sort -u | tr '\n' ' ')

@@ -22,6 +22,9 @@
  * their own view) before they are killed. */
 #define H_GRACE_AFTER_FAILURE_S 5.0
 
+/* A forked rank that never got its id (the parent says why). */
+#define H_EXIT_NO_ID 96
+
 /* ---- small utilities ---------------------------------------------------- */
 
 double h_now_s(void) {
@@ -104,6 +107,16 @@ typedef struct {
   char *why; /* shared memory (H_WHY_LEN): rank 0's "unsupported" reason */
 } run_state_t;
 
+/* How forked ranks get their ids: the parent forks every rank first and only
+ * then calls ringcc_get_unique_id, whose rendezvous thread would otherwise be
+ * running (holding allocator or library locks) at the moment of fork; the
+ * ids reach the ranks through this shared page. */
+enum { IDS_PENDING, IDS_READY, IDS_FAILED };
+typedef struct {
+  int state; /* atomic: IDS_* */
+  ringcc_unique_id_t ids[1 + H_MAX_EXTRA_IDS];
+} id_page_t;
+
 static int run_rank(const run_state_t *st, int rank, bool is_thread) {
   const h_run_opts_t *o = &st->opts;
   h_ctx_t ctx = {
@@ -168,12 +181,29 @@ static void describe_status(const run_state_t *st, int rank, int status) {
   if (st->why != NULL && WIFEXITED(status) &&
       WEXITSTATUS(status) == H_EXIT_UNSUPPORTED)
     return; /* h_run reports it */
-  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+  if (WIFEXITED(status) && WEXITSTATUS(status) == H_EXIT_NO_ID)
+    fprintf(stderr, "%s: rank %d got no id and exited\n", name, rank);
+  else if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     fprintf(stderr, "%s: rank %d exited with status %d\n", name, rank,
             WEXITSTATUS(status));
   else if (WIFSIGNALED(status))
     fprintf(stderr, "%s: rank %d was killed by signal %d (%s)\n", name, rank,
             WTERMSIG(status), strsignal(WTERMSIG(status)));
+}
+
+/* In a forked rank: waits for the parent's ids (polling the shared page). */
+static bool wait_for_ids(run_state_t *st, id_page_t *page) {
+  double deadline = h_now_s() + 60.0;
+  for (;;) {
+    int state = __atomic_load_n(&page->state, __ATOMIC_ACQUIRE);
+    if (state == IDS_READY) {
+      memcpy(st->ids, page->ids, sizeof st->ids);
+      return true;
+    }
+    if (state == IDS_FAILED || h_now_s() > deadline)
+      return false;
+    h_sleep_ms(1);
+  }
 }
 
 static bool run_processes(run_state_t *st) {
@@ -182,10 +212,13 @@ static bool run_processes(run_state_t *st) {
   pid_t *pids = calloc((size_t)n, sizeof *pids);
   int *status = calloc((size_t)n, sizeof *status);
   bool *done = calloc((size_t)n, sizeof *done);
-  if (!pids || !status || !done) {
+  id_page_t *page = h_shared_alloc(sizeof *page);
+  if (!pids || !status || !done || !page) {
     free(pids), free(status), free(done);
+    h_shared_free(page, sizeof *page);
     return false;
   }
+  bool ok_ids = true;
   pid_t parent = getpid();
   fflush(NULL);
   int started = 0;
@@ -200,12 +233,22 @@ static bool run_processes(run_state_t *st) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent)
         _exit(98);
+      if (!wait_for_ids(st, page))
+        _exit(H_EXIT_NO_ID);
       int rc = run_rank(st, started, false);
       fflush(NULL);
       _exit(rc & 0xff ? rc & 0xff : (rc ? 1 : 0));
     }
     pids[started] = pid;
   }
+  /* Every rank is forked: now the ids (and the rendezvous thread). */
+  bool have_ids = make_ids(st);
+  if (have_ids)
+    memcpy(page->ids, st->ids, sizeof page->ids);
+  __atomic_store_n(&page->state, have_ids ? IDS_READY : IDS_FAILED,
+                   __ATOMIC_RELEASE);
+  if (!have_ids)
+    ok_ids = false;
 
   double timeout = o->timeout_s > 0 ? o->timeout_s : 60.0;
   double deadline = h_now_s() + timeout;
@@ -269,7 +312,8 @@ static bool run_processes(run_state_t *st) {
   if (st->why != NULL && unsupported == n)
     *o->unsupported = true;
   free(pids), free(status), free(done);
-  return ok;
+  h_shared_free(page, sizeof *page);
+  return ok && ok_ids;
 }
 
 typedef struct {
@@ -367,7 +411,7 @@ bool h_run(const h_run_opts_t *opts) {
     *opts->unsupported = false;
     st->why = h_shared_alloc(H_WHY_LEN);
   }
-  if (!make_ids(st)) {
+  if (opts->threads && !make_ids(st)) { /* processes: after the forks */
     h_shared_free(st->why, H_WHY_LEN);
     free(st);
     return false;

@@ -4,7 +4,10 @@
  *
  * h_run() forks N processes (or starts N threads): rank r joins a
  * communicator made from one ringcc_get_unique_id() of the parent, runs the
- * body, destroys the communicator and reports 0 (success) or nonzero. A body
+ * body, destroys the communicator and reports 0 (success) or nonzero. The
+ * parent forks every rank before it calls ringcc_get_unique_id (whose
+ * rendezvous thread must not be running at a fork: its locks would be
+ * inherited held) and passes the id through shared memory. A body
  * never uses Criterion asserts (they do not work in forked children); it
  * prints one precise line with h_fail() and returns nonzero. The parent
  * waits with a deadline, kills every rank still running when it passes (or a

@@ -16,6 +16,7 @@
 
 #include "comm.h"
 #include "net.h"
+#include "wire.h"
 
 #define HELLO_MAGIC 0x52434e48u /* "RCNH" */
 
@@ -99,14 +100,20 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
-static int hello_valid(const struct ringcc_comm *comm,
-                       const struct net_hello *h) {
+int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
+                        int my_rank, int nranks, int *peer, int *kind) {
+  struct net_hello h;
   uint8_t diff = 0;
+  if (len < sizeof(h))
+    return 0;
+  memcpy(&h, in, sizeof(h));
   for (int i = 0; i < 16; i++)
-    diff |= h->secret[i] ^ comm->secret[i];
-  return diff == 0 && h->magic == HELLO_MAGIC && h->nranks == comm->nranks &&
-         h->rank >= 0 && h->rank < comm->nranks && h->rank != comm->rank &&
-         h->kind >= 0 && h->kind < RCC_NUM_CONN_KINDS;
+    diff |= h.secret[i] ^ secret[i];
+  *peer = h.rank;
+  *kind = h.kind;
+  return diff == 0 && h.magic == HELLO_MAGIC && h.nranks == nranks &&
+         h.rank >= 0 && h.rank < nranks && h.rank != my_rank &&
+         h.kind >= 0 && h.kind < RCC_NUM_CONN_KINDS;
 }
 
 /* The receive connection slot for (peer, kind), or NULL if not ours. */
@@ -150,7 +157,7 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
   char err[RCC_ERRLEN];
   while (expected > 0) {
     uint8_t wire[RCC_NET_HELLO_BYTES];
-    struct net_hello h;
+    int peer, kind;
     void *rc = NULL;
     ringcc_result_t r = st->plugin->accept(st->listen_comm, wire, &rc,
                                            comm->init_deadline, err,
@@ -161,9 +168,11 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
                             "from peers: %s",
                             comm->rank, expected, expected == 1 ? "" : "s",
                             err);
-    memcpy(&h, wire, sizeof(h));
     struct rcc_proxy_conn *c =
-        hello_valid(comm, &h) ? recv_slot(st, h.rank, h.kind) : NULL;
+        rcc_net_hello_parse(wire, sizeof(wire), comm->secret, comm->rank,
+                            comm->nranks, &peer, &kind)
+            ? recv_slot(st, peer, kind)
+            : NULL;
     if (c == NULL) {
       RCC_WARN(comm->rank, "net: refused a connection that is not one of "
                            "this communicator's (wrong secret, rank or kind)");

@@ -39,6 +39,7 @@
 
 #include "internal.h"
 #include "net.h"
+#include "wire.h"
 
 #define NSOCKS_DEFAULT 2
 #define NSOCKS_MAX 16
@@ -56,6 +57,10 @@
 #define ACCEPT_POLL_MAX_MS 200 /* so that timeouts are noticed */
 
 _Static_assert(HANDLE_BYTES <= RCC_NET_HANDLE_BYTES, "handle size");
+_Static_assert(PREAMBLE_BYTES == RCC_NET_SOCKET_PREAMBLE_BYTES &&
+                   MSG_HEADER_BYTES == RCC_NET_SOCKET_HEADER_BYTES &&
+                   NSOCKS_MAX == RCC_NET_SOCKET_MAX_SOCKS,
+               "wire.h sizes");
 
 /* ---- the process-wide choice ------------------------------------------- */
 
@@ -365,12 +370,23 @@ static void progress_send(struct net_conn *c, int sock) {
   }
 }
 
+int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
+                                size_t slot_bytes, uint32_t *bytes,
+                                uint32_t *imm) {
+  *bytes = *imm = 0;
+  if (len < MSG_HEADER_BYTES)
+    return -1;
+  *bytes = get_u32(in);
+  *imm = get_u32(in + 4);
+  return *bytes > slot_bytes ? -1 : 0;
+}
+
 /* The header of a receive is in: checks the size against the slot. */
 static int header_arrived(struct net_conn *c, int sock,
                           struct net_request *r) {
-  uint32_t bytes = get_u32(r->header);
-  r->imm = get_u32(r->header + 4);
-  if (bytes > r->bytes) {
+  uint32_t bytes;
+  if (rcc_net_socket_header_parse(r->header, sizeof(r->header), r->bytes,
+                                  &bytes, &r->imm) != 0) {
     conn_fail(c, RINGCC_ERR_NETWORK,
               "NET/Socket: peer sent %u bytes, more than the %zu-byte slot "
               "(connection from %s, message %llu, socket %d of %d)",
@@ -680,23 +696,39 @@ static ringcc_result_t accept_new(struct net_listen *l, char *err,
   return RINGCC_SUCCESS;
 }
 
+int rcc_net_socket_preamble_parse(const uint8_t *in, size_t len,
+                                  struct rcc_net_preamble *out, char *why,
+                                  size_t whylen) {
+  memset(out, 0, sizeof(*out));
+  if (len < PREAMBLE_BYTES || get_u32(in) != PREAMBLE_MAGIC) {
+    snprintf(why, whylen, "bad magic 0x%08x: not a RingCC Socket "
+             "connection", len < 4 ? 0u : (unsigned)get_u32(in));
+    return -1;
+  }
+  out->index = get_u16(in + 4);
+  out->nsocks = get_u16(in + 6);
+  out->id = get_u64(in + 8);
+  if (out->nsocks < 1 || out->nsocks > NSOCKS_MAX ||
+      out->index >= out->nsocks) {
+    snprintf(why, whylen, "socket %d of %d is not a valid socket index "
+             "and count (1..%d)", out->index, out->nsocks, NSOCKS_MAX);
+    return -1;
+  }
+  out->need = PREAMBLE_BYTES + (out->index == 0 ? RCC_NET_HELLO_BYTES : 0);
+  return 0;
+}
+
 /* The preamble is in: 0 if it is acceptable, else -1 and why[] says why. */
 static int preamble_check(struct net_listen *l, int self, char *why,
                           size_t whylen) {
   struct pending *p = &l->pending[self];
-  if (get_u32(p->buf) != PREAMBLE_MAGIC) {
-    snprintf(why, whylen, "bad magic 0x%08x: not a RingCC Socket "
-             "connection", (unsigned)get_u32(p->buf));
+  struct rcc_net_preamble pre;
+  if (rcc_net_socket_preamble_parse(p->buf, PREAMBLE_BYTES, &pre, why,
+                                    whylen) != 0)
     return -1;
-  }
-  p->index = get_u16(p->buf + 4);
-  p->nsocks = get_u16(p->buf + 6);
-  p->id = get_u64(p->buf + 8);
-  if (p->nsocks < 1 || p->nsocks > NSOCKS_MAX || p->index >= p->nsocks) {
-    snprintf(why, whylen, "socket %d of %d is not a valid socket index "
-             "and count (1..%d)", p->index, p->nsocks, NSOCKS_MAX);
-    return -1;
-  }
+  p->index = pre.index;
+  p->nsocks = pre.nsocks;
+  p->id = pre.id;
   for (int i = 0; i < l->npending; i++) {
     const struct pending *o = &l->pending[i];
     if (i == self || o->got < PREAMBLE_BYTES || o->id != p->id)
@@ -708,8 +740,7 @@ static int preamble_check(struct net_listen *l, int self, char *why,
       return -1;
     }
   }
-  if (p->index == 0)
-    p->need = PREAMBLE_BYTES + RCC_NET_HELLO_BYTES;
+  p->need = pre.need;
   return 0;
 }
 
