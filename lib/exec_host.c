@@ -81,15 +81,6 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 
 static int wait_failed(struct exec *x) {
   struct ringcc_comm *comm = x->comm;
-  int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
-  if (async > 0)
-    return rcc_comm_error(comm, (ringcc_result_t)async,
-                          "%s (seq %llu) on rank %d failed at step %llu while "
-                          "waiting for %s rank %d: %s",
-                          rcc_coll_name(x->plan->coll),
-                          (unsigned long long)comm->seq, comm->rank,
-                          (unsigned long long)x->at->step, x->at->waiting_for,
-                          x->at->peer, comm->async_message);
   if (comm->aborted)
     return rcc_comm_error(comm, RINGCC_ERR_ABORTED,
                           "%s (seq %llu) on rank %d: aborted while waiting "
@@ -118,6 +109,16 @@ static int wait_failed(struct exec *x) {
                           x->at->peer, (int)q->pid, q->hostname,
                           (unsigned long long)x->at->step, x->at->waiting_for);
   }
+  /* After the local checks, which name the rank waited for precisely. */
+  int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  if (async > 0)
+    return rcc_comm_error(comm, (ringcc_result_t)async,
+                          "%s (seq %llu) on rank %d failed at step %llu while "
+                          "waiting for %s rank %d: %s",
+                          rcc_coll_name(x->plan->coll),
+                          (unsigned long long)comm->seq, comm->rank,
+                          (unsigned long long)x->at->step, x->at->waiting_for,
+                          x->at->peer, comm->async_message);
   if (rcc_report_requested(comm)) {
     char report[2048];
     rcc_report_format(comm, report, sizeof(report));

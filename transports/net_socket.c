@@ -253,6 +253,7 @@ struct net_request {
 /* The requests of one socket, in posting order: the head moves first. */
 struct sock_queue {
   int fd;
+  int eof; /* the peer closed it between messages */
   unsigned head, count;
   struct net_request *q[RCC_NET_MAX_REQUESTS];
 };
@@ -401,7 +402,7 @@ static int header_arrived(struct net_conn *c, int sock,
 /* Receives into the posted requests of one socket until it would block. */
 static void progress_recv(struct net_conn *c, int sock) {
   struct sock_queue *s = &c->socks[sock];
-  while (s->count > 0 && c->error == RINGCC_SUCCESS) {
+  while (s->count > 0 && !s->eof && c->error == RINGCC_SUCCESS) {
     struct net_request *r = s->q[s->head];
     int in_header = r->moved < MSG_HEADER_BYTES;
     char *to = in_header ? (char *)r->header + r->moved
@@ -414,6 +415,13 @@ static void progress_recv(struct net_conn *c, int sock) {
         continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
         conn_fail_io(c, sock, errno, r);
+      return;
+    }
+    if (got == 0 && r->moved == 0) {
+      /* A peer that left after its last message (and its goodbye, which may
+       * sit unread on another socket) closes every socket: an error only if
+       * this message is ever waited for (socket_test). */
+      s->eof = 1;
       return;
     }
     if (got == 0) {
@@ -515,8 +523,16 @@ static ringcc_result_t socket_test(void *request, int *done, size_t *bytes,
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "NET/Socket: test of a request that is not outstanding");
   struct net_conn *c = r->conn;
+  int sock = (int)(r->seq % (uint64_t)c->nsocks);
   if (r->state == REQ_POSTED)
-    progress_conn(c, (int)(r->seq % (uint64_t)c->nsocks));
+    progress_conn(c, sock);
+  if (r->state == REQ_POSTED && c->socks[sock].eof) {
+    char where[96];
+    conn_fail(c, RINGCC_ERR_PEER_FAILED,
+              "NET/Socket: connection from %s closed by the peer (socket %d "
+              "of %d, %s)", c->peer, sock, c->nsocks,
+              request_where(c, r, where, sizeof(where)));
+  }
   if (r->state == REQ_DONE) {
     *done = 1;
     if (bytes != NULL)
@@ -878,7 +894,7 @@ static int socket_fds(void *comm, int *fds, int max) {
   }
   const struct net_conn *c = comm;
   for (int i = 0; i < c->nsocks && n < max; i++)
-    if (c->socks[i].count > 0)
+    if (c->socks[i].count > 0 && !c->socks[i].eof)
       fds[n++] = c->socks[i].fd;
   return n;
 }
