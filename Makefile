@@ -40,7 +40,7 @@ CC          := gcc
 endif
 OPT         ?= -O2 -g
 WERROR      ?= 1
-CUDA        ?= 0
+CUDA        ?= auto
 
 PREFIX      ?= /usr/local
 INCLUDEDIR  ?= $(PREFIX)/include
@@ -59,7 +59,10 @@ BENCH_ARGS  ?= -b 8 -e 64M -f 4
 
 # Tools listed here link libringcc.a instead of the shared library (for a tool
 # that needs internal rcc_* functions). Names without .c, e.g. ringcc-model.
+# ringcc-model (the tuner's cost model) and ringcc-bench (--calibrate fits
+# it) always do: a TOOLS_STATIC given on the command line adds to them.
 TOOLS_STATIC ?=
+override TOOLS_STATIC += ringcc-model ringcc-bench
 
 DEPS_SCRIPT := scripts/install-deps.sh
 
@@ -80,18 +83,42 @@ EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard test/test_*.c))
 TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 
-# ---- CUDA (not wired yet) ---------------------------------------------------
-# The place for lib/*.cu (exec_cuda.cu, reduce kernels). When CUDA support
-# lands: set NVCC ?= $(CUDA_HOME)/bin/nvcc, add
-#   LIB_CU_SRC := $(sort $(wildcard lib/*.cu))
-#   LIB_OBJ    += $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
-# with a $(OBJ)/%.o: %.cu rule (nvcc -Xcompiler -fPIC,-fvisibility=hidden
-# -MMD -MP), add -I$(CUDA_HOME)/include and -DRINGCC_HAVE_CUDA=1 to the C
-# flags, and -L$(CUDA_HOME)/lib64 -lcudart to LIB_LIBS. Until then the
-# default build never runs nvcc and ignores lib/*.cu.
+# ---- CUDA -------------------------------------------------------------------
+# CUDA=auto (the default) is 1 where nvcc is found ($(CUDA_HOME)/bin/nvcc, or
+# on PATH), else 0. With CUDA=1, lib/*.cu (the collective kernels) are
+# compiled by nvcc for sm_80 and sm_90 plus PTX for compute_90 into the
+# library, the C files see RINGCC_HAVE_CUDA=1, and the CUDA runtime is linked
+# statically: it opens the driver (libcuda.so.1) only when first used, so the
+# library loads and runs host collectives where there is no GPU or driver.
+# CUDA=0 builds without CUDA (a non-NULL stream is then
+# RINGCC_ERR_UNSUPPORTED). make gpu-check runs the checks that need a GPU.
 CUDA_HOME   ?= /usr/local/cuda
-ifneq ($(CUDA),0)
-$(error CUDA=$(CUDA): the CUDA build is not wired up yet (see the CUDA section of the Makefile))
+NVCC        ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) \
+                           $(shell command -v nvcc 2>/dev/null))
+ifeq ($(CUDA),auto)
+override CUDA := $(if $(strip $(NVCC)),1,0)
+endif
+ifeq ($(CUDA),1)
+ifeq ($(strip $(NVCC)),)
+$(error CUDA=1 but nvcc is not found (set CUDA_HOME or NVCC, or CUDA=0))
+endif
+CUDA_ROOT   := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS  ?= -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=[sm_90,compute_90]
+LIB_CU_SRC  := $(sort $(wildcard lib/*.cu))
+CUDA_CPPFLAGS := -DRINGCC_HAVE_CUDA=1 -isystem $(CUDA_ROOT)/include
+CUDA_LIBS   := -L$(CUDA_ROOT)/lib64 -lcudart_static -ldl -lrt
+# Host code of the .cu files: C++17 without exceptions or guarded statics,
+# so the library needs no libstdc++; device code uncompressed (--no-compress)
+# so test_cuda_build can read each kernel's name in the cubins.
+NVCC_WERROR := $(if $(filter-out 0,$(WERROR)),-Werror all-warnings)
+NVCC_COMPILE = $(NVCC) -std=c++17 $(OPT) $(CUDA_ARCHS) --no-compress -t 0 \
+               $(NVCC_WERROR) -Iinclude -Ilib -Itransports -DRINGCC_HAVE_CUDA=1 \
+               -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions \
+               -Xcompiler -fno-threadsafe-statics,-Wall,-Wextra$(if $(WERROR_FLAG),$(comma)-Werror) \
+               -MMD -MP
+else ifneq ($(CUDA),0)
+$(error CUDA=$(CUDA): use auto, 0 or 1)
 endif
 
 # ---- flags ------------------------------------------------------------------
@@ -116,10 +143,12 @@ RCC_CPPFLAGS := -Iinclude -iquote lib -iquote transports -D_GNU_SOURCE
 RCC_CFLAGS   := -std=c11 $(OPT) -Wall -Wextra $(WERROR_FLAG) -pthread -fPIC \
                 -fvisibility=hidden $(SAN_FLAGS)
 DEPFLAGS     := -MMD -MP
-COMPILE      = $(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS)
+COMPILE      = $(CC) $(RCC_CPPFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) \
+               $(CFLAGS) $(DEPFLAGS)
 
 LINK_FLAGS  := -pthread $(SAN_FLAGS)
 LIB_LIBS    ?= -lm
+LIB_LIBS    += $(CUDA_LIBS)
 RPATH       := -Wl,-rpath,'$$ORIGIN/../lib'
 TEST_LIBS   ?= -lcriterion -lm -lpthread
 
@@ -137,7 +166,7 @@ SO_DEV      := $(LIBOUT)/libringcc.so
 STATIC_LIB  := $(LIBOUT)/libringcc.a
 PC_FILE     := $(LIBOUT)/pkgconfig/ringcc.pc
 
-LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o)
+LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o) $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
 TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
@@ -158,7 +187,7 @@ endif
 # Compile flags are recorded in $(BUILD)/.flags; a change (CFLAGS=..., OPT=...,
 # WERROR=0) rebuilds every object instead of mixing old and new ones.
 FLAGS_STAMP := $(BUILD)/.flags
-FLAGS_NOW   := $(COMPILE) | $(LINK_FLAGS) $(LDFLAGS) | $(LIB_LIBS)
+FLAGS_NOW   := $(COMPILE) | $(LINK_FLAGS) $(LDFLAGS) | $(LIB_LIBS) | $(NVCC_COMPILE)
 ifneq ($(filter-out clean distclean help uninstall deps,$(MAKECMDGOALS)),)
 UPDATE_STAMP := 1
 endif
@@ -178,6 +207,9 @@ TEST_ENV := RINGCC_BIN_DIR=$(abspath $(BINOUT)) \
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
             OMPI_MCA_rmaps_base_oversubscribe=1 \
             PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+# The host suite stays host-only where there is a GPU too (no CUDA context
+# per rank process, no device FIFOs); make gpu-check tests device buffers.
+TEST_ENV += RINGCC_CUDA_DEVICE=none
 # LeakSanitizer: Criterion's own allocations (libcriterion.so) are reported
 # as leaks at every worker's exit; test/lsan.supp suppresses those only.
 ifneq ($(findstring address,$(SANITIZE)),)
@@ -189,13 +221,15 @@ TEST_ENV += UBSAN_OPTIONS=$${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 endif
 # Criterion 2.4 cannot start under TSan (its boxfort arena finds no free
 # address range: Snaipe/Criterion#274); the library, tools and examples still
-# build and run with SANITIZE=thread, e.g. make bench SANITIZE=thread.
+# build and run with SANITIZE=thread, e.g. make bench SANITIZE=thread, and
+# make tsan-check runs a threaded driver without Criterion (below).
 ifneq ($(findstring thread,$(SANITIZE)),)
 TEST_ENV += TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
 endif
 
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
+        gpu-tests gpu-check \
         clean distclean help fuzz fuzz-run tsan-check valgrind-check
 
 all: lib tools examples
@@ -258,6 +292,13 @@ bench:
 	  { echo "make bench: needs tools/ringcc-run.c and tools/ringcc-bench.c" >&2; exit 1; }
 	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/ringcc-bench $(BENCH_ARGS)
 
+# ringcc next to Open MPI and Gloo, interleaved, medians, table + plot under
+# bench/results/ (scripts/bench-compare.sh --help; docs/performance.md).
+BENCH_COMPARE_ARGS ?=
+.PHONY: bench-compare
+bench-compare:
+	scripts/bench-compare.sh --build $(BUILD) $(BENCH_COMPARE_ARGS)
+
 # ---- library -------------------------------------------------------------------
 $(SO_REAL): $(LIB_OBJ) lib/ringcc.map $(FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -281,7 +322,7 @@ $(STATIC_LIB): $(LIB_OBJ)
 $(BINOUT)/%: $(OBJ)/tools/%.o $(SO_REAL) $(SO_DEV) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< \
-	  $(if $(filter $*,$(TOOLS_STATIC)),$(STATIC_LIB) $(LIB_LIBS),-L$(LIBOUT) -lringcc $(RPATH)) \
+	  $(if $(filter $*,$(TOOLS_STATIC)),$(STATIC_LIB) $(LIB_LIBS),-L$(LIBOUT) -lringcc $(RPATH) $(CUDA_LIBS)) \
 	  $(LDLIBS) -lm
 
 $(EXOUT)/%: $(OBJ)/examples/%.o $(SO_REAL) $(SO_DEV)
@@ -301,6 +342,10 @@ $(OBJ)/test/%.o: RCC_CPPFLAGS += -iquote test
 $(OBJ)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(COMPILE) -c -o $@ $<
+
+$(OBJ)/%.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC_COMPILE) -c -o $@ $<
 
 $(FLAGS_STAMP):
 	@mkdir -p $(@D)
@@ -342,9 +387,12 @@ $(shell mkdir -p $(FUZZ_OUT) && printf '%s\n' '$(subst ','\'',$(strip $(FUZZ_FLA
 endif
 endif
 
-fuzz: $(FUZZ_BIN)
+# Deps first (clang, libFuzzer), then the build in a sub-make, as for test.
+fuzz:
+	@$(DEPS_SCRIPT) --sanitize
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
 
-fuzz-run: $(FUZZ_BIN)
+fuzz-run: fuzz
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_ARGS="$(FUZZ_ARGS)" \
 	  test/fuzz/run.sh $(FUZZ_OUT) $(FUZZ_TARGETS)
 
@@ -375,9 +423,10 @@ $(FUZZ_STAMP):
 TSAN_BUILD   := $(if $(findstring thread,$(SANITIZE)),$(BUILD),build/san-thread)
 TSAN_DRIVER  := $(TSAN_BUILD)/tsan/threads
 TSAN_TIMEOUT ?= 900
-TSAN_RUN_OPTIONS := halt_on_error=1:exitcode=66:second_deadlock_stack=1
+TSAN_RUN_OPTIONS := halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$(abspath test/tsan.supp)
 
 tsan-check:
+	@$(DEPS_SCRIPT)
 	@$(MAKE) --no-print-directory SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_DRIVER)
 	@echo "==> $(TSAN_DRIVER) (TSAN_OPTIONS=$(TSAN_RUN_OPTIONS))"
 	@start=$$(date +%s); \
@@ -411,9 +460,8 @@ valgrind-check:
 ifneq ($(strip $(SANITIZE)),)
 	@echo "make valgrind-check: needs a build without SANITIZE" >&2; exit 1
 endif
+	@$(DEPS_SCRIPT) --sanitize
 	@$(MAKE) --no-print-directory all
-	@command -v $(VALGRIND) >/dev/null || \
-	  { echo "make valgrind-check: $(VALGRIND) not found (apt-get install valgrind)" >&2; exit 1; }
 	@pass=0; fail=0; failed=; \
 	for shm in 0 1; do for run in $(VALGRIND_RUNS); do \
 	  echo "==> RINGCC_SHM_DISABLE=$$shm ringcc-run -np 2 valgrind $$run"; \
@@ -427,6 +475,32 @@ endif
 	done; done; \
 	echo "valgrind-check: $$pass passed, $$fail failed"; \
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
+
+# ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
+# make gpu-check runs scripts/gpu-check.sh: it builds gpu-tests, then runs the
+# device-buffer suite (test/gpu/gpu_suite.c) at 1, 2 and 4 ranks, the
+# reduction-kernel throughput check (test/gpu/reduce_bw.cu) and ringcc-bench
+# -G; without a GPU it says so and exits 77 (skipped).
+GPU_OUT     := $(BUILD)/gpu
+ifeq ($(CUDA),1)
+GPU_BIN     := $(GPU_OUT)/gpu_suite $(GPU_OUT)/reduce_bw
+endif
+
+gpu-tests: all $(GPU_BIN)
+
+gpu-check:
+	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh
+
+$(GPU_OUT)/gpu_suite: $(OBJ)/test/gpu/gpu_suite.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(LDLIBS)
+
+$(GPU_OUT)/reduce_bw: test/gpu/reduce_bw.cu lib/reduce.cuh $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC_COMPILE) -o $@ $<
+
+.SECONDARY: $(OBJ)/test/gpu/gpu_suite.o
+-include $(OBJ)/test/gpu/gpu_suite.d $(GPU_OUT)/reduce_bw.d
 
 # ---- install -------------------------------------------------------------------
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
@@ -482,6 +556,8 @@ help:
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
+	@echo '  bench-compare  ringcc vs Open MPI and Gloo (scripts/bench-compare.sh $$BENCH_COMPARE_ARGS,'
+	@echo '                 e.g. "--quick", "--n 4 --sizes 8,64M --reps 5"; results in bench/results/)'
 	@echo '  fuzz           build test/fuzz/fuzz_*.c with clang (libFuzzer, ASan, UBSan)'
 	@echo '                 -> $(FUZZ_OUT)/fuzz_NAME'
 	@echo '  fuzz-run       run each fuzz target $$FUZZ_SECONDS s on a copy of its corpus'
@@ -490,6 +566,9 @@ help:
 	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'
+	@echo '  gpu-tests      build the GPU checks (test/gpu) -> $(GPU_OUT)/ (CUDA=1)'
+	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1, 2, 4 ranks,'
+	@echo '                 reduction throughput, ringcc-bench -G; exit 77 without a GPU'
 	@echo '  deps           scripts/install-deps.sh: check/install build and test packages'
 	@echo '  install        headers, libraries, tools, ringcc.pc under $$DESTDIR$$PREFIX'
 	@echo '  uninstall      remove what install put there'
@@ -504,7 +583,8 @@ help:
 	@echo '  CC=$(CC) AR=$(AR)  OPT=$(OPT) (optimisation/debug flags)'
 	@echo '  CFLAGS, CPPFLAGS, LDFLAGS, LDLIBS   appended to the built-in flags'
 	@echo '  WERROR=$(WERROR)       0 drops -Werror'
-	@echo '  CUDA=$(CUDA)         CUDA build (lib/*.cu); only 0 is supported for now'
+	@echo '  CUDA=$(CUDA)         1: kernels (lib/*.cu) by nvcc, CUDA runtime linked statically;'
+	@echo '                 0: host only; default auto (1 where nvcc is found: $(NVCC))'
 	@echo '  TEST_JOBS=$(TEST_JOBS)    Criterion --jobs for each test binary'
 	@echo '  TEST_TIMEOUT=$(TEST_TIMEOUT) seconds per test binary before it counts as failed'
 	@echo '  TEST_ARGS=$(TEST_ARGS)     extra Criterion arguments (e.g. --verbose, --filter=...)'

@@ -5,6 +5,11 @@
  * Broadcast, Reduce, AllToAll, Send/Recv and Barrier. Argument order follows
  * MPI; the trailing stream argument follows NCCL (pass NULL for host buffers).
  *
+ * Buffers may be host memory (pass stream NULL: the call blocks until done)
+ * or CUDA device memory of the rank's GPU (the call is enqueued on stream
+ * and returns, as in NCCL; later failures come from
+ * ringcc_comm_get_async_error). See docs/cuda.md.
+ *
  * Every call returns a ringcc_result_t. ringcc_strerror() names the code;
  * ringcc_comm_last_error() gives the detailed message of the last failure on a
  * communicator (what failed, on which rank and peer, and why).
@@ -127,13 +132,20 @@ typedef struct {
   const char *socket_ifname; /* RINGCC_SOCKET_IFNAME; NULL unset */
   int64_t net_chunk_bytes; /* RINGCC_NET_CHUNK_BYTES; -1 unset; bytes per slot
                               of network FIFOs, default 1048576 */
-  int reserved[16];
+  int cuda_device;       /* RINGCC_CUDA_DEVICE; -1 unset: the current CUDA
+                           device at init; RINGCC_CUDA_DEVICE_NONE: no GPU
+                           (host buffers only) */
+  int reserved[15];
 } ringcc_config_t;
+
+/* ringcc_config_t.cuda_device (RINGCC_CUDA_DEVICE=none): this rank uses no
+ * GPU, so the communicator carries host buffers only. */
+#define RINGCC_CUDA_DEVICE_NONE (-2)
 
 #define RINGCC_CONFIG_MAGIC 0x52434346u /* "RCCF" */
 #define RINGCC_CONFIG_INIT                                                     \
   {sizeof(ringcc_config_t), RINGCC_CONFIG_MAGIC, RINGCC_VERSION, -1, -1, -1,   \
-   -1, -1, -1, -1, NULL, -1, {0}}
+   -1, -1, -1, -1, NULL, -1, -1, {0}}
 
 /* ---- version and errors ---------------------------------------------- */
 RINGCC_API ringcc_result_t ringcc_get_version(int *version);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "cuda.h"
 
 struct call {
   const char *fn;          /* "ringcc_allreduce" */
@@ -26,12 +27,13 @@ struct call {
   int root;
   int peer;
   void *stream;
-  unsigned uses;           /* USES_OP | USES_ROOT | USES_PEER */
+  unsigned uses;           /* USES_OP | USES_ROOT | USES_PEER, ON_DEVICE */
 };
 
 #define USES_OP 1u
 #define USES_ROOT 2u
 #define USES_PEER 4u
+#define ON_DEVICE 8u /* buffers in GPU memory: enqueued on stream (locate) */
 
 static const char *const coll_names[RCC_NUM_COLLS] = {
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
@@ -126,11 +128,6 @@ static ringcc_result_t validate(const struct call *c) {
   char msg[200];
   struct ringcc_comm *comm = c->comm;
 
-  if (c->stream != NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_UNSUPPORTED,
-                          "%s on rank %d: argument 'stream' is not NULL, but "
-                          "this build has no CUDA support (host buffers take "
-                          "stream NULL)", c->fn, comm->rank);
   if (!rcc_dt_valid(c->dt)) {
     snprintf(msg, sizeof(msg),
              "argument 'datatype' is %d, not a ringcc_datatype_t (0..%d)",
@@ -148,6 +145,28 @@ static ringcc_result_t validate(const struct call *c) {
     return bad_arg(c, msg);
   }
   return validate_buffers(c);
+}
+
+/* Host or device buffers (cuda.c decides, from the buffers the call uses
+ * and the stream): sets ON_DEVICE. */
+static ringcc_result_t locate(struct call *c) {
+  size_t send_elems, recv_elems;
+  buffer_elems(c, &send_elems, &recv_elems);
+  int one = c->coll == RCC_COLL_BCAST || c->coll == RCC_COLL_SEND ||
+            c->coll == RCC_COLL_RECV;
+  int no_recv = c->coll == RCC_COLL_SEND ||
+                (c->coll == RCC_COLL_REDUCE && c->root != c->comm->rank);
+  const void *send = c->sendbuf, *recv = c->recvbuf;
+  if (send == RINGCC_IN_PLACE || send_elems == 0 || c->coll == RCC_COLL_RECV)
+    send = NULL;
+  if (recv_elems == 0 || no_recv)
+    recv = NULL;
+  int device = 0;
+  ringcc_result_t r =
+      rcc_cuda_locate(c->comm, c->fn, send, one ? "buf" : "sendbuf", recv,
+                      one ? "buf" : "recvbuf", c->stream, &device);
+  c->uses |= device ? ON_DEVICE : 0;
+  return r;
 }
 
 static ringcc_result_t validate_peer(struct ringcc_comm *comm, const char *fn,
@@ -196,9 +215,61 @@ static size_t step_bytes(const struct call *c) {
   return comm->all_chunk_bytes;
 }
 
+/* The direct large-message path (coll_cma.c): one host, cross-memory attach
+ * usable, a large reduce-scatter, allgather or allreduce, and RINGCC_ALGO=
+ * direct (not yet chosen by the tuner: on this machine it has not been
+ * measured faster than the ring). Depends only on what every rank knows
+ * alike. */
+#define CMA_MIN_BYTES (256 << 10)
+
+static int cma_applies(const struct call *c, const struct rcc_tuning *tune) {
+  const struct ringcc_comm *comm = c->comm;
+  size_t total = c->count * ringcc_datatype_size(c->dt) *
+                 (c->coll == RCC_COLL_ALLREDUCE ? 1 : (size_t)comm->nranks);
+  return comm->cma_ok && total >= CMA_MIN_BYTES &&
+         (c->coll == RCC_COLL_ALLREDUCE || c->coll == RCC_COLL_REDUCE_SCATTER ||
+          c->coll == RCC_COLL_ALLGATHER) &&
+         comm->set.algo == RINGCC_ALGO_DIRECT && tune->algo != RINGCC_ALGO_TREE;
+}
+
+static ringcc_result_t run_cma(const struct call *c, const void *src) {
+  struct ringcc_comm *comm = c->comm;
+  size_t esize = ringcc_datatype_size(c->dt);
+  struct rcc_cma_call call = {c->coll, src, c->recvbuf, NULL, c->count,
+                              (ringcc_datatype_t)c->dt,
+                              (c->uses & USES_OP) ? (ringcc_op_t)c->op
+                                                  : RINGCC_SUM};
+  if (c->coll == RCC_COLL_REDUCE_SCATTER) {
+    /* An output inside the input, other than this rank's own block (MPI's
+     * in-place form), would be overwritten while peers still read it. */
+    const char *in = src, *out = c->recvbuf;
+    size_t in_bytes = c->count * esize * (size_t)comm->nranks;
+    if (out < in + in_bytes && out + c->count * esize > in &&
+        out != in + (size_t)comm->rank * c->count * esize) {
+      call.scratch = scratch(comm, c->count * esize);
+      if (call.scratch == NULL)
+        return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                              "%s on rank %d: no memory for %zu bytes of "
+                              "staging", c->fn, comm->rank, c->count * esize);
+    }
+  }
+  RCC_TRACE(comm->rank, "%s: direct path (cross-memory attach)", c->fn);
+  return rcc_cma_run(comm, &call);
+}
+
 static ringcc_result_t execute(const struct call *c) {
   struct ringcc_comm *comm = c->comm;
   const void *src = source_buffer(c);
+  size_t esize = ringcc_datatype_size(c->dt);
+  struct rcc_tuning tune = {RINGCC_ALGO_RING, step_bytes(c), 1};
+
+  /* The tuner picks the algorithm and the chunk (and logs its prediction)
+   * for every collective; point-to-point messages have nothing to pick. */
+  if (comm->nranks > 1 && c->coll != RCC_COLL_SEND && c->coll != RCC_COLL_RECV)
+    rcc_tuner_choose(comm, c->coll, c->count * esize, &tune);
+  if (!(c->uses & ON_DEVICE) && cma_applies(c, &tune))
+    return run_cma(c, src);
+  int direct = tune.algo == RINGCC_ALGO_DIRECT;
   struct rcc_plan plan = {
       .coll = c->coll,
       .nranks = comm->nranks,
@@ -206,24 +277,24 @@ static ringcc_result_t execute(const struct call *c) {
       .pos = comm->ring_pos,
       .ring = comm->ring,
       .count = c->count,
-      .chunk_elems = step_bytes(c) / ringcc_datatype_size(c->dt),
+      .chunk_elems = tune.chunk_bytes / esize,
       .root = (c->uses & USES_PEER) ? c->peer : c->root,
       .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
 
-  int algo = RINGCC_ALGO_RING;
-  if (c->coll == RCC_COLL_ALLREDUCE && comm->nranks > 1)
-    algo = comm->set.algo == RINGCC_ALGO_TREE
-               ? RINGCC_ALGO_TREE
-               : rcc_tuner_allreduce(comm,
-                                     c->count * ringcc_datatype_size(c->dt));
-  int direct = algo == RINGCC_ALGO_DIRECT;
   /* Alltoall in place overwrites blocks not yet sent; one-shot in place
    * overwrites its own input before reducing it: stage the input. */
   if ((c->coll == RCC_COLL_ALLTOALL || direct) && src == c->recvbuf &&
+      c->count > 0 && (c->uses & ON_DEVICE)) {
+    ringcc_result_t r = rcc_cuda_stage(
+        comm, src, c->count * esize * (direct ? 1 : (size_t)comm->nranks),
+        c->stream, &src); /* a device copy, ordered on the stream */
+    if (r != RINGCC_SUCCESS)
+      return r;
+  }
+  if ((c->coll == RCC_COLL_ALLTOALL || direct) && src == c->recvbuf &&
       c->count > 0) {
-    size_t bytes = c->count * ringcc_datatype_size(c->dt) *
-                   (direct ? 1 : (size_t)comm->nranks);
+    size_t bytes = c->count * esize * (direct ? 1 : (size_t)comm->nranks);
     void *copy = scratch(comm, bytes);
     if (copy == NULL)
       return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
@@ -235,14 +306,18 @@ static ringcc_result_t execute(const struct call *c) {
   }
   if (direct)
     rcc_plan_direct(&plan);
-  else if (algo == RINGCC_ALGO_TREE)
+  else if (tune.algo == RINGCC_ALGO_TREE)
     rcc_plan_tree(&plan);
   else if (comm->nranks > 1 && c->coll <= RCC_COLL_REDUCE)
     rcc_plan_ring(&plan);
   else
     rcc_plan_pairwise(&plan);
+  ringcc_op_t op = (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM;
+  if (c->uses & ON_DEVICE)
+    return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
+                         (ringcc_datatype_t)c->dt, op, c->stream);
   return rcc_exec_host(comm, &plan, src, c->recvbuf, (ringcc_datatype_t)c->dt,
-                       (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM);
+                       op);
 }
 
 /* ---- RINGCC_CHECK: do all ranks make the same call? ------------------- */
@@ -337,6 +412,7 @@ static ringcc_result_t run(struct call *c) {
   if (comm == NULL)
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "%s: argument 'comm' is NULL", c->fn);
+  rcc_cuda_poll(comm); /* a device collective that failed since */
   if (comm->aborted || comm->fatal != RINGCC_SUCCESS) {
     ringcc_result_t code = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
     RCC_WARN(comm->rank, "%s on rank %d: the communicator is unusable after "
@@ -347,7 +423,7 @@ static ringcc_result_t run(struct call *c) {
   if (c->uses & USES_PEER)
     if ((r = validate_peer(comm, c->fn, c->peer)) != RINGCC_SUCCESS)
       return r;
-  if ((r = validate(c)) != RINGCC_SUCCESS)
+  if ((r = validate(c)) != RINGCC_SUCCESS || (r = locate(c)) != RINGCC_SUCCESS)
     return r;
   if (__atomic_exchange_n(&comm->busy, 1, __ATOMIC_ACQ_REL))
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,

@@ -65,7 +65,7 @@ static void dtree(int n, int r, int *up, int *down0, int *down1) {
   }
 }
 
-static int nchildren(const struct rcc_plan *p, int t) {
+RCC_HD static int nchildren(const struct rcc_plan *p, int t) {
   return (p->tree_down[t][0] >= 0) + (p->tree_down[t][1] >= 0);
 }
 

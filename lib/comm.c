@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "cuda.h"
 
 #define DEFAULT_TIMEOUT_MS 600000
 #define DEFAULT_CHUNK_BYTES 65536
@@ -129,6 +130,7 @@ RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "ringcc_comm_get_async_error: argument 'result' is "
                           "NULL");
+  rcc_cuda_poll(comm); /* failures of device collectives that ended */
   *result = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
   return RINGCC_SUCCESS;
 }
@@ -189,6 +191,28 @@ static ringcc_result_t algo_setting(int field, int *out, char *err,
   return RINGCC_SUCCESS;
 }
 
+/* RINGCC_CUDA_DEVICE: a device index, or "none" (RINGCC_CUDA_DEVICE_NONE). */
+static ringcc_result_t cuda_device_setting(int field, int *out, char *err,
+                                           size_t errlen) {
+  const char *env = rcc_getenv("RINGCC_CUDA_DEVICE");
+  int64_t v;
+  *out = field;
+  if (field >= 0 || field == RINGCC_CUDA_DEVICE_NONE)
+    return RINGCC_SUCCESS;
+  if (field != -1)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "config field 'cuda_device' is %d; it must be a device "
+                    "index, -1 (unset) or RINGCC_CUDA_DEVICE_NONE", field);
+  if (env != NULL && strcasecmp(env, "none") == 0) {
+    *out = RINGCC_CUDA_DEVICE_NONE;
+    return RINGCC_SUCCESS;
+  }
+  ringcc_result_t r = int_setting(-1, "RINGCC_CUDA_DEVICE", -1, -1, 1023, &v,
+                                  err, errlen);
+  *out = (int)v;
+  return r;
+}
+
 static ringcc_result_t check_config(const ringcc_config_t *c, char *err,
                                     size_t errlen) {
   if (c->size != sizeof(ringcc_config_t) || c->magic != RINGCC_CONFIG_MAGIC)
@@ -221,6 +245,7 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
   SETTING(c->nslots, "RINGCC_NSLOTS", DEFAULT_NSLOTS, 2, RCC_FIFO_MAX_SLOTS,
           s->nslots);
   SETTING(c->shm_disable, "RINGCC_SHM_DISABLE", 0, 0, 1, s->shm_disable);
+  SETTING(-1, "RINGCC_P2P_DISABLE", 0, 0, 1, s->p2p_disable);
   SETTING(c->check, "RINGCC_CHECK", 0, 0, 1, s->check);
   SETTING(-1, "RINGCC_SPIN", -1, -1, 1 << 24, s->spin);
   SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
@@ -233,6 +258,9 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
                     (long long)s->chunk_bytes, (long long)s->net_chunk_bytes);
   if (c->debug_level >= 0)
     rcc_log_set_level(c->debug_level);
+  if ((r = cuda_device_setting(c->cuda_device, &s->cuda_device, err,
+                               errlen)) != RINGCC_SUCCESS)
+    return r;
   return algo_setting(c->algo, &s->algo, err, errlen);
 }
 
@@ -279,6 +307,7 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->net_chunk_bytes = comm->set.net_chunk_bytes;
   me->nslots = comm->set.nslots;
   me->shm_disable = comm->set.shm_disable;
+  rcc_cma_prepare(comm, me);
   if (getrandom(me->secret, sizeof(me->secret), 0) != sizeof(me->secret))
     memset(me->secret, 0, sizeof(me->secret)); /* the bootstrap's id still guards */
 }
@@ -291,8 +320,10 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "init on rank %d: out of memory", comm->rank);
   fill_peer_info(comm, &comm->peers[comm->rank]);
-  ringcc_result_t r =
-      rcc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers),
+  ringcc_result_t r = rcc_cuda_init(comm, &comm->peers[comm->rank].gpu);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = rcc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers),
                               deadline, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
@@ -353,10 +384,12 @@ static void adapt_waiting(struct ringcc_comm *comm) {
 /* ---- init ------------------------------------------------------------- */
 
 static void comm_free(struct ringcc_comm *comm) {
+  rcc_cuda_destroy(comm); /* first: kernels may still use the FIFOs */
   rcc_transports_destroy(comm);
+  rcc_cuda_free(comm);
   if (comm->boot)
     rcc_bootstrap_close(comm->boot);
-  for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
+  for (int k = 0; k < RCC_MAX_CONN_KINDS; k++) {
     free(comm->send_conn[k]);
     free(comm->recv_conn[k]);
   }
@@ -371,7 +404,7 @@ static ringcc_result_t alloc_conns(struct ringcc_comm *comm) {
   size_t n = (size_t)comm->nranks;
   comm->edge_transport = calloc(n, sizeof(*comm->edge_transport));
   int ok = comm->edge_transport != NULL;
-  for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
+  for (int k = 0; k < RCC_MAX_CONN_KINDS; k++) {
     comm->send_conn[k] = calloc(n, sizeof(struct rcc_conn));
     comm->recv_conn[k] = calloc(n, sizeof(struct rcc_conn));
     ok = ok && comm->send_conn[k] && comm->recv_conn[k];
@@ -418,11 +451,15 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   if ((r = exchange_peer_info(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   adapt_waiting(comm);
+  comm->nkinds = rcc_cuda_kinds(comm); /* device FIFOs if every rank has a GPU */
   if ((r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
-      (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
+      (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS ||
+      (r = rcc_cma_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   log_ring(comm);
+  if ((r = rcc_tuner_init(comm, deadline)) != RINGCC_SUCCESS)
+    return r;
   return RINGCC_SUCCESS;
 }
 
@@ -682,6 +719,7 @@ RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "ringcc_comm_abort: argument 'comm' is NULL");
   comm->aborted = 1;
+  rcc_cuda_abort(comm); /* kernels waiting in a FIFO leave too */
   /* A collective blocked in another thread notices within one sleep slice
    * (exec_host.c) and leaves; give it a second before freeing. */
   for (int i = 0; i < 100 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE);

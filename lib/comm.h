@@ -9,7 +9,9 @@
 #include "internal.h"
 #include "proto.h"
 #include "schedule.h"
+#include "topo.h"
 #include "transport.h"
+#include "tuner.h"
 
 #define RCC_MAX_TRANSPORTS 4
 #define RCC_HOSTNAME_LEN 64
@@ -24,6 +26,8 @@ struct rcc_peer_info {
   int64_t net_chunk_bytes; /* must agree across ranks */
   int32_t nslots;      /* must agree across ranks */
   int32_t shm_disable;
+  uint64_t cma_probe_addr; /* coll_cma.c: a word peers try to read at init */
+  struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
   uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
   char hostname[RCC_HOSTNAME_LEN];
 };
@@ -36,6 +40,8 @@ struct rcc_settings {
   int64_t net_chunk_bytes; /* network slots */
   int nslots;
   int shm_disable;
+  int cuda_device; /* RINGCC_CUDA_DEVICE: -1 current, -2 none */
+  int p2p_disable; /* RINGCC_P2P_DISABLE */
   int check;
   int spin;   /* polls before yielding (RINGCC_SPIN) */
   int yields; /* sched_yield()s before sleeping (RINGCC_YIELDS) */
@@ -69,8 +75,10 @@ struct ringcc_comm {
   int ring_pos;
 
   /* Connections: [kind][peer]; .fifo == NULL where no edge exists. */
-  struct rcc_conn *send_conn[RCC_NUM_CONN_KINDS];
-  struct rcc_conn *recv_conn[RCC_NUM_CONN_KINDS];
+  struct rcc_conn *send_conn[RCC_MAX_CONN_KINDS];
+  struct rcc_conn *recv_conn[RCC_MAX_CONN_KINDS];
+  int nkinds;              /* kinds of FIFOs per peer: host only, or + device */
+  struct rcc_cuda *cuda;   /* device-side state (cuda.c); NULL without GPU */
   const struct rcc_transport **edge_transport; /* [nranks] */
   void *transport_state[RCC_MAX_TRANSPORTS];
 
@@ -78,6 +86,7 @@ struct ringcc_comm {
    * and the whole communicator's (for schedules that use every edge). */
   size_t ring_chunk_bytes;
   size_t all_chunk_bytes;
+  struct rcc_tuner tuner;  /* the cost model, the same on every rank */
 
   uint64_t seq;            /* collectives issued on this communicator */
   struct rcc_progress progress;
@@ -86,6 +95,8 @@ struct ringcc_comm {
   size_t scratch_bytes;
   uint8_t secret[16];      /* shared by the ranks only (via the bootstrap) */
   int64_t init_deadline;   /* for transports' connect phase */
+  uint64_t cma_probe;      /* coll_cma.c */
+  int cma_ok;              /* the direct large-message path is usable */
   volatile int aborted;
   /* Set once by a proxy thread when the network fails under a collective;
    * every wait checks it. */
@@ -112,8 +123,24 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len);
 void rcc_report_signal_setup(void);
 int rcc_report_requested(struct ringcc_comm *comm);
 
-/* tuner.c: RINGCC_ALGO_RING or RINGCC_ALGO_DIRECT for an allreduce. */
-int rcc_tuner_allreduce(struct ringcc_comm *comm, size_t bytes);
+/* tuner.c: loads the cost model (calibration file or defaults) and agrees
+ * on it with the other ranks (rank 0's values); a collective step of init,
+ * after the transports are connected. */
+ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline);
+/* How one call runs, from rcc_tuner_choose. */
+struct rcc_tuning {
+  int algo;           /* RINGCC_ALGO_DIRECT (one-shot allreduce),
+                         RINGCC_ALGO_TREE (double binary tree allreduce), or
+                         RINGCC_ALGO_RING: the collective's ring, chain or
+                         pairwise schedule */
+  size_t chunk_bytes; /* bytes per step: one FIFO slot of the edges used */
+  int channels;       /* always 1 for now */
+};
+/* Picks for coll (enum rcc_coll) on count_bytes = the call's count times
+ * the datatype size; logs every candidate under RINGCC_DEBUG_SUBSYS=TUNING.
+ * Every rank picks alike. */
+void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
+                      struct rcc_tuning *out);
 
 /* graph.c: ring order over the peers' hosts. */
 ringcc_result_t rcc_graph_build_ring(struct ringcc_comm *comm);
@@ -162,5 +189,21 @@ ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
 void rcc_transports_destroy(struct ringcc_comm *comm);
 /* "SHM", "NET/Socket/eth0": how this rank reaches peer. */
 const char *rcc_edge_name(const struct ringcc_comm *comm, int peer);
+
+/* coll_cma.c: direct large-message collectives on one host. */
+struct rcc_cma_call {
+  int coll;          /* allreduce, reduce_scatter or allgather */
+  const void *src;
+  void *dst;
+  void *scratch;     /* reduce_scatter: output staging when dst overlaps
+                        inputs peers still read, else NULL */
+  size_t count;      /* as in the public call */
+  ringcc_datatype_t dt;
+  ringcc_op_t op;
+};
+void rcc_cma_prepare(struct ringcc_comm *comm, struct rcc_peer_info *me);
+ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline);
+ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
+                            const struct rcc_cma_call *call);
 
 #endif /* RCC_COMM_H */

@@ -19,7 +19,7 @@
  * of a point-to-point message is flagged), so a receiver detects a sender
  * that disagrees on the size instead of silently reading garbage.
  *
- * This file is included by exec_host.c and (later) exec_cuda.cu. The includer
+ * This file is included by exec_host.c and exec_cuda.cu. The includer
  * defines, before including it:
  *   RCC_HD                          function qualifier ("" on the host,
  *                                   "__device__" in CUDA)
@@ -40,22 +40,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* C11 and C++ (exec_cuda.cu) spell alignment and static checks apart. */
+#ifdef __cplusplus
+#define RCC_ALIGNAS(n) alignas(n)
+#define RCC_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define RCC_ALIGNAS(n) _Alignas(n)
+#define RCC_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
 #define RCC_FIFO_MAX_SLOTS 64
 #define RCC_CACHELINE 64
 
 /* The part of a FIFO that lives in shared memory, followed (at
  * RCC_FIFO_DATA_OFFSET) by nslots * slot_bytes of payload. */
 struct rcc_fifo {
-  _Alignas(RCC_CACHELINE) uint32_t tail;  /* written by the sender */
+  RCC_ALIGNAS(RCC_CACHELINE) uint32_t tail;  /* written by the sender */
   uint32_t tail_waiters;                  /* receivers sleeping on tail */
-  _Alignas(RCC_CACHELINE) uint32_t head;  /* written by the receiver */
+  RCC_ALIGNAS(RCC_CACHELINE) uint32_t head;  /* written by the receiver */
   uint32_t head_waiters;                  /* senders sleeping on head */
-  _Alignas(RCC_CACHELINE) uint64_t meta[RCC_FIFO_MAX_SLOTS];
+  RCC_ALIGNAS(RCC_CACHELINE) uint64_t meta[RCC_FIFO_MAX_SLOTS];
   uint32_t closed; /* the sender's rank left cleanly (network FIFOs) */
 };
 #define RCC_FIFO_DATA_OFFSET 4096
-_Static_assert(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,
-               "fifo header must fit before the data");
+RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,
+                  "fifo header must fit before the data");
 
 #define RCC_META_LAST ((uint64_t)1 << 32) /* last piece of a p2p message */
 #define RCC_META_BYTES(m) ((uint32_t)((m) & 0xffffffffu))

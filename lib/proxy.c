@@ -9,7 +9,8 @@
  * never drive the network themselves.
  *
  * Idle, the thread sleeps in poll() on the plugin's sockets and an eventfd
- * doorbell. Before sleeping it registers as a waiter on the counters it is
+ * doorbell (but only polls while a CUDA kernel of the communicator runs:
+ * kernels fill and drain pinned staging FIFOs without ringing). Before sleeping it registers as a waiter on the counters it is
  * waiting for, so an executor that publishes rings the doorbell (see
  * host_wake in exec_host.c); it is the futex protocol of proto.h with poll().
  */
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "cuda.h"
 #include "net.h"
 
 /* Rounds without progress before sleeping in poll(). Polling sockets that
@@ -203,7 +205,10 @@ static void idle_sleep(struct rcc_proxy *px) {
   px->pfds[nfds++] = (struct pollfd){.fd = px->doorbell, .events = POLLIN};
   if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done)
     changed = 1; /* the goodbye needs progress, not sleep */
-  for (int i = 0; i < px->nconns; i++) {
+  /* After a failure the sockets only report errors: wait for stop alone. */
+  int nconns =
+      __atomic_load_n(&px->comm->async_error, __ATOMIC_ACQUIRE) ? 0 : px->nconns;
+  for (int i = 0; i < nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
     uint32_t *waiters, *word = idle_word(c, &waiters);
     __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
@@ -222,9 +227,11 @@ static void idle_sleep(struct rcc_proxy *px) {
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++)
       px->pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = events};
   }
+  /* A kernel publishing into (or draining) a staged device FIFO cannot ring
+   * the doorbell: while one may run, only look, do not sleep. */
   if (!changed && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE))
-    poll(px->pfds, (nfds_t)nfds, POLL_MS);
-  for (int i = 0; i < px->nconns; i++) {
+    poll(px->pfds, (nfds_t)nfds, rcc_cuda_busy(px->comm) ? 0 : POLL_MS);
+  for (int i = 0; i < nconns; i++) {
     uint32_t *waiters;
     idle_word(&px->conns[i], &waiters);
     __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
@@ -344,7 +351,9 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
 }
 
 void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
-  if (px == NULL)
+  /* After a failure or an abort the rank does not leave cleanly: no goodbye,
+   * so peers see a failed peer, not one that destroyed its communicator. */
+  if (px == NULL || px->comm->aborted || px->comm->fatal != RINGCC_SUCCESS)
     return;
   __atomic_store_n(&px->closing, 1, __ATOMIC_RELEASE);
   rcc_proxy_ring(px->doorbell);

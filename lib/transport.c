@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "comm.h"
+#include "cuda.h"
 
 const struct rcc_transport *const rcc_transports[] = {
+    &rcc_transport_p2p, /* device-capable communicators, GPUs that reach */
     &rcc_transport_shm,
     &rcc_transport_net,
 };
@@ -139,6 +141,10 @@ ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
   choose_chunks(comm);
   for (int t = 0; t < rcc_num_transports && r == RINGCC_SUCCESS; t++)
     r = connect_one(comm, t, all, peers, deadline);
+  /* The device side of the FIFOs; agreed on, so that no rank launches a
+   * kernel before every rank finished its CUDA setup. */
+  if (r == RINGCC_SUCCESS && comm->nkinds == RCC_MAX_CONN_KINDS)
+    r = agree(comm, rcc_cuda_connect(comm), all, "CUDA setup", deadline);
 out:
   free(all);
   free(peers);
@@ -147,9 +153,14 @@ out:
 
 const char *rcc_edge_name(const struct ringcc_comm *comm, int peer) {
   const struct rcc_transport *tr = comm->edge_transport[peer];
-  for (int t = 0; t < rcc_num_transports; t++)
-    if (rcc_transports[t] == tr && tr->describe && comm->transport_state[t])
+  for (int t = 0; t < rcc_num_transports; t++) {
+    if (rcc_transports[t] != tr || comm->transport_state[t] == NULL)
+      continue;
+    if (tr->describe_peer)
+      return tr->describe_peer(comm->transport_state[t], peer);
+    if (tr->describe)
       return tr->describe(comm->transport_state[t]);
+  }
   return tr ? tr->name : "none";
 }
 

@@ -1,98 +1,545 @@
 /*
- * tuner.c - the cost model that picks an algorithm per call.
+ * tuner.c - the cost model that picks, per call, the algorithm, the chunk
+ * size and the number of channels.
  *
- * Alpha-beta model per link type: alpha is the time to hand one message over
- * an edge (latency, including the wake-up of the receiver), beta the time per
- * byte on that edge, gamma the time per byte of a local reduction. The
- * figures below were measured on the development machine (2 vCPUs, 4 ranks,
- * ringcc-bench): they are defaults, not truths.
+ * Alpha-beta model per link type (tuner.h): alpha is the cost of one step
+ * of a rank (a message handed over an edge, wake-up of the receiver
+ * included), beta the time per byte on that edge in one direction, gamma the
+ * time per byte of a local reduction. With n ranks and S bytes (nccl-tests'
+ * S):
  *
- * AllReduce of S bytes over n ranks:
- *   ring    T = 2(n-1) * alpha + 2(n-1)/n * S * beta + (n-1)/n * S * gamma
- *   direct  T = alpha + (n-1) * S * beta + n * S * gamma   (S <= one slot)
- * The ring's alpha and beta are its slowest edge's (network if any ring edge
- * crosses the network); direct talks to every peer, so it takes the slowest
- * of all edges.
+ *   allreduce       ring      2(n-1)*alpha + 2(n-1)/n*S*beta + (n-1)/n*S*gamma
+ *                   one-shot  (n-1)*alpha + (n-1)*S*beta + n*S*gamma
+ *                             (S <= one slot; see below for its n-1)
+ *                   tree      2*ceil(log2 n)*alpha + 2*S*beta + S*gamma
+ *                             (double binary tree: each rank sends S/2 up
+ *                             in each tree and S down in the tree where it
+ *                             is interior, about 2S; one reduction pass
+ *                             over S on the interior path)
+ *   reduce_scatter  ring      (n-1)*alpha + (n-1)/n*S*beta + (n-1)/n*S*gamma
+ *   allgather       ring      (n-1)*alpha + (n-1)/n*S*beta
+ *   bcast, reduce   chain     (n-2+k)*(alpha + C*beta [+ C*gamma]),
+ *                             k = ceil(S/C) chunks of C = S/k <= one slot
+ *   alltoall        pairwise  (n-1)*alpha + (n-1)/n*S*beta
+ *   send/recv       p2p       alpha + S*beta
+ *   barrier         dissemination  ceil(log2 n)*alpha
+ *
+ * alpha is the cost of one step of a rank, a message handed on and one
+ * taken in: on a host-driven transport it is mostly the work of handling a
+ * message (writing a slot and publishing it, waiting for and waking on the
+ * next), not the wire's latency. So one-shot pays (n-1)*alpha, not the
+ * textbook alpha: each rank hands n-1 messages on and takes n-1 in, one
+ * after another, even though only one message latency is on its critical
+ * path. Calibration on a 2-core machine (4 ranks) measured one-shot at 8 B
+ * at 1.7 to 3.2 ring steps, against 3 for (n-1) and 1 for the textbook.
+ *
+ * beta is beta_mem instead once all ranks' buffers (footprint), with the
+ * slots and copies in flight, outgrow the last-level cache: 2 * footprint >
+ * cache_bytes, e.g. an allreduce (2S per rank) with 4nS > cache. Host
+ * copies and reductions then run at memory speed, not cache speed.
+ *
+ * The ring and the chains take the slowest of the ring's edges (the network
+ * if any ring edge crosses it), the schedules that talk to every peer the
+ * slowest of all edges (the tree's edges join ranks that are not ring
+ * neighbours, so it counts as one of those). What the tuner picks today:
+ * the algorithm (ring, one-shot or tree for allreduce; every other
+ * collective has one schedule, whose prediction is still computed and
+ * logged); the chunk, which is one FIFO slot of the edges the schedule uses
+ * (a step never moves more, and the pipeline wants the largest step);
+ * channels, always 1 (libringcc runs one ring over one set of FIFOs per
+ * peer).
+ *
+ * The values come from the calibration file (tuner_file.c, written by
+ * ringcc-bench --calibrate) or the defaults below. Every rank must decide
+ * alike, so at init the ranks all-gather their values and all use rank 0's.
  *
  * RINGCC_ALGO forces a choice. With RINGCC_DEBUG=INFO and
- * RINGCC_DEBUG_SUBSYS=TUNING every decision is printed with each
- * candidate's predicted time, split into latency and bandwidth terms.
+ * RINGCC_DEBUG_SUBSYS=TUNING every call is printed with each candidate's
+ * predicted time, split into latency and bandwidth terms, and the winner.
  */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 
-struct link_model {
-  double alpha_us;
-  double beta_us_per_byte;
+/* Measured on the development machine (2 vCPUs, 4 ranks, ringcc-bench):
+ * defaults, not truths. ringcc-bench --calibrate measures the real ones. */
+const struct rcc_model rcc_model_defaults = {
+    .link = {[RCC_LINK_SHM] = {2.0, 1.0 / 4000.0, 0},   /* 4 GB/s */
+             [RCC_LINK_TCP] = {60.0, 1.0 / 1000.0, 0}}, /* 1 GB/s */
+    .gamma_us_per_byte = 1.0 / 8000.0,                  /* 8 GB/s */
+    .cache_bytes = 0, /* one beta: no cache regime */
 };
 
-static const struct link_model shm_link = {2.0, 1.0 / 4000.0}; /* 4 GB/s */
-static const struct link_model net_link = {60.0, 1.0 / 1000.0}; /* 1 GB/s */
-static const double gamma_us_per_byte = 1.0 / 8000.0;           /* 8 GB/s */
-
-static const struct link_model *link_of(size_t slot_bytes,
-                                        const struct ringcc_comm *comm) {
-  /* Network edges are the ones with network-sized slots. */
-  return slot_bytes == (size_t)comm->set.chunk_bytes ? &shm_link : &net_link;
+const char *rcc_link_name(int link) {
+  static const char *const names[RCC_NUM_LINKS] = {[RCC_LINK_SHM] = "shm",
+                                                   [RCC_LINK_TCP] = "tcp"};
+  return link >= 0 && link < RCC_NUM_LINKS ? names[link] : "?";
 }
 
-struct prediction {
-  double latency_us;
-  double bandwidth_us;
-};
-
-static struct prediction ring_allreduce(int n, double bytes,
-                                        const struct link_model *l) {
-  struct prediction p = {2.0 * (n - 1) * l->alpha_us,
-                         2.0 * (n - 1) / n * bytes * l->beta_us_per_byte +
-                             (double)(n - 1) / n * bytes * gamma_us_per_byte};
-  return p;
+const char *rcc_alg_name(int alg) {
+  static const char *const names[RCC_NUM_ALGS] = {
+      [RCC_ALG_RING] = "ring",         [RCC_ALG_DIRECT] = "one-shot",
+      [RCC_ALG_TREE] = "tree",         [RCC_ALG_CHAIN] = "chain",
+      [RCC_ALG_PAIRWISE] = "pairwise", [RCC_ALG_P2P] = "p2p",
+      [RCC_ALG_DISSEMINATION] = "dissemination"};
+  return alg >= 0 && alg < RCC_NUM_ALGS ? names[alg] : "?";
 }
 
-static struct prediction direct_allreduce(int n, double bytes,
-                                          const struct link_model *l) {
-  struct prediction p = {l->alpha_us, (n - 1) * bytes * l->beta_us_per_byte +
-                                          n * bytes * gamma_us_per_byte};
-  return p;
+/* ---- the formulas ------------------------------------------------------- */
+
+static int ceil_log2(int n) {
+  int k = 0;
+  while ((1L << k) < n)
+    k++;
+  return k;
 }
 
-static double total(struct prediction p) {
-  return p.latency_us + p.bandwidth_us;
+static void set_terms(struct rcc_cost_terms *t, double a, double b, double g,
+                      double sent) {
+  t->alpha_count = a;
+  t->beta_bytes = b;
+  t->gamma_bytes = g;
+  t->bytes_sent = sent;
 }
 
-int rcc_tuner_allreduce(struct ringcc_comm *comm, size_t bytes) {
-  int n = comm->nranks;
-  int direct_fits = n > 1 && bytes <= comm->all_chunk_bytes && bytes > 0;
-  struct prediction ring =
-      ring_allreduce(n, (double)bytes, link_of(comm->ring_chunk_bytes, comm));
-  struct prediction direct =
-      direct_allreduce(n, (double)bytes, link_of(comm->all_chunk_bytes, comm));
-  int algo;
-
-  if (comm->set.algo == RINGCC_ALGO_RING || !direct_fits)
-    algo = RINGCC_ALGO_RING;
-  else if (comm->set.algo == RINGCC_ALGO_DIRECT)
-    algo = RINGCC_ALGO_DIRECT;
-  else
-    algo = total(direct) < total(ring) ? RINGCC_ALGO_DIRECT : RINGCC_ALGO_RING;
-
-  if (rcc_log_level >= RINGCC_LOG_INFO && rcc_log_subsys("TUNING")) {
-    char direct_text[96] = "direct n/a (larger than a slot)";
-    if (direct_fits)
-      snprintf(direct_text, sizeof(direct_text),
-               "direct %.1f us (latency %.1f + bandwidth %.1f)", total(direct),
-               direct.latency_us, direct.bandwidth_us);
-    rcc_log(RINGCC_LOG_INFO, comm->rank,
-            "TUNING allreduce %zu B, %d ranks: ring %.1f us (latency %.1f + "
-            "bandwidth %.1f), %s -> %s%s",
-            bytes, n, total(ring), ring.latency_us, ring.bandwidth_us,
-            direct_text, algo == RINGCC_ALGO_RING ? "ring" : "direct",
-            comm->set.algo != RINGCC_ALGO_AUTO ? " (RINGCC_ALGO)" : "");
+/* Bytes one rank's input and output span. */
+static double rank_buffers(int coll, int n, double S) {
+  switch (coll) {
+  case RCC_COLL_REDUCE_SCATTER:
+  case RCC_COLL_ALLGATHER:
+    return S + S / n;
+  case RCC_COLL_BCAST:
+  case RCC_COLL_SEND:
+  case RCC_COLL_RECV:
+    return S;
+  case RCC_COLL_BARRIER:
+    return 0;
+  default: /* allreduce, reduce, alltoall */
+    return 2 * S;
   }
-  if (comm->set.algo == RINGCC_ALGO_DIRECT && !direct_fits)
+}
+
+/* Bcast and reduce: a pipeline of n-1 edges over k chunks. */
+static void chain_terms(int n, double S, double C, int reduce,
+                        struct rcc_cost_terms *t) {
+  double k = C > 0 && S > C ? ceil(S / C) : 1;
+  double c = S / k, stages = n - 2 + k;
+  set_terms(t, stages, stages * c, reduce ? stages * c : 0, S);
+}
+
+int rcc_model_terms(int coll, int alg, int nranks, double S, double C,
+                    struct rcc_cost_terms *t) {
+  double n = nranks, f = nranks > 0 ? (n - 1) / n : 0;
+
+  memset(t, 0, sizeof(*t));
+  if (nranks > 0)
+    t->footprint_bytes = n * rank_buffers(coll, nranks, S);
+  switch (coll * RCC_NUM_ALGS + alg) {
+#define CASE(c, a) case (c) * RCC_NUM_ALGS + (a)
+  CASE(RCC_COLL_ALLREDUCE, RCC_ALG_RING):
+    set_terms(t, 2 * (n - 1), 2 * f * S, f * S, 2 * f * S);
+    return 0;
+  CASE(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT):
+    set_terms(t, n - 1, (n - 1) * S, n * S, (n - 1) * S);
+    return 0;
+  CASE(RCC_COLL_ALLREDUCE, RCC_ALG_TREE):
+    set_terms(t, 2 * ceil_log2(nranks), 2 * S, S, 2 * S);
+    return 0;
+  CASE(RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING):
+    set_terms(t, n - 1, f * S, f * S, f * S);
+    return 0;
+  CASE(RCC_COLL_ALLGATHER, RCC_ALG_RING):
+    set_terms(t, n - 1, f * S, 0, f * S);
+    return 0;
+  CASE(RCC_COLL_BCAST, RCC_ALG_CHAIN):
+    chain_terms(nranks, S, C, 0, t);
+    return 0;
+  CASE(RCC_COLL_REDUCE, RCC_ALG_CHAIN):
+    chain_terms(nranks, S, C, 1, t);
+    return 0;
+  CASE(RCC_COLL_ALLTOALL, RCC_ALG_PAIRWISE):
+    set_terms(t, n - 1, f * S, 0, f * S);
+    return 0;
+  CASE(RCC_COLL_SEND, RCC_ALG_P2P):
+  CASE(RCC_COLL_RECV, RCC_ALG_P2P):
+    set_terms(t, 1, S, 0, S);
+    return 0;
+  CASE(RCC_COLL_BARRIER, RCC_ALG_DISSEMINATION):
+    set_terms(t, ceil_log2(nranks), 0, 0, 0);
+    return 0;
+#undef CASE
+  default:
+    memset(t, 0, sizeof(*t));
+    return -1;
+  }
+}
+
+const char *rcc_model_formula(int coll, int alg) {
+  static const struct {
+    int coll, alg;
+    const char *text;
+  } formulas[] = {
+      {RCC_COLL_ALLREDUCE, RCC_ALG_RING,
+       "2(n-1)*alpha + 2(n-1)/n*S*beta + (n-1)/n*S*gamma"},
+      {RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT,
+       "(n-1)*alpha + (n-1)*S*beta + n*S*gamma"},
+      {RCC_COLL_ALLREDUCE, RCC_ALG_TREE,
+       "2*ceil(log2 n)*alpha + 2*S*beta + S*gamma"},
+      {RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING,
+       "(n-1)*alpha + (n-1)/n*S*beta + (n-1)/n*S*gamma"},
+      {RCC_COLL_ALLGATHER, RCC_ALG_RING, "(n-1)*alpha + (n-1)/n*S*beta"},
+      {RCC_COLL_BCAST, RCC_ALG_CHAIN,
+       "(n-2+k)*(alpha + C*beta), k = ceil(S/slot), C = S/k"},
+      {RCC_COLL_REDUCE, RCC_ALG_CHAIN,
+       "(n-2+k)*(alpha + C*beta + C*gamma), k = ceil(S/slot), C = S/k"},
+      {RCC_COLL_ALLTOALL, RCC_ALG_PAIRWISE, "(n-1)*alpha + (n-1)/n*S*beta"},
+      {RCC_COLL_SEND, RCC_ALG_P2P, "alpha + S*beta"},
+      {RCC_COLL_RECV, RCC_ALG_P2P, "alpha + S*beta"},
+      {RCC_COLL_BARRIER, RCC_ALG_DISSEMINATION, "ceil(log2 n)*alpha"},
+  };
+  for (size_t i = 0; i < sizeof(formulas) / sizeof(formulas[0]); i++)
+    if (formulas[i].coll == coll && formulas[i].alg == alg)
+      return formulas[i].text;
+  return "";
+}
+
+int rcc_model_in_memory(const struct rcc_cost_terms *t, double cache_bytes) {
+  return cache_bytes > 0 && 2 * t->footprint_bytes > cache_bytes;
+}
+
+struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
+                                        const struct rcc_link_cost *link,
+                                        double gamma_us_per_byte,
+                                        double cache_bytes) {
+  struct rcc_prediction p;
+  double beta = link->beta_us_per_byte;
+  p.in_memory = rcc_model_in_memory(t, cache_bytes) &&
+                link->beta_mem_us_per_byte > 0;
+  if (p.in_memory)
+    beta = link->beta_mem_us_per_byte;
+  p.latency_us = t->alpha_count * link->alpha_us;
+  p.reduce_us = t->gamma_bytes * gamma_us_per_byte;
+  p.bandwidth_us = t->beta_bytes * beta + p.reduce_us;
+  return p;
+}
+
+/* ---- the choice ------------------------------------------------------------ */
+
+/* The one schedule of every collective but allreduce. */
+static int only_alg(int coll) {
+  switch (coll) {
+  case RCC_COLL_BCAST:
+  case RCC_COLL_REDUCE:
+    return RCC_ALG_CHAIN;
+  case RCC_COLL_ALLTOALL:
+    return RCC_ALG_PAIRWISE;
+  case RCC_COLL_SEND:
+  case RCC_COLL_RECV:
+    return RCC_ALG_P2P;
+  case RCC_COLL_BARRIER:
+    return RCC_ALG_DISSEMINATION;
+  default:
+    return RCC_ALG_RING;
+  }
+}
+
+/* Schedules that talk to every peer pay the slowest of all edges. */
+static int uses_all_edges(int alg) {
+  return alg == RCC_ALG_DIRECT || alg == RCC_ALG_TREE ||
+         alg == RCC_ALG_PAIRWISE || alg == RCC_ALG_DISSEMINATION;
+}
+
+static void evaluate(const struct rcc_model_input *in, int alg,
+                     struct rcc_candidate *c) {
+  c->alg = alg;
+  c->runnable = 1;
+  c->why_not = NULL;
+  rcc_model_terms(in->coll, alg, in->nranks, in->bytes, in->chunk_bytes,
+                  &c->terms);
+  c->pred = rcc_model_predict(&c->terms,
+                              uses_all_edges(alg) ? &in->all_link
+                                                  : &in->ring_link,
+                              in->gamma_us_per_byte, in->cache_bytes);
+}
+
+int rcc_model_choose(const struct rcc_model_input *in,
+                     struct rcc_candidate cand[RCC_MAX_CANDIDATES],
+                     int *winner) {
+  int count = 1, wanted = -1;
+
+  evaluate(in, only_alg(in->coll), &cand[0]);
+  *winner = 0;
+  if (in->coll != RCC_COLL_ALLREDUCE)
+    return count;
+  evaluate(in, RCC_ALG_DIRECT, &cand[1]);
+  if (in->nranks < 2 || in->bytes <= 0) {
+    cand[1].runnable = 0;
+    cand[1].why_not = "needs 2 ranks and a non-empty message";
+  } else if (in->bytes > in->direct_max_bytes) {
+    cand[1].runnable = 0;
+    cand[1].why_not = "larger than one FIFO slot";
+  }
+  evaluate(in, RCC_ALG_TREE, &cand[2]);
+  if (in->nranks < 2) {
+    cand[2].runnable = 0;
+    cand[2].why_not = "needs 2 ranks";
+  }
+  count = 3;
+  for (int i = 0; i < count; i++)
+    if ((in->forced == RINGCC_ALGO_RING && cand[i].alg == RCC_ALG_RING) ||
+        (in->forced == RINGCC_ALGO_DIRECT && cand[i].alg == RCC_ALG_DIRECT) ||
+        (in->forced == RINGCC_ALGO_TREE && cand[i].alg == RCC_ALG_TREE))
+      wanted = i;
+  if (wanted >= 0) {
+    if (cand[wanted].runnable)
+      *winner = wanted;
+    return count;
+  }
+  for (int i = 1; i < count; i++) /* a tie goes to the ring */
+    if (cand[i].runnable && rcc_prediction_total(cand[i].pred) <
+                                rcc_prediction_total(cand[*winner].pred))
+      *winner = i;
+  return count;
+}
+
+/* ---- the library's tuner ------------------------------------------------------ */
+
+/* What each rank contributes at init; every rank then uses rank 0's model
+ * and the union of everybody's edges. */
+struct tuner_record {
+  struct rcc_model model;
+  uint32_t ring_out_links; /* bit l: the edge to the ring successor is l */
+  uint32_t links;          /* bit l: one of this rank's edges is l */
+};
+
+/* The network transport's edges are tcp (the socket plugin; verbs will be
+ * a link type of its own); the others stay on one host and count as shm
+ * until the model has a p2p link type. */
+static int edge_link(const struct ringcc_comm *comm, int peer) {
+  return comm->edge_transport[peer] == &rcc_transport_net ? RCC_LINK_TCP
+                                                          : RCC_LINK_SHM;
+}
+
+/* The component-wise worst of the links in mask. */
+static struct rcc_link_cost worst_link(const struct rcc_model *m,
+                                       unsigned mask) {
+  struct rcc_link_cost w = {0, 0, 0};
+  for (int l = 0; l < RCC_NUM_LINKS; l++)
+    if (mask & (1u << l)) {
+      const struct rcc_link_cost *c = &m->link[l];
+      w.alpha_us = fmax(w.alpha_us, c->alpha_us);
+      w.beta_us_per_byte = fmax(w.beta_us_per_byte, c->beta_us_per_byte);
+      w.beta_mem_us_per_byte =
+          fmax(w.beta_mem_us_per_byte, c->beta_mem_us_per_byte > 0
+                                           ? c->beta_mem_us_per_byte
+                                           : c->beta_us_per_byte);
+    }
+  return w;
+}
+
+static void links_text(unsigned mask, char *buf, size_t len) {
+  int off = 0;
+  buf[0] = '\0';
+  for (int l = 0; l < RCC_NUM_LINKS; l++)
+    if (mask & (1u << l))
+      off += snprintf(buf + off, len - (size_t)off, "%s%s", off ? "+" : "",
+                      rcc_link_name(l));
+  if (off == 0)
+    snprintf(buf, len, "none");
+}
+
+static double gbps(double us_per_byte) {
+  return us_per_byte > 0 ? 1e-3 / us_per_byte : INFINITY;
+}
+
+static void model_text(const struct rcc_model *m, char *buf, size_t len) {
+  int off = 0;
+  for (int l = 0; l < RCC_NUM_LINKS && off < (int)len; l++) {
+    const struct rcc_link_cost *c = &m->link[l];
+    off += snprintf(buf + off, len - (size_t)off, "%s alpha %.2f us, %.2f GB/s",
+                    rcc_link_name(l), c->alpha_us, gbps(c->beta_us_per_byte));
+    if (c->beta_mem_us_per_byte > 0 && m->cache_bytes > 0 && off < (int)len)
+      off += snprintf(buf + off, len - (size_t)off, " (%.2f GB/s beyond the "
+                      "cache)", gbps(c->beta_mem_us_per_byte));
+    if (off < (int)len)
+      off += snprintf(buf + off, len - (size_t)off, "; ");
+  }
+  if (off < (int)len && m->gamma_us_per_byte > 0)
+    off += snprintf(buf + off, len - (size_t)off, "gamma %.2f GB/s",
+                    gbps(m->gamma_us_per_byte));
+  else if (off < (int)len)
+    off += snprintf(buf + off, len - (size_t)off, "gamma 0 (in beta)");
+  if (off < (int)len)
+    snprintf(buf + off, len - (size_t)off, "; cache %.0f MiB",
+             m->cache_bytes / 1048576.0);
+}
+
+/* This rank's model: the calibration file, else the defaults. */
+static void load_model(struct ringcc_comm *comm, struct rcc_model *m) {
+  char path[512], why[RCC_ERRLEN], values[600], source[800];
+  struct rcc_tuner_file_info info;
+
+  *m = rcc_model_defaults;
+  if (rcc_tuner_file_path(path, sizeof(path), why, sizeof(why)) != 0) {
+    snprintf(source, sizeof(source), "built-in defaults (%s)", why);
+  } else {
+    int r = rcc_tuner_read_file(path, m, &info, why, sizeof(why));
+    if (r < 0)
+      RCC_WARN(comm->rank, "tuner: %s; using the built-in defaults instead",
+               why);
+    if (r > 0)
+      snprintf(source, sizeof(source), "%s (calibrated on %s, %s, %d ranks)",
+               path, info.host[0] ? info.host : "?",
+               info.date[0] ? info.date : "?", info.nranks);
+    else
+      snprintf(source, sizeof(source),
+               "built-in defaults (%s %s; ringcc-bench --calibrate measures "
+               "this machine)",
+               path, r == 0 ? "does not exist" : "is malformed");
+  }
+  if (rcc_log_level >= RINGCC_LOG_INFO) {
+    model_text(m, values, sizeof(values));
+    RCC_INFO(comm->rank, "tuner: values from %s: %s", source, values);
+  }
+}
+
+ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
+  struct rcc_tuner *t = &comm->tuner;
+  int n = comm->nranks;
+  struct tuner_record *all = calloc((size_t)n, sizeof(*all));
+  char err[RCC_ERRLEN];
+
+  if (all == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "init on rank %d: out of memory (tuner)", comm->rank);
+  struct tuner_record *me = &all[comm->rank];
+  struct rcc_model mine;
+  load_model(comm, &mine);
+  me->model = mine;
+  for (int p = 0; p < n; p++)
+    if (p != comm->rank && comm->edge_transport[p] != NULL)
+      me->links |= 1u << edge_link(comm, p);
+  if (n > 1)
+    me->ring_out_links =
+        1u << edge_link(comm, comm->ring[(comm->ring_pos + 1) % n]);
+  ringcc_result_t r = n > 1 ? rcc_bootstrap_allgather(comm->boot, all,
+                                                      sizeof(*all), deadline,
+                                                      err, sizeof(err))
+                            : RINGCC_SUCCESS;
+  if (r != RINGCC_SUCCESS) {
+    free(all);
+    return rcc_comm_error(comm, r, "init on rank %d: tuner: %s", comm->rank,
+                          err);
+  }
+  memset(t, 0, sizeof(*t));
+  t->model = all[0].model;
+  for (int p = 0; p < n; p++) {
+    t->ring_links |= all[p].ring_out_links;
+    t->all_links |= all[p].links;
+  }
+  free(all);
+  if (memcmp(&t->model, &mine, sizeof(mine)) != 0)
+    RCC_INFO(comm->rank, "tuner: using rank 0's values, which differ from "
+                         "this rank's, so that every rank decides alike");
+  t->ring_link = worst_link(&t->model, t->ring_links);
+  t->all_link = worst_link(&t->model, t->all_links);
+  if (comm->rank == 0 && rcc_log_level >= RINGCC_LOG_INFO) {
+    char ring[32], every[32];
+    links_text(t->ring_links, ring, sizeof(ring));
+    links_text(t->all_links, every, sizeof(every));
+    RCC_INFO(comm->rank,
+             "tuner: ring edges %s, all edges %s; chunk = one FIFO slot "
+             "(ring %zu B, all edges %zu B); channels 1; RINGCC_ALGO %s",
+             ring, every, comm->ring_chunk_bytes, comm->all_chunk_bytes,
+             comm->set.algo == RINGCC_ALGO_RING     ? "ring"
+             : comm->set.algo == RINGCC_ALGO_DIRECT ? "direct"
+             : comm->set.algo == RINGCC_ALGO_TREE   ? "tree"
+                                                    : "auto");
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* S in nccl-tests' convention from the call's count argument. */
+static double call_bytes(const struct ringcc_comm *comm, int coll,
+                         size_t count_bytes) {
+  if (coll == RCC_COLL_REDUCE_SCATTER || coll == RCC_COLL_ALLGATHER ||
+      coll == RCC_COLL_ALLTOALL)
+    return (double)count_bytes * comm->nranks;
+  return (double)count_bytes;
+}
+
+static void log_choice(const struct ringcc_comm *comm,
+                       const struct rcc_model_input *in,
+                       const struct rcc_candidate *cand, int count, int winner,
+                       const struct rcc_tuning *out) {
+  char line[900], ring[32], every[32];
+  int off;
+
+  links_text(comm->tuner.ring_links, ring, sizeof(ring));
+  links_text(comm->tuner.all_links, every, sizeof(every));
+  off = snprintf(line, sizeof(line), "TUNING %s S=%.0f B, %d ranks (ring "
+                 "edges %s, all edges %s):", rcc_coll_name(in->coll),
+                 in->bytes, in->nranks, ring, every);
+  for (int i = 0; i < count && off < (int)sizeof(line); i++) {
+    const struct rcc_candidate *c = &cand[i];
+    if (!c->runnable)
+      off += snprintf(line + off, sizeof(line) - (size_t)off,
+                      "%s %s %.4g us but n/a (%s)", i ? "," : "",
+                      rcc_alg_name(c->alg), rcc_prediction_total(c->pred),
+                      c->why_not);
+    else
+      off += snprintf(line + off, sizeof(line) - (size_t)off,
+                      "%s %s %.4g us (latency %.4g + bandwidth %.4g%s)",
+                      i ? "," : "", rcc_alg_name(c->alg),
+                      rcc_prediction_total(c->pred), c->pred.latency_us,
+                      c->pred.bandwidth_us,
+                      c->pred.in_memory ? ", beyond the cache" : "");
+  }
+  if (off < (int)sizeof(line))
+    snprintf(line + off, sizeof(line) - (size_t)off,
+             " -> %s%s%s, chunk %zu B, %d channel", rcc_alg_name(cand[winner].alg),
+             count == 1 ? " (its only schedule)" : "",
+             in->forced == RINGCC_ALGO_RING     ? " (RINGCC_ALGO=ring)"
+             : in->forced == RINGCC_ALGO_DIRECT ? " (RINGCC_ALGO=direct)"
+             : in->forced == RINGCC_ALGO_TREE   ? " (RINGCC_ALGO=tree)"
+                                                : "",
+             out->chunk_bytes, out->channels);
+  rcc_log(RINGCC_LOG_INFO, comm->rank, "%s", line);
+}
+
+void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
+                      struct rcc_tuning *out) {
+  const struct rcc_tuner *t = &comm->tuner;
+  struct rcc_candidate cand[RCC_MAX_CANDIDATES];
+  struct rcc_model_input in = {
+      .coll = coll,
+      .nranks = comm->nranks,
+      .bytes = call_bytes(comm, coll, count_bytes),
+      .ring_link = t->ring_link,
+      .all_link = t->all_link,
+      .gamma_us_per_byte = t->model.gamma_us_per_byte,
+      .cache_bytes = t->model.cache_bytes,
+      .chunk_bytes = (double)comm->ring_chunk_bytes,
+      .direct_max_bytes = (double)comm->all_chunk_bytes,
+      .forced = comm->set.algo,
+  };
+  int winner, count = rcc_model_choose(&in, cand, &winner);
+  int alg = cand[winner].alg;
+
+  out->algo = alg == RCC_ALG_DIRECT ? RINGCC_ALGO_DIRECT
+              : alg == RCC_ALG_TREE ? RINGCC_ALGO_TREE
+                                    : RINGCC_ALGO_RING;
+  out->chunk_bytes = uses_all_edges(alg) ? comm->all_chunk_bytes
+                                         : comm->ring_chunk_bytes;
+  out->channels = 1;
+  if (rcc_log_level >= RINGCC_LOG_INFO && rcc_log_subsys("TUNING"))
+    log_choice(comm, &in, cand, count, winner, out);
+  if (coll == RCC_COLL_ALLREDUCE && comm->set.algo == RINGCC_ALGO_DIRECT &&
+      !cand[1].runnable)
     RCC_INFO(comm->rank, "RINGCC_ALGO=direct does not apply to a %zu-byte "
                          "allreduce (more than one %zu-byte slot): using ring",
-             bytes, comm->all_chunk_bytes);
-  return algo;
+             count_bytes, comm->all_chunk_bytes);
 }

@@ -4,10 +4,13 @@
 #   scripts/install-deps.sh          check; install what is missing (Debian)
 #   scripts/install-deps.sh --check  check only: list what is missing, exit 1
 #   scripts/install-deps.sh --bench  also what make bench-compare needs
+#   scripts/install-deps.sh --sanitize  also what make fuzz, fuzz-run and
+#                                    valgrind-check need (CI runs them)
 #
 # Needs: gcc, make, ar (binutils), pkg-config, Criterion (header + library),
 # Open MPI (mpirun, mpicc), iproute2 (ip); with --bench also g++, Gloo
-# (libgloo-dev), gnuplot (gnuplot-nox) and python3. Silent and fast (no apt)
+# (libgloo-dev), gnuplot (gnuplot-nox) and python3; with --sanitize also clang
+# with libFuzzer (clang, libclang-rt-dev) and valgrind. Silent and fast (no apt)
 # when all of it is present, so make test and make bench call it every time.
 # Installing: as root apt-get directly; otherwise through sudo -n when that
 # works without a password; otherwise it prints the command and exits 1.
@@ -15,11 +18,13 @@ set -euo pipefail
 
 check_only=0
 bench=0
+sanitize=0
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=1 ;;
     --bench) bench=1 ;;
-    -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --sanitize) sanitize=1 ;;
+    -h|--help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +51,13 @@ have_gloo() {
     g++ -std=c++17 -x c++ - -o /dev/null -lgloo -pthread >/dev/null 2>&1
 }
 
+# libFuzzer (for test/fuzz/): clang links a fuzz target with -fsanitize=fuzzer.
+have_libfuzzer() {
+  have clang || return 1
+  printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return d[0] + (int)n; }\n' |
+    clang -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1
+}
+
 # Prints the Debian packages that are missing, one per line.
 missing_packages() {
   have gcc || echo gcc
@@ -61,6 +73,11 @@ missing_packages() {
     have_gloo || echo libgloo-dev
     have gnuplot || echo gnuplot-nox
     have python3 || echo python3
+  fi
+  if [ "$sanitize" = 1 ]; then
+    have clang || echo clang
+    have_libfuzzer || echo libclang-rt-dev
+    have valgrind || echo valgrind
   fi
 }
 

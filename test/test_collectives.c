@@ -8,7 +8,7 @@
  * {0, 1, 2, 3, 7, 13, 1031, 65537} x out-of-place, NCCL in-place (pointer
  * forms) and MPI in-place (RINGCC_IN_PLACE); rooted collectives run every
  * root for n <= 5 and three roots for n = 8 (one rotating root at 65537).
- * Every mode runs every count, except that n = 8 runs one mode per
+ * Every mode runs every count, except that n >= 4 runs one mode per
  * (dtype, op) at 65537, rotating so that each mode is covered (time). Each
  * family adds cases of a few MiB. Every case checks every element, the guard
  * bytes around the receive buffer, and that inputs the call must not write
@@ -1011,8 +1011,8 @@ static void full_family(enum coll coll, int nranks) {
               .modes = ALL_MODES,
               .counts = std_counts,
               .ncounts = NSTD,
-              /* n = 8 rotates the mode at 65537: the slowest runs */
-              .all_modes_max_count = nranks <= 5 ? 65537 : 1031,
+              /* n >= 4 rotates the mode at 65537: the slowest runs */
+              .all_modes_max_count = nranks <= 3 ? 65537 : 1031,
               .all_roots_max_count = 1031,
               .big = true};
   run_spec_t s = {name, nranks, NULL, false, 200, 0, false};
@@ -1054,7 +1054,8 @@ static void subset(const char *what, int nranks, const ringcc_config_t *cfg,
               .ops = SUBSET_OPS,
               .modes = ALL_MODES,
               .counts = subset_counts,
-              .ncounts = NSUBSET,
+              /* n = 8: up to 4099 (time); smaller n also run 65537 */
+              .ncounts = nranks >= 8 ? NSUBSET - 1 : NSUBSET,
               .all_modes_max_count = 4099,
               .all_roots_max_count = 13,
               .big = false};

@@ -15,6 +15,9 @@
  * expected value (inputs are small integers for which any order of reduction
  * gives the same, exactly representable, result).
  *
+ * With --calibrate it measures this machine for the tuner instead (see
+ * calibrate() below and docs/tuning.md) and writes the tuner's cache file.
+ *
  * Conventions (nccl-tests): size = bytes of the buffer for allreduce, bcast,
  * reduce and sendrecv; of the gathered output for allgather; of the full
  * input for reduce_scatter; of the full send buffer for alltoall.
@@ -37,6 +40,12 @@
 #include <unistd.h>
 
 #include "ringcc.h"
+#include "bench_device.h"
+
+/* --calibrate fits the library's own cost model (tuner.h); this tool links
+ * libringcc.a (TOOLS_STATIC in the Makefile) for it. */
+#include "comm.h"
+#include "tuner.h"
 
 #define PROG_NAME "ringcc-bench"
 #define EXIT_FAILED 1  /* a libringcc call or the system failed */
@@ -113,6 +122,8 @@ struct options {
   size_t factor;
   int iters, warmup, root, check;
   const char *json_path;
+  bool calibrate;
+  bool device; /* -G: device buffers (bench_device.h) */
 };
 
 /* How inputs are made: GEN_SUM keeps n-rank sums exact, GEN_PROD uses
@@ -125,6 +136,8 @@ struct bench {
   ringcc_comm_t comm;
   int rank, nranks;
   char *sbuf, *rbuf;
+  char *dsbuf, *drbuf; /* -G: what the calls use; sbuf/rbuf fill and check */
+  void *stream;        /* -G: a cudaStream_t */
   size_t buf_bytes;
   int64_t float_range; /* float inputs lie in [-float_range, float_range] */
   int mismatches_reported;
@@ -205,7 +218,16 @@ static void usage(FILE *f) {
 "  -w WARMUP    untimed iterations before them (default 5)\n"
 "  -r ROOT      root rank of bcast and reduce (default 0)\n"
 "  -C 0|1       check every element of every result (default 1)\n"
+"  -G, --device device buffers (cudaMalloc) on one stream; needs a CUDA\n"
+"               build and a GPU (RINGCC_CUDA_DEVICE picks it)\n"
 "  --json FILE  also write the rows to FILE as a JSON array (rank 0)\n"
+"  --calibrate  measure this machine for the tuner instead: alpha and beta of\n"
+"               shared memory and of TCP (communicators with shm_disable=1),\n"
+"               gamma (local reduction), fitted to ring allreduce, one-shot\n"
+"               allreduce and ping-pong times; writes the tuner's file\n"
+"               (RINGCC_TUNER_FILE, else $XDG_CACHE_HOME/ringcc/tuner.conf,\n"
+"               else ~/.cache/ringcc/tuner.conf). All ranks on one host,\n"
+"               at least 2; other options are ignored. docs/tuning.md\n"
 "  -h, --help   print this help and exit\n"
 "\n"
 "Columns (rank 0 prints one row per size):\n"
@@ -267,11 +289,13 @@ static const char *parse_options(int argc, char **argv, struct options *o,
                         .factor = 2, .iters = 20, .warmup = 5, .root = 0,
                         .check = 1, .json_path = NULL};
   static const struct option longopts[] = {{"json", required_argument, NULL, 'J'},
+                                           {"device", no_argument, NULL, 'G'},
+                                           {"calibrate", no_argument, NULL, 'K'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   int c, factor;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":c:b:e:f:d:o:n:w:r:C:h", longopts,
+  while ((c = getopt_long(argc, argv, ":c:b:e:f:d:o:n:w:r:C:Gh", longopts,
                           NULL)) != -1) {
     bool ok = true;
     switch (c) {
@@ -300,7 +324,9 @@ static const char *parse_options(int argc, char **argv, struct options *o,
     case 'w': ok = parse_int(optarg, 0, INT32_MAX, &o->warmup); break;
     case 'r': ok = parse_int(optarg, 0, INT32_MAX, &o->root); break;
     case 'C': ok = parse_int(optarg, 0, 1, &o->check); break;
+    case 'G': o->device = true; break;
     case 'J': o->json_path = optarg; break;
+    case 'K': o->calibrate = true; break;
     case 'h': usage(stdout); exit(0);
     case ':':
       snprintf(err, errlen, "option %s needs a value", argv[optind - 1]);
@@ -547,10 +573,12 @@ static ringcc_result_t sendrecv(struct bench *b, const struct plan *p,
     ringcc_result_t r;
     if ((step == 0) == (b->rank % 2 == 0)) {
       *call = "ringcc_send";
-      r = ringcc_send(b->sbuf, p->arg, dt, next, b->comm, NULL);
+      r = ringcc_send(b->o.device ? b->dsbuf : b->sbuf, p->arg, dt, next,
+                      b->comm, b->stream);
     } else {
       *call = "ringcc_recv";
-      r = ringcc_recv(b->rbuf, p->arg, dt, prev, b->comm, NULL);
+      r = ringcc_recv(b->o.device ? b->drbuf : b->rbuf, p->arg, dt, prev,
+                      b->comm, b->stream);
     }
     if (r != RINGCC_SUCCESS) return r;
   }
@@ -562,29 +590,30 @@ static ringcc_result_t call_coll(struct bench *b, const struct plan *p,
                                  bool in_place, const char **call) {
   ringcc_datatype_t dt = b->o.dt->dt;
   ringcc_op_t op = b->o.op;
-  char *s = b->sbuf, *r = b->rbuf;
+  char *s = b->o.device ? b->dsbuf : b->sbuf;
+  char *r = b->o.device ? b->drbuf : b->rbuf;
   char *own_block = r + (size_t)b->rank * p->arg * b->o.dt->size;
   ringcc_comm_t c = b->comm;
   switch (b->o.coll) {
   case C_ALLREDUCE:
     *call = "ringcc_allreduce";
-    return ringcc_allreduce(in_place ? r : s, r, p->arg, dt, op, c, NULL);
+    return ringcc_allreduce(in_place ? r : s, r, p->arg, dt, op, c, b->stream);
   case C_REDUCE_SCATTER:
     *call = "ringcc_reduce_scatter";
-    return in_place ? ringcc_reduce_scatter(r, own_block, p->arg, dt, op, c, NULL)
-                    : ringcc_reduce_scatter(s, r, p->arg, dt, op, c, NULL);
+    return in_place ? ringcc_reduce_scatter(r, own_block, p->arg, dt, op, c, b->stream)
+                    : ringcc_reduce_scatter(s, r, p->arg, dt, op, c, b->stream);
   case C_ALLGATHER:
     *call = "ringcc_allgather";
-    return ringcc_allgather(in_place ? own_block : s, r, p->arg, dt, c, NULL);
+    return ringcc_allgather(in_place ? own_block : s, r, p->arg, dt, c, b->stream);
   case C_BCAST:
     *call = "ringcc_bcast";
-    return ringcc_bcast(r, p->arg, dt, b->o.root, c, NULL);
+    return ringcc_bcast(r, p->arg, dt, b->o.root, c, b->stream);
   case C_REDUCE:
     *call = "ringcc_reduce";
-    return ringcc_reduce(in_place ? r : s, r, p->arg, dt, op, b->o.root, c, NULL);
+    return ringcc_reduce(in_place ? r : s, r, p->arg, dt, op, b->o.root, c, b->stream);
   case C_ALLTOALL:
     *call = "ringcc_alltoall";
-    return ringcc_alltoall(in_place ? r : s, r, p->arg, dt, c, NULL);
+    return ringcc_alltoall(in_place ? r : s, r, p->arg, dt, c, b->stream);
   default:
     return sendrecv(b, p, call);
   }
@@ -727,14 +756,28 @@ static double busbw_factor(const struct bench *b) {
   }
 }
 
+/* -G: the host inputs to the device buffers, and the result back. */
+static void to_device(struct bench *b, const struct plan *p) {
+  if (!b->o.device) return;
+  dev_put(b->dsbuf, b->sbuf, p->bytes ? p->bytes : 1, b->stream);
+  dev_put(b->drbuf, b->rbuf, p->bytes ? p->bytes : 1, b->stream);
+}
+
+static void from_device(struct bench *b, const struct plan *p) {
+  if (b->o.device) dev_get(b->rbuf, b->drbuf, p->bytes ? p->bytes : 1, b->stream);
+}
+
 static struct result measure(struct bench *b, const struct plan *p,
                              bool in_place) {
   struct result res = {.valid = true, .wrong = -1};
   fill_inputs(b, p, in_place);
+  to_device(b, p);
   for (int k = 0; k < b->o.warmup; k++) run_once(b, p, in_place);
+  if (b->o.device) dev_sync(b->stream);
   check_call(b, ringcc_barrier(b->comm, NULL), "ringcc_barrier", NULL);
   double t0 = now_s();
   for (int k = 0; k < b->o.iters; k++) run_once(b, p, in_place);
+  if (b->o.device) dev_sync(b->stream); /* the enqueued calls have run */
   double mine = (now_s() - t0) / b->o.iters;
   double t = max_over_ranks(b, mine);
   res.time_us = t * 1e6;
@@ -742,7 +785,9 @@ static struct result measure(struct bench *b, const struct plan *p,
   res.busbw = res.algbw * busbw_factor(b);
   if (b->o.check) {
     fill_inputs(b, p, in_place);
+    to_device(b, p);
     run_once(b, p, in_place);
+    from_device(b, p);
     res.wrong = sum_over_ranks(b, check_result(b, p, in_place));
   }
   return res;
@@ -781,8 +826,10 @@ static void print_header(const struct bench *b) {
          colls[o->coll].has_op ? op_names[o->op] : "none",
          colls[o->coll].has_root ? o->root : -1, o->min_bytes, o->max_bytes,
          o->factor, o->warmup, o->iters, o->check);
-  printf("#  host buffers, NULL stream; time = per-call average of the timed "
+  printf("#  %s; time = per-call average of the timed "
          "loop, max over ranks; GB = 1e9 B; busbw = algbw x %.4f\n",
+         o->device ? "device buffers (-G), one stream, synchronized after the "
+                     "loop" : "host buffers, NULL stream",
          busbw_factor(b));
   if (o->coll == C_BCAST)
     printf("#  bcast has one buffer: out-of-place and in-place time the same "
@@ -932,6 +979,8 @@ __attribute__((noreturn)) static void finish(struct bench *b, int status) {
   b->comm = NULL;
   free(b->sbuf);
   free(b->rbuf);
+  dev_free(b->dsbuf, NULL);
+  dev_free(b->drbuf, b->stream);
   exit(status);
 }
 
@@ -958,12 +1007,358 @@ static FILE *open_json(struct bench *b) {
   return f;
 }
 
+/* ---- --calibrate: measure this machine for the tuner ----------------------
+ *
+ * For shared memory and for TCP (a communicator with shm_disable=1), ring
+ * allreduce and one-shot allreduce (communicators with algo forced) at a few
+ * sizes, and a ping-pong between ranks 0 and 1; gamma from the library's
+ * float32 sum kernel, timed on every rank at once (as in a collective, where
+ * every rank reduces). A time is the per-call average of a block of calls,
+ * the maximum over ranks, as the table above measures; the median of
+ * CAL_BLOCKS blocks; and the median of CAL_ROUNDS rounds of the whole
+ * sweep (cal_measure).
+ *
+ * alpha, beta and beta_mem (beyond the last-level cache) of each link, and
+ * gamma, are fitted (rcc_model_fit: least squares of relative errors) to
+ * the collectives' times: those are what the tuner predicts, with every
+ * rank busy at once; the reduction kernel's own speed is printed beside the
+ * fitted gamma. The ping-pong, one edge busy and
+ * the other ranks idle, gets a fit of its own, printed and kept in the
+ * file's comments: where ranks outnumber cores, or the machine is loaded,
+ * the two differ, and the difference is the price of running n ranks at
+ * once. Rank 0 writes the tuner's file. */
+
+#define CAL_ROUNDS 5
+#define CAL_BLOCKS 3
+#define CAL_BLOCK_US 5000.0 /* aim for blocks of at least this long */
+#define CAL_MAX_SAMPLES 64
+#define CAL_BUF_BYTES ((size_t)64 << 20)
+
+/* make bench's range, 8 B to 64 MiB, every factor of 16 and the top. */
+static const size_t cal_ring_sizes[] = {8, 128, 2048, 32768, 524288,
+                                        8388608, 67108864};
+static const size_t cal_direct_sizes[] = {8, 1024, 16384, 65536};
+static const size_t cal_pingpong_sizes[] = {8, 16384, 262144, 4194304};
+
+enum cal_kind { CAL_RING, CAL_DIRECT, CAL_PINGPONG };
+static const char *const cal_kind_names[] = {"ring allreduce",
+                                             "one-shot allreduce",
+                                             "ping-pong (one way)"};
+
+struct calibration {
+  struct bench *b;
+  char *sbuf, *rbuf;
+  ringcc_comm_t link_comms[RCC_NUM_LINKS][2]; /* ring, one-shot forced */
+  struct rcc_fit_sample samples[CAL_MAX_SAMPLES];
+  ringcc_comm_t comms[CAL_MAX_SAMPLES];
+  int kinds[CAL_MAX_SAMPLES];
+  int nsamples;
+};
+
+static void cal_sync(struct bench *b) {
+  check_call(b, ringcc_barrier(b->comm, NULL), "ringcc_barrier",
+             "(--calibrate)");
+}
+
+/* k calls of one measurement on comm; returns this rank's seconds. */
+static double cal_run(struct calibration *c, ringcc_comm_t comm, int kind,
+                      size_t bytes, int k) {
+  struct bench *b = c->b;
+  size_t count = bytes / sizeof(float);
+  double t0 = now_s();
+  for (int i = 0; i < k; i++) {
+    ringcc_result_t r = RINGCC_SUCCESS;
+    if (kind != CAL_PINGPONG)
+      r = ringcc_allreduce(c->sbuf, c->rbuf, count, RINGCC_FLOAT32,
+                           RINGCC_SUM, comm, NULL);
+    else if (b->rank <= 1) { /* rank 0 sends first, rank 1 answers */
+      int peer = 1 - b->rank;
+      if (b->rank == 0)
+        r = ringcc_send(c->sbuf, count, RINGCC_FLOAT32, peer, comm, NULL);
+      if (r == RINGCC_SUCCESS)
+        r = ringcc_recv(c->rbuf, count, RINGCC_FLOAT32, peer, comm, NULL);
+      if (r == RINGCC_SUCCESS && b->rank == 1)
+        r = ringcc_send(c->sbuf, count, RINGCC_FLOAT32, peer, comm, NULL);
+    }
+    check_call(b, r, kind == CAL_PINGPONG ? "ringcc_send/recv" : "ringcc_allreduce",
+               "(--calibrate)");
+  }
+  return now_s() - t0;
+}
+
+static int cmp_dbl(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Microseconds per call (per one-way message for the ping-pong). */
+static double cal_time(struct calibration *c, ringcc_comm_t comm, int kind,
+                       size_t bytes) {
+  struct bench *b = c->b;
+  double per_call = kind == CAL_PINGPONG ? 2.0 : 1.0, t[CAL_BLOCKS];
+  cal_run(c, comm, kind, bytes, 2); /* warm up */
+  cal_sync(b);
+  double once = max_over_ranks(b, cal_run(c, comm, kind, bytes, 1)) * 1e6;
+  int k = once > 0 ? (int)(CAL_BLOCK_US / once) + 1 : 1;
+  if (k > 1000) k = 1000;
+  for (int i = 0; i < CAL_BLOCKS; i++) {
+    cal_sync(b);
+    t[i] = max_over_ranks(b, cal_run(c, comm, kind, bytes, k)) * 1e6 /
+           (k * per_call);
+  }
+  qsort(t, CAL_BLOCKS, sizeof(double), cmp_dbl);
+  return t[CAL_BLOCKS / 2];
+}
+
+/* Plans one measurement; cal_measure times it. */
+static void cal_add(struct calibration *c, ringcc_comm_t comm, int link,
+                    int kind, size_t bytes) {
+  struct ringcc_comm *in = comm;
+  if (c->nsamples == CAL_MAX_SAMPLES) return;
+  c->comms[c->nsamples] = comm;
+  c->kinds[c->nsamples] = kind;
+  c->samples[c->nsamples++] = (struct rcc_fit_sample){
+      .coll = kind == CAL_PINGPONG ? RCC_COLL_SEND : RCC_COLL_ALLREDUCE,
+      .alg = kind == CAL_RING ? RCC_ALG_RING
+             : kind == CAL_DIRECT ? RCC_ALG_DIRECT : RCC_ALG_P2P,
+      .link = link,
+      .nranks = c->b->nranks,
+      .bytes = (double)bytes,
+      .chunk_bytes = (double)in->ring_chunk_bytes};
+}
+
+/* Every planned measurement, CAL_ROUNDS times over, interleaved: a burst
+ * of load from elsewhere spoils one round of a few samples, not all rounds
+ * of one kind; each sample's time is its median over the rounds. The same
+ * for gamma. */
+static double cal_measure(struct calibration *c) {
+  double t[CAL_ROUNDS], gamma[CAL_ROUNDS];
+  static double times[CAL_MAX_SAMPLES][CAL_ROUNDS];
+  for (int r = 0; r < CAL_ROUNDS; r++) {
+    if (c->b->rank == 0) {
+      printf("# round %d of %d ...\n", r + 1, CAL_ROUNDS);
+      fflush(stdout);
+    }
+    cal_sync(c->b);
+    gamma[r] = max_over_ranks(c->b, rcc_tuner_time_reduce((size_t)16 << 20, 5));
+    for (int i = 0; i < c->nsamples; i++)
+      times[i][r] = cal_time(c, c->comms[i], c->kinds[i],
+                             (size_t)c->samples[i].bytes);
+  }
+  for (int i = 0; i < c->nsamples; i++) {
+    memcpy(t, times[i], sizeof t);
+    qsort(t, CAL_ROUNDS, sizeof(double), cmp_dbl);
+    c->samples[i].time_us = t[CAL_ROUNDS / 2];
+  }
+  qsort(gamma, CAL_ROUNDS, sizeof(double), cmp_dbl);
+  return gamma[CAL_ROUNDS / 2];
+}
+
+/* A communicator over the same ranks with shm_disable and algo set. */
+static ringcc_comm_t cal_comm(struct bench *b, int shm_disable, int algo) {
+  ringcc_unique_id_t id;
+  ringcc_comm_t comm;
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  if (b->rank == 0)
+    check_call(b, ringcc_get_unique_id(&id), "ringcc_get_unique_id",
+               "(--calibrate)");
+  check_call(b, ringcc_bcast(&id, sizeof id, RINGCC_UINT8, 0, b->comm, NULL),
+             "ringcc_bcast", "(--calibrate id)");
+  cfg.shm_disable = shm_disable;
+  cfg.algo = algo;
+  check_call(b, ringcc_comm_init(&comm, b->nranks, &id, b->rank, &cfg),
+             "ringcc_comm_init", shm_disable ? "(--calibrate, TCP)"
+                                             : "(--calibrate, shm)");
+  return comm;
+}
+
+/* The communicators of a link (ring and one-shot forced) and what to
+ * measure on them. */
+static void cal_link(struct calibration *c, int link) {
+  struct bench *b = c->b;
+  int tcp = link == RCC_LINK_TCP;
+  ringcc_comm_t ring = c->link_comms[link][0] = cal_comm(b, tcp, RINGCC_ALGO_RING);
+  ringcc_comm_t direct = c->link_comms[link][1] =
+      cal_comm(b, tcp, RINGCC_ALGO_DIRECT);
+  size_t slot = ((struct ringcc_comm *)direct)->all_chunk_bytes;
+  for (size_t i = 0; i < sizeof cal_ring_sizes / sizeof *cal_ring_sizes; i++)
+    cal_add(c, ring, link, CAL_RING, cal_ring_sizes[i]);
+  for (size_t i = 0; i < sizeof cal_direct_sizes / sizeof *cal_direct_sizes; i++)
+    if (cal_direct_sizes[i] <= slot) /* else it would run the ring */
+      cal_add(c, direct, link, CAL_DIRECT, cal_direct_sizes[i]);
+  for (size_t i = 0; i < sizeof cal_pingpong_sizes / sizeof *cal_pingpong_sizes; i++)
+    cal_add(c, ring, link, CAL_PINGPONG, cal_pingpong_sizes[i]);
+}
+
+/* Every rank on this host? (--calibrate measures one machine.) */
+static bool cal_one_host(struct bench *b, char host[64]) {
+  char *all = calloc((size_t)b->nranks, 64);
+  if (all == NULL) die("out of memory");
+  memset(host, 0, 64);
+  gethostname(host, 63);
+  check_call(b, ringcc_allgather(host, all, 64, RINGCC_UINT8, b->comm, NULL),
+             "ringcc_allgather", "(--calibrate hosts)");
+  bool same = true;
+  for (int r = 0; r < b->nranks; r++)
+    same = same && strncmp(all + (size_t)r * 64, host, 64) == 0;
+  free(all);
+  return same;
+}
+
+/* The samples of one kind of measurement (collectives or ping-pong). */
+static int cal_select(const struct calibration *c, bool pingpong,
+                      struct rcc_fit_sample *out) {
+  int n = 0;
+  for (int i = 0; i < c->nsamples; i++)
+    if ((c->kinds[i] == CAL_PINGPONG) == pingpong) out[n++] = c->samples[i];
+  return n;
+}
+
+static void cal_report(const struct calibration *c, const struct rcc_model *m,
+                       const struct rcc_model *pp, char *comment, size_t len) {
+  int off = snprintf(comment, len, "samples (%d ranks): link, what, bytes, "
+                     "measured us, model us", c->b->nranks);
+  printf("#\n# %-4s %-20s %10s %13s %11s %7s\n", "link", "measurement",
+         "bytes", "measured(us)", "model(us)", "error");
+  for (int i = 0; i < c->nsamples; i++) {
+    const struct rcc_fit_sample *s = &c->samples[i];
+    const struct rcc_model *use = c->kinds[i] == CAL_PINGPONG ? pp : m;
+    struct rcc_cost_terms t;
+    rcc_model_terms(s->coll, s->alg, s->nranks, s->bytes, s->chunk_bytes, &t);
+    struct rcc_prediction p = rcc_model_predict(
+        &t, &use->link[s->link], use->gamma_us_per_byte, use->cache_bytes);
+    double model = rcc_prediction_total(p);
+    printf("  %-4s %-20s %10.0f %13.2f %11.2f %6.0f%%%s\n",
+           rcc_link_name(s->link), cal_kind_names[c->kinds[i]], s->bytes,
+           s->time_us, model, 100.0 * (model - s->time_us) / s->time_us,
+           p.in_memory ? "  (beyond the cache)" : "");
+    if (off < (int)len)
+      off += snprintf(comment + off, len - (size_t)off,
+                      "\n  %s %s %.0f %.2f %.2f", rcc_link_name(s->link),
+                      cal_kind_names[c->kinds[i]], s->bytes, s->time_us, model);
+  }
+  printf("# (ping-pong rows: its own fit, below)\n");
+  for (int l = 0; l < RCC_NUM_LINKS && off < (int)len; l++)
+    off += snprintf(comment + off, len - (size_t)off,
+                    "\nping-pong alone (not used by the tuner): %s alpha "
+                    "%.2f us, %.2f GB/s", rcc_link_name(l),
+                    pp->link[l].alpha_us, 1e-3 / pp->link[l].beta_us_per_byte);
+}
+
+static double cal_gbps(double us_per_byte) {
+  return us_per_byte > 0 ? 1e-3 / us_per_byte : 0;
+}
+
+static void cal_print_model(const char *what, const struct rcc_model *m) {
+  printf("# %s:\n", what);
+  for (int l = 0; l < RCC_NUM_LINKS; l++) {
+    const struct rcc_link_cost *k = &m->link[l];
+    printf("#   %s alpha %.2f us, %.2f GB/s in cache, %.2f GB/s beyond\n",
+           rcc_link_name(l), k->alpha_us, cal_gbps(k->beta_us_per_byte),
+           cal_gbps(k->beta_mem_us_per_byte > 0 ? k->beta_mem_us_per_byte
+                                                : k->beta_us_per_byte));
+  }
+  if (m->gamma_us_per_byte > 0)
+    printf("#   gamma %.2f GB/s\n", cal_gbps(m->gamma_us_per_byte));
+  else
+    printf("#   gamma 0: the best fit puts the reduction's cost into beta\n");
+}
+
+static int cal_write(const struct calibration *c, const struct rcc_model *m,
+                     const struct rcc_model *pp, const char *host) {
+  char path[512], why[512], comment[4096];
+  struct rcc_tuner_file_info info = {.nranks = c->b->nranks};
+  time_t now = time(NULL);
+  struct tm tm;
+  snprintf(info.host, sizeof info.host, "%s", host);
+  strftime(info.date, sizeof info.date, "%Y-%m-%dT%H:%M:%SZ",
+           gmtime_r(&now, &tm));
+  cal_report(c, m, pp, comment, sizeof comment);
+  printf("#\n");
+  cal_print_model("fitted to the collectives (the tuner's values)", m);
+  cal_print_model("fitted to the ping-pong alone (for comparison)", pp);
+  if (rcc_tuner_file_path(path, sizeof path, why, sizeof why) != 0) {
+    fprintf(stderr, PROG_NAME ": --calibrate: not written: %s\n", why);
+    return EXIT_FAILED;
+  }
+  if (rcc_tuner_write_file(path, m, &info, comment, why, sizeof why) !=
+      RINGCC_SUCCESS) {
+    fprintf(stderr, PROG_NAME ": --calibrate: %s\n", why);
+    return EXIT_FAILED;
+  }
+  printf("# wrote %s\n", path);
+  return 0;
+}
+
+/* Rank 0: the two fits, then the file. */
+static int cal_fit(struct calibration *c, struct rcc_model *model,
+                   const char *host) {
+  struct rcc_fit_sample sel[CAL_MAX_SAMPLES];
+  struct rcc_model pp = *model;
+  char err[512], comment[4096];
+  int n = cal_select(c, false, sel);
+  ringcc_result_t r = rcc_model_fit(sel, n, 1, model, err, sizeof err);
+  if (r == RINGCC_SUCCESS) {
+    n = cal_select(c, true, sel);
+    r = rcc_model_fit(sel, n, 0, &pp, err, sizeof err);
+  }
+  if (r == RINGCC_SUCCESS) return cal_write(c, model, &pp, host);
+  cal_report(c, model, &pp, comment, sizeof comment);
+  fprintf(stderr, PROG_NAME ": --calibrate: %s; nothing written\n", err);
+  return EXIT_FAILED;
+}
+
+static int calibrate(struct bench *b) {
+  static struct calibration cal;
+  struct calibration *c = &cal;
+  struct rcc_model model = rcc_model_defaults;
+  char host[64];
+  int32_t status = 0;
+
+  if (!cal_one_host(b, host) || b->nranks < 2) {
+    if (b->rank == 0)
+      fprintf(stderr, PROG_NAME ": --calibrate measures one machine: run at "
+              "least 2 ranks, all on one host (nranks %d)\n", b->nranks);
+    return EXIT_USAGE;
+  }
+  c->b = b;
+  c->sbuf = alloc_touched(CAL_BUF_BYTES);
+  c->rbuf = alloc_touched(CAL_BUF_BYTES);
+  memset(c->sbuf, 0, CAL_BUF_BYTES); /* zeros: any sum is exact */
+  if (b->rank == 0)
+    printf("# " PROG_NAME " --calibrate: %d ranks on %s\n", b->nranks, host);
+  cal_link(c, RCC_LINK_SHM);
+  cal_link(c, RCC_LINK_TCP);
+  model.gamma_us_per_byte = cal_measure(c);
+  model.cache_bytes = rcc_tuner_cache_bytes();
+  if (b->rank == 0)
+    printf("# the reduction kernel alone (float32 sum, every rank at once): "
+           "%.2f GB/s; last-level cache %.0f MiB: beyond it (an allreduce of "
+           "more than %.0f KiB over %d ranks) beta_mem applies\n",
+           1e-3 / model.gamma_us_per_byte, model.cache_bytes / 1048576.0,
+           model.cache_bytes / (4.0 * b->nranks) / 1024.0, b->nranks);
+  for (int l = 0; l < RCC_NUM_LINKS; l++)
+    for (int k = 0; k < 2; k++)
+      check_call(b, ringcc_comm_destroy(c->link_comms[l][k]),
+                 "ringcc_comm_destroy", "(--calibrate)");
+  if (b->rank == 0) {
+    status = cal_fit(c, &model, host);
+    fflush(stdout);
+  }
+  free(c->sbuf);
+  free(c->rbuf);
+  check_call(b, ringcc_bcast(&status, 1, RINGCC_INT32, 0, b->comm, NULL),
+             "ringcc_bcast", "(--calibrate status)");
+  return status;
+}
+
 int main(int argc, char **argv) {
   static struct bench bench;
   struct bench *b = &bench;
   char err[512];
   const char *usage_err = parse_options(argc, argv, &b->o, err, sizeof err);
 
+  if (b->o.device && usage_err == NULL) dev_select(); /* before init */
   ringcc_result_t r = ringcc_comm_init_env(&b->comm, NULL);
   if (r != RINGCC_SUCCESS && usage_err != NULL) {
     fprintf(stderr, PROG_NAME ": %s\nTry '" PROG_NAME " --help'.\n", usage_err);
@@ -979,6 +1374,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, PROG_NAME ": %s\nTry '" PROG_NAME " --help'.\n", usage_err);
     finish(b, EXIT_USAGE);
   }
+  if (b->o.calibrate) finish(b, calibrate(b));
   float_range_setup(b);
   FILE *json = open_json(b);
 
@@ -1008,6 +1404,10 @@ int main(int argc, char **argv) {
   }
   b->sbuf = alloc_touched(b->buf_bytes);
   b->rbuf = alloc_touched(b->buf_bytes);
+  if (b->o.device) {
+    b->dsbuf = dev_alloc(b->buf_bytes, &b->stream);
+    b->drbuf = dev_alloc(b->buf_bytes, &b->stream);
+  }
 
   if (b->rank == 0) print_header(b);
   print_ranks(b);

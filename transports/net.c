@@ -34,6 +34,7 @@ struct net_state {
   void *listen_comm;
   struct rcc_proxy_conn *conns; /* [2 * kinds * npeers]: send, recv pairs */
   int nconns;
+  int nkinds;   /* comm->nkinds: host kinds, and device kinds (staged) */
   struct rcc_proxy *proxy;
   char describe[96];
 };
@@ -85,7 +86,10 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
   char err[RCC_ERRLEN];
   size_t data = (size_t)comm->set.nslots * net_slot_bytes(comm);
   void *mem = NULL;
-  if (posix_memalign(&mem, 4096, RCC_FIFO_DATA_OFFSET + data) != 0)
+  /* Whole pages: device kinds are registered with CUDA (cuda.c), and two
+   * FIFOs must never share a page. */
+  size_t bytes = (RCC_FIFO_DATA_OFFSET + data + 4095) & ~(size_t)4095;
+  if (posix_memalign(&mem, 4096, bytes) != 0)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: no memory for a %zu-byte FIFO",
                           comm->rank, data);
@@ -113,7 +117,7 @@ int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
   *kind = h.kind;
   return diff == 0 && h.magic == HELLO_MAGIC && h.nranks == nranks &&
          h.rank >= 0 && h.rank < nranks && h.rank != my_rank &&
-         h.kind >= 0 && h.kind < RCC_NUM_CONN_KINDS;
+         h.kind >= 0 && h.kind < RCC_MAX_CONN_KINDS;
 }
 
 /* The receive connection slot for (peer, kind), or NULL if not ours. */
@@ -121,7 +125,7 @@ static struct rcc_proxy_conn *recv_slot(struct net_state *st, int peer,
                                         int kind) {
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
-    if (!c->is_send && c->peer == peer && (i / 2) % RCC_NUM_CONN_KINDS == kind)
+    if (!c->is_send && c->peer == peer && (i / 2) % st->nkinds == kind)
       return c->net_comm ? NULL : c;
   }
   return NULL;
@@ -132,8 +136,8 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
                                    int npeers, const char *all_blobs) {
   char err[RCC_ERRLEN];
   for (int i = 0; i < npeers; i++)
-    for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
-      struct rcc_proxy_conn *c = &st->conns[2 * (i * RCC_NUM_CONN_KINDS + k)];
+    for (int k = 0; k < st->nkinds; k++) {
+      struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nkinds + k)];
       struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
                                 .kind = k, .nranks = comm->nranks};
       uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
@@ -204,13 +208,14 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   ringcc_result_t r;
   if (npeers == 0)
     return RINGCC_SUCCESS;
-  st->nconns = 2 * RCC_NUM_CONN_KINDS * npeers;
+  st->nkinds = comm->nkinds;
+  st->nconns = 2 * st->nkinds * npeers;
   st->conns = calloc((size_t)st->nconns, sizeof(*st->conns));
   if (st->conns == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: out of memory", comm->rank);
   for (int i = 0; i < st->nconns; i++)
-    if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * RCC_NUM_CONN_KINDS)],
+    if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * st->nkinds)],
                         i % 2 == 0)) != RINGCC_SUCCESS)
       return r;
   if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
@@ -229,7 +234,7 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     return r;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
-    int kind = (i / 2) % RCC_NUM_CONN_KINDS;
+    int kind = (i / 2) % st->nkinds;
     bind_conn(c->is_send ? &comm->send_conn[kind][c->peer]
                          : &comm->recv_conn[kind][c->peer],
               c, rcc_proxy_doorbell(st->proxy));

@@ -28,6 +28,8 @@ struct shm_blob {
   uint64_t bytes;
   uint64_t fifo_bytes;
 };
+/* p2p.c puts its own part after this one, at offset 128. */
+_Static_assert(sizeof(struct shm_blob) <= 128, "shm blob too large for p2p");
 
 struct shm_state {
   char name[64];
@@ -36,6 +38,8 @@ struct shm_state {
   size_t own_bytes;
   void **peer_map;     /* [nranks] peers' segments, NULL where not mapped */
   size_t *peer_bytes;  /* [nranks] */
+  int nkinds;          /* FIFO kinds per sender: comm->nkinds, or the host
+                          kinds only under p2p.c (rcc_shm_setup_host) */
 };
 
 static size_t shm_slot_bytes(const struct ringcc_comm *comm) {
@@ -92,7 +96,7 @@ static ringcc_result_t create_segment(struct ringcc_comm *comm,
   ringcc_result_t r = random_name(comm, st->name, sizeof(st->name));
   if (r != RINGCC_SUCCESS)
     return r;
-  st->own_bytes = fifo_offset(comm, RCC_NUM_CONN_KINDS, 0);
+  st->own_bytes = fifo_offset(comm, st->nkinds, 0);
   int fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0)
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
@@ -135,13 +139,15 @@ static void shm_destroy(struct ringcc_comm *comm, void *state) {
   free(st);
 }
 
-static ringcc_result_t shm_setup(struct ringcc_comm *comm, const int *peers,
-                                 int npeers, void *blob, void **state) {
+static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
+                                   const int *peers, int npeers, void *blob,
+                                   void **state) {
   struct shm_state *st = calloc(1, sizeof(*st));
   struct shm_blob *b = blob;
   if (st == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "shm on rank %d: out of memory", comm->rank);
+  st->nkinds = nkinds;
   st->peer_map = calloc((size_t)comm->nranks, sizeof(void *));
   st->peer_bytes = calloc((size_t)comm->nranks, sizeof(size_t));
   *state = st;
@@ -158,6 +164,16 @@ static ringcc_result_t shm_setup(struct ringcc_comm *comm, const int *peers,
   b->bytes = st->own_bytes;
   b->fifo_bytes = fifo_bytes(comm);
   return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t shm_setup(struct ringcc_comm *comm, const int *peers,
+                                 int npeers, void *blob, void **state) {
+  return setup_kinds(comm, comm->nkinds, peers, npeers, blob, state);
+}
+
+ringcc_result_t rcc_shm_setup_host(struct ringcc_comm *comm, const int *peers,
+                                   int npeers, void *blob, void **state) {
+  return setup_kinds(comm, RCC_NUM_CONN_KINDS, peers, npeers, blob, state);
 }
 
 static void init_conn(struct rcc_conn *c, char *fifo_base,
@@ -209,7 +225,7 @@ static ringcc_result_t shm_connect(struct ringcc_comm *comm, void *state,
     ringcc_result_t r = map_peer(comm, st, p, b);
     if (r != RINGCC_SUCCESS)
       return r;
-    for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
+    for (int k = 0; k < st->nkinds; k++) {
       init_conn(&comm->send_conn[k][p],
                 (char *)st->peer_map[p] + fifo_offset(comm, k, comm->rank),
                 comm, p);

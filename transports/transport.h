@@ -49,10 +49,19 @@ struct rcc_transport {
   void (*destroy)(struct ringcc_comm *comm, void *state);
   /* Optional: a longer name for the log ("NET/Socket/eth0"). */
   const char *(*describe)(void *state);
+  /* Optional: the name of one edge, where edges differ ("P2P/NVLink"). */
+  const char *(*describe_peer)(void *state, int peer);
 };
 
+extern const struct rcc_transport rcc_transport_p2p;
 extern const struct rcc_transport rcc_transport_shm;
 extern const struct rcc_transport rcc_transport_net;
+
+/* shm.c, for p2p.c: shm's setup with FIFOs of the host kinds only (p2p
+ * carries the device kinds in GPU memory); then shm's connect, finish and
+ * destroy apply to the state as usual. */
+ringcc_result_t rcc_shm_setup_host(struct ringcc_comm *comm, const int *peers,
+                                   int npeers, void *blob, void **state);
 
 /* The ordered table: the first transport that can connect an edge wins. */
 extern const struct rcc_transport *const rcc_transports[];

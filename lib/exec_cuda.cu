@@ -1,0 +1,426 @@
+/*
+ * exec_cuda.cu - runs a collective's schedule in a CUDA kernel, for device
+ * buffers: the device twin of exec_host.c.
+ *
+ * One kernel per collective call, one block of RCC_CUDA_THREADS threads,
+ * enqueued on the caller's stream (cuda.c). The kernel walks the same
+ * schedule as the host executor - the step functions of coll_ring.c,
+ * coll_direct.c, coll_pairwise.c and coll_tree.c are #included below and
+ * compiled for the device - and drives the same FIFO protocol, proto.h, with
+ * device hooks:
+ *
+ *   RCC_LOAD_ACQUIRE    ld.acquire.sys   (counters live in peer GPU memory or
+ *   RCC_STORE_RELEASE   st.release.sys    in host memory: system scope)
+ *   RCC_PROTO_WAIT      spin on the counter with __nanosleep backoff; every
+ *                       few hundred polls check the host-mapped abort flag
+ *                       and the deadline (%globaltimer); returns
+ *                       RINGCC_ERR_ABORTED / RINGCC_ERR_TIMEOUT
+ *   RCC_PROTO_WAKE      nothing: device waiters spin, and the network proxy
+ *                       polls while a kernel runs (rcc_cuda_busy)
+ *
+ * A step: thread 0 computes it (rcc_plan_step), waits for the incoming slot
+ * and/or a free outgoing slot, and checks the slot's meta word; a barrier;
+ * every thread moves or reduces its share of the data with 16-byte vectors
+ * (reduce.cuh); every thread fences its writes at system scope, a barrier,
+ * and thread 0 alone publishes the counters. Only thread 0 touches the FIFO
+ * positions (struct rcc_conn in device memory), so a step is one
+ * producer/consumer handshake however many threads move the data.
+ *
+ * A failure (timeout, abort, a peer that sends another size) is written to
+ * the mapped status record for the host (cuda.c), and the kernel ends; later
+ * kernels of the communicator see it and end at once.
+ */
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define RCC_HD __host__ __device__
+#include "cuda.h"
+#include "reduce.cuh"
+
+/* ---- the schedules, compiled for the device ------------------------------- */
+/* Each file in its own namespace (their static helpers share names); the
+ * global step functions schedule.h declares forward to them. */
+namespace rcc_sched_ring {
+#include "coll_ring.c"
+}
+namespace rcc_sched_direct {
+#include "coll_direct.c"
+}
+namespace rcc_sched_pairwise {
+#include "coll_pairwise.c"
+}
+namespace rcc_sched_tree {
+#include "coll_tree.c"
+}
+
+RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
+                          struct rcc_step *s) {
+  rcc_sched_ring::rcc_ring_step(p, i, s);
+}
+RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
+                            struct rcc_step *s) {
+  rcc_sched_direct::rcc_direct_step(p, i, s);
+}
+RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
+                              struct rcc_step *s) {
+  rcc_sched_pairwise::rcc_pairwise_step(p, i, s);
+}
+RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
+                          struct rcc_step *s) {
+  rcc_sched_tree::rcc_tree_step(p, i, s);
+}
+
+/* ---- the protocol hooks ----------------------------------------------------- */
+
+namespace {
+
+/* What thread 0 knows while it waits. */
+struct dev_ctx {
+  struct rcc_cuda_status *status;
+  uint64_t deadline; /* %globaltimer ns; 0: none */
+  int peer;
+  int waiting_send;
+  uint64_t got_meta;
+};
+
+/* The hooks are __host__ __device__ because proto.h's functions are RCC_HD;
+ * only their device halves ever run. */
+RCC_HD inline uint32_t ld_acquire_sys(const uint32_t *p) {
+#ifdef __CUDA_ARCH__
+  uint32_t v;
+  asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+RCC_HD inline void st_release_sys(uint32_t *p, uint32_t v) {
+#ifdef __CUDA_ARCH__
+  asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+__device__ inline uint32_t ld_volatile(const uint32_t *p) {
+  return *(const volatile uint32_t *)p;
+}
+
+__device__ inline uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+#define CHECK_EVERY 256 /* polls between abort/deadline checks */
+
+RCC_HD inline int dev_wait(dev_ctx *x, uint32_t *word, uint32_t old) {
+#ifdef __CUDA_ARCH__
+  unsigned sleep_ns = 32;
+  for (uint32_t polls = 1;; polls++) {
+    if (ld_acquire_sys(word) != old)
+      return 0;
+    if (polls % CHECK_EVERY == 0) {
+      if (ld_volatile(&x->status->abort))
+        return RINGCC_ERR_ABORTED;
+      if (x->deadline && globaltimer() > x->deadline)
+        return RINGCC_ERR_TIMEOUT;
+    }
+    __nanosleep(sleep_ns);
+    sleep_ns = sleep_ns < 1024 ? 2 * sleep_ns : sleep_ns;
+  }
+#else
+  (void)x, (void)word, (void)old;
+  return RINGCC_ERR_INTERNAL;
+#endif
+}
+
+} /* namespace */
+
+#define RCC_LOAD_ACQUIRE(p) ld_acquire_sys(p)
+#define RCC_STORE_RELEASE(p, v) st_release_sys((p), (v))
+#define RCC_PROTO_WAIT(ctx, word, waiters, old)                                \
+  dev_wait((dev_ctx *)(ctx), (word), (old))
+#define RCC_PROTO_WAKE(conn, word, waiters) ((void)0)
+#include "proto.h"
+
+/* ---- one step ------------------------------------------------------------------ */
+
+namespace {
+
+/* Thread 0's decisions, shared with the block. */
+struct step_state {
+  struct rcc_step s;
+  const char *in;
+  char *out;
+  int err;
+};
+
+__device__ inline int step_receives(int kind) {
+  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+
+__device__ inline int step_sends(int kind) {
+  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
+         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+
+__device__ inline struct rcc_conn *conn_of(struct rcc_conn *table,
+                                           const struct rcc_plan &p, int kind,
+                                           int peer) {
+  return &table[(size_t)kind * p.nranks + peer];
+}
+
+__device__ inline uint64_t meta_of(const struct rcc_step &s, size_t bytes) {
+  return (uint64_t)bytes | (s.last ? RCC_META_LAST : 0);
+}
+
+/* Thread 0: wait for the incoming slot and check what it holds. */
+__device__ int acquire_recv(const rcc_cuda_args &a, dev_ctx *x,
+                            const struct rcc_step &s, size_t esize,
+                            const char **in) {
+  struct rcc_conn *c = conn_of(a.recv_conns, a.plan, s.conn_kind, s.recv_peer);
+  uint64_t meta = 0;
+  x->peer = s.recv_peer;
+  x->waiting_send = 0;
+  int r = rcc_proto_recv_begin(x, c, in, &meta);
+  if (r != 0)
+    return r;
+  if (RCC_META_BYTES(meta) != s.nelem * esize ||
+      ((meta & RCC_META_LAST) != 0) != (s.last != 0)) {
+    x->got_meta = meta;
+    return RINGCC_ERR_INVALID_USAGE;
+  }
+  return 0;
+}
+
+/* Thread 0: wait for a free outgoing slot. */
+__device__ int acquire_send(const rcc_cuda_args &a, dev_ctx *x,
+                            const struct rcc_step &s, char **out) {
+  struct rcc_conn *c = conn_of(a.send_conns, a.plan, s.conn_kind, s.send_peer);
+  x->peer = s.send_peer;
+  x->waiting_send = 1;
+  return rcc_proto_send_begin(x, c, out);
+}
+
+/* Thread 0: the first failure of the communicator goes to the host. */
+__device__ void report(const rcc_cuda_args &a, const dev_ctx *x, uint64_t step,
+                       const struct rcc_step &s, size_t esize, int err) {
+  struct rcc_cuda_status *st = a.status;
+  if (ld_volatile(&st->code) != 0)
+    return;
+  st->coll = a.plan.coll;
+  st->seq = a.seq;
+  st->step = step;
+  st->nsteps = a.plan.nsteps;
+  st->peer = x->peer;
+  st->waiting_send = x->waiting_send;
+  st->got_bytes = RCC_META_BYTES(x->got_meta);
+  st->got_last = (x->got_meta & RCC_META_LAST) != 0;
+  st->want_bytes = (uint32_t)(s.nelem * esize);
+  __threadfence_system();
+  st_release_sys(&st->code, (uint32_t)err);
+}
+
+/* Every thread: make this thread's slot writes visible to the peer (or the
+ * proxy) before thread 0 publishes, then wait for all. */
+__device__ inline void fence_and_sync() {
+  __threadfence_system();
+  __syncthreads();
+}
+
+/* The data movement of one step (all threads), slots already acquired; the
+ * device twin of exec_host.c's step_data. */
+template <class T, int OP>
+__device__ void step_data(const rcc_cuda_args &a, const struct rcc_step &s,
+                          const char *in, char *out) {
+  const size_t tid = threadIdx.x, nt = blockDim.x;
+  const size_t n = s.nelem, bytes = n * sizeof(T);
+  const T *src = (const T *)a.src + s.src_off;
+  T *dst = (T *)a.dst + s.dst_off;
+  const T *tin = (const T *)in;
+  T *tout = (T *)out;
+  const int finish = s.postop ? a.plan.nranks : 0;
+
+  switch (s.kind) {
+  case RCC_STEP_SEND:
+    rcc::copy_run(out, nullptr, (const char *)(s.acc ? dst : src), bytes, tid,
+                  nt);
+    return;
+  case RCC_STEP_RECV:
+    rcc::copy_run((char *)dst, nullptr, in, bytes, tid, nt);
+    return;
+  case RCC_STEP_COPY:
+  case RCC_STEP_COPY_SEND:
+    if (finish) { /* dst is the finished copy, out the raw input */
+      rcc::reduce_run<T, OP>(dst, nullptr, src, nullptr, n, finish, tid, nt);
+      rcc::copy_run(out, nullptr, (const char *)src, out ? bytes : 0, tid, nt);
+    } else {
+      rcc::copy_run((char *)dst, out, (const char *)src, bytes, tid, nt);
+    }
+    return;
+  case RCC_STEP_RECV_COPY_SEND:
+    rcc::copy_run((char *)dst, out, in, bytes, tid, nt);
+    return;
+  default:
+    break;
+  }
+  /* The reducing steps, as one call (one instance of the loop per kernel):
+   *   recvReduceSend        out <- in op src   (acc: out <- dst op in)
+   *   reduceLocal           dst <- dst op src
+   *   recvReduceCopy[Send]  dst (and out) <- in op src   (acc: dst op in)
+   * acc keeps one operand order on every rank: bitwise agreement. */
+  T *rd = dst, *rd2 = tout;
+  const T *ra = s.acc ? dst : tin, *rb = s.acc ? tin : src;
+  int fin = finish;
+  if (s.kind == RCC_STEP_RECV_REDUCE_SEND) {
+    rd = tout;
+    rd2 = nullptr;
+    fin = 0;
+  } else if (s.kind == RCC_STEP_REDUCE_LOCAL) {
+    rd2 = nullptr;
+    ra = dst;
+    rb = src;
+  }
+  rcc::reduce_run<T, OP>(rd, rd2, ra, rb, n, fin, tid, nt);
+}
+
+/* AllToAll and Barrier: send to one peer, then receive from another. */
+template <class T>
+__device__ int send_recv_step(const rcc_cuda_args &a, dev_ctx *x,
+                              step_state &sh, uint64_t step) {
+  const size_t tid = threadIdx.x, nt = blockDim.x;
+  const struct rcc_step &s = sh.s;
+  size_t bytes = s.nelem * sizeof(T);
+
+  if (tid == 0 && (sh.err = acquire_send(a, x, s, &sh.out)) != 0)
+    report(a, x, step, s, sizeof(T), sh.err);
+  __syncthreads();
+  if (sh.err)
+    return sh.err;
+  rcc::copy_run(sh.out, nullptr, (const char *)((const T *)a.src + s.src_off),
+                bytes, tid, nt);
+  fence_and_sync();
+  if (tid == 0) {
+    rcc_proto_send_end(conn_of(a.send_conns, a.plan, s.conn_kind, s.send_peer),
+                       meta_of(s, bytes));
+    if ((sh.err = acquire_recv(a, x, s, sizeof(T), &sh.in)) != 0)
+      report(a, x, step, s, sizeof(T), sh.err);
+  }
+  __syncthreads();
+  if (sh.err)
+    return sh.err;
+  rcc::copy_run((char *)((T *)a.dst + s.dst_off), nullptr, sh.in, bytes, tid,
+                nt);
+  __syncthreads();
+  if (tid == 0)
+    rcc_proto_recv_end(conn_of(a.recv_conns, a.plan, s.conn_kind, s.recv_peer));
+  return 0;
+}
+
+template <class T, int OP>
+__device__ int run_step(const rcc_cuda_args &a, dev_ctx *x, step_state &sh,
+                        uint64_t step) {
+  const size_t tid = threadIdx.x;
+  if (tid == 0) {
+    rcc_plan_step(&a.plan, step, &sh.s);
+    sh.in = nullptr;
+    sh.out = nullptr;
+    sh.err = 0;
+  }
+  __syncthreads();
+  const struct rcc_step &s = sh.s;
+  if (s.kind == RCC_STEP_SEND_RECV)
+    return send_recv_step<T>(a, x, sh, step);
+  if (tid == 0) {
+    if (step_receives(s.kind))
+      sh.err = acquire_recv(a, x, s, sizeof(T), &sh.in);
+    if (sh.err == 0 && step_sends(s.kind))
+      sh.err = acquire_send(a, x, s, &sh.out);
+    if (sh.err)
+      report(a, x, step, s, sizeof(T), sh.err);
+  }
+  __syncthreads();
+  if (sh.err)
+    return sh.err;
+  step_data<T, OP>(a, s, sh.in, sh.out);
+  fence_and_sync();
+  if (tid == 0) {
+    if (sh.out)
+      rcc_proto_send_end(
+          conn_of(a.send_conns, a.plan, s.conn_kind, s.send_peer),
+          meta_of(s, s.nelem * sizeof(T)));
+    if (sh.in)
+      rcc_proto_recv_end(
+          conn_of(a.recv_conns, a.plan, s.conn_kind, s.recv_peer));
+  }
+  return 0;
+}
+
+} /* namespace */
+
+/* ---- the kernels: one per datatype x op -------------------------------------- */
+
+template <class T, int OP>
+__global__ void __launch_bounds__(RCC_CUDA_THREADS, 1)
+    rcc_coll_kernel(const struct rcc_cuda_args a) {
+  __shared__ step_state sh;
+  __shared__ dev_ctx x;
+  __shared__ int dead;
+
+  if (threadIdx.x == 0) {
+    x.status = a.status;
+    x.deadline = a.timeout_ns ? globaltimer() + a.timeout_ns : 0;
+    x.peer = -1;
+    x.waiting_send = 0;
+    x.got_meta = 0;
+    /* An earlier kernel failed: the FIFOs are in an unknown state. */
+    dead = ld_volatile(&a.status->code) != 0 || ld_volatile(&a.status->abort);
+  }
+  __syncthreads();
+  for (uint64_t i = 0; i < a.plan.nsteps && !dead; i++)
+    if (run_step<T, OP>(a, &x, sh, i) != 0)
+      break;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    st_release_sys(&a.status->done, a.launch);
+  }
+}
+
+namespace {
+typedef void (*kernel_fn)(const struct rcc_cuda_args);
+
+#define RCC_KERNEL_OF(T, e_op) rcc_coll_kernel<T, e_op>,
+#define RCC_KERNEL_ROW(unused, e_dt, T) {RCC_CUDA_OPS(RCC_KERNEL_OF_OP, T)},
+#define RCC_KERNEL_OF_OP(T, e_op) RCC_KERNEL_OF(T, e_op)
+
+/* kernels[dt][op], in enum order (RCC_CUDA_DATATYPES, RCC_CUDA_OPS). */
+const kernel_fn kernels[RINGCC_NUM_DATATYPES][RINGCC_NUM_OPS] = {
+    RCC_CUDA_DATATYPES(RCC_KERNEL_ROW, ~)};
+} /* namespace */
+
+extern "C" int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream,
+                               char *err, size_t errlen) {
+  if (a->dt < 0 || a->dt >= RINGCC_NUM_DATATYPES || a->op < 0 ||
+      a->op >= RINGCC_NUM_OPS) {
+    snprintf(err, errlen, "no kernel for datatype %d, op %d", a->dt, a->op);
+    return (int)cudaErrorInvalidValue;
+  }
+  void *args[] = {(void *)a};
+  cudaError_t e = cudaLaunchKernel((const void *)kernels[a->dt][a->op],
+                                   dim3(1), dim3(RCC_CUDA_THREADS), args, 0,
+                                   (cudaStream_t)stream);
+  if (e != cudaSuccess)
+    snprintf(err, errlen, "cudaLaunchKernel: %s (%s)", cudaGetErrorString(e),
+             cudaGetErrorName(e));
+  return (int)e;
+}

@@ -1,0 +1,226 @@
+/*
+ * tuner.h - the alpha-beta cost model: one set of formulas, in tuner.c, that
+ * the library's tuner, ringcc-model and ringcc-bench --calibrate all use.
+ *
+ * A collective's predicted time is
+ *
+ *   T = a * alpha + b * beta + g * gamma
+ *
+ * where alpha is the latency of handing one message over an edge, beta the
+ * time per byte on that edge (one direction), gamma the time per byte of a
+ * local reduction (dst = x op y, per byte of one operand), and a, b, g are
+ * the algorithm's terms for n ranks and S bytes (rcc_model_terms). Host
+ * memory has two speeds, so a link may have two betas: one while the ranks'
+ * buffers fit in the last-level cache, one (beta_mem) once they do not. S follows
+ * nccl-tests: the buffer for allreduce, bcast, reduce and send; the gathered
+ * output for allgather; the full input for reduce_scatter; the whole send
+ * buffer for alltoall.
+ */
+#ifndef RCC_TUNER_H
+#define RCC_TUNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ringcc.h"
+
+/* Link types with their own alpha and beta. CUDA P2P and verbs join when
+ * their transports do. */
+enum rcc_link { RCC_LINK_SHM, RCC_LINK_TCP, RCC_NUM_LINKS };
+
+struct rcc_link_cost {
+  double alpha_us;             /* per message */
+  double beta_us_per_byte;     /* 1 / bandwidth of one direction */
+  double beta_mem_us_per_byte; /* the same once the buffers outgrow the
+                                  cache (rcc_model_in_memory); 0: as beta */
+};
+
+struct rcc_model {
+  struct rcc_link_cost link[RCC_NUM_LINKS];
+  double gamma_us_per_byte; /* 1 / local reduction speed */
+  double cache_bytes;       /* the last-level cache the ranks of a host
+                               share; 0: one beta whatever the size */
+};
+
+/* The built-in values, used when no calibration file is read. */
+extern const struct rcc_model rcc_model_defaults;
+const char *rcc_link_name(int link); /* "shm", "tcp" */
+
+/* The algorithms the model knows, one schedule file each. */
+enum rcc_alg {
+  RCC_ALG_RING,          /* allreduce, reduce_scatter, allgather */
+  RCC_ALG_DIRECT,        /* one-shot allreduce (coll_direct.c) */
+  RCC_ALG_TREE,          /* double binary tree allreduce (coll_tree.c) */
+  RCC_ALG_CHAIN,         /* bcast, reduce along the ring */
+  RCC_ALG_PAIRWISE,      /* alltoall */
+  RCC_ALG_P2P,           /* send/recv: one message over one edge */
+  RCC_ALG_DISSEMINATION, /* barrier */
+  RCC_NUM_ALGS
+};
+const char *rcc_alg_name(int alg); /* "ring", "one-shot", ... */
+
+/* The terms of one algorithm for one call. */
+struct rcc_cost_terms {
+  double alpha_count; /* message latencies on the critical path */
+  double beta_bytes;  /* bytes moved over one edge on the critical path */
+  double gamma_bytes; /* bytes reduced on the critical path */
+  double bytes_sent;  /* bytes the busiest rank sends */
+  double footprint_bytes; /* bytes all ranks' buffers span together */
+};
+
+/* Fills *t for alg running coll (enum rcc_coll) over nranks ranks on S =
+ * bytes; chunk_bytes is the pipeline chunk (one FIFO slot) where the
+ * algorithm pipelines (chains). Returns 0, or -1 when alg does not run coll
+ * (*t zeroed). */
+int rcc_model_terms(int coll, int alg, int nranks, double bytes,
+                    double chunk_bytes, struct rcc_cost_terms *t);
+/* The formula of rcc_model_terms as text, e.g. "2(n-1)a + 2(n-1)/n*S*b +
+ * (n-1)/n*S*g" (a = alpha, b = beta, g = gamma); "" where none. */
+const char *rcc_model_formula(int coll, int alg);
+
+/* 1 when a call's buffers, with the slots and copies in flight, outgrow
+ * the cache (2 * footprint > cache_bytes) and beta_mem applies. */
+int rcc_model_in_memory(const struct rcc_cost_terms *t, double cache_bytes);
+
+/* A predicted time, split into its latency and bandwidth terms; the
+ * bandwidth term includes the reduction (gamma) part, also given alone. */
+struct rcc_prediction {
+  double latency_us;
+  double bandwidth_us;
+  double reduce_us; /* the part of bandwidth_us that is gamma's */
+  int in_memory;    /* beta_mem was used */
+};
+struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
+                                        const struct rcc_link_cost *link,
+                                        double gamma_us_per_byte,
+                                        double cache_bytes);
+static inline double rcc_prediction_total(struct rcc_prediction p) {
+  return p.latency_us + p.bandwidth_us;
+}
+
+/* What the tuner chooses from. */
+struct rcc_model_input {
+  int coll;                        /* enum rcc_coll */
+  int nranks;
+  double bytes;                    /* S */
+  struct rcc_link_cost ring_link;  /* the ring's slowest edge */
+  struct rcc_link_cost all_link;   /* the slowest edge of all */
+  double gamma_us_per_byte;
+  double cache_bytes;      /* see struct rcc_model */
+  double chunk_bytes;      /* pipeline chunk of ring and chain schedules */
+  double direct_max_bytes; /* one-shot runs only when S <= this (a slot) */
+  int forced;              /* RINGCC_ALGO_AUTO, _RING, _TREE or _DIRECT */
+};
+
+#define RCC_MAX_CANDIDATES 3
+
+struct rcc_candidate {
+  int alg;             /* enum rcc_alg */
+  int runnable;        /* 0: why_not says why it was left out */
+  const char *why_not;
+  struct rcc_cost_terms terms;
+  struct rcc_prediction pred;
+};
+
+/* The algorithms libringcc runs for in->coll, each with its prediction, and
+ * the one the tuner picks (*winner, an index into cand): the fastest
+ * runnable one, or the one RINGCC_ALGO forces where it can run. Returns the
+ * number of candidates (3 for allreduce: ring, one-shot, tree; 1 for the
+ * other collectives). The library's tuner and ringcc-model both
+ * decide with this function. */
+int rcc_model_choose(const struct rcc_model_input *in,
+                     struct rcc_candidate cand[RCC_MAX_CANDIDATES],
+                     int *winner);
+
+/* A communicator's tuner (tuner.c): rank 0's model and the link types of
+ * the edges, the same on every rank. */
+struct rcc_tuner {
+  struct rcc_model model;
+  unsigned ring_links; /* bit l: some ring edge is of link type l */
+  unsigned all_links;  /* bit l: some edge is */
+  struct rcc_link_cost ring_link; /* the worst alpha and beta of ring_links */
+  struct rcc_link_cost all_link;  /* of all_links */
+};
+
+/* ---- the calibration file ----------------------------------------------- */
+
+/* Where the file is: RINGCC_TUNER_FILE, else $XDG_CACHE_HOME/ringcc/
+ * tuner.conf, else $HOME/.cache/ringcc/tuner.conf. Returns 0, or -1 when
+ * there is none to use (RINGCC_TUNER_FILE=none, or neither variable is
+ * set); why says which. */
+int rcc_tuner_file_path(char *path, size_t len, char *why, size_t whylen);
+
+struct rcc_tuner_file_info {
+  char host[64];  /* from the file's host= line, "" if none */
+  char date[64];  /* date= */
+  int nranks;     /* nranks= (ranks it was calibrated with), 0 if none */
+};
+
+/* Reads path into *model. 1: read; 0: no such file (*model untouched);
+ * -1: unreadable or malformed, with err saying where and why (*model
+ * untouched). Never trusts the file: each line is checked. */
+int rcc_tuner_read_file(const char *path, struct rcc_model *model,
+                        struct rcc_tuner_file_info *info, char *err,
+                        size_t errlen);
+/* Writes model to path (creating its directory), atomically (a temporary
+ * file renamed over it). comment (may be NULL) is added as '#' lines. */
+ringcc_result_t rcc_tuner_write_file(const char *path,
+                                     const struct rcc_model *model,
+                                     const struct rcc_tuner_file_info *info,
+                                     const char *comment, char *err,
+                                     size_t errlen);
+
+/* ---- calibration ---------------------------------------------------------- */
+
+/* One measured time, for rcc_model_fit. */
+struct rcc_fit_sample {
+  int coll, alg, link, nranks;
+  double bytes, chunk_bytes;
+  double time_us;
+};
+
+/* Fits alpha, beta and beta_mem of every link that has samples (beta_mem
+ * from the samples that outgrow model->cache_bytes, 0 if none do), and
+ * gamma (one for all links) when fit_gamma, else with gamma as
+ * model->gamma_us_per_byte; minimises the sum of squared relative errors
+ * (so 8-byte and 64-MiB samples count alike) with alpha, gamma >= 0 and
+ * betas > 0. Links without samples keep their values. */
+ringcc_result_t rcc_model_fit(const struct rcc_fit_sample *samples, int n,
+                              int fit_gamma, struct rcc_model *model,
+                              char *err, size_t errlen);
+
+/* Times the library's float32 sum kernel on buffers of bytes bytes (out of
+ * cache for large ones): the median of reps runs, in microseconds per byte
+ * of one operand. */
+double rcc_tuner_time_reduce(size_t bytes, int reps);
+/* This machine's last-level cache in bytes (sysfs), or 0 if unknown. */
+double rcc_tuner_cache_bytes(void);
+
+/* ---- text in and out (tuner_text.c) --------------------------------------- */
+
+/* "8", "64K" (binary, as ringcc-bench -b/-e), "16KB"/"16kB" (10^3),
+ * "16KiB" (2^10); likewise M, G, T. A decimal mantissa is allowed with a
+ * unit ("1.5GiB") if the result is a whole number of bytes. Returns 0, or -1
+ * with why[] saying what is wrong. */
+int rcc_parse_size(const char *s, double *bytes, char *why, size_t len);
+/* "50GB/s", "50GBps" (bytes), "400Gb/s", "400Gbit/s", "400Gbps" (bits);
+ * prefixes k M G T decimal, Ki Mi Gi Ti binary. Into bytes per second. */
+int rcc_parse_bandwidth(const char *s, double *bytes_per_s, char *why,
+                        size_t len);
+/* "2", "2us", "800ns", "0.01ms": microseconds (plain numbers are us). */
+int rcc_parse_latency_us(const char *s, double *us, char *why, size_t len);
+/* "16 GB", "64 KiB", "1.5 MB", "8 B": a size for people. */
+const char *rcc_format_bytes(double bytes, int binary, char *buf, size_t len);
+/* "12.3 us", "4.56 ms", "7.89 s". */
+const char *rcc_format_us(double us, char *buf, size_t len);
+
+/* Prints the steps of the ring schedule of coll (RCC_COLL_ALLREDUCE,
+ * _REDUCE_SCATTER or _ALLGATHER) for nranks ranks (2..RCC_EXPLAIN_MAX_RANKS),
+ * one chunk per rank, as a Markdown table generated by running the
+ * library's own schedule code (rcc_plan_ring, rcc_plan_step) and following
+ * every message. Returns 0, or -1 (nothing printed) for another coll or n. */
+#define RCC_EXPLAIN_MAX_RANKS 8
+int rcc_model_explain(FILE *out, int coll, int nranks);
+
+#endif /* RCC_TUNER_H */

@@ -1,0 +1,311 @@
+/*
+ * threads.c - the ThreadSanitizer driver (make tsan-check). Criterion cannot
+ * start under TSan, so this is a plain program: ranks are threads of one
+ * process, sharing one ringcc_get_unique_id, and every collective checks
+ * every element against its exact answer. Phases:
+ *
+ *   shm        4 ranks over shared memory; meanwhile a monitor thread calls
+ *              ringcc_comm_report on every communicator (documented as safe
+ *              while a collective runs)
+ *   two-comms  4 ranks, each with two communicators driven by two threads at
+ *              once (8 threads); AllReduce as double binary tree on one, as
+ *              the tuner picks (one-shot when small) on the other
+ *   tcp        4 ranks with shm_disable = 1: the TCP plugin and its proxy
+ *              thread
+ *
+ * Not covered: RINGCC_ALGO=direct's cross-memory-attach path (coll_cma.c).
+ * With ranks as threads it reads peers' buffers with memcpy, ordered by the
+ * shared-memory FIFOs, which each thread maps at its own address: TSan sees
+ * no happens-before and reports every read (and slows to a crawl doing so)
+ * until coll_cma.c annotates that synchronization (__tsan_release/acquire).
+ *
+ * Exit status 0 when every phase passed; 1 on a wrong result or failed call;
+ * TSan's exitcode (66 under make tsan-check) on a report.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ringcc.h"
+
+#define NRANKS 4
+#define MAX_COMMS 2
+#define ITERS 40
+#define TIMEOUT_MS 300000
+
+static const size_t counts[] = {1, 7, 1000, 70000}; /* 70000: many slots */
+#define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
+
+struct phase {
+  const char *name;
+  int ncomms;      /* communicators per rank, each with its own thread */
+  int shm_disable;
+  int monitor;     /* a thread calls ringcc_comm_report meanwhile */
+  int algo[MAX_COMMS]; /* config.algo of each communicator (0: auto) */
+  ringcc_unique_id_t ids[MAX_COMMS];
+  ringcc_comm_t comms[MAX_COMMS][NRANKS]; /* published for the monitor */
+  atomic_int ready, done;
+};
+
+struct worker {
+  struct phase *ph;
+  int rank, which; /* which communicator of the rank */
+  ringcc_comm_t comm;
+  int failed;
+  char msg[600];
+};
+
+static int fail(struct worker *w, const char *what, ringcc_result_t r) {
+  if (!w->failed)
+    snprintf(w->msg, sizeof(w->msg), "%s comm %d rank %d: %s: %s: %s",
+             w->ph->name, w->which, w->rank, what, ringcc_strerror(r),
+             ringcc_comm_last_error(w->comm));
+  w->failed = 1;
+  return -1;
+}
+
+static int wrong(struct worker *w, const char *what, size_t i, double got,
+                 double want) {
+  if (!w->failed)
+    snprintf(w->msg, sizeof(w->msg), "%s comm %d rank %d: %s: element %zu "
+             "is %.17g, expected %.17g", w->ph->name, w->which, w->rank, what,
+             i, got, want);
+  w->failed = 1;
+  return -1;
+}
+
+#define CALL(w, what, call)                                                    \
+  do {                                                                         \
+    ringcc_result_t r_ = (call);                                               \
+    if (r_ != RINGCC_SUCCESS)                                                  \
+      return fail((w), (what), r_);                                            \
+  } while (0)
+
+/* One round of every collective with count elements per rank (block). */
+static int round_of(struct worker *w, int iter, size_t count, int32_t *a,
+                    int32_t *b, float *f) {
+  const int n = NRANKS, me = w->rank;
+  const int32_t tri = n * (n + 1) / 2;
+
+  /* allreduce int32 sum, out of place */
+  for (size_t i = 0; i < count; i++)
+    a[i] = (me + 1) * (int32_t)(i % 97 + 1) + iter;
+  CALL(w, "allreduce sum", ringcc_allreduce(a, b, count, RINGCC_INT32,
+                                            RINGCC_SUM, w->comm, NULL));
+  for (size_t i = 0; i < count; i++)
+    if (b[i] != tri * (int32_t)(i % 97 + 1) + n * iter)
+      return wrong(w, "allreduce sum", i, b[i],
+                   tri * (int32_t)(i % 97 + 1) + n * iter);
+
+  /* allreduce float32 max, in place */
+  for (size_t i = 0; i < count; i++)
+    f[i] = (float)(me * 3 + (int)(i % 5));
+  CALL(w, "allreduce max", ringcc_allreduce(RINGCC_IN_PLACE, f, count,
+                                            RINGCC_FLOAT32, RINGCC_MAX,
+                                            w->comm, NULL));
+  for (size_t i = 0; i < count; i++)
+    if (f[i] != (float)((n - 1) * 3 + (int)(i % 5)))
+      return wrong(w, "allreduce max", i, f[i], (n - 1) * 3 + (int)(i % 5));
+
+  /* allgather */
+  for (size_t i = 0; i < count; i++)
+    a[i] = me * 100000 + (int32_t)(i % 50000) + iter;
+  CALL(w, "allgather", ringcc_allgather(a, b, count, RINGCC_INT32, w->comm,
+                                        NULL));
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++)
+      if (b[r * count + i] != r * 100000 + (int32_t)(i % 50000) + iter)
+        return wrong(w, "allgather", r * count + i, b[r * count + i],
+                     r * 100000 + (int32_t)(i % 50000) + iter);
+
+  /* bcast from a root that moves */
+  int root = iter % n;
+  for (size_t i = 0; i < count; i++)
+    a[i] = me == root ? root * 7 + (int32_t)i + iter : -1;
+  CALL(w, "bcast", ringcc_bcast(a, count, RINGCC_INT32, root, w->comm, NULL));
+  for (size_t i = 0; i < count; i++)
+    if (a[i] != root * 7 + (int32_t)i + iter)
+      return wrong(w, "bcast", i, a[i], root * 7 + (int32_t)i + iter);
+
+  /* reduce_scatter: block r of rank me holds (me+1)*(r+1) + i */
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++)
+      b[r * count + i] = (me + 1) * (r + 1) + (int32_t)(i % 1000);
+  CALL(w, "reduce_scatter", ringcc_reduce_scatter(b, a, count, RINGCC_INT32,
+                                                  RINGCC_SUM, w->comm, NULL));
+  for (size_t i = 0; i < count; i++)
+    if (a[i] != tri * (me + 1) + n * (int32_t)(i % 1000))
+      return wrong(w, "reduce_scatter", i, a[i],
+                   tri * (me + 1) + n * (int32_t)(i % 1000));
+
+  /* send/recv around the ring; even ranks send first, so no cycle waits */
+  int next = (me + 1) % n, prev = (me - 1 + n) % n;
+  for (size_t i = 0; i < count; i++)
+    a[i] = me * 31 + (int32_t)(i % 1000) + iter;
+  if (me % 2 == 0)
+    CALL(w, "send", ringcc_send(a, count, RINGCC_INT32, next, w->comm, NULL));
+  CALL(w, "recv", ringcc_recv(b, count, RINGCC_INT32, prev, w->comm, NULL));
+  if (me % 2 != 0)
+    CALL(w, "send", ringcc_send(a, count, RINGCC_INT32, next, w->comm, NULL));
+  for (size_t i = 0; i < count; i++)
+    if (b[i] != prev * 31 + (int32_t)(i % 1000) + iter)
+      return wrong(w, "recv", i, b[i], prev * 31 + (int32_t)(i % 1000) + iter);
+
+  /* reduce int32 min to the root */
+  for (size_t i = 0; i < count; i++)
+    a[i] = (n - me) * 1000 + (int32_t)(i % 1000);
+  CALL(w, "reduce", ringcc_reduce(a, b, count, RINGCC_INT32, RINGCC_MIN, root,
+                                  w->comm, NULL));
+  if (me == root)
+    for (size_t i = 0; i < count; i++)
+      if (b[i] != 1000 + (int32_t)(i % 1000))
+        return wrong(w, "reduce", i, b[i], 1000 + (int32_t)(i % 1000));
+
+  /* alltoall: block j of rank me goes to rank j */
+  for (int j = 0; j < n; j++)
+    for (size_t i = 0; i < count; i++)
+      a[j * count + i] = me * 1000 + j * 10 + (int32_t)(i % 10);
+  CALL(w, "alltoall", ringcc_alltoall(a, b, count, RINGCC_INT32, w->comm,
+                                      NULL));
+  for (int j = 0; j < n; j++)
+    for (size_t i = 0; i < count; i++)
+      if (b[j * count + i] != j * 1000 + me * 10 + (int32_t)(i % 10))
+        return wrong(w, "alltoall", j * count + i, b[j * count + i],
+                     j * 1000 + me * 10 + (int32_t)(i % 10));
+
+  CALL(w, "barrier", ringcc_barrier(w->comm, NULL));
+  return 0;
+}
+
+static void *worker_main(void *p) {
+  struct worker *w = p;
+  struct phase *ph = w->ph;
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.timeout_ms = TIMEOUT_MS;
+  cfg.shm_disable = ph->shm_disable;
+  cfg.algo = ph->algo[w->which];
+  ringcc_result_t r = ringcc_comm_init(&w->comm, NRANKS, &ph->ids[w->which],
+                                       w->rank, &cfg);
+  if (r != RINGCC_SUCCESS) {
+    fail(w, "comm_init", r);
+    w->comm = NULL;
+    atomic_fetch_add(&ph->ready, 1);
+    return NULL;
+  }
+  ph->comms[w->which][w->rank] = w->comm;
+  atomic_fetch_add(&ph->ready, 1); /* release: the monitor may use comm */
+
+  size_t max = counts[NCOUNTS - 1] * NRANKS;
+  int32_t *a = malloc(max * sizeof(*a)), *b = malloc(max * sizeof(*b));
+  float *f = malloc(max * sizeof(*f));
+  if (a == NULL || b == NULL || f == NULL) {
+    snprintf(w->msg, sizeof(w->msg), "out of memory");
+    w->failed = 1;
+  }
+  for (int iter = 0; iter < ITERS && !w->failed; iter++)
+    if (round_of(w, iter, counts[iter % NCOUNTS], a, b, f) != 0)
+      break;
+  free(a);
+  free(b);
+  free(f);
+  return NULL;
+}
+
+/* Calls ringcc_comm_report on every communicator until the workers finish. */
+static void *monitor_main(void *p) {
+  struct phase *ph = p;
+  int nworkers = NRANKS * ph->ncomms;
+  char buf[1024];
+  while (atomic_load(&ph->ready) < nworkers)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  unsigned long reports = 0;
+  while (!atomic_load(&ph->done)) {
+    for (int c = 0; c < ph->ncomms; c++)
+      for (int r = 0; r < NRANKS; r++)
+        if (ph->comms[c][r] != NULL &&
+            ringcc_comm_report(ph->comms[c][r], buf, sizeof(buf)) ==
+                RINGCC_SUCCESS)
+          reports++;
+    nanosleep(&(struct timespec){0, 2000000}, NULL);
+  }
+  printf("  monitor: %lu reports taken while collectives ran\n", reports);
+  return NULL;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int run_phase(struct phase *ph) {
+  struct worker w[MAX_COMMS * NRANKS];
+  pthread_t tid[MAX_COMMS * NRANKS], mon;
+  int n = NRANKS * ph->ncomms, failed = 0;
+  double start = now_s();
+
+  printf("== phase %s: %d ranks x %d communicator%s, shm_disable=%d, %d "
+         "rounds\n", ph->name, NRANKS, ph->ncomms, ph->ncomms > 1 ? "s" : "",
+         ph->shm_disable, ITERS);
+  fflush(stdout);
+  for (int c = 0; c < ph->ncomms; c++) {
+    ringcc_result_t r = ringcc_get_unique_id(&ph->ids[c]);
+    if (r != RINGCC_SUCCESS) {
+      printf("FAIL %s: ringcc_get_unique_id: %s: %s\n", ph->name,
+             ringcc_strerror(r), ringcc_comm_last_error(NULL));
+      return 1;
+    }
+  }
+  if (ph->monitor && pthread_create(&mon, NULL, monitor_main, ph) != 0) {
+    printf("FAIL %s: cannot start the monitor thread\n", ph->name);
+    return 1;
+  }
+  for (int i = 0; i < n; i++) {
+    w[i] = (struct worker){.ph = ph, .rank = i % NRANKS, .which = i / NRANKS};
+    if (pthread_create(&tid[i], NULL, worker_main, &w[i]) != 0) {
+      printf("FAIL %s: cannot start thread %d\n", ph->name, i);
+      exit(1); /* the started ranks would wait for this one */
+    }
+  }
+  for (int i = 0; i < n; i++)
+    pthread_join(tid[i], NULL);
+  atomic_store(&ph->done, 1);
+  if (ph->monitor)
+    pthread_join(mon, NULL);
+  for (int i = 0; i < n; i++) {
+    if (w[i].failed) {
+      printf("FAIL %s\n", w[i].msg);
+      failed = 1;
+    }
+    if (w[i].comm != NULL && ringcc_comm_destroy(w[i].comm) != RINGCC_SUCCESS) {
+      printf("FAIL %s comm %d rank %d: comm_destroy: %s\n", ph->name,
+             w[i].which, w[i].rank, ringcc_comm_last_error(w[i].comm));
+      failed = 1;
+    }
+  }
+  printf("%s phase %s (%.1f s)\n", failed ? "FAIL" : "ok", ph->name,
+         now_s() - start);
+  fflush(stdout);
+  return failed;
+}
+
+int main(void) {
+  static struct phase phases[] = {
+      {.name = "shm", .ncomms = 1, .shm_disable = 0, .monitor = 1},
+      {.name = "two-comms",
+       .ncomms = 2,
+       .shm_disable = 0,
+       .algo = {RINGCC_ALGO_TREE, RINGCC_ALGO_AUTO}},
+      {.name = "tcp", .ncomms = 1, .shm_disable = 1, .monitor = 1},
+  };
+  int failed = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
+    failed |= run_phase(&phases[i]);
+  printf("tsan driver: %s\n", failed ? "FAILED" : "all phases passed");
+  return failed;
+}
