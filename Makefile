@@ -511,7 +511,8 @@ $(PC_FILE): pkgconfig/ringcc.pc.in FORCE
 	@sed -e 's|@PREFIX@|$(PREFIX)|g' \
 	    -e 's|@LIBDIR@|$(call pc_path,$(LIBDIR))|g' \
 	    -e 's|@INCLUDEDIR@|$(call pc_path,$(INCLUDEDIR))|g' \
-	    -e 's|@VERSION@|$(VERSION)|g' $< > $@.tmp && mv $@.tmp $@
+	    -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@CUDA_LIBS@|$(CUDA_LIBS)|g' $< > $@.tmp && mv $@.tmp $@
 
 .PHONY: FORCE
 FORCE:

@@ -159,9 +159,10 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
                            "but no CUDA device is usable (%s): host buffers "
                            "only", dev,
                e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    else
-      RCC_INFO(comm->rank, "no CUDA device (%s): host buffers only",
-               e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    else /* no driver reads "driver version is insufficient" */
+      RCC_INFO(comm->rank, "no usable CUDA device (cudaGetDeviceCount: %s): "
+               "host buffers only",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return RINGCC_SUCCESS;
   }
   if (dev < 0 && (e = cudaGetDevice(&dev)) != cudaSuccess)
