@@ -1002,9 +1002,10 @@ static void run_plan(const run_spec_t *s, plan_t *p) {
 }
 
 /* The full sweep of one collective at n ranks. */
-static void full_family(enum coll coll, int nranks) {
-  char name[64];
-  snprintf(name, sizeof name, "%s n=%d", coll_names[coll], nranks);
+static void full_family_cfg(enum coll coll, int nranks,
+                            const ringcc_config_t *cfg, const char *what) {
+  char name[96];
+  snprintf(name, sizeof name, "%s%s n=%d", what, coll_names[coll], nranks);
   plan_t p = {.colls = 1u << coll,
               .dts = ALL_DTS,
               .ops = ALL_OPS,
@@ -1015,8 +1016,12 @@ static void full_family(enum coll coll, int nranks) {
               .all_modes_max_count = nranks <= 3 ? 65537 : 1031,
               .all_roots_max_count = 1031,
               .big = true};
-  run_spec_t s = {name, nranks, NULL, false, 200, 0, false};
+  run_spec_t s = {name, nranks, cfg, false, 200, 0, false};
   run_plan(&s, &p);
+}
+
+static void full_family(enum coll coll, int nranks) {
+  full_family_cfg(coll, nranks, NULL, "");
 }
 
 #define FAMILY(coll, suite, tmo)                                               \
@@ -1119,6 +1124,15 @@ static void no_shm(int nranks, int64_t chunk_bytes) {
 }
 
 Test(transport, no_shm_n3, .timeout = 240) { no_shm(3, 0); }
+
+/* The whole matrix (every collective, datatype, op, count and in-place form)
+ * with every edge on TCP over loopback. */
+Test(transport, no_shm_full_n4, .timeout = 600) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = 1;
+  for (enum coll c = 0; c < C_NUM; c++)
+    full_family_cfg(c, 4, &cfg, "tcp ");
+}
 Test(transport, no_shm_n5_tiny_slots, .timeout = 240) { no_shm(5, 4096); }
 
 Test(threads, n4, .timeout = 240) { subset("threads", 4, NULL, true, false); }
