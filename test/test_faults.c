@@ -1229,6 +1229,7 @@ enum { ID_REAL = 3, ID_IMPOSTOR = 3, ID_LATE = 4 };
 typedef struct {
   int strangers_in; /* the parent's strangers are connected (atomic) */
   int formed;       /* real ranks whose communicator is up (atomic) */
+  int impostor_done; /* the impostor's init returned (atomic) */
   struct {
     int code;
     double took_s;
@@ -1266,12 +1267,19 @@ static int stranger_rank(int who, int nprocs, const ringcc_unique_id_t *id,
     impostor_id(id, &use, hp, sizeof hp);
   if (who == ID_LATE && !wait_counter(&a->formed, ID_REAL, 20))
     return h_fail_rank(who, "the real ranks never formed their communicator");
+  /* The last real rank joins only after the impostor tried: otherwise, on a
+   * quiet machine, the rendezvous can be over (its port closed) before the
+   * impostor arrives, and it would be refused for the wrong reason. */
+  if (who == ID_REAL - 1 && !wait_counter(&a->impostor_done, 1, 20))
+    return h_fail_rank(who, "the impostor never finished its init");
   ringcc_comm_t comm = NULL;
   double t0 = h_now_s();
   ringcc_result_t r = ringcc_comm_init(&comm, ID_REAL, &use, rank, &cfg);
   a->who[who].took_s = h_now_s() - t0;
   a->who[who].code = (int)r;
   snprintf(a->who[who].message, MSG_LEN, "%s", ringcc_comm_last_error(NULL));
+  if (who == ID_IMPOSTOR)
+    __atomic_store_n(&a->impostor_done, 1, __ATOMIC_RELEASE);
   if (who >= ID_REAL) {
     if (r == RINGCC_SUCCESS)
       ringcc_comm_destroy(comm);
