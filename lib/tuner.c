@@ -485,17 +485,18 @@ static void log_choice(const struct ringcc_comm *comm,
                  in->bytes, in->nranks, ring, every);
   for (int i = 0; i < count && off < (int)sizeof(line); i++) {
     const struct rcc_candidate *c = &cand[i];
+    char total[32], lat[32], bw[32];
+    rcc_format_us(rcc_prediction_total(c->pred), total, sizeof(total));
+    rcc_format_us(c->pred.latency_us, lat, sizeof(lat));
+    rcc_format_us(c->pred.bandwidth_us, bw, sizeof(bw));
     if (!c->runnable)
       off += snprintf(line + off, sizeof(line) - (size_t)off,
-                      "%s %s %.4g us but n/a (%s)", i ? "," : "",
-                      rcc_alg_name(c->alg), rcc_prediction_total(c->pred),
-                      c->why_not);
+                      "%s %s %s but n/a (%s)", i ? "," : "",
+                      rcc_alg_name(c->alg), total, c->why_not);
     else
       off += snprintf(line + off, sizeof(line) - (size_t)off,
-                      "%s %s %.4g us (latency %.4g + bandwidth %.4g%s)",
-                      i ? "," : "", rcc_alg_name(c->alg),
-                      rcc_prediction_total(c->pred), c->pred.latency_us,
-                      c->pred.bandwidth_us,
+                      "%s %s %s (latency %s + bandwidth %s%s)", i ? "," : "",
+                      rcc_alg_name(c->alg), total, lat, bw,
                       c->pred.in_memory ? ", beyond the cache" : "");
   }
   if (off < (int)sizeof(line))

@@ -261,13 +261,14 @@ static void write_body(FILE *f, const struct rcc_model *m,
                        const char *comment) {
   fprintf(f, "# libringcc tuner calibration: the alpha-beta cost model's "
              "values for this machine\n"
-             "# (docs/tuning.md). alpha: latency of one message, us. beta: "
-             "time per byte\n"
-             "# over one link direction, ns/B, while the ranks' buffers fit "
-             "the last-level\n"
+             "# (docs/tuning.md). alpha: the cost of one step of a rank, us. "
+             "beta: time per\n"
+             "# byte over one link direction, ns/B, while the ranks' buffers "
+             "fit the last-level\n"
              "# cache (cache_bytes); beta_mem: the same beyond it (0: as "
              "beta). gamma: time\n"
-             "# per byte of a local float32 sum, ns/B.\n");
+             "# per byte of a local float32 sum, ns/B (0: its cost is in "
+             "beta).\n");
   for (int l = 0; l < RCC_NUM_LINKS; l++)
     fprintf(f, "# %s: alpha %.2f us, %.2f GB/s, %.2f GB/s beyond the cache\n",
             rcc_link_name(l), m->link[l].alpha_us,
@@ -275,8 +276,9 @@ static void write_body(FILE *f, const struct rcc_model *m,
             gbps(m->link[l].beta_mem_us_per_byte > 0
                      ? m->link[l].beta_mem_us_per_byte
                      : m->link[l].beta_us_per_byte));
-  fprintf(f, "# reduction: %.2f GB/s; cache %.0f bytes\n",
-          gbps(m->gamma_us_per_byte), m->cache_bytes);
+  if (m->gamma_us_per_byte > 0)
+    fprintf(f, "# reduction: %.2f GB/s\n", gbps(m->gamma_us_per_byte));
+  fprintf(f, "# last-level cache: %.0f MiB\n", m->cache_bytes / 1048576.0);
   if (comment != NULL)
     for (const char *p = comment; *p;) {
       const char *nl = strchr(p, '\n');

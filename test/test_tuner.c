@@ -436,7 +436,7 @@ Test(choice, tuning_log_for_every_collective, .timeout = 120) {
       "TUNING bcast S=16 B", "-> chain (its only schedule)",
       "TUNING reduce S=16 B", "TUNING alltoall S=16 B", "-> pairwise",
       "TUNING barrier S=0 B", "-> dissemination",
-      "(latency 2 + bandwidth "};
+      "(latency 2.00 us + bandwidth "};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     cr_expect(strstr(out, want[i]) != NULL, "no '%s' in the TUNING log:\n%s",
               want[i], out);
