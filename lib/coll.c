@@ -430,7 +430,7 @@ static ringcc_result_t run(struct call *c) {
                           "%s on rank %d: another thread is using this "
                           "communicator; a communicator is used by one thread "
                           "at a time", c->fn, comm->rank);
-  comm->seq++;
+  RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
             ringcc_datatype_name((ringcc_datatype_t)c->dt));

@@ -48,19 +48,26 @@ struct rcc_settings {
 };
 
 /* Where a communicator stands, kept up to date by the executor for error
- * messages and the hang report (report.c). */
+ * messages and the hang report (report.c). ringcc_comm_report() may read it
+ * from another thread while a collective runs, so every field is written and
+ * read with relaxed atomics (RCC_PUT / RCC_GET): each value is one the
+ * executor wrote, though a report may mix two neighbouring steps. */
 struct rcc_progress {
   int active;                  /* a collective is running */
   int coll;
   int algo_sched;              /* enum rcc_sched_kind */
   uint64_t step;
   uint64_t nsteps;
-  struct rcc_step cur;
+  int kind;                    /* of the current step: enum rcc_step_kind */
+  int block;
+  size_t nelem;
   int peer;                    /* waited for, or -1 */
   const char *waiting_for;     /* "data from", "a free slot to send to" */
   const struct rcc_conn *conn; /* the connection waited on */
   int waiting_send;            /* 1: for a free slot on conn; 0: for data */
 };
+#define RCC_PUT(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+#define RCC_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
 struct ringcc_comm {
   int rank;
@@ -102,6 +109,9 @@ struct ringcc_comm {
    * every wait checks it. */
   volatile int async_error;
   char async_message[RCC_ERRLEN];
+  /* The first rank known dead (failure.c): 1 + rank in the low 32 bits,
+   * 1 + the rank that told this one in the high 32; 0 while none is. */
+  uint64_t dead;
   int busy;                /* a call is running on this communicator */
   ringcc_result_t fatal;   /* sticky: the communicator is unusable */
   char last_error[RCC_ERRLEN];
@@ -117,6 +127,17 @@ ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...)
 
 /* 0 if rank peer's process is known to be gone (same pid space only). */
 int rcc_peer_alive(const struct ringcc_comm *comm, int peer);
+
+/* failure.c: records that rank dead died (told_by: the rank that said so,
+ * this rank if it noticed) and passes it on along every edge; the first
+ * record wins. */
+void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by);
+/* The recorded dead rank (and who told), or -1. */
+int rcc_dead_rank(const struct ringcc_comm *comm, int *told_by);
+/* The dead rank a host FIFO shared with peer names, or -1. */
+int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer);
+/* "rank 3 (pid 1234 on host node7) died ..." into buf; the rank, or -1. */
+int rcc_dead_describe(const struct ringcc_comm *comm, char *buf, size_t len);
 
 /* report.c: the hang report, on timeout, on demand and on a signal. */
 void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len);
@@ -165,6 +186,9 @@ struct rcc_proxy_conn {
   uint32_t done;          /* slots the plugin finished */
   int bye;                /* send: goodbye posted; recv: goodbye received */
   void *bye_request;
+  int failed;             /* the plugin reported an error on it */
+  int tell;               /* send: 1 the FAIL message is posted, 2 done */
+  void *tell_request;
   void *request[RCC_FIFO_MAX_SLOTS];
 };
 struct rcc_proxy;

@@ -53,6 +53,15 @@ struct exec {
   struct rcc_progress *at; /* == &comm->progress */
 };
 
+/* Records what this rank is about to wait for (the hang report reads it). */
+static inline void waiting_on(struct exec *x, const char *what, int peer,
+                              const struct rcc_conn *conn, int send) {
+  RCC_PUT(x->at->waiting_for, what);
+  RCC_PUT(x->at->peer, peer);
+  RCC_PUT(x->at->conn, conn);
+  RCC_PUT(x->at->waiting_send, send);
+}
+
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -98,16 +107,37 @@ static int wait_failed(struct exec *x) {
                           (unsigned long long)comm->seq, comm->rank,
                           x->at->peer, x->at->waiting_for,
                           (unsigned long long)x->at->step);
-  if (x->at->peer >= 0 && !rcc_peer_alive(comm, x->at->peer)) {
-    const struct rcc_peer_info *q = &comm->peers[x->at->peer];
+  /* A dead rank: known already, named in the FIFO waited on by a peer that
+   * learned of it, or the peer waited for is gone (network peers: their
+   * sockets tell, in order, after anything they said before dying). */
+  const struct rcc_conn *conn = x->at->conn;
+  int peer = x->at->peer;
+  if (rcc_dead_rank(comm, NULL) < 0 && conn != NULL && conn->doorbell < 0) {
+    uint32_t d = __atomic_load_n(&conn->fifo->dead, __ATOMIC_ACQUIRE);
+    if (d != 0)
+      rcc_peer_dead(comm, (int)d - 1, peer);
+  }
+  if (rcc_dead_rank(comm, NULL) < 0 && peer >= 0 &&
+      (conn == NULL || conn->doorbell < 0) && !rcc_peer_alive(comm, peer)) {
+    int told = rcc_peer_poisoned(comm, peer); /* it knew of another first */
+    if (told >= 0)
+      rcc_peer_dead(comm, told, peer);
+    else
+      rcc_peer_dead(comm, peer, comm->rank);
+  }
+  if (rcc_dead_rank(comm, NULL) >= 0) {
+    char why[256];
+    rcc_dead_describe(comm, why, sizeof(why));
+    int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
     return rcc_comm_error(comm, RINGCC_ERR_PEER_FAILED,
-                          "%s (seq %llu) on rank %d: rank %d (pid %d on host "
-                          "%s) died; noticed at step %llu while waiting for %s "
-                          "it",
+                          "%s (seq %llu) on rank %d: %s; this rank stopped at "
+                          "step %llu waiting for %s rank %d%s%s%s",
                           rcc_coll_name(x->plan->coll),
-                          (unsigned long long)comm->seq, comm->rank,
-                          x->at->peer, (int)q->pid, q->hostname,
-                          (unsigned long long)x->at->step, x->at->waiting_for);
+                          (unsigned long long)comm->seq, comm->rank, why,
+                          (unsigned long long)x->at->step, x->at->waiting_for,
+                          peer, async > 0 ? " (" : "",
+                          async > 0 ? comm->async_message : "",
+                          async > 0 ? ")" : "");
   }
   /* After the local checks, which name the rank waited for precisely. */
   int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
@@ -286,19 +316,13 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
   uint64_t meta;
   int r;
 
-  x->at->waiting_for = "a free slot to send to";
-  x->at->peer = s->send_peer;
-  x->at->conn = sc;
-  x->at->waiting_send = 1;
+  waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
   if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
     return r;
   copy_bytes(out, x->src + s->src_off * x->esize, bytes);
   rcc_proto_send_end(sc, meta_of(s, bytes));
 
-  x->at->waiting_for = "data from";
-  x->at->peer = s->recv_peer;
-  x->at->conn = rc;
-  x->at->waiting_send = 0;
+  waiting_on(x, "data from", s->recv_peer, rc, 0);
   if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
     return r;
   if ((r = check_meta(x, s, meta, bytes)) != 0)
@@ -321,10 +345,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
     return run_send_recv(x, s);
   if (step_receives(s->kind)) {
     rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
-    x->at->waiting_for = "data from";
-    x->at->peer = s->recv_peer;
-    x->at->conn = rc;
-    x->at->waiting_send = 0;
+    waiting_on(x, "data from", s->recv_peer, rc, 0);
     if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
       return r;
     if ((r = check_meta(x, s, meta, bytes)) != 0)
@@ -332,10 +353,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
   }
   if (step_sends(s->kind)) {
     sc = &comm->send_conn[s->conn_kind][s->send_peer];
-    x->at->waiting_for = "a free slot to send to";
-    x->at->peer = s->send_peer;
-    x->at->conn = sc;
-    x->at->waiting_send = 1;
+    waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
   }
@@ -363,17 +381,20 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
   };
   ringcc_result_t r = RINGCC_SUCCESS;
 
-  x.at->coll = plan->coll;
-  x.at->algo_sched = plan->sched;
-  x.at->nsteps = plan->nsteps;
-  x.at->peer = -1;
-  x.at->conn = NULL;
-  x.at->active = 1;
+  RCC_PUT(x.at->coll, plan->coll);
+  RCC_PUT(x.at->algo_sched, (int)plan->sched);
+  RCC_PUT(x.at->nsteps, plan->nsteps);
+  waiting_on(&x, "nothing", -1, NULL, 0);
+  RCC_PUT(x.at->active, 1);
   for (uint64_t i = 0; i < plan->nsteps && r == RINGCC_SUCCESS; i++) {
-    rcc_plan_step(plan, i, &x.at->cur);
-    x.at->step = i;
-    r = run_step(&x, &x.at->cur);
+    struct rcc_step cur;
+    rcc_plan_step(plan, i, &cur);
+    RCC_PUT(x.at->step, i);
+    RCC_PUT(x.at->kind, (int)cur.kind);
+    RCC_PUT(x.at->block, cur.block);
+    RCC_PUT(x.at->nelem, cur.nelem);
+    r = run_step(&x, &cur);
   }
-  x.at->active = 0;
+  RCC_PUT(x.at->active, 0);
   return r;
 }

@@ -61,6 +61,8 @@ struct rcc_fifo {
   uint32_t head_waiters;                  /* senders sleeping on head */
   RCC_ALIGNAS(RCC_CACHELINE) uint64_t meta[RCC_FIFO_MAX_SLOTS];
   uint32_t closed; /* the sender's rank left cleanly (network FIFOs) */
+  uint32_t dead;   /* 1 + a rank known dead, written by either end
+                      (failure.c); 0 while none is */
 };
 #define RCC_FIFO_DATA_OFFSET 4096
 RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,

@@ -37,6 +37,13 @@
 #define IDLE_SPINS 2
 /* The immediate of the goodbye message a leaving rank sends (not a slot). */
 #define IMM_BYE 0x80000000u
+/* The immediate of the message that names a dead rank (failure.c): the rank
+ * in the low bits. Like the goodbye, the sender sends nothing after it. */
+#define IMM_FAIL 0x40000000u
+#define IMM_RANK_MASK 0x00ffffffu
+/* How long a rank that knows of a dead peer tries to pass it on before it
+ * lets destroy or abort go on. */
+#define TELL_MS 300
 #define POLL_MS 100
 #define MAX_POLL_FDS 1024
 
@@ -49,6 +56,14 @@ struct rcc_proxy {
   volatile int stop;
   volatile int closing;    /* destroy: send goodbyes once drained */
   volatile int bye_done;   /* every goodbye went out */
+  volatile int told;       /* every FAIL message went out, or TELL_MS passed */
+  int64_t tell_deadline;
+  /* The first connection that failed, published after the round that saw
+   * it, so that what its peer sent before it went is read first. */
+  struct rcc_proxy_conn *fail_conn;
+  ringcc_result_t fail_code;
+  char fail_err[RCC_ERRLEN];
+  int fail_published;
   pthread_t thread;
   struct pollfd *pfds;
 };
@@ -93,17 +108,61 @@ static void wake_all(struct rcc_proxy *px) {
   }
 }
 
+/* Marks c failed; the first failure is published by publish_failure. */
 static ringcc_result_t fail(struct rcc_proxy *px, struct rcc_proxy_conn *c,
                             ringcc_result_t r, const char *err) {
+  c->failed = 1;
+  if (px->fail_conn == NULL) {
+    px->fail_conn = c;
+    px->fail_code = r;
+    snprintf(px->fail_err, sizeof(px->fail_err), "%s", err);
+  }
+  return r;
+}
+
+/* After a round: the first failure becomes the communicator's. A peer that
+ * went away is recorded as dead unless, in the same round, it had named
+ * another rank as dead before leaving (failure.c). */
+static void publish_failure(struct rcc_proxy *px) {
+  struct rcc_proxy_conn *c = px->fail_conn;
+  if (c == NULL || px->fail_published)
+    return;
+  px->fail_published = 1;
+  if (px->fail_code == RINGCC_ERR_PEER_FAILED)
+    rcc_peer_dead(px->comm, c->peer, px->comm->rank);
   const struct rcc_peer_info *peer = &px->comm->peers[c->peer];
-  rcc_comm_set_async_error(px->comm, r,
+  rcc_comm_set_async_error(px->comm, px->fail_code,
                            "network %s rank %d -> rank %d (host %s): %s",
                            c->is_send ? "send" : "receive",
                            c->is_send ? px->comm->rank : c->peer,
                            c->is_send ? c->peer : px->comm->rank,
-                           peer->hostname, err);
+                           peer->hostname, px->fail_err);
   wake_all(px);
-  return r;
+}
+
+/* A FAIL message: the peer names a dead rank and sends nothing more. */
+static int fail_message(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                        uint32_t imm, ringcc_result_t *r) {
+  struct ringcc_comm *comm = px->comm;
+  int dead = (int)(imm & IMM_RANK_MASK);
+  char err[RCC_ERRLEN];
+  if ((imm & ~(IMM_FAIL | IMM_RANK_MASK)) != 0 || dead >= comm->nranks ||
+      dead == c->peer) {
+    snprintf(err, sizeof(err), "malformed FAIL message (immediate 0x%08x) "
+             "from rank %d", (unsigned)imm, c->peer);
+    *r = fail(px, c, RINGCC_ERR_NETWORK, err);
+    return 0;
+  }
+  c->bye = 1;
+  rcc_peer_dead(comm, dead, c->peer);
+  rcc_comm_set_async_error(comm, RINGCC_ERR_PEER_FAILED,
+                           "rank %d (host %s) reports that rank %d (pid %d "
+                           "on host %s) died", c->peer,
+                           comm->peers[c->peer].hostname, dead,
+                           (int)comm->peers[dead].pid,
+                           comm->peers[dead].hostname);
+  wake_all(px);
+  return 1;
 }
 
 /* Posts what can be posted and retires what completed; returns progress. */
@@ -178,6 +237,8 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
       return fail(px, c, *r, err), 0;
     if (!done)
       break;
+    if ((imm & IMM_FAIL) && !(imm & IMM_BYE))
+      return fail_message(px, c, imm, r);
     if (imm & IMM_BYE) { /* the peer left cleanly: nothing more comes */
       c->bye = 1;
       __atomic_store_n(&c->fifo->closed, 1, __ATOMIC_RELEASE);
@@ -199,21 +260,25 @@ static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
   return c->is_send ? &c->fifo->tail : &c->fifo->head;
 }
 
-/* Sleeps until a socket is ready, the doorbell rings, or POLL_MS passed. */
+/* Sleeps until a socket is ready, the doorbell rings, or POLL_MS passed
+ * (1 ms while FAIL messages are still going out). */
 static void idle_sleep(struct rcc_proxy *px) {
-  int nfds = 0, changed = 0;
+  int nfds = 0, changed = 0, timeout = POLL_MS;
   px->pfds[nfds++] = (struct pollfd){.fd = px->doorbell, .events = POLLIN};
   if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done)
     changed = 1; /* the goodbye needs progress, not sleep */
-  /* After a failure the sockets only report errors: wait for stop alone. */
-  int nconns =
-      __atomic_load_n(&px->comm->async_error, __ATOMIC_ACQUIRE) ? 0 : px->nconns;
-  for (int i = 0; i < nconns; i++) {
+  if (rcc_dead_rank(px->comm, NULL) >= 0 && !px->told)
+    timeout = 1;
+  /* After a failure only receives matter: a peer may still name the rank
+   * that died (and a send socket whose peer left reports EOF forever). */
+  int failed = px->fail_conn != NULL ||
+               __atomic_load_n(&px->comm->async_error, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
     uint32_t *waiters, *word = idle_word(c, &waiters);
     __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
-    if (!c->is_send && c->bye)
-      continue; /* the peer left: its sockets only report EOF */
+    if (c->failed || (!c->is_send && c->bye) || (failed && c->is_send))
+      continue; /* nothing more comes from it, or only EOF */
     uint32_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
     /* Work arrived while we were deciding to sleep: do not sleep. */
     if (c->is_send ? now != c->posted
@@ -230,8 +295,8 @@ static void idle_sleep(struct rcc_proxy *px) {
   /* A kernel publishing into (or draining) a staged device FIFO cannot ring
    * the doorbell: while one may run, only look, do not sleep. */
   if (!changed && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE))
-    poll(px->pfds, (nfds_t)nfds, rcc_cuda_busy(px->comm) ? 0 : POLL_MS);
-  for (int i = 0; i < nconns; i++) {
+    poll(px->pfds, (nfds_t)nfds, rcc_cuda_busy(px->comm) ? 0 : timeout);
+  for (int i = 0; i < px->nconns; i++) {
     uint32_t *waiters;
     idle_word(&px->conns[i], &waiters);
     __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
@@ -241,6 +306,48 @@ static void idle_sleep(struct rcc_proxy *px) {
     ssize_t r = read(px->doorbell, &v, sizeof(v));
     (void)r;
   }
+}
+
+/* Once a dead rank is known, names it on every send connection (failure.c),
+ * for at most TELL_MS; told when done. Returns progress. */
+static int progress_tell(struct rcc_proxy *px) {
+  char err[RCC_ERRLEN];
+  int dead = rcc_dead_rank(px->comm, NULL);
+  if (dead < 0 || px->told)
+    return 0;
+  if (px->tell_deadline == 0)
+    px->tell_deadline = rcc_now_ns() + TELL_MS * 1000000LL;
+  int moved = 0, pending = 0;
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_proxy_conn *c = &px->conns[i];
+    if (!c->is_send || c->failed || c->bye || c->peer == dead || c->tell == 2)
+      continue;
+    if (c->tell == 0) {
+      ringcc_result_t r = px->plugin->isend(
+          c->net_comm, c->data, 0, IMM_FAIL | (uint32_t)dead, c->mhandle,
+          &c->tell_request, err, sizeof(err));
+      if (r != RINGCC_SUCCESS || c->tell_request == NULL) {
+        c->tell = r != RINGCC_SUCCESS ? 2 : 0; /* full: try again */
+        pending |= c->tell == 0;
+        continue;
+      }
+      c->tell = 1;
+      moved = 1;
+    }
+    int done = 0;
+    size_t bytes;
+    uint32_t imm;
+    if (px->plugin->test(c->tell_request, &done, &bytes, &imm, err,
+                         sizeof(err)) != RINGCC_SUCCESS || done) {
+      c->tell = 2; /* out, or the peer is gone too: nothing more to do */
+      moved = 1;
+      continue;
+    }
+    pending = 1;
+  }
+  if (!pending || rcc_now_ns() >= px->tell_deadline)
+    __atomic_store_n(&px->told, 1, __ATOMIC_RELEASE);
+  return moved;
 }
 
 /* Once every send FIFO is empty, post a goodbye on each; bye_done when all
@@ -288,27 +395,28 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
 
 static void *proxy_main(void *arg) {
   struct rcc_proxy *px = arg;
-  int idle = 0, failed = 0;
+  int idle = 0;
 
   while (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
     int moved = 0;
-    for (int i = 0; i < px->nconns && !failed; i++) {
+    for (int i = 0; i < px->nconns; i++) {
       ringcc_result_t r = RINGCC_SUCCESS;
       struct rcc_proxy_conn *c = &px->conns[i];
-      moved |= c->is_send ? progress_send(px, c, &r) : progress_recv(px, c, &r);
-      failed = r != RINGCC_SUCCESS;
+      if (!c->failed)
+        moved |= c->is_send ? progress_send(px, c, &r)
+                            : progress_recv(px, c, &r);
     }
     if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done &&
-        !failed) {
+        px->fail_conn == NULL) {
       ringcc_result_t r = RINGCC_SUCCESS;
       moved |= progress_goodbye(px, &r);
-      failed = r != RINGCC_SUCCESS;
     }
-    if (moved) {
+    publish_failure(px);
+    moved |= progress_tell(px);
+    if (moved)
       idle = 0;
-    } else if (failed || ++idle > IDLE_SPINS) {
-      idle_sleep(px); /* after a failure: only wait for stop */
-    }
+    else if (++idle > IDLE_SPINS)
+      idle_sleep(px);
   }
   return NULL;
 }
@@ -353,7 +461,18 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
 void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
   /* After a failure or an abort the rank does not leave cleanly: no goodbye,
    * so peers see a failed peer, not one that destroyed its communicator. */
-  if (px == NULL || px->comm->aborted || px->comm->fatal != RINGCC_SUCCESS)
+  if (px == NULL)
+    return;
+  /* A rank that knows of a dead peer passes it on before it goes. */
+  if (rcc_dead_rank(px->comm, NULL) >= 0) {
+    rcc_proxy_ring(px->doorbell);
+    int64_t until = rcc_now_ns() + (TELL_MS + 50) * 1000000LL;
+    while (!__atomic_load_n(&px->told, __ATOMIC_ACQUIRE) &&
+           rcc_now_ns() < until)
+      usleep(100);
+    return;
+  }
+  if (px->comm->aborted || px->comm->fatal != RINGCC_SUCCESS)
     return;
   __atomic_store_n(&px->closing, 1, __ATOMIC_RELEASE);
   rcc_proxy_ring(px->doorbell);

@@ -10,6 +10,9 @@
  *   rank 2: allreduce seq 17, ring, step 35 of 63: recvReduceSend block 1,
  *     16384 elements; waiting for data from rank 1
  *     from rank 1: tail 12 head 12 (0 of 8 slots full)
+ *
+ * It may run in another thread than the collective's: it reads the progress
+ * record with relaxed atomic loads (comm.h).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -74,33 +77,36 @@ static const char *const sched_names[] = {
 
 void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
   const struct rcc_progress *at = &comm->progress;
+  unsigned long long seq = RCC_GET(comm->seq);
   int off;
 
-  if (!at->active) {
+  if (!RCC_GET(at->active)) {
     snprintf(buf, len, "  rank %d: idle (last collective: seq %llu)",
-             comm->rank, (unsigned long long)comm->seq);
+             comm->rank, seq);
     return;
   }
+  int sched = RCC_GET(at->algo_sched), peer = RCC_GET(at->peer);
   off = snprintf(buf, len,
                  "  rank %d: %s seq %llu, %s, step %llu of %llu: %s block %d, "
                  "%zu elements",
-                 comm->rank, rcc_coll_name(at->coll),
-                 (unsigned long long)comm->seq, sched_names[at->algo_sched],
-                 (unsigned long long)at->step, (unsigned long long)at->nsteps,
-                 rcc_step_kind_name(at->cur.kind), at->cur.block,
-                 at->cur.nelem);
-  if (at->peer >= 0 && off >= 0 && (size_t)off < len)
+                 comm->rank, rcc_coll_name(RCC_GET(at->coll)), seq,
+                 sched_names[sched],
+                 (unsigned long long)RCC_GET(at->step),
+                 (unsigned long long)RCC_GET(at->nsteps),
+                 rcc_step_kind_name(RCC_GET(at->kind)), RCC_GET(at->block),
+                 RCC_GET(at->nelem));
+  if (peer >= 0 && off >= 0 && (size_t)off < len)
     off += snprintf(buf + off, len - (size_t)off, "; waiting for %s rank %d",
-                    at->waiting_for, at->peer);
-  if (at->conn && at->conn->fifo && off >= 0 && (size_t)off < len) {
-    const struct rcc_fifo *f = at->conn->fifo;
+                    RCC_GET(at->waiting_for), peer);
+  const struct rcc_conn *conn = RCC_GET(at->conn);
+  if (peer >= 0 && conn && conn->fifo && off >= 0 && (size_t)off < len) {
+    const struct rcc_fifo *f = conn->fifo;
     uint32_t tail = __atomic_load_n(&f->tail, __ATOMIC_ACQUIRE);
     uint32_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
     snprintf(buf + off, len - (size_t)off,
-             "\n    %s rank %d: tail %u head %u (%u of %u slots full), this "
-             "rank's counter %u",
-             at->waiting_send ? "to" : "from", at->peer, tail, head,
-             tail - head, at->conn->nslots, at->conn->step);
+             "\n    %s rank %d: tail %u head %u (%u of %u slots full)",
+             RCC_GET(at->waiting_send) ? "to" : "from", peer, tail, head,
+             tail - head, conn->nslots);
   }
 }
 

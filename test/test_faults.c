@@ -329,7 +329,6 @@ typedef struct {
   int by_size[MAX_RANKS + 1];
   double *detect, *teardown;
   int ndetect;
-  int named_victim; /* survivors whose message names the victim */
 } kill_stats_t;
 
 /* Waits until the victim completed `after` calls; false if it (or anyone)
@@ -345,18 +344,16 @@ static bool wait_for_ops(job_t *j, kill_area_t *a, int victim,
   return true;
 }
 
-/* Survivor r's error names the rank it lost: the victim, or (where r never
- * waited for the victim itself) a survivor that had failed and left before r
- * noticed anything. Only the victim's neighbours in the schedule can see its
- * death directly; see docs/reliability.md. */
-static bool names_lost_peer(const kill_area_t *a, int n, int victim, int r) {
-  if (names_rank(a->rank[r].message, victim))
-    return true;
-  for (int q = 0; q < n; q++)
-    if (q != r && q != victim && names_rank(a->rank[r].message, q) &&
-        a->rank[q].failed_at <= a->rank[r].failed_at)
-      return true;
-  return false;
+/* Survivor r's error names the killed rank and its host, whichever rank r
+ * was waiting for: the ranks that see the death pass it on (failure.c). */
+static bool names_victim(const kill_area_t *a, int victim, int r) {
+  char host[300], name[256];
+  if (gethostname(name, sizeof name) != 0)
+    return false;
+  name[sizeof name - 1] = '\0';
+  snprintf(host, sizeof host, "on host %s)", name);
+  return names_rank(a->rank[r].message, victim) &&
+         strstr(a->rank[r].message, host) != NULL;
 }
 
 static void kill_one_run(int run, int tcp, kill_stats_t *st, int logfd) {
@@ -423,10 +420,10 @@ static void kill_one_run(int run, int tcp, kill_stats_t *st, int logfd) {
                "failure took %.2f s", r,
                a->use_abort ? "ringcc_comm_abort" : "ringcc_comm_destroy",
                a->rank[r].teardown_s);
-    else if (!names_lost_peer(a, n, victim, r))
-      snprintf(failure, sizeof failure, "survivor rank %d: the error names "
-               "neither the dead rank %d nor a survivor that left before: %s",
-               r, victim, a->rank[r].message);
+    else if (!names_victim(a, victim, r))
+      snprintf(failure, sizeof failure, "survivor rank %d: the error does not "
+               "name the dead rank %d and its host: %s", r, victim,
+               a->rank[r].message);
   }
   char leftovers[512];
   if (failure[0] == '\0' && shm_leftovers(j.pid, n, leftovers, sizeof leftovers))
@@ -447,7 +444,6 @@ static void kill_one_run(int run, int tcp, kill_stats_t *st, int logfd) {
     st->survivors++;
     st->detect[st->ndetect] = a->rank[r].failed_at - killed_at;
     st->teardown[st->ndetect++] = a->rank[r].teardown_s;
-    st->named_victim += names_rank(a->rank[r].message, victim);
   }
   h_shared_free(a, sizeof *a);
 }
@@ -473,12 +469,12 @@ static void kill_runs(int tcp) {
   fprintf(stderr,
           "faults: SIGKILL over %s: %d runs in %.1f s (2/3/4 ranks: %d/%d/%d; "
           "rank 0 killed in %d), %d survivors, all got "
-          "RINGCC_ERR_PEER_FAILED (%d naming the killed rank, %d a survivor "
-          "that had left before): detection median %.3f s, max %.3f s; "
+          "RINGCC_ERR_PEER_FAILED naming the killed rank and its host: "
+          "detection median %.3f s, max %.3f s; "
           "destroy/abort afterwards median %.3f s, max %.3f s\n",
           tcp ? "TCP" : "shared memory", st.runs, secs, st.by_size[2],
           st.by_size[3], st.by_size[4], st.victims_rank0, st.survivors,
-          st.named_victim, st.survivors - st.named_victim, dmed, dmax, tmed,
+          dmed, dmax, tmed,
           tmax);
   free(st.detect);
   free(st.teardown);

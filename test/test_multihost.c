@@ -1006,25 +1006,16 @@ static void killed_peer(int victim) {
                  "with %s, expected RINGCC_ERR_PEER_FAILED: %s", r,
                  ringcc_strerror((ringcc_result_t)code), a->rank[r].message);
   }
-  /* The victim's successor on the ring (0 1 2 3) waits for its data and
-   * must name it; every survivor names the peer it lost (the victim, or a
-   * survivor that left after its own failure). */
-  int successor = (victim + 1) % L.nranks;
-  char name[16];
+  /* Every survivor names the victim and its host, whichever rank it was
+   * waiting for: the ranks that notice the death pass it on (failure.c). */
+  char name[16], host[32];
   snprintf(name, sizeof name, "rank %d", victim);
-  cr_assert(strstr(a->rank[successor].message, name) != NULL,
-            "rank %d, which receives from rank %d on the ring, has an error "
-            "that does not name it: %s", successor, victim,
-            a->rank[successor].message);
-  for (int r = 0; r < L.nranks; r++) {
-    bool names_peer = false;
-    for (int q = 0; q < L.nranks && r != victim; q++) {
-      snprintf(name, sizeof name, "rank %d", q);
-      names_peer |= q != r && strstr(a->rank[r].message, name) != NULL;
-    }
-    cr_assert(r == victim || names_peer, "rank %d's error names no other "
-              "rank: %s", r, a->rank[r].message);
-  }
+  snprintf(host, sizeof host, "on host host%d", L.host_of[victim]);
+  for (int r = 0; r < L.nranks; r++)
+    cr_assert(r == victim || (strstr(a->rank[r].message, name) != NULL &&
+                              strstr(a->rank[r].message, host) != NULL),
+              "rank %d's error does not name the dead %s %s: %s", r, name,
+              host, a->rank[r].message);
   ns_result_free(&res);
   h_shared_free(a, sizeof *a);
 }

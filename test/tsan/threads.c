@@ -13,11 +13,10 @@
  *   tcp        4 ranks with shm_disable = 1: the TCP plugin and its proxy
  *              thread
  *
- * Not covered: RINGCC_ALGO=direct's cross-memory-attach path (coll_cma.c).
- * With ranks as threads it reads peers' buffers with memcpy, ordered by the
- * shared-memory FIFOs, which each thread maps at its own address: TSan sees
- * no happens-before and reports every read (and slows to a crawl doing so)
- * until coll_cma.c annotates that synchronization (__tsan_release/acquire).
+ *   direct     4 ranks with algo = direct: the large calls take the
+ *              cross-memory-attach path (coll_cma.c), which with ranks as
+ *              threads reads peers' buffers with memcpy, ordered by FIFO
+ *              exchanges that coll_cma.c annotates for TSan
  *
  * Exit status 0 when every phase passed; 1 on a wrong result or failed call;
  * TSan's exitcode (66 under make tsan-check) on a report.
@@ -301,6 +300,10 @@ int main(void) {
        .shm_disable = 0,
        .algo = {RINGCC_ALGO_TREE, RINGCC_ALGO_AUTO}},
       {.name = "tcp", .ncomms = 1, .shm_disable = 1, .monitor = 1},
+      {.name = "direct",
+       .ncomms = 1,
+       .shm_disable = 0,
+       .algo = {RINGCC_ALGO_DIRECT}},
   };
   int failed = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);

@@ -1,0 +1,124 @@
+/*
+ * failure.c - what a rank knows about a dead peer, and how it tells others.
+ *
+ * A rank killed with SIGKILL is noticed first by the ranks that wait on it
+ * (its process is gone, or its sockets reach EOF). The other survivors wait
+ * on ranks that are alive but have stopped, and would otherwise see only
+ * those ranks leave. So the first rank known dead is recorded once per
+ * communicator (comm->dead) and passed on along every edge before the call
+ * that noticed it returns:
+ *
+ *   shared memory  the FIFO header's 'dead' word (1 + rank), on both
+ *                  directions of every host FIFO, with a futex wake, so a
+ *                  peer blocked on this rank wakes and reads the cause;
+ *   network        the proxy thread sends a zero-byte FAIL message naming
+ *                  the rank on every send connection (proxy.c), and
+ *                  ringcc_comm_destroy/abort wait briefly for it to leave.
+ *
+ * A peer that learns the cause records it and passes it on the same way, so
+ * every survivor reports the killed rank and its host, whichever rank it was
+ * waiting for.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+static void wake(uint32_t *word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Marks one host FIFO and wakes whoever sleeps on it (either end). */
+static void poison(const struct rcc_conn *c, int dead, int *doorbell) {
+  if (c == NULL || c->fifo == NULL)
+    return;
+  if (c->doorbell >= 0) { /* a network FIFO: the proxy tells the peer */
+    *doorbell = c->doorbell;
+    return;
+  }
+  __atomic_store_n(&c->fifo->dead, (uint32_t)dead + 1, __ATOMIC_RELEASE);
+  wake(&c->fifo->tail);
+  wake(&c->fifo->head);
+}
+
+int rcc_dead_rank(const struct ringcc_comm *comm, int *told_by) {
+  uint64_t d = __atomic_load_n(&comm->dead, __ATOMIC_ACQUIRE);
+  if (d == 0)
+    return -1;
+  if (told_by != NULL)
+    *told_by = (int)(d >> 32) - 1;
+  return (int)(uint32_t)d - 1;
+}
+
+void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
+  if (dead < 0 || dead >= comm->nranks || dead == comm->rank)
+    return;
+  uint64_t want = (uint64_t)(uint32_t)(told_by + 1) << 32 | (uint32_t)(dead + 1);
+  uint64_t have = __atomic_load_n(&comm->dead, __ATOMIC_ACQUIRE);
+  for (;;) {
+    /* First wins, except that a rank we believed dead which tells us about
+     * another was alive when it learned it: its word is the better one. */
+    if (have != 0 && (int)(uint32_t)have - 1 != told_by)
+      return;
+    if (have == want)
+      return;
+    if (__atomic_compare_exchange_n(&comm->dead, &have, want, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      break;
+  }
+  const struct rcc_peer_info *q = &comm->peers[dead];
+  if (told_by == comm->rank)
+    RCC_INFO(comm->rank, "rank %d (pid %d on host %s) died; telling the "
+                         "peers", dead, (int)q->pid, q->hostname);
+  else
+    RCC_INFO(comm->rank, "rank %d told this rank that rank %d (pid %d on host "
+                         "%s) died; passing it on", told_by, dead, (int)q->pid,
+             q->hostname);
+  int doorbell = -1;
+  for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
+    for (int p = 0; p < comm->nranks; p++) {
+      if (comm->send_conn[k] != NULL)
+        poison(&comm->send_conn[k][p], dead, &doorbell);
+      if (comm->recv_conn[k] != NULL)
+        poison(&comm->recv_conn[k][p], dead, &doorbell);
+    }
+  if (doorbell >= 0)
+    rcc_proxy_ring(doorbell);
+}
+
+int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer) {
+  for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++) {
+    const struct rcc_conn *s = comm->send_conn[k] ? &comm->send_conn[k][peer]
+                                                  : NULL;
+    const struct rcc_conn *r = comm->recv_conn[k] ? &comm->recv_conn[k][peer]
+                                                  : NULL;
+    const struct rcc_conn *both[2] = {s, r};
+    for (int i = 0; i < 2; i++) {
+      const struct rcc_conn *c = both[i];
+      if (c == NULL || c->fifo == NULL || c->doorbell >= 0)
+        continue;
+      uint32_t d = __atomic_load_n(&c->fifo->dead, __ATOMIC_ACQUIRE);
+      if (d != 0)
+        return (int)d - 1;
+    }
+  }
+  return -1;
+}
+
+int rcc_dead_describe(const struct ringcc_comm *comm, char *buf, size_t len) {
+  int told_by;
+  int dead = rcc_dead_rank(comm, &told_by);
+  if (dead < 0)
+    return -1;
+  const struct rcc_peer_info *q = &comm->peers[dead];
+  if (told_by == comm->rank)
+    snprintf(buf, len, "rank %d (pid %d on host %s) died", dead, (int)q->pid,
+             q->hostname);
+  else
+    snprintf(buf, len, "rank %d (pid %d on host %s) died (rank %d passed the "
+             "news on)", dead, (int)q->pid, q->hostname, told_by);
+  return dead;
+}
