@@ -52,6 +52,9 @@ void bc_usage(FILE *f, const char *prog, const char *launch, int flags) {
 "               datatype and op)\n"
 "  -n ITERS     timed iterations per size (default 20)\n"
 "  -w WARMUP    untimed iterations before them (default 5)\n"
+"  -m SECONDS   time at least this long per size: more iterations than -n\n"
+"               where calls are short (from the warm-up's time, the slowest\n"
+"               rank's; at most 1000000; default 0)\n"
 "  -C 0|1       check every element of every result (default 1)\n"
 "  -I 0|1       measure the in-place group too (default 1; 0 prints n/a)\n"
 "  --json FILE  also write the rows to FILE as a JSON array (rank 0)\n",
@@ -102,6 +105,16 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
   return true;
 }
 
+static bool parse_seconds(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !(v >= 0 && v <= 3600))
+    return false;
+  *out = v;
+  return true;
+}
+
 static bool parse_coll(const char *s, enum bc_coll *out) {
   for (int k = 0; k < BC_NUM_COLLS; k++)
     if (strcmp(s, colls[k].name) == 0) {
@@ -121,8 +134,8 @@ const char *bc_parse_options(int argc, char **argv, int flags,
   static const struct option longopts[] = {{"json", required_argument, NULL, 'J'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
-  const char *optstring = (flags & BC_OPT_FORK) ? ":c:b:e:f:d:o:n:w:C:I:N:T:h"
-                                                : ":c:b:e:f:d:o:n:w:C:I:h";
+  const char *optstring = (flags & BC_OPT_FORK) ? ":c:b:e:f:d:o:n:w:m:C:I:N:T:h"
+                                                : ":c:b:e:f:d:o:n:w:m:C:I:h";
   int c, factor;
   opterr = 0;
   while ((c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
@@ -139,6 +152,7 @@ const char *bc_parse_options(int argc, char **argv, int flags,
     case 'o': ok = strcmp(optarg, "sum") == 0; break;
     case 'n': ok = parse_int(optarg, 1, INT32_MAX, &o->iters); break;
     case 'w': ok = parse_int(optarg, 0, INT32_MAX, &o->warmup); break;
+    case 'm': ok = parse_seconds(optarg, &o->min_time); break;
     case 'C': ok = parse_int(optarg, 0, 1, &o->check); break;
     case 'I': ok = parse_int(optarg, 0, 1, &o->in_place); break;
     case 'N': ok = parse_int(optarg, 1, 1024, &o->nranks); break;
@@ -307,11 +321,27 @@ static struct bc_result measure(const struct run *r, const struct bc_plan *p,
   const struct bc_backend *be = r->be;
   struct bc_result res = {.valid = true, .wrong = -1};
   fill_inputs(r->o->coll, r->rank, p, in_place, r->sbuf, r->rbuf);
-  for (int k = 0; k < r->o->warmup; k++) run_once(r, p, in_place);
+  double w0 = 0;
+  for (int k = 0; k < r->o->warmup; k++) {
+    if (k == 1) w0 = now_s(); /* the first call may set things up */
+    run_once(r, p, in_place);
+  }
+  res.iters = r->o->iters;
+  if (r->o->min_time > 0) { /* every rank takes the slowest rank's estimate */
+    double est = r->o->warmup >= 2 ? (now_s() - w0) / (r->o->warmup - 1) : 0;
+    if (r->o->warmup < 2) {
+      w0 = now_s();
+      run_once(r, p, in_place);
+      est = now_s() - w0;
+    }
+    est = be->max_double(be->ctx, est);
+    double want = est > 0 ? r->o->min_time / est : 1e6;
+    if (want > res.iters) res.iters = want < 1e6 ? (int)want + 1 : 1000000;
+  }
   be->barrier(be->ctx);
   double t0 = now_s();
-  for (int k = 0; k < r->o->iters; k++) run_once(r, p, in_place);
-  double mine = (now_s() - t0) / r->o->iters;
+  for (int k = 0; k < res.iters; k++) run_once(r, p, in_place);
+  double mine = (now_s() - t0) / res.iters;
   double t = be->max_double(be->ctx, mine);
   res.time_us = t * 1e6;
   res.algbw = t > 0 ? (double)p->bytes / t / 1e9 : 0;
@@ -336,9 +366,10 @@ static void print_header(const struct run *r) {
   const struct bc_options *o = r->o;
   printf("# %s: %s, %s\n", r->be->prog, colls[o->coll].name, r->be->library);
   printf("#  nranks %d  datatype float32  op %s  root -1  minBytes %zu  "
-         "maxBytes %zu  step %zu(factor)  warmup %d  iters %d  check %d\n",
+         "maxBytes %zu  step %zu(factor)  warmup %d  iters %d  mintime %gs  "
+         "check %d\n",
          r->nranks, o->coll == BC_ALLGATHER ? "none" : "sum", o->min_bytes,
-         o->max_bytes, o->factor, o->warmup, o->iters, o->check);
+         o->max_bytes, o->factor, o->warmup, o->iters, o->min_time, o->check);
   printf("#  %s; time = per-call average of the timed loop, max over ranks; "
          "GB = 1e9 B; busbw = algbw x %.4f\n",
          r->be->call_desc, busbw_factor(o->coll, r->nranks));
@@ -433,7 +464,8 @@ static int write_json(const struct run *r, FILE *f, const struct row *rows,
                "\"count\": %zu, \"type\": \"float32\", \"redop\": \"%s\", "
                "\"root\": -1, \"iters\": %d, \"warmup\": %d",
             colls[r->o->coll].name, r->nranks, row->plan.bytes,
-            row->plan.count, redop_of(r->o->coll), r->o->iters, r->o->warmup);
+            row->plan.count, redop_of(r->o->coll),
+            row->oop.valid ? row->oop.iters : row->ip.iters, r->o->warmup);
     json_group(f, "oop", &row->oop);
     json_group(f, "ip", &row->ip);
     fprintf(f, "}%s\n", k + 1 < nrows ? "," : "");

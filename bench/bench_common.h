@@ -36,6 +36,7 @@ struct bc_options {
   enum bc_coll coll;
   size_t min_bytes, max_bytes, factor;
   int iters, warmup, check;
+  double min_time; /* -m: seconds of timed iterations at least */
   int in_place;          /* 1: also measure the in-place group */
   const char *json_path; /* NULL: no JSON */
   int help;              /* -h: print bc_usage and exit 0 */
@@ -55,6 +56,7 @@ struct bc_plan {
 
 struct bc_result {
   bool valid; /* false: not measured (in-place group switched off) */
+  int iters;  /* timed iterations */
   double time_us, algbw, busbw;
   long long wrong; /* -1: not checked */
 };

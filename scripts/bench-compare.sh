@@ -96,14 +96,15 @@ else
 fi
 
 # Iterations per size band, the same for every configuration: many for the
-# latency-bound sizes, few where one call takes up to seconds.
+# latency-bound sizes (and at least 0.25 s of them), few where one call takes
+# up to seconds.
 band_of() { # bytes -> small|medium|large
   if [ "$1" -le 65536 ]; then echo small
   elif [ "$1" -le $((16 << 20)) ]; then echo medium
   else echo large; fi
 }
 band_iters() {
-  case "$1" in small) echo "-w 10 -n 50" ;; medium) echo "-w 3 -n 10" ;; *) echo "-w 1 -n 3" ;; esac
+  case "$1" in small) echo "-w 10 -n 50 -m 0.25" ;; medium) echo "-w 3 -n 10 -m 0.25" ;; *) echo "-w 1 -n 3" ;; esac
 }
 
 # Rank counts of the ReduceScatter/AllGather runs.

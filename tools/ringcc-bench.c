@@ -121,6 +121,7 @@ struct options {
   size_t min_bytes, max_bytes;
   size_t factor;
   int iters, warmup, root, check;
+  double min_time; /* -m: seconds of timed iterations at least */
   const char *json_path;
   bool calibrate;
   bool device; /* -G: device buffers (bench_device.h) */
@@ -154,6 +155,7 @@ struct plan {
 
 struct result {
   bool valid;   /* false: not measured (sendrecv in place) */
+  int iters;    /* timed iterations */
   double time_us, algbw, busbw;
   long long wrong; /* -1: not checked */
 };
@@ -216,6 +218,9 @@ static void usage(FILE *f) {
 "               allreduce, reduce_scatter and reduce\n"
 "  -n ITERS     timed iterations per size (default 20)\n"
 "  -w WARMUP    untimed iterations before them (default 5)\n"
+"  -m SECONDS   time at least this long per size: more iterations than -n\n"
+"               where calls are short (from the warm-up's time, the slowest\n"
+"               rank's; at most 1000000; default 0)\n"
 "  -r ROOT      root rank of bcast and reduce (default 0)\n"
 "  -C 0|1       check every element of every result (default 1)\n"
 "  -G, --device device buffers (cudaMalloc) on one stream; needs a CUDA\n"
@@ -280,6 +285,16 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
   return true;
 }
 
+static bool parse_seconds(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !(v >= 0 && v <= 3600))
+    return false;
+  *out = v;
+  return true;
+}
+
 /* Parses argv into *o. Returns NULL, or the message of a usage error (which
  * is reported once the ranks know which of them is rank 0). -h exits. */
 static const char *parse_options(int argc, char **argv, struct options *o,
@@ -295,7 +310,7 @@ static const char *parse_options(int argc, char **argv, struct options *o,
                                            {NULL, 0, NULL, 0}};
   int c, factor;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":c:b:e:f:d:o:n:w:r:C:Gh", longopts,
+  while ((c = getopt_long(argc, argv, ":c:b:e:f:d:o:n:w:m:r:C:Gh", longopts,
                           NULL)) != -1) {
     bool ok = true;
     switch (c) {
@@ -322,6 +337,7 @@ static const char *parse_options(int argc, char **argv, struct options *o,
       break;
     case 'n': ok = parse_int(optarg, 1, INT32_MAX, &o->iters); break;
     case 'w': ok = parse_int(optarg, 0, INT32_MAX, &o->warmup); break;
+    case 'm': ok = parse_seconds(optarg, &o->min_time); break;
     case 'r': ok = parse_int(optarg, 0, INT32_MAX, &o->root); break;
     case 'C': ok = parse_int(optarg, 0, 1, &o->check); break;
     case 'G': o->device = true; break;
@@ -772,13 +788,30 @@ static struct result measure(struct bench *b, const struct plan *p,
   struct result res = {.valid = true, .wrong = -1};
   fill_inputs(b, p, in_place);
   to_device(b, p);
-  for (int k = 0; k < b->o.warmup; k++) run_once(b, p, in_place);
+  double w0 = 0;
+  for (int k = 0; k < b->o.warmup; k++) {
+    if (k == 1) w0 = now_s(); /* the first call may set things up */
+    run_once(b, p, in_place);
+  }
   if (b->o.device) dev_sync(b->stream);
+  res.iters = b->o.iters;
+  if (b->o.min_time > 0) { /* every rank takes the slowest rank's estimate */
+    double est = b->o.warmup >= 2 ? (now_s() - w0) / (b->o.warmup - 1) : 0;
+    if (b->o.warmup < 2) {
+      w0 = now_s();
+      run_once(b, p, in_place);
+      if (b->o.device) dev_sync(b->stream);
+      est = now_s() - w0;
+    }
+    est = max_over_ranks(b, est);
+    double want = est > 0 ? b->o.min_time / est : 1e6;
+    if (want > res.iters) res.iters = want < 1e6 ? (int)want + 1 : 1000000;
+  }
   check_call(b, ringcc_barrier(b->comm, NULL), "ringcc_barrier", NULL);
   double t0 = now_s();
-  for (int k = 0; k < b->o.iters; k++) run_once(b, p, in_place);
+  for (int k = 0; k < res.iters; k++) run_once(b, p, in_place);
   if (b->o.device) dev_sync(b->stream); /* the enqueued calls have run */
-  double mine = (now_s() - t0) / b->o.iters;
+  double mine = (now_s() - t0) / res.iters;
   double t = max_over_ranks(b, mine);
   res.time_us = t * 1e6;
   res.algbw = t > 0 ? (double)p->bytes / t / 1e9 : 0;
@@ -821,11 +854,11 @@ static void print_header(const struct bench *b) {
   printf("# " PROG_NAME ": %s, libringcc %d.%d.%d\n", colls[o->coll].name,
          version / 10000, version / 100 % 100, version % 100);
   printf("#  nranks %d  datatype %s  op %s  root %d  minBytes %zu  maxBytes %zu"
-         "  step %zu(factor)  warmup %d  iters %d  check %d\n",
+         "  step %zu(factor)  warmup %d  iters %d  mintime %gs  check %d\n",
          b->nranks, o->dt->name,
          colls[o->coll].has_op ? op_names[o->op] : "none",
          colls[o->coll].has_root ? o->root : -1, o->min_bytes, o->max_bytes,
-         o->factor, o->warmup, o->iters, o->check);
+         o->factor, o->warmup, o->iters, o->min_time, o->check);
   printf("#  %s; time = per-call average of the timed "
          "loop, max over ranks; GB = 1e9 B; busbw = algbw x %.4f\n",
          o->device ? "device buffers (-G), one stream, synchronized after the "
@@ -920,8 +953,8 @@ static int write_json(const struct bench *b, FILE *f, const struct row *rows,
                "\"root\": %d, \"iters\": %d, \"warmup\": %d",
             colls[b->o.coll].name, b->nranks, row->plan.bytes, row->plan.count,
             b->o.dt->name, colls[b->o.coll].has_op ? op_names[b->o.op] : "none",
-            colls[b->o.coll].has_root ? b->o.root : -1, b->o.iters,
-            b->o.warmup);
+            colls[b->o.coll].has_root ? b->o.root : -1,
+            row->oop.valid ? row->oop.iters : row->ip.iters, b->o.warmup);
     json_group(f, "oop", &row->oop);
     json_group(f, "ip", &row->ip);
     fprintf(f, "}%s\n", k + 1 < nrows ? "," : "");
