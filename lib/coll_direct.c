@@ -13,10 +13,10 @@
  *
  *   T = alpha + (n-1) * S * beta + n * S * gamma
  *
- * (in the textbook sense of alpha; the tuner charges (n-1) alpha, since its
- * alpha is what one step costs a rank, and a rank handles n-1 messages out
- * and n-1 in, which is what it measured here.)
- * so it wins for small messages only; the message must fit one FIFO slot.
+ * (in the textbook sense of alpha; the tuner charges n/2 of its alphas,
+ * since its alpha is what one step costs a rank, and a rank handles n-1
+ * messages out and n-1 in, in flight together: n/2 is what it measured,
+ * tuner.c.) So it wins for small messages only; the message must fit one FIFO slot.
  * In place, the input is first copied aside (coll.c), since the result is
  * built in the output while the own input is still needed at step k = rank.
  */

@@ -20,7 +20,8 @@
  * With depth d = ceil(log2 n), K chunks of C bytes per tree and S = 2*K*C:
  *   T = 2 * (d + K) * (alpha + C * beta)   ~ 2d*alpha + 2*K*C*beta
  * and each rank sends about 2S in all (half of S up and up to two copies of
- * it down, in each tree; the tuner's model is in tuner.c).
+ * it down, in each tree; the tuner's model is in tuner.c, which charges
+ * 3d of its alphas, per-rank steps, as measured).
  * against the ring's 2(n-1)*alpha + 2(n-1)/n*S*beta: fewer latencies
  * (log n instead of n), so it wins for mid-sized messages on many ranks.
  */

@@ -94,6 +94,13 @@ struct ringcc_comm {
   size_t ring_chunk_bytes;
   size_t all_chunk_bytes;
   struct rcc_tuner tuner;  /* the cost model, the same on every rank */
+  struct {                 /* the last choice (tuner.c), reused by a call of
+                              the same collective and size */
+    int valid, coll;
+    size_t bytes;
+    int algo;
+    size_t chunk_bytes;
+  } tune_last;
 
   uint64_t seq;            /* collectives issued on this communicator */
   struct rcc_progress progress;
@@ -197,6 +204,21 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
                                 struct rcc_proxy_conn *conns, int nconns,
                                 struct rcc_proxy **out);
 int rcc_proxy_doorbell(const struct rcc_proxy *proxy);
+/* For the executor (exec_host.c), which drives the network itself while it
+ * waits on a network FIFO, so a message costs no thread wake-up:
+ *   push   progress on conn (a struct rcc_proxy_conn; NULL: every
+ *          connection) if no other thread is in a round; returns 1 if
+ *          sends are still pending afterwards (or it could not run), else 0
+ *   drive  on: the proxy thread stops polling the sockets (this thread
+ *          polls them; the proxy thread only runs a round every 100 ms);
+ *          off: the proxy thread takes over again, woken at once
+ *   settle after a wait: off if sends are pending, else stay on
+ *   poll   sleeps until a socket of a connection with work is ready, or
+ *          timeout_ms */
+int rcc_proxy_push(struct rcc_proxy *proxy, void *conn);
+void rcc_proxy_drive(struct rcc_proxy *proxy, int on);
+void rcc_proxy_settle(struct rcc_proxy *proxy);
+void rcc_proxy_poll(struct rcc_proxy *proxy, int timeout_ms);
 /* Sends every filled slot, then a goodbye on every send connection, so
  * peers can tell a rank that left from a rank that died. */
 void rcc_proxy_drain(struct rcc_proxy *proxy, int64_t deadline_ns);

@@ -27,9 +27,10 @@ int64_t rcc_now_ns(void) {
 }
 
 int64_t rcc_deadline_after_ms(int64_t timeout_ms) {
-  if (timeout_ms <= 0)
-    return INT64_MAX;
-  return rcc_now_ns() + timeout_ms * 1000000LL;
+  int64_t now = rcc_now_ns();
+  if (timeout_ms <= 0 || timeout_ms >= (INT64_MAX - now) / 1000000LL)
+    return INT64_MAX; /* none, or later than the clock can say */
+  return now + timeout_ms * 1000000LL;
 }
 
 static int parse_level(const char *s) {

@@ -49,7 +49,7 @@ struct exec {
   size_t esize;
   ringcc_datatype_t dt;
   rcc_reduce_fn reduce;
-  int64_t deadline;
+  int64_t deadline; /* 0 until the first sleep (no clock read per call) */
   struct rcc_progress *at; /* == &comm->progress */
 };
 
@@ -77,6 +77,13 @@ static long futex(uint32_t *word, int op, uint32_t val,
 
 static void host_wake(const struct rcc_conn *c, uint32_t *word,
                       uint32_t *waiters) {
+  /* A network FIFO: hand the slot to the network from this thread, so the
+   * proxy thread need not wake up; unless a send could not finish. */
+  if (c->proxy != NULL) {
+    if (rcc_proxy_push(c->proxy, c->proxy_conn) != 0)
+      rcc_proxy_drive(c->proxy, 0); /* the proxy thread finishes it */
+    return;
+  }
   /* Orders our publish before reading waiters; pairs with the waiter's
    * increment-then-recheck, so a sleeper is never missed. */
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -154,6 +161,11 @@ static int wait_failed(struct exec *x) {
     rcc_report_format(comm, report, sizeof(report));
     rcc_log(RINGCC_LOG_WARN, comm->rank, "report on request:\n%s", report);
   }
+  /* The deadline counts from this rank's first sleep in the call (a call
+   * that never sleeps cannot hang), which saves reading the clock on every
+   * call; the first sleep comes within a few microseconds of waiting. */
+  if (x->deadline == 0)
+    x->deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
   if (rcc_now_ns() >= x->deadline) {
     char report[2048];
     rcc_report_format(comm, report, sizeof(report));
@@ -172,9 +184,44 @@ static int wait_failed(struct exec *x) {
   return RINGCC_SUCCESS;
 }
 
+/* Waiting on a network FIFO: this thread runs the proxy's rounds and
+ * sleeps in poll() on the sockets itself (the proxy thread stands aside), so
+ * a message that arrives wakes the thread that wants it, not a proxy thread
+ * that then wakes it. */
+static int net_wait(struct exec *x, struct rcc_proxy *px, uint32_t *word,
+                    uint32_t old) {
+  int r = 0;
+  rcc_proxy_drive(px, 1);
+  for (int i = 0;; i++) {
+    rcc_proxy_push(px, NULL);
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
+      break;
+    if (i < x->comm->set.spin) { /* where every rank has a CPU: poll */
+      cpu_relax();
+      continue;
+    }
+    if (i < x->comm->set.spin + 2) { /* a message on its way may land now */
+      sched_yield();
+      continue;
+    }
+    rcc_proxy_poll(px, SLEEP_SLICE_NS / 1000000);
+    rcc_proxy_push(px, NULL);
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
+      break;
+    if ((r = wait_failed(x)) != RINGCC_SUCCESS)
+      break;
+  }
+  rcc_proxy_settle(px);
+  return r;
+}
+
 static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
                      uint32_t old) {
   const struct rcc_settings *set = &x->comm->set;
+  const struct rcc_conn *conn = x->at->conn;
+
+  if (conn != NULL && conn->proxy != NULL)
+    return net_wait(x, conn->proxy, word, old);
 
   for (int i = 0; i < set->spin; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
@@ -376,7 +423,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
       .esize = ringcc_datatype_size(dt),
       .dt = dt,
       .reduce = rcc_reduce_get(dt, op),
-      .deadline = rcc_deadline_after_ms(comm->set.timeout_ms),
+      .deadline = 0,
       .at = &comm->progress,
   };
   ringcc_result_t r = RINGCC_SUCCESS;

@@ -71,6 +71,8 @@ RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,
 #define RCC_META_LAST ((uint64_t)1 << 32) /* last piece of a p2p message */
 #define RCC_META_BYTES(m) ((uint32_t)((m) & 0xffffffffu))
 
+struct rcc_proxy;
+
 /* One end of a connection, as seen by the process that uses it. */
 struct rcc_conn {
   struct rcc_fifo *fifo;
@@ -81,6 +83,9 @@ struct rcc_conn {
   int peer;            /* the rank at the other end */
   int doorbell;        /* eventfd of a proxy thread serving the other end,
                           or -1 when the other end is an executor */
+  struct rcc_proxy *proxy; /* that proxy (proxy.c): a host executor runs its
+                              rounds itself when it publishes or waits */
+  void *proxy_conn;        /* the proxy's side of this connection */
 };
 
 #endif /* RCC_PROTO_H */

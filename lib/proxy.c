@@ -5,12 +5,28 @@
  * turns every slot the executor filled (tail) into a plugin isend and, when
  * that completes, frees the slot (head). For a receive connection it posts an
  * irecv into every free slot (head) and, when a message lands, publishes it
- * (tail) with its meta word. The executors therefore see ordinary FIFOs and
- * never drive the network themselves.
+ * (tail) with its meta word. The executors therefore see ordinary FIFOs.
  *
- * Idle, the thread sleeps in poll() on the plugin's sockets and an eventfd
- * doorbell (but only polls while a CUDA kernel of the communicator runs:
- * kernels fill and drain pinned staging FIFOs without ringing). Before sleeping it registers as a waiter on the counters it is
+ * Who runs the rounds. A round (proxy_round) runs under px->lock, in the
+ * proxy thread or in a host executor:
+ *   - an executor that publishes a network slot runs that connection's
+ *     progress itself (rcc_proxy_push from host_wake): a small message
+ *     leaves in the caller's sendmsg(), with no thread to wake;
+ *   - an executor that waits on a network FIFO "drives" (net_wait in
+ *     exec_host.c): it runs rounds and sleeps in poll() on the sockets
+ *     itself, so an arriving message wakes the thread that wants it. The
+ *     proxy thread meanwhile sleeps on its doorbell alone (and runs a round
+ *     every POLL_MS, which notices failures between calls);
+ *   - when sends are still pending (a socket was full) the executor hands
+ *     them back: it clears driven and rings the doorbell.
+ * Measured on 2 cores, 8-byte allreduce over TCP on loopback: 461 -> 17 us
+ * at n = 2 and 684 -> 129 us at n = 4; 64 MiB busbw 0.81 -> 1.44 GB/s at
+ * n = 2 and 0.48 -> 0.54 at n = 4.
+ *
+ * Idle and not driven, the thread sleeps in poll() on the plugin's sockets
+ * and an eventfd doorbell (but only polls while a CUDA kernel of the
+ * communicator runs: kernels fill and drain pinned staging FIFOs without
+ * ringing). Before sleeping it registers as a waiter on the counters it is
  * waiting for, so an executor that publishes rings the doorbell (see
  * host_wake in exec_host.c); it is the futex protocol of proto.h with poll().
  */
@@ -66,6 +82,10 @@ struct rcc_proxy {
   int fail_published;
   pthread_t thread;
   struct pollfd *pfds;
+  /* Rounds run under lock, in the proxy thread or in the executor (push). */
+  pthread_mutex_t lock;
+  volatile int driven; /* the executor polls the sockets (rcc_proxy_drive) */
+  struct pollfd *xfds; /* the executor's poll set */
 };
 
 void rcc_proxy_ring(int doorbell_fd) {
@@ -265,8 +285,22 @@ static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
 static void idle_sleep(struct rcc_proxy *px) {
   int nfds = 0, changed = 0, timeout = POLL_MS;
   px->pfds[nfds++] = (struct pollfd){.fd = px->doorbell, .events = POLLIN};
+  if (__atomic_load_n(&px->driven, __ATOMIC_ACQUIRE) &&
+      !rcc_cuda_busy(px->comm)) {
+    /* The executor polls the sockets and runs the rounds; it rings when it
+     * hands them back. */
+    poll(px->pfds, 1, POLL_MS);
+    if (px->pfds[0].revents & POLLIN) {
+      uint64_t v;
+      ssize_t r = read(px->doorbell, &v, sizeof(v));
+      (void)r;
+    }
+    return;
+  }
   if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done)
     changed = 1; /* the goodbye needs progress, not sleep */
+  /* The connections' state is shared with executors that run rounds. */
+  pthread_mutex_lock(&px->lock);
   if (rcc_dead_rank(px->comm, NULL) >= 0 && !px->told)
     timeout = 1;
   /* After a failure only receives matter: a peer may still name the rank
@@ -292,6 +326,7 @@ static void idle_sleep(struct rcc_proxy *px) {
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++)
       px->pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = events};
   }
+  pthread_mutex_unlock(&px->lock);
   /* A kernel publishing into (or draining) a staged device FIFO cannot ring
    * the doorbell: while one may run, only look, do not sleep. */
   if (!changed && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE))
@@ -393,32 +428,117 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   return moved;
 }
 
+/* One round over every connection; the caller holds px->lock. Returns
+ * progress. */
+static int proxy_round(struct rcc_proxy *px) {
+  int moved = 0;
+  for (int i = 0; i < px->nconns; i++) {
+    ringcc_result_t r = RINGCC_SUCCESS;
+    struct rcc_proxy_conn *c = &px->conns[i];
+    if (!c->failed)
+      moved |= c->is_send ? progress_send(px, c, &r) : progress_recv(px, c, &r);
+  }
+  if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done &&
+      px->fail_conn == NULL) {
+    ringcc_result_t r = RINGCC_SUCCESS;
+    moved |= progress_goodbye(px, &r);
+  }
+  publish_failure(px);
+  moved |= progress_tell(px);
+  return moved;
+}
+
+/* A send connection with slots not yet handed over, or not yet sent; the
+ * caller holds px->lock. */
+static int sends_pending(struct rcc_proxy *px) {
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_proxy_conn *c = &px->conns[i];
+    if (c->is_send && !c->failed &&
+        (c->done != c->posted ||
+         c->posted != __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE)))
+      return 1;
+  }
+  return 0;
+}
+
 static void *proxy_main(void *arg) {
   struct rcc_proxy *px = arg;
   int idle = 0;
 
   while (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
-    int moved = 0;
-    for (int i = 0; i < px->nconns; i++) {
-      ringcc_result_t r = RINGCC_SUCCESS;
-      struct rcc_proxy_conn *c = &px->conns[i];
-      if (!c->failed)
-        moved |= c->is_send ? progress_send(px, c, &r)
-                            : progress_recv(px, c, &r);
-    }
-    if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done &&
-        px->fail_conn == NULL) {
-      ringcc_result_t r = RINGCC_SUCCESS;
-      moved |= progress_goodbye(px, &r);
-    }
-    publish_failure(px);
-    moved |= progress_tell(px);
+    pthread_mutex_lock(&px->lock);
+    int moved = proxy_round(px);
+    pthread_mutex_unlock(&px->lock);
     if (moved)
       idle = 0;
     else if (++idle > IDLE_SPINS)
       idle_sleep(px);
   }
   return NULL;
+}
+
+int rcc_proxy_push(struct rcc_proxy *px, void *conn) {
+  struct rcc_proxy_conn *c = conn;
+  if (pthread_mutex_trylock(&px->lock) != 0)
+    return 1; /* the proxy thread is in a round: it will see the work */
+  if (c == NULL) {
+    for (int k = 0; k < 4 && proxy_round(px); k++)
+      ;
+  } else if (!c->failed) {
+    ringcc_result_t r = RINGCC_SUCCESS;
+    if (c->is_send)
+      progress_send(px, c, &r);
+    else
+      progress_recv(px, c, &r);
+    publish_failure(px);
+  }
+  int pending = sends_pending(px);
+  pthread_mutex_unlock(&px->lock);
+  return pending;
+}
+
+void rcc_proxy_drive(struct rcc_proxy *px, int on) {
+  if (on) {
+    __atomic_store_n(&px->driven, 1, __ATOMIC_RELEASE);
+    return;
+  }
+  if (!__atomic_exchange_n(&px->driven, 0, __ATOMIC_ACQ_REL))
+    return;
+  rcc_proxy_ring(px->doorbell); /* out of its doorbell-only sleep */
+}
+
+void rcc_proxy_settle(struct rcc_proxy *px) {
+  /* Nothing left to send: the executor keeps the sockets (the proxy thread
+   * still runs a round every POLL_MS, for failures between calls). */
+  if (pthread_mutex_trylock(&px->lock) == 0) {
+    int pending = sends_pending(px) || px->fail_conn != NULL ||
+                  (rcc_dead_rank(px->comm, NULL) >= 0 && !px->told);
+    pthread_mutex_unlock(&px->lock);
+    if (!pending)
+      return;
+  }
+  rcc_proxy_drive(px, 0);
+}
+
+void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
+  int nfds = 0;
+  if (pthread_mutex_trylock(&px->lock) != 0) {
+    usleep(50); /* the proxy thread is in a round */
+    return;
+  }
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_proxy_conn *c = &px->conns[i];
+    if (c->failed || (!c->is_send && c->bye) ||
+        (c->is_send && c->done == c->posted))
+      continue; /* nothing can come, or nothing to send */
+    int fds[16];
+    int k = px->plugin->fds(c->net_comm, fds, 16);
+    for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++)
+      px->xfds[nfds++] = (struct pollfd){
+          .fd = fds[j], .events = c->is_send ? POLLOUT : POLLIN};
+  }
+  pthread_mutex_unlock(&px->lock);
+  poll(px->xfds, (nfds_t)nfds, timeout_ms);
 }
 
 ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
@@ -434,12 +554,15 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   px->conns = conns;
   px->nconns = nconns;
   px->pfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
+  px->xfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
   px->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (px->pfds == NULL || px->doorbell < 0) {
+  pthread_mutex_init(&px->lock, NULL);
+  if (px->pfds == NULL || px->xfds == NULL || px->doorbell < 0) {
     int e = errno;
     if (px->doorbell >= 0)
       close(px->doorbell);
     free(px->pfds);
+    free(px->xfds);
     free(px);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
                           "init on rank %d: cannot create the proxy's "
@@ -449,6 +572,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   if (e != 0) {
     close(px->doorbell);
     free(px->pfds);
+    free(px->xfds);
     free(px);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
                           "init on rank %d: cannot start the proxy thread: %s",
@@ -463,6 +587,7 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
    * so peers see a failed peer, not one that destroyed its communicator. */
   if (px == NULL)
     return;
+  rcc_proxy_drive(px, 0); /* the proxy thread finishes what is left */
   /* A rank that knows of a dead peer passes it on before it goes. */
   if (rcc_dead_rank(px->comm, NULL) >= 0) {
     rcc_proxy_ring(px->doorbell);
@@ -496,6 +621,8 @@ void rcc_proxy_stop(struct rcc_proxy *px) {
   rcc_proxy_ring(px->doorbell);
   pthread_join(px->thread, NULL);
   close(px->doorbell);
+  pthread_mutex_destroy(&px->lock);
   free(px->pfds);
+  free(px->xfds);
   free(px);
 }

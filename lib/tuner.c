@@ -9,9 +9,9 @@
  * S):
  *
  *   allreduce       ring      2(n-1)*alpha + 2(n-1)/n*S*beta + (n-1)/n*S*gamma
- *                   one-shot  (n-1)*alpha + (n-1)*S*beta + n*S*gamma
- *                             (S <= one slot; see below for its n-1)
- *                   tree      2*ceil(log2 n)*alpha + 2*S*beta + S*gamma
+ *                   one-shot  n/2*alpha + (n-1)*S*beta + n*S*gamma
+ *                             (S <= one slot; see below for its n/2)
+ *                   tree      3*ceil(log2 n)*alpha + 2*S*beta + S*gamma
  *                             (double binary tree: each rank sends S/2 up
  *                             in each tree and S down in the tree where it
  *                             is interior, about 2S; one reduction pass
@@ -27,11 +27,19 @@
  * alpha is the cost of one step of a rank, a message handed on and one
  * taken in: on a host-driven transport it is mostly the work of handling a
  * message (writing a slot and publishing it, waiting for and waking on the
- * next), not the wire's latency. So one-shot pays (n-1)*alpha, not the
- * textbook alpha: each rank hands n-1 messages on and takes n-1 in, one
- * after another, even though only one message latency is on its critical
- * path. Calibration on a 2-core machine (4 ranks) measured one-shot at 8 B
- * at 1.7 to 3.2 ring steps, against 3 for (n-1) and 1 for the textbook.
+ * next), not the wire's latency. The latency counts of one-shot and the tree
+ * are therefore measured, not textbook:
+ *   one-shot  each rank hands n-1 messages on and takes n-1 in. They are in
+ *             flight together, so this costs less than n-1 ring steps but
+ *             more than the textbook's one latency: n/2 steps fit 8-byte
+ *             calls at n = 4 and 8 on 2 cores (3.5 us and 10 us against
+ *             the ring's 12 and 48 us: 0.29 and 0.21 of 2(n-1) steps).
+ *   tree      an interior rank takes two messages in and hands one on per
+ *             level going up (one in, two on going down), and its schedule
+ *             runs tree A's step before tree B's: 3*ceil(log2 n) steps fit
+ *             (10 us and 30 us at n = 4 and 8: 0.85 and 0.63 of the ring),
+ *             where the textbook 2*ceil(log2 n) made the tree win 8-byte
+ *             calls it lost by 3x to one-shot.
  *
  * beta is beta_mem instead once all ranks' buffers (footprint), with the
  * slots and copies in flight, outgrow the last-level cache: 2 * footprint >
@@ -143,10 +151,10 @@ int rcc_model_terms(int coll, int alg, int nranks, double S, double C,
     set_terms(t, 2 * (n - 1), 2 * f * S, f * S, 2 * f * S);
     return 0;
   CASE(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT):
-    set_terms(t, n - 1, (n - 1) * S, n * S, (n - 1) * S);
+    set_terms(t, n / 2, (n - 1) * S, n * S, (n - 1) * S);
     return 0;
   CASE(RCC_COLL_ALLREDUCE, RCC_ALG_TREE):
-    set_terms(t, 2 * ceil_log2(nranks), 2 * S, S, 2 * S);
+    set_terms(t, 3 * ceil_log2(nranks), 2 * S, S, 2 * S);
     return 0;
   CASE(RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING):
     set_terms(t, n - 1, f * S, f * S, f * S);
@@ -185,9 +193,9 @@ const char *rcc_model_formula(int coll, int alg) {
       {RCC_COLL_ALLREDUCE, RCC_ALG_RING,
        "2(n-1)*alpha + 2(n-1)/n*S*beta + (n-1)/n*S*gamma"},
       {RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT,
-       "(n-1)*alpha + (n-1)*S*beta + n*S*gamma"},
+       "n/2*alpha + (n-1)*S*beta + n*S*gamma"},
       {RCC_COLL_ALLREDUCE, RCC_ALG_TREE,
-       "2*ceil(log2 n)*alpha + 2*S*beta + S*gamma"},
+       "3*ceil(log2 n)*alpha + 2*S*beta + S*gamma"},
       {RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING,
        "(n-1)*alpha + (n-1)/n*S*beta + (n-1)/n*S*gamma"},
       {RCC_COLL_ALLGATHER, RCC_ALG_RING, "(n-1)*alpha + (n-1)/n*S*beta"},
@@ -514,6 +522,16 @@ static void log_choice(const struct ringcc_comm *comm,
 void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
                       struct rcc_tuning *out) {
   const struct rcc_tuner *t = &comm->tuner;
+  int logging = rcc_log_level >= RINGCC_LOG_INFO;
+  /* Training loops repeat the same calls: skip the model (about 5% of an
+   * 8-byte allreduce) when nothing would be logged. */
+  if (!logging && comm->tune_last.valid && comm->tune_last.coll == coll &&
+      comm->tune_last.bytes == count_bytes) {
+    out->algo = comm->tune_last.algo;
+    out->chunk_bytes = comm->tune_last.chunk_bytes;
+    out->channels = 1;
+    return;
+  }
   struct rcc_candidate cand[RCC_MAX_CANDIDATES];
   struct rcc_model_input in = {
       .coll = coll,
@@ -536,7 +554,12 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   out->chunk_bytes = uses_all_edges(alg) ? comm->all_chunk_bytes
                                          : comm->ring_chunk_bytes;
   out->channels = 1;
-  if (rcc_log_level >= RINGCC_LOG_INFO && rcc_log_subsys("TUNING"))
+  comm->tune_last.valid = 1;
+  comm->tune_last.coll = coll;
+  comm->tune_last.bytes = count_bytes;
+  comm->tune_last.algo = out->algo;
+  comm->tune_last.chunk_bytes = out->chunk_bytes;
+  if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);
   if (coll == RCC_COLL_ALLREDUCE && comm->set.algo == RINGCC_ALGO_DIRECT &&
       !cand[1].runnable)

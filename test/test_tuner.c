@@ -224,9 +224,10 @@ Test(model, terms_by_hand) {
   double S = 1e6, C = 65536;
   /* allreduce, n = 4: 2(n-1) = 6 latencies, 2(n-1)/n = 1.5 S on the wire */
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RING, 4, S, C, 6, 1.5e6, 0.75e6, 1.5e6);
-  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, S, C, 3, 3e6, 4e6, 3e6);
-  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 4, S, C, 4, 2e6, 1e6, 2e6);
-  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 5, S, C, 6, 2e6, 1e6, 2e6);
+  /* one-shot n/2 and tree 3 ceil(log2 n) latencies (measured, tuner.c) */
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, S, C, 2, 3e6, 4e6, 3e6);
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 4, S, C, 6, 2e6, 1e6, 2e6);
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 5, S, C, 9, 2e6, 1e6, 2e6);
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RING, 8, S, C, 14, 1.75e6, 0.875e6,
                1.75e6);
   expect_terms(RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING, 4, S, C, 3, 0.75e6,
@@ -263,10 +264,10 @@ Test(model, predictions_by_hand) {
   expect_near(p.reduce_us, 6.144, "ring reduction");
   expect_near(p.bandwidth_us, 30.72, "ring bandwidth");
   expect_near(rcc_prediction_total(p), 42.72, "ring total");
-  /* one-shot, 8 B: 3 * 2 + 3 * 8 / 4000 + 4 * 8 / 8000 = 6.01 us */
+  /* one-shot, 8 B: 2 * 2 + 3 * 8 / 4000 + 4 * 8 / 8000 = 4.01 us */
   rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, 65536, &t);
   p = rcc_model_predict(&t, &hand_link, hand_gamma, 0);
-  expect_near(rcc_prediction_total(p), 6.01, "one-shot total");
+  expect_near(rcc_prediction_total(p), 4.01, "one-shot total");
   /* ring allgather, n = 8, 16 GB, alpha 3.4 us, 450 GB/s: 7 * 3.4 = 23.8 us
    * + 7/8 * 16e9 / 450e3 us = 31111.11... us */
   struct rcc_link_cost nvl = {3.4, 1.0 / 450e3, 0};
@@ -309,14 +310,21 @@ static int winner_alg(double bytes, int n, int forced, double slot) {
 }
 
 Test(choice, direct_then_ring_as_size_grows) {
-  /* one-shot 6 + 1.25e-3 S, tree 8 + 6.25e-4 S, ring 12 + 4.6875e-4 S (us):
-   * one-shot below 3200 B, tree to 25600 B, ring after */
+  /* n = 4: one-shot 4 + 1.25e-3 S, tree 12 + 6.25e-4 S, ring 12 +
+   * 4.6875e-4 S (us): one-shot below 10240 B, the ring after (the tree
+   * never: the ring's latency is as low and its bandwidth better) */
   cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(2048, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(4096, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_TREE);
-  cr_expect_eq(winner_alg(16384, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_TREE);
-  cr_expect_eq(winner_alg(65536, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
+  cr_expect_eq(winner_alg(8192, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(16384, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
   cr_expect_eq(winner_alg(64 << 20, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
+  /* n = 8: one-shot 8 + 2.75e-3 S, tree 18 + 6.25e-4 S, ring 28 +
+   * 5.46875e-4 S: one-shot below 4706 B, tree to 128000 B, ring after */
+  cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(4096, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(8192, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_TREE);
+  cr_expect_eq(winner_alg(65536, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_TREE);
+  cr_expect_eq(winner_alg(256 << 10, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
+  cr_expect_eq(winner_alg(64 << 20, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
   /* Monotone: once the ring wins, it keeps winning; one-shot never returns. */
   int seen_ring = 0, seen_other = 0;
   for (double S = 8; S <= 1 << 30; S *= 2) {
@@ -330,7 +338,7 @@ Test(choice, direct_then_ring_as_size_grows) {
     seen_ring |= a == RCC_ALG_RING;
   }
   /* One-shot only fits one slot; RINGCC_ALGO forces where it can run. */
-  cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_AUTO, 4), RCC_ALG_TREE);
+  cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_AUTO, 4), RCC_ALG_TREE);
   cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_RING, 1 << 20), RCC_ALG_RING);
   cr_expect_eq(winner_alg(1 << 20, 4, RINGCC_ALGO_DIRECT, 1 << 20),
                RCC_ALG_DIRECT);

@@ -412,7 +412,9 @@ static void predict(const struct options *o) {
          "at this size)\n", rcc_alg_name(cand[winner].alg));
   if (o->coll == RCC_COLL_ALLREDUCE)
     printf("tree: the double binary tree (Sanders, Speck and Traeff 2009; "
-           "NCCL 2.4): each rank sends about 2S, in 2*ceil(log2 n) latencies\n");
+           "NCCL 2.4): each rank sends about 2S; 2*ceil(log2 n) messages deep,\n"
+           "  counted as 3*ceil(log2 n) steps and one-shot as n/2 (measured on a\n"
+           "  host-driven transport; docs/tuning.md)\n");
 }
 
 int main(int argc, char **argv) {

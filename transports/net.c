@@ -190,14 +190,16 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
 }
 
 static void bind_conn(struct rcc_conn *e, struct rcc_proxy_conn *c,
-                      int doorbell) {
+                      struct rcc_proxy *proxy) {
   e->fifo = c->fifo;
   e->data = c->data;
   e->nslots = c->nslots;
   e->slot_bytes = c->slot_bytes;
   e->step = 0;
   e->peer = c->peer;
-  e->doorbell = doorbell;
+  e->doorbell = rcc_proxy_doorbell(proxy);
+  e->proxy = proxy;
+  e->proxy_conn = c;
 }
 
 static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
@@ -237,7 +239,7 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     int kind = (i / 2) % st->nkinds;
     bind_conn(c->is_send ? &comm->send_conn[kind][c->peer]
                          : &comm->recv_conn[kind][c->peer],
-              c, rcc_proxy_doorbell(st->proxy));
+              c, st->proxy);
   }
   return RINGCC_SUCCESS;
 }
