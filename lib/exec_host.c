@@ -190,25 +190,18 @@ static int wait_failed(struct exec *x) {
  * that then wakes it. */
 static int net_wait(struct exec *x, struct rcc_proxy *px, uint32_t *word,
                     uint32_t old) {
+  const struct rcc_settings *set = &x->comm->set;
   int r = 0;
   rcc_proxy_drive(px, 1);
-  for (int i = 0;; i++) {
-    rcc_proxy_push(px, NULL);
-    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
-      break;
-    if (i < x->comm->set.spin) { /* where every rank has a CPU: poll */
-      cpu_relax();
-      continue;
-    }
-    if (i < x->comm->set.spin + 2) { /* a message on its way may land now */
+  for (int i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
+    /* Poll where every rank has a CPU, then yield twice (a message on its
+     * way may land), then sleep in poll() for a slice. */
+    int sleep = i >= set->spin + 2;
+    if (!sleep && i >= set->spin)
       sched_yield();
-      continue;
-    }
-    rcc_proxy_poll(px, SLEEP_SLICE_NS / 1000000);
-    rcc_proxy_push(px, NULL);
-    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
-      break;
-    if ((r = wait_failed(x)) != RINGCC_SUCCESS)
+    rcc_proxy_poll(px, sleep ? (int)(SLEEP_SLICE_NS / 1000000) : 0);
+    if (sleep && __atomic_load_n(word, __ATOMIC_ACQUIRE) == old &&
+        (r = wait_failed(x)) != RINGCC_SUCCESS)
       break;
   }
   rcc_proxy_settle(px);

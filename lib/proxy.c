@@ -86,6 +86,7 @@ struct rcc_proxy {
   pthread_mutex_t lock;
   volatile int driven; /* the executor polls the sockets (rcc_proxy_drive) */
   struct pollfd *xfds; /* the executor's poll set */
+  int *xconn;          /* the connection of each of xfds */
 };
 
 void rcc_proxy_ring(int doorbell_fd) {
@@ -225,8 +226,10 @@ static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   return moved;
 }
 
-static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
-                         ringcc_result_t *r) {
+/* Posts receives into the free slots; unless post_only, also retires the
+ * messages that landed (which reads the sockets). */
+static int progress_recv_posts(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                               ringcc_result_t *r, int post_only) {
   char err[RCC_ERRLEN];
   int moved = 0;
   uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
@@ -246,7 +249,7 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
     c->posted++;
     moved = 1;
   }
-  while (c->done != c->posted) {
+  while (!post_only && c->done != c->posted) {
     int done = 0;
     size_t bytes;
     uint32_t imm;
@@ -272,6 +275,11 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
     moved = 1;
   }
   return moved;
+}
+
+static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                         ringcc_result_t *r) {
+  return progress_recv_posts(px, c, r, 0);
 }
 
 /* The counter this connection waits on while idle: the executor's side. */
@@ -488,8 +496,8 @@ int rcc_proxy_push(struct rcc_proxy *px, void *conn) {
     ringcc_result_t r = RINGCC_SUCCESS;
     if (c->is_send)
       progress_send(px, c, &r);
-    else
-      progress_recv(px, c, &r);
+    else /* a slot came free: post into it; poll() says when to read */
+      progress_recv_posts(px, c, &r, 1);
     publish_failure(px);
   }
   int pending = sends_pending(px);
@@ -533,12 +541,31 @@ void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
       continue; /* nothing can come, or nothing to send */
     int fds[16];
     int k = px->plugin->fds(c->net_comm, fds, 16);
-    for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++)
+    for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
+      px->xconn[nfds] = i;
       px->xfds[nfds++] = (struct pollfd){
           .fd = fds[j], .events = c->is_send ? POLLOUT : POLLIN};
+    }
   }
   pthread_mutex_unlock(&px->lock);
-  poll(px->xfds, (nfds_t)nfds, timeout_ms);
+  if (poll(px->xfds, (nfds_t)nfds, timeout_ms) <= 0)
+    return;
+  /* Progress the connections whose sockets are ready, and only those. */
+  if (pthread_mutex_trylock(&px->lock) != 0)
+    return;
+  int last = -1;
+  for (int j = 0; j < nfds; j++) {
+    if (px->xfds[j].revents == 0 || px->xconn[j] == last)
+      continue;
+    last = px->xconn[j];
+    struct rcc_proxy_conn *c = &px->conns[last];
+    ringcc_result_t r = RINGCC_SUCCESS;
+    if (!c->failed)
+      (void)(c->is_send ? progress_send(px, c, &r) : progress_recv(px, c, &r));
+  }
+  publish_failure(px);
+  progress_tell(px);
+  pthread_mutex_unlock(&px->lock);
 }
 
 ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
@@ -555,14 +582,17 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   px->nconns = nconns;
   px->pfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
   px->xfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
+  px->xconn = calloc(MAX_POLL_FDS, sizeof(int));
   px->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   pthread_mutex_init(&px->lock, NULL);
-  if (px->pfds == NULL || px->xfds == NULL || px->doorbell < 0) {
+  if (px->pfds == NULL || px->xfds == NULL || px->xconn == NULL ||
+      px->doorbell < 0) {
     int e = errno;
     if (px->doorbell >= 0)
       close(px->doorbell);
     free(px->pfds);
     free(px->xfds);
+    free(px->xconn);
     free(px);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
                           "init on rank %d: cannot create the proxy's "
@@ -573,6 +603,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
     close(px->doorbell);
     free(px->pfds);
     free(px->xfds);
+    free(px->xconn);
     free(px);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
                           "init on rank %d: cannot start the proxy thread: %s",
@@ -624,5 +655,6 @@ void rcc_proxy_stop(struct rcc_proxy *px) {
   pthread_mutex_destroy(&px->lock);
   free(px->pfds);
   free(px->xfds);
+  free(px->xconn);
   free(px);
 }
