@@ -5,7 +5,8 @@
  * One kernel per collective call, one block of RCC_CUDA_THREADS threads,
  * enqueued on the caller's stream (cuda.c). The kernel walks the same
  * schedule as the host executor - the step functions of coll_ring.c,
- * coll_direct.c, coll_pairwise.c and coll_tree.c are #included below and
+ * coll_direct.c, coll_pairwise.c, coll_tree.c and coll_recdouble.c are
+ * #included below and
  * compiled for the device - and drives the same FIFO protocol, proto.h, with
  * device hooks:
  *
@@ -55,6 +56,9 @@ namespace rcc_sched_pairwise {
 namespace rcc_sched_tree {
 #include "coll_tree.c"
 }
+namespace rcc_sched_rd {
+#include "coll_recdouble.c"
+}
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s) {
@@ -71,6 +75,10 @@ RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
 RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s) {
   rcc_sched_tree::rcc_tree_step(p, i, s);
+}
+RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
+                               struct rcc_step *s) {
+  rcc_sched_rd::rcc_recdouble_step(p, i, s);
 }
 
 /* ---- the protocol hooks ----------------------------------------------------- */
@@ -276,10 +284,12 @@ __device__ void step_data(const rcc_cuda_args &a, const struct rcc_step &s,
   /* The reducing steps, as one call (one instance of the loop per kernel):
    *   recvReduceSend        out <- in op src   (acc: out <- dst op in)
    *   reduceLocal           dst <- dst op src
-   *   recvReduceCopy[Send]  dst (and out) <- in op src   (acc: dst op in)
+   *   recvReduceCopy[Send]  dst (and out) <- in op src   (acc: dst op in;
+   *                         acc 2: in op dst)
    * acc keeps one operand order on every rank: bitwise agreement. */
   T *rd = dst, *rd2 = tout;
-  const T *ra = s.acc ? dst : tin, *rb = s.acc ? tin : src;
+  const T *ra = s.acc == 1 ? dst : tin;
+  const T *rb = s.acc == 1 ? tin : s.acc == 2 ? dst : src;
   int fin = finish;
   if (s.kind == RCC_STEP_RECV_REDUCE_SEND) {
     rd = tout;

@@ -328,8 +328,10 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
     break;
   default: /* RECV_REDUCE_COPY[_SEND] */
     if (s->nelem > 0) {
-      if (s->acc) /* one operand order on every rank: bitwise agreement */
+      if (s->acc == 1) /* one operand order on every rank: bitwise agreement */
         x->reduce(dst, dst, in, s->nelem);
+      else if (s->acc == 2)
+        x->reduce(dst, in, dst, s->nelem);
       else
         x->reduce(dst, in, src, s->nelem);
       if (s->postop)

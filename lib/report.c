@@ -73,6 +73,7 @@ static const char *const sched_names[] = {
     [RCC_SCHED_BARRIER] = "dissemination",
     [RCC_SCHED_DIRECT_ALLREDUCE] = "one-shot",
     [RCC_SCHED_TREE_ALLREDUCE] = "double binary tree",
+    [RCC_SCHED_RD_ALLREDUCE] = "recursive doubling",
 };
 
 void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {

@@ -47,6 +47,7 @@ enum rcc_sched_kind {
   RCC_SCHED_BARRIER,          /* dissemination barrier, empty messages */
   RCC_SCHED_DIRECT_ALLREDUCE, /* one-shot: everybody sends to everybody */
   RCC_SCHED_TREE_ALLREDUCE,   /* double binary tree */
+  RCC_SCHED_RD_ALLREDUCE,     /* recursive doubling */
 };
 
 enum rcc_step_kind {
@@ -84,7 +85,7 @@ struct rcc_step {
   uint8_t last;       /* last piece of a p2p message (meta tag) */
   uint8_t acc;        /* the user-buffer operand is dst (the partial sum or
                          total built so far), not src: recvReduce* reduce
-                         dst op in, send sends dst */
+                         dst op in (2: in op dst), send sends dst */
   int send_peer;      /* rank, or -1 */
   int recv_peer;      /* rank, or -1 */
   int block;          /* the data block (rank index) this step works on */
@@ -119,6 +120,7 @@ void rcc_plan_ring(struct rcc_plan *p);     /* coll_ring.c */
 void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */
 void rcc_plan_direct(struct rcc_plan *p);   /* coll_direct.c */
 void rcc_plan_tree(struct rcc_plan *p);     /* coll_tree.c */
+void rcc_plan_recdouble(struct rcc_plan *p); /* coll_recdouble.c */
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
@@ -128,6 +130,8 @@ RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
                             struct rcc_step *s);
 RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
+RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
+                               struct rcc_step *s);
 
 /* Step i of any plan. */
 RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
@@ -145,6 +149,9 @@ RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
     break;
   case RCC_SCHED_TREE_ALLREDUCE:
     rcc_tree_step(p, i, s);
+    break;
+  case RCC_SCHED_RD_ALLREDUCE:
+    rcc_recdouble_step(p, i, s);
     break;
   default:
     rcc_pairwise_step(p, i, s);

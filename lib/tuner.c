@@ -12,6 +12,10 @@
  *                   one-shot  n/2*alpha + (n-1)*S*beta + n*S*gamma
  *                             (S <= one slot; see below for its n/2)
  *                   tree      3*ceil(log2 n)*alpha + 2*S*beta + S*gamma
+ *                   recursive doubling (S <= one slot)
+ *                             (L+2e)*alpha + (L+2e)*S*beta + (L+e)*S*gamma,
+ *                             L = floor(log2 n), e = 1 if n is not a power
+ *                             of two (fold-in before, total back after)
  *                             (double binary tree: each rank sends S/2 up
  *                             in each tree and S down in the tree where it
  *                             is interior, about 2S; one reduction pass
@@ -92,11 +96,19 @@ const char *rcc_alg_name(int alg) {
       [RCC_ALG_RING] = "ring",         [RCC_ALG_DIRECT] = "one-shot",
       [RCC_ALG_TREE] = "tree",         [RCC_ALG_CHAIN] = "chain",
       [RCC_ALG_PAIRWISE] = "pairwise", [RCC_ALG_P2P] = "p2p",
-      [RCC_ALG_DISSEMINATION] = "dissemination"};
+      [RCC_ALG_DISSEMINATION] = "dissemination",
+      [RCC_ALG_RECDOUBLING] = "recursive doubling"};
   return alg >= 0 && alg < RCC_NUM_ALGS ? names[alg] : "?";
 }
 
 /* ---- the formulas ------------------------------------------------------- */
+
+static int floor_log2(int n) {
+  int l = 0;
+  while (n > 1 && (1 << (l + 1)) <= n)
+    l++;
+  return l;
+}
 
 static int ceil_log2(int n) {
   int k = 0;
@@ -156,6 +168,14 @@ int rcc_model_terms(int coll, int alg, int nranks, double S, double C,
   CASE(RCC_COLL_ALLREDUCE, RCC_ALG_TREE):
     set_terms(t, 3 * ceil_log2(nranks), 2 * S, S, 2 * S);
     return 0;
+  CASE(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING): {
+    /* log2 p exchanges among the first p (a power of two) ranks; the
+     * others fold in before and get the total after: 2 more steps */
+    int logp = floor_log2(nranks), extra = nranks > 0 && nranks != 1 << logp;
+    set_terms(t, logp + 2 * extra, (logp + 2 * extra) * S, (logp + extra) * S,
+              (logp + extra) * S);
+    return 0;
+  }
   CASE(RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING):
     set_terms(t, n - 1, f * S, f * S, f * S);
     return 0;
@@ -185,6 +205,14 @@ int rcc_model_terms(int coll, int alg, int nranks, double S, double C,
   }
 }
 
+void rcc_model_link_terms(int link, int alg, int nranks,
+                          struct rcc_cost_terms *t) {
+  if (link == RCC_LINK_TCP && alg == RCC_ALG_DIRECT && nranks > 1)
+    t->alpha_count = nranks - 1;
+  if (link == RCC_LINK_SHM && alg == RCC_ALG_RECDOUBLING && nranks > 1)
+    t->alpha_count += floor_log2(nranks); /* two steps per exchange */
+}
+
 const char *rcc_model_formula(int coll, int alg) {
   static const struct {
     int coll, alg;
@@ -193,9 +221,12 @@ const char *rcc_model_formula(int coll, int alg) {
       {RCC_COLL_ALLREDUCE, RCC_ALG_RING,
        "2(n-1)*alpha + 2(n-1)/n*S*beta + (n-1)/n*S*gamma"},
       {RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT,
-       "n/2*alpha + (n-1)*S*beta + n*S*gamma"},
+       "n/2*alpha [tcp: (n-1)] + (n-1)*S*beta + n*S*gamma"},
       {RCC_COLL_ALLREDUCE, RCC_ALG_TREE,
        "3*ceil(log2 n)*alpha + 2*S*beta + S*gamma"},
+      {RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING,
+       "(L+2e)*alpha [shm: (2L+2e)] + (L+2e)*S*beta + (L+e)*S*gamma, "
+       "L = floor(log2 n), e = 1 if n is not a power of 2"},
       {RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING,
        "(n-1)*alpha + (n-1)/n*S*beta + (n-1)/n*S*gamma"},
       {RCC_COLL_ALLGATHER, RCC_ALG_RING, "(n-1)*alpha + (n-1)/n*S*beta"},
@@ -257,6 +288,7 @@ static int only_alg(int coll) {
 /* Schedules that talk to every peer pay the slowest of all edges. */
 static int uses_all_edges(int alg) {
   return alg == RCC_ALG_DIRECT || alg == RCC_ALG_TREE ||
+         alg == RCC_ALG_RECDOUBLING ||
          alg == RCC_ALG_PAIRWISE || alg == RCC_ALG_DISSEMINATION;
 }
 
@@ -267,6 +299,8 @@ static void evaluate(const struct rcc_model_input *in, int alg,
   c->why_not = NULL;
   rcc_model_terms(in->coll, alg, in->nranks, in->bytes, in->chunk_bytes,
                   &c->terms);
+  if (uses_all_edges(alg))
+    rcc_model_link_terms(in->all_link_type, alg, in->nranks, &c->terms);
   c->pred = rcc_model_predict(&c->terms,
                               uses_all_edges(alg) ? &in->all_link
                                                   : &in->ring_link,
@@ -295,11 +329,21 @@ int rcc_model_choose(const struct rcc_model_input *in,
     cand[2].runnable = 0;
     cand[2].why_not = "needs 2 ranks";
   }
-  count = 3;
+  evaluate(in, RCC_ALG_RECDOUBLING, &cand[3]);
+  if (in->nranks < 2 || in->bytes <= 0) {
+    cand[3].runnable = 0;
+    cand[3].why_not = "needs 2 ranks and a non-empty message";
+  } else if (in->bytes > in->direct_max_bytes) {
+    cand[3].runnable = 0;
+    cand[3].why_not = "larger than one FIFO slot";
+  }
+  count = 4;
   for (int i = 0; i < count; i++)
     if ((in->forced == RINGCC_ALGO_RING && cand[i].alg == RCC_ALG_RING) ||
         (in->forced == RINGCC_ALGO_DIRECT && cand[i].alg == RCC_ALG_DIRECT) ||
-        (in->forced == RINGCC_ALGO_TREE && cand[i].alg == RCC_ALG_TREE))
+        (in->forced == RINGCC_ALGO_TREE && cand[i].alg == RCC_ALG_TREE) ||
+        (in->forced == RINGCC_ALGO_RECDOUBLING &&
+         cand[i].alg == RCC_ALG_RECDOUBLING))
       wanted = i;
   if (wanted >= 0) {
     if (cand[wanted].runnable)
@@ -465,6 +509,7 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
              comm->set.algo == RINGCC_ALGO_RING     ? "ring"
              : comm->set.algo == RINGCC_ALGO_DIRECT ? "direct"
              : comm->set.algo == RINGCC_ALGO_TREE   ? "tree"
+             : comm->set.algo == RINGCC_ALGO_RECDOUBLING ? "recdoubling"
                                                     : "auto");
   }
   return RINGCC_SUCCESS;
@@ -514,6 +559,8 @@ static void log_choice(const struct ringcc_comm *comm,
              in->forced == RINGCC_ALGO_RING     ? " (RINGCC_ALGO=ring)"
              : in->forced == RINGCC_ALGO_DIRECT ? " (RINGCC_ALGO=direct)"
              : in->forced == RINGCC_ALGO_TREE   ? " (RINGCC_ALGO=tree)"
+             : in->forced == RINGCC_ALGO_RECDOUBLING
+                 ? " (RINGCC_ALGO=recdoubling)"
                                                 : "",
              out->chunk_bytes, out->channels);
   rcc_log(RINGCC_LOG_INFO, comm->rank, "%s", line);
@@ -539,6 +586,8 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       .bytes = call_bytes(comm, coll, count_bytes),
       .ring_link = t->ring_link,
       .all_link = t->all_link,
+      .all_link_type =
+          (t->all_links >> RCC_LINK_TCP) & 1 ? RCC_LINK_TCP : RCC_LINK_SHM,
       .gamma_us_per_byte = t->model.gamma_us_per_byte,
       .cache_bytes = t->model.cache_bytes,
       .chunk_bytes = (double)comm->ring_chunk_bytes,
@@ -548,9 +597,10 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   int winner, count = rcc_model_choose(&in, cand, &winner);
   int alg = cand[winner].alg;
 
-  out->algo = alg == RCC_ALG_DIRECT ? RINGCC_ALGO_DIRECT
-              : alg == RCC_ALG_TREE ? RINGCC_ALGO_TREE
-                                    : RINGCC_ALGO_RING;
+  out->algo = alg == RCC_ALG_DIRECT        ? RINGCC_ALGO_DIRECT
+              : alg == RCC_ALG_TREE        ? RINGCC_ALGO_TREE
+              : alg == RCC_ALG_RECDOUBLING ? RINGCC_ALGO_RECDOUBLING
+                                           : RINGCC_ALGO_RING;
   out->chunk_bytes = uses_all_edges(alg) ? comm->all_chunk_bytes
                                          : comm->ring_chunk_bytes;
   out->channels = 1;

@@ -56,6 +56,7 @@ enum rcc_alg {
   RCC_ALG_PAIRWISE,      /* alltoall */
   RCC_ALG_P2P,           /* send/recv: one message over one edge */
   RCC_ALG_DISSEMINATION, /* barrier */
+  RCC_ALG_RECDOUBLING,   /* recursive-doubling allreduce (coll_recdouble.c) */
   RCC_NUM_ALGS
 };
 const char *rcc_alg_name(int alg); /* "ring", "one-shot", ... */
@@ -75,6 +76,16 @@ struct rcc_cost_terms {
  * (*t zeroed). */
 int rcc_model_terms(int coll, int alg, int nranks, double bytes,
                     double chunk_bytes, struct rcc_cost_terms *t);
+/* What the link changes in them (measured, docs/tuning.md):
+ *   one-shot  its n-1 messages each way are in flight together where a
+ *             message is a store into shared memory (n/2 steps, as
+ *             rcc_model_terms counts), but each is paid for where it costs
+ *             system calls (tcp: n-1 steps);
+ *   recursive doubling  over shared memory an exchange, which both partners
+ *             must reach before either goes on, costs about two ring steps
+ *             (2 floor(log2 n) [+2]); over tcp one (as counted). */
+void rcc_model_link_terms(int link, int alg, int nranks,
+                          struct rcc_cost_terms *t);
 /* The formula of rcc_model_terms as text, e.g. "2(n-1)a + 2(n-1)/n*S*b +
  * (n-1)/n*S*g" (a = alpha, b = beta, g = gamma); "" where none. */
 const char *rcc_model_formula(int coll, int alg);
@@ -110,10 +121,12 @@ struct rcc_model_input {
   double cache_bytes;      /* see struct rcc_model */
   double chunk_bytes;      /* pipeline chunk of ring and chain schedules */
   double direct_max_bytes; /* one-shot runs only when S <= this (a slot) */
-  int forced;              /* RINGCC_ALGO_AUTO, _RING, _TREE or _DIRECT */
+  int forced;              /* RINGCC_ALGO_AUTO, _RING, _TREE, _DIRECT or
+                              _RECDOUBLING */
+  int all_link_type;       /* enum rcc_link of all_link (0: shm) */
 };
 
-#define RCC_MAX_CANDIDATES 3
+#define RCC_MAX_CANDIDATES 4
 
 struct rcc_candidate {
   int alg;             /* enum rcc_alg */

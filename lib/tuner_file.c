@@ -426,6 +426,7 @@ static int build_rows(const struct rcc_fit_sample *s, int n,
         rcc_model_terms(s[i].coll, s[i].alg, s[i].nranks, s[i].bytes,
                         s[i].chunk_bytes, &t) != 0)
       continue;
+    rcc_model_link_terms(l, s[i].alg, s[i].nranks, &t);
     double *x = f->x[f->n];
     memset(x, 0, sizeof(double) * FIT_VARS);
     x[3 * l] = t.alpha_count / s[i].time_us;

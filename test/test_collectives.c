@@ -1110,6 +1110,14 @@ Test(algo, direct_n4, .timeout = 240) {
 Test(algo, direct_n5, .timeout = 240) {
   forced_algo(RINGCC_ALGO_DIRECT, "direct", 5);
 }
+/* 6: two ranks fold in before the exchanges and get the total after; 8: a
+ * power of two, three exchanges */
+Test(algo, recdoubling_n6, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_RECDOUBLING, "recdoubling", 6);
+}
+Test(algo, recdoubling_n8, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_RECDOUBLING, "recdoubling", 8);
+}
 
 /* The network transport (TCP sockets) between ranks of one host. */
 static void no_shm(int nranks, int64_t chunk_bytes) {

@@ -726,6 +726,9 @@ Test(multihost, collectives_3x2_algo_tree, .timeout = 200) {
 Test(multihost, collectives_3x2_algo_direct, .timeout = 200) {
   forced_algo(RINGCC_ALGO_DIRECT, "direct");
 }
+Test(multihost, collectives_3x2_algo_recdoubling, .timeout = 200) {
+  forced_algo(RINGCC_ALGO_RECDOUBLING, "recdoubling");
+}
 
 /* ---- split by host ------------------------------------------------------------------ */
 

@@ -228,6 +228,27 @@ Test(model, terms_by_hand) {
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, S, C, 2, 3e6, 4e6, 3e6);
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 4, S, C, 6, 2e6, 1e6, 2e6);
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 5, S, C, 9, 2e6, 1e6, 2e6);
+  /* recursive doubling: log2 p exchanges, +2 steps when n is not a power of
+   * two (fold-in before, total back after) */
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING, 4, S, C, 2, 2e6, 2e6,
+               2e6);
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING, 6, S, C, 4, 4e6, 3e6,
+               3e6);
+  /* what the link changes: one-shot pays each message over tcp (n-1), an
+   * exchange costs two steps over shared memory */
+  struct rcc_cost_terms t;
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, C, &t);
+  rcc_model_link_terms(RCC_LINK_TCP, RCC_ALG_DIRECT, 4, &t);
+  expect_near(t.alpha_count, 3, "one-shot over tcp, n=4");
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, C, &t);
+  rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_DIRECT, 4, &t);
+  expect_near(t.alpha_count, 2, "one-shot over shm, n=4");
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING, 8, 8, C, &t);
+  rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_RECDOUBLING, 8, &t);
+  expect_near(t.alpha_count, 6, "recursive doubling over shm, n=8");
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING, 8, 8, C, &t);
+  rcc_model_link_terms(RCC_LINK_TCP, RCC_ALG_RECDOUBLING, 8, &t);
+  expect_near(t.alpha_count, 3, "recursive doubling over tcp, n=8");
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RING, 8, S, C, 14, 1.75e6, 0.875e6,
                1.75e6);
   expect_terms(RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING, 4, S, C, 3, 0.75e6,
@@ -246,7 +267,6 @@ Test(model, terms_by_hand) {
   /* 100 KB over 64 KiB slots: k = 2 chunks of 50 KB */
   expect_terms(RCC_COLL_BCAST, RCC_ALG_CHAIN, 3, 100000, C, 3, 150000, 0,
                100000);
-  struct rcc_cost_terms t;
   cr_expect(rcc_model_terms(RCC_COLL_ALLGATHER, RCC_ALG_DIRECT, 4, S, C, &t) != 0);
   cr_expect(rcc_model_terms(RCC_COLL_BCAST, RCC_ALG_RING, 4, S, C, &t) != 0);
   cr_expect_str_eq(rcc_model_formula(RCC_COLL_ALLREDUCE, RCC_ALG_RING),
@@ -305,23 +325,30 @@ static int winner_alg(double bytes, int n, int forced, double slot) {
                                .gamma_us_per_byte = hand_gamma,
                                .chunk_bytes = slot, .direct_max_bytes = slot,
                                .forced = forced};
-  cr_assert(rcc_model_choose(&in, cand, &winner) == 3);
+  cr_assert(rcc_model_choose(&in, cand, &winner) == 4);
   return cand[winner].alg;
 }
 
 Test(choice, direct_then_ring_as_size_grows) {
-  /* n = 4: one-shot 4 + 1.25e-3 S, tree 12 + 6.25e-4 S, ring 12 +
-   * 4.6875e-4 S (us): one-shot below 10240 B, the ring after (the tree
-   * never: the ring's latency is as low and its bandwidth better) */
+  /* Shared memory (the hand link is shm). n = 4: one-shot 4 + 1.25e-3 S,
+   * recursive doubling 8 + 7.5e-4 S (two steps per exchange on shm), tree
+   * 12 + 6.25e-4 S, ring 12 + 4.6875e-4 S (us): one-shot below 8000 B,
+   * recursive doubling to 14222 B, the ring after */
   cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(8192, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(4096, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(8192, 4, RINGCC_ALGO_AUTO, 1 << 20),
+               RCC_ALG_RECDOUBLING);
   cr_expect_eq(winner_alg(16384, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
   cr_expect_eq(winner_alg(64 << 20, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
-  /* n = 8: one-shot 8 + 2.75e-3 S, tree 18 + 6.25e-4 S, ring 28 +
-   * 5.46875e-4 S: one-shot below 4706 B, tree to 128000 B, ring after */
+  /* n = 8: one-shot 8 + 2.75e-3 S, recursive doubling 12 + 1.125e-3 S,
+   * tree 18 + 6.25e-4 S, ring 28 + 5.46875e-4 S: one-shot below 2462 B,
+   * recursive doubling to 12000 B, tree to 128000 B, ring after */
   cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(4096, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(8192, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_TREE);
+  cr_expect_eq(winner_alg(2048, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(4096, 8, RINGCC_ALGO_AUTO, 1 << 20),
+               RCC_ALG_RECDOUBLING);
+  cr_expect_eq(winner_alg(8192, 8, RINGCC_ALGO_AUTO, 1 << 20),
+               RCC_ALG_RECDOUBLING);
   cr_expect_eq(winner_alg(65536, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_TREE);
   cr_expect_eq(winner_alg(256 << 10, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
   cr_expect_eq(winner_alg(64 << 20, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
@@ -340,6 +367,10 @@ Test(choice, direct_then_ring_as_size_grows) {
   /* One-shot only fits one slot; RINGCC_ALGO forces where it can run. */
   cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_AUTO, 4), RCC_ALG_TREE);
   cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_RING, 1 << 20), RCC_ALG_RING);
+  cr_expect_eq(winner_alg(64, 4, RINGCC_ALGO_RECDOUBLING, 1 << 20),
+               RCC_ALG_RECDOUBLING);
+  cr_expect_eq(winner_alg(4 << 20, 4, RINGCC_ALGO_RECDOUBLING, 1 << 20),
+               RCC_ALG_RING);
   cr_expect_eq(winner_alg(1 << 20, 4, RINGCC_ALGO_DIRECT, 1 << 20),
                RCC_ALG_DIRECT);
   cr_expect_eq(winner_alg(4 << 20, 4, RINGCC_ALGO_DIRECT, 1 << 20),
@@ -717,6 +748,7 @@ Test(fit, recovers_exact_values) {
         struct rcc_cost_terms t;
         s[n] = (struct rcc_fit_sample){coll[k], alg[k], l, 4, sizes[i], 65536, 0};
         rcc_model_terms(coll[k], alg[k], 4, sizes[i], 65536, &t);
+        rcc_model_link_terms(l, alg[k], 4, &t);
         /* TCP: beyond the cache at the same beta, so one beta fits */
         s[n].time_us = rcc_prediction_total(rcc_model_predict(
             &t, &truth.link[l], truth.gamma_us_per_byte, truth.cache_bytes));
@@ -783,7 +815,8 @@ Test(tools, ringcc_model_output_and_errors, .timeout = 60) {
   cr_expect(strstr(out, "450 GB/s per direction") != NULL, "%s", out);
   cr_expect(strstr(out, "900 GB/s\" is the bidirectional aggregate") != NULL,
             "%s", out);
-  cr_expect(strstr(out, "ring      28 GB (1.75 S)") != NULL, "%s", out);
+  cr_expect(strstr(out, "ring               28 GB (1.75 S)") != NULL, "%s",
+            out);
   cr_expect(strstr(out, "winner: ring") != NULL, "%s", out);
 
   snprintf(cmd, sizeof cmd,

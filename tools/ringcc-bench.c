@@ -1258,6 +1258,7 @@ static void cal_report(const struct calibration *c, const struct rcc_model *m,
     const struct rcc_model *use = c->kinds[i] == CAL_PINGPONG ? pp : m;
     struct rcc_cost_terms t;
     rcc_model_terms(s->coll, s->alg, s->nranks, s->bytes, s->chunk_bytes, &t);
+    rcc_model_link_terms(s->link, s->alg, s->nranks, &t);
     struct rcc_prediction p = rcc_model_predict(
         &t, &use->link[s->link], use->gamma_us_per_byte, use->cache_bytes);
     double model = rcc_prediction_total(p);

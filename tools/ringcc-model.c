@@ -247,6 +247,7 @@ struct link {
   double gamma_us_per_byte;
   char gamma_from[1400];
   double slot_bytes;
+  int type; /* enum rcc_link: tcp where a message costs system calls */
 };
 
 /* This machine's model: the tuner's file, else the defaults. */
@@ -279,6 +280,7 @@ static void resolve_link(const struct options *o, struct link *l) {
   snprintf(l->gamma_from, sizeof l->gamma_from, "this machine's float32 sum, "
            "from %s", from);
   l->slot_bytes = 65536;
+  l->type = RCC_LINK_SHM;
   if (o->link_name && (o->bw_arg || o->lat_arg))
     usage_error("use either --link or --bw with --lat, not both");
   if (o->link_name == NULL) {
@@ -299,6 +301,7 @@ static void resolve_link(const struct options *o, struct link *l) {
     l->cache_bytes = machine.cache_bytes;
     if (k == RCC_LINK_TCP)
       l->slot_bytes = 1048576;
+    l->type = k;
     snprintf(l->name, sizeof l->name, "%s", o->link_name);
     snprintf(l->describe, sizeof l->describe, "this machine's %s, per "
              "direction as a collective of the calibrated rank count sees "
@@ -339,7 +342,7 @@ static void print_row(const char *name, struct rcc_prediction p,
                       const char *formula,
                       const char *note) {
   char lat[32], bw[32], tot[32];
-  printf("  %-9s %12s %12s %12s   %s%s%s\n", name,
+  printf("  %-18s %12s %12s %12s   %s%s%s\n", name,
          rcc_format_us(p.latency_us, lat, sizeof lat),
          rcc_format_us(p.bandwidth_us, bw, sizeof bw),
          rcc_format_us(rcc_prediction_total(p), tot, sizeof tot), formula,
@@ -359,7 +362,7 @@ static void predict(const struct options *o) {
       .gamma_us_per_byte = l.gamma_us_per_byte,
       .cache_bytes = l.cache_bytes,
       .chunk_bytes = l.slot_bytes, .direct_max_bytes = l.slot_bytes,
-      .forced = RINGCC_ALGO_AUTO};
+      .forced = RINGCC_ALGO_AUTO, .all_link_type = l.type};
   int count = rcc_model_choose(&in, cand, &winner);
 
   /* Say the size in the kind of unit it was given in first. */
@@ -394,11 +397,11 @@ static void predict(const struct options *o) {
   printf("bytes each rank sends:\n");
   for (int i = 0; i < count; i++) {
     const struct rcc_cost_terms *t = &cand[i].terms;
-    printf("  %-9s %s (%.4g S)\n", rcc_alg_name(cand[i].alg),
+    printf("  %-18s %s (%.4g S)\n", rcc_alg_name(cand[i].alg),
            rcc_format_bytes(t->bytes_sent, 0, a, sizeof a),
            o->bytes > 0 ? t->bytes_sent / o->bytes : 0.0);
   }
-  printf("\npredicted time:\n  %-9s %12s %12s %12s   %s\n", "algorithm",
+  printf("\npredicted time:\n  %-18s %12s %12s %12s   %s\n", "algorithm",
          "latency", "bandwidth", "total", "formula (n ranks, S bytes)");
   for (int i = 0; i < count; i++) {
     char note[200] = "";
@@ -413,8 +416,9 @@ static void predict(const struct options *o) {
   if (o->coll == RCC_COLL_ALLREDUCE)
     printf("tree: the double binary tree (Sanders, Speck and Traeff 2009; "
            "NCCL 2.4): each rank sends about 2S; 2*ceil(log2 n) messages deep,\n"
-           "  counted as 3*ceil(log2 n) steps and one-shot as n/2 (measured on a\n"
-           "  host-driven transport; docs/tuning.md)\n");
+           "  counted as 3*ceil(log2 n) steps, one-shot as n/2 and a recursive-\n"
+           "  doubling exchange as 2 over shared memory (measured on a host-driven\n"
+           "  transport; docs/tuning.md)\n");
 }
 
 int main(int argc, char **argv) {

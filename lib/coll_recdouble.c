@@ -1,0 +1,110 @@
+/*
+ * coll_recdouble.c - recursive-doubling AllReduce for small messages.
+ *
+ * With p the largest power of two <= n: at step k (0 <= k < log2 p) rank r
+ * exchanges its partial result with rank r ^ 2^k and combines the two; after
+ * log2 p steps every one of the first p ranks holds the total. Ranks
+ * p..n-1 first hand their input to rank r - p (which folds it in) and get
+ * the total back at the end (Thakur, Rabenseifner and Gropp 2005).
+ *
+ * A rank handles 2 log2 p messages (plus 2 when n is not a power of two),
+ * against one-shot's 2(n-1): on a transport where each message costs system
+ * calls (TCP), that is what a small AllReduce pays for. Each rank sends
+ * log2 p times S bytes, so it is for messages of one FIFO slot.
+ *
+ *   T = (log2 p [+ 2]) * alpha + log2 p * S * (beta + gamma)
+ *
+ * Bitwise agreement: at every combine the partial of the lower group is the
+ * left operand (acc = 1: dst op in on the lower rank; acc = 2: in op dst on
+ * the upper), so both partners evaluate the same expression, and every rank
+ * of the first p ends with the same bits; the others receive them.
+ *
+ * Steps of rank r (one slot; dst holds the partial result):
+ *   r >= p:  send src to r - p; recv dst from r - p
+ *   r <  p:  copy dst <- src; [r < n - p: recvReduceCopy from r + p]
+ *            per k: send dst to r ^ 2^k; recvReduceCopy from it
+ *            [r < n - p: send dst to r + p]
+ * In place works as is: the copy is then a no-op and dst is only written
+ * after src was sent.
+ */
+#include "schedule.h"
+
+static RCC_HD int pow2_floor(int n) {
+  int p = 1;
+  while (p <= n / 2)
+    p *= 2;
+  return p;
+}
+
+static RCC_HD int log2_of(int p) {
+  int l = 0;
+  while ((1 << l) < p)
+    l++;
+  return l;
+}
+
+void rcc_plan_recdouble(struct rcc_plan *p) {
+  int n = p->nranks, r = p->rank, pw = pow2_floor(n), extra = n - pw;
+  p->sched = RCC_SCHED_RD_ALLREDUCE;
+  p->steps_per_loop = r >= pw ? 2
+                              : 1 + 2 * (uint64_t)log2_of(pw) +
+                                    (r < extra ? 2 : 0);
+  p->nsteps = p->count == 0 ? 0 : p->steps_per_loop;
+  p->root_pos = 0;
+}
+
+RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
+                               struct rcc_step *s) {
+  int n = p->nranks, r = p->rank, pw = pow2_floor(n), extra = n - pw;
+  int logp = log2_of(pw);
+
+  s->postop = 0;
+  s->conn_kind = RCC_CONN_COLL;
+  s->last = 0;
+  s->acc = 0;
+  s->send_peer = s->recv_peer = -1;
+  s->src_off = s->dst_off = 0;
+  s->nelem = p->count;
+  s->block = r;
+  if (r >= pw) { /* hand the input over, get the total back */
+    if (i == 0) {
+      s->kind = RCC_STEP_SEND;
+      s->send_peer = r - pw;
+    } else {
+      s->kind = RCC_STEP_RECV;
+      s->recv_peer = r - pw;
+    }
+    return;
+  }
+  if (i == 0) {
+    s->kind = RCC_STEP_COPY;
+    return;
+  }
+  uint64_t j = i - 1;
+  if (r < extra) {
+    if (j == 0) { /* fold in rank r + p's input: ours is the left operand */
+      s->kind = RCC_STEP_RECV_REDUCE_COPY;
+      s->recv_peer = r + pw;
+      s->acc = 1;
+      return;
+    }
+    j--;
+  }
+  if (j < 2 * (uint64_t)logp) {
+    int k = (int)(j / 2), q = r ^ (1 << k);
+    s->acc = 1;
+    if (j % 2 == 0) {
+      s->kind = RCC_STEP_SEND;
+      s->send_peer = q;
+    } else {
+      s->kind = RCC_STEP_RECV_REDUCE_COPY;
+      s->recv_peer = q;
+      s->acc = r < q ? 1 : 2; /* the lower group's partial on the left */
+      s->postop = (uint8_t)(k == logp - 1 && p->postop);
+    }
+    return;
+  }
+  s->kind = RCC_STEP_SEND; /* the total to rank r + p */
+  s->send_peer = r + pw;
+  s->acc = 1;
+}
