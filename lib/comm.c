@@ -401,6 +401,7 @@ static void adapt_waiting(struct ringcc_comm *comm) {
     comm->set.spin = roomy ? DEFAULT_SPIN_ROOMY : 0;
   if (comm->set.yields < 0)
     comm->set.yields = DEFAULT_YIELDS;
+  comm->spin_now = comm->set.spin;
   RCC_INFO(comm->rank, "waiting: %d ranks on this host, %d CPUs: %s", local,
            ncpus,
            roomy ? "polls briefly before yielding"

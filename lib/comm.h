@@ -119,6 +119,9 @@ struct ringcc_comm {
   /* The first rank known dead (failure.c): 1 + rank in the low 32 bits,
    * 1 + the rank that told this one in the high 32; 0 while none is. */
   uint64_t dead;
+  int spin_now;            /* polls before yielding now: adapted between
+                              0 and set.spin (exec_host.c) */
+  unsigned spin_probe;     /* waits with spin_now below set.spin */
   int busy;                /* a call is running on this communicator */
   ringcc_result_t fatal;   /* sticky: the communicator is unusable */
   char last_error[RCC_ERRLEN];

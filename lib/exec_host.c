@@ -193,17 +193,22 @@ static int net_wait(struct exec *x, struct rcc_proxy *px, uint32_t *word,
   const struct rcc_settings *set = &x->comm->set;
   int r = 0;
   rcc_proxy_drive(px, 1);
-  for (int i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
-    /* Poll where every rank has a CPU, then yield twice (a message on its
-     * way may land), then sleep in poll() for a slice. */
-    int sleep = i >= set->spin + 2;
-    if (!sleep && i >= set->spin)
+  struct ringcc_comm *comm = x->comm;
+  int budget = comm->spin_now, i;
+  if (budget < set->spin && (++comm->spin_probe & 255) == 0)
+    budget = set->spin;
+  for (i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
+    /* Poll (up to spin_now rounds, adapted as in host_wait), then yield
+     * twice (a message on its way may land), then sleep in poll(). */
+    int sleep = i >= budget + 2;
+    if (!sleep && i >= budget)
       sched_yield();
     rcc_proxy_poll(px, sleep ? (int)(SLEEP_SLICE_NS / 1000000) : 0);
     if (sleep && __atomic_load_n(word, __ATOMIC_ACQUIRE) == old &&
         (r = wait_failed(x)) != RINGCC_SUCCESS)
       break;
   }
+  comm->spin_now = i <= budget ? budget : budget / 2; /* as host_wait */
   rcc_proxy_settle(px);
   return r;
 }
@@ -216,11 +221,22 @@ static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
   if (conn != NULL && conn->proxy != NULL)
     return net_wait(x, conn->proxy, word, old);
 
-  for (int i = 0; i < set->spin; i++) {
-    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
+  /* Poll up to spin_now times, then yield, then sleep. spin_now adapts: a
+   * wait that polling caught keeps it, one that outlasted it halves it (on
+   * a host where other work wants the CPU, polling only keeps the CPU from
+   * the peer), and every 256th wait tries the full set.spin again. */
+  struct ringcc_comm *comm = x->comm;
+  int budget = comm->spin_now;
+  if (budget < set->spin && (++comm->spin_probe & 255) == 0)
+    budget = set->spin;
+  for (int i = 0; i < budget; i++) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
+      comm->spin_now = budget;
       return 0;
+    }
     cpu_relax();
   }
+  comm->spin_now = budget / 2;
   for (int i = 0; i < set->yields; i++) {
     sched_yield();
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)

@@ -13,6 +13,9 @@
 #   --configs LIST   subset of ringcc-shm,ringcc-tcp,mpi-vader,mpi-tcp,gloo-tcp
 #   --no-extra       skip ReduceScatter/AllGather at 64 MiB (ringcc vs Open MPI;
 #                    at every n, except with --quick)
+#   --no-calibrate   use the tuner file there is (RINGCC_TUNER_FILE, else the
+#                    user's cache, else the built-in values) instead of
+#                    calibrating this machine first
 #   --timeout SEC    limit of every single run (default 300)
 #   --out DIR        results folder (default bench/results/DATE[-quick])
 #   --build DIR      libringcc build tree (default build; as make's BUILD)
@@ -22,7 +25,9 @@
 # Steps: check/install the packages (scripts/install-deps.sh --bench), build
 # libringcc (make all) and bench/*.c into BUILD/bench, measure the ceilings
 # once (bench/membw: 2 threads, 256 MiB; bench/tcpring: the ring-pattern
-# loopback TCP rate at each n), then run every configuration at every n,
+# loopback TCP rate at each n), calibrate ringcc's tuner (ringcc-bench
+# --calibrate at n = 4, into the results folder; skipped with --no-calibrate
+# or when RINGCC_TUNER_FILE is set), then run every configuration at every n,
 # interleaved: each repetition goes round all configurations (starting at a
 # different one each time) before the next begins, so slow phases of this
 # noisy machine hit all of them. Every run is wrapped in `timeout`.
@@ -45,7 +50,7 @@ EXTRA_CONFIGS=(ringcc-shm ringcc-tcp mpi-vader mpi-tcp)
 EXTRA_COLLS=(reduce_scatter allgather)
 EXTRA_SIZE=64M
 
-dry_run=0 quick=0 n_list=2,4,8 sizes='' reps=3 configs='' extra=1 run_timeout=300 out='' build=build
+dry_run=0 quick=0 n_list=2,4,8 sizes='' reps=3 configs='' extra=1 calibrate=1 run_timeout=300 out='' build=build
 
 usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; }
 die() { echo "bench-compare: $*" >&2; exit 1; }
@@ -59,6 +64,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=${2:?--reps needs a value}; shift ;;
     --configs) configs=${2:?--configs needs a value}; shift ;;
     --no-extra) extra=0 ;;
+    --no-calibrate) calibrate=0 ;;
     --dry-run) dry_run=1 ;;
     --timeout) run_timeout=${2:?--timeout needs a value}; shift ;;
     --out) out=${2:?--out needs a value}; shift ;;
@@ -194,8 +200,6 @@ mkdir -p "$BB"
   echo "mpirun: $(mpirun --version 2>&1 | head -1)"
   dpkg-query -W -f='package: ${Package} ${Version}\n' openmpi-bin libopenmpi3 libgloo-dev gnuplot-nox 2>/dev/null
   echo "RINGCC_* in the environment: $(env | grep '^RINGCC_' | tr '\n' ' ')"
-  tuner_file=${RINGCC_TUNER_FILE:-${XDG_CACHE_HOME:-$HOME/.cache}/ringcc/tuner.conf}
-  echo "ringcc tuner file: $tuner_file ($([ -e "$tuner_file" ] && echo present || echo absent))"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/versions.txt"
 
@@ -250,6 +254,26 @@ for n in "${NS[@]}"; do
   timeout -k 10 60 "$BB/tcpring" -N "$n" -t 3 > "$out/ceilings/tcpring_n$n.log" 2>&1 ||
     log "  tcpring -N $n failed (see $out/ceilings/tcpring_n$n.log)"
 done
+
+# The tuner's model of this machine, as a user would make it once: at n = 4
+# (or the first n), before any run, into the results folder.
+if [ "$calibrate" = 1 ] && [ -z "${RINGCC_TUNER_FILE:-}" ]; then
+  cal_n=${NS[0]}
+  for n in "${NS[@]}"; do [ "$n" = 4 ] && cal_n=4; done
+  log "calibrating the tuner: ringcc-run -np $cal_n ringcc-bench --calibrate"
+  if RINGCC_TUNER_FILE="$out/tuner.conf" timeout -k 10 300 "$BIN/ringcc-run" \
+       -np "$cal_n" --no-prefix "$BIN/ringcc-bench" --calibrate \
+       > "$out/calibration.log" 2>&1; then
+    export RINGCC_TUNER_FILE="$out/tuner.conf"
+    echo "ringcc tuner file: $RINGCC_TUNER_FILE (calibrated by this run at n = $cal_n; calibration.log)" >> "$out/versions.txt"
+  else
+    log "  calibration failed (see $out/calibration.log): built-in values"
+    echo "ringcc tuner file: none (calibration failed; built-in values)" >> "$out/versions.txt"
+  fi
+else
+  tuner_file=${RINGCC_TUNER_FILE:-${XDG_CACHE_HOME:-$HOME/.cache}/ringcc/tuner.conf}
+  echo "ringcc tuner file: $tuner_file ($([ -e "$tuner_file" ] && echo present || echo absent); not calibrated by this run)" >> "$out/versions.txt"
+fi
 
 nconf=${#CONFIGS[@]}
 for rep in $(seq 1 "$reps"); do
