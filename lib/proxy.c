@@ -19,9 +19,9 @@
  *     every POLL_MS, which notices failures between calls);
  *   - when sends are still pending (a socket was full) the executor hands
  *     them back: it clears driven and rings the doorbell.
- * Measured on 2 cores, 8-byte allreduce over TCP on loopback: 461 -> 17 us
- * at n = 2 and 684 -> 129 us at n = 4; 64 MiB busbw 0.81 -> 1.44 GB/s at
- * n = 2 and 0.48 -> 0.54 at n = 4.
+ * Measured on 2 cores, 8-byte one-shot allreduce over TCP on loopback:
+ * 461 -> 17 us at n = 2 and 684 -> 85-92 us at n = 4; 64 MiB busbw
+ * 0.81 -> 1.44 GB/s at n = 2 and 0.48 -> 0.54 at n = 4.
  *
  * Idle and not driven, the thread sleeps in poll() on the plugin's sockets
  * and an eventfd doorbell (but only polls while a CUDA kernel of the
