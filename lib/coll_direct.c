@@ -33,13 +33,7 @@ RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
                             struct rcc_step *s) {
   int n = p->nranks, r = p->rank;
 
-  s->postop = 0;
-  s->conn_kind = RCC_CONN_COLL;
-  s->last = 0;
-  s->acc = 0;
-  s->send_peer = s->recv_peer = -1;
-  s->src_off = s->dst_off = 0;
-  s->nelem = p->count;
+  rcc_step_whole(p, s);
   if (i < (uint64_t)(n - 1)) {
     s->kind = RCC_STEP_SEND;
     s->send_peer = (int)((r + 1 + (int)i) % n);

@@ -82,13 +82,7 @@ RCC_HD static void alltoall_step(const struct rcc_plan *p, uint64_t i,
 
 RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
                               struct rcc_step *s) {
-  s->postop = 0;
-  s->conn_kind = RCC_CONN_COLL;
-  s->last = 0;
-  s->acc = 0;
-  s->send_peer = s->recv_peer = -1;
-  s->block = p->rank;
-  s->src_off = s->dst_off = 0;
+  rcc_step_whole(p, s);
   s->nelem = 0;
   switch (p->sched) {
   case RCC_SCHED_LOCAL_COPY:

@@ -58,14 +58,7 @@ RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
   int n = p->nranks, r = p->rank, pw = pow2_floor(n), extra = n - pw;
   int logp = log2_of(pw);
 
-  s->postop = 0;
-  s->conn_kind = RCC_CONN_COLL;
-  s->last = 0;
-  s->acc = 0;
-  s->send_peer = s->recv_peer = -1;
-  s->src_off = s->dst_off = 0;
-  s->nelem = p->count;
-  s->block = r;
+  rcc_step_whole(p, s);
   if (r >= pw) { /* hand the input over, get the total back */
     if (i == 0) {
       s->kind = RCC_STEP_SEND;

@@ -115,6 +115,21 @@ struct rcc_plan {
   uint32_t tree_down_steps[2];
 };
 
+/* A step of one whole-message block on the collective FIFOs, no peers yet:
+ * where one-shot, recursive doubling and the pairwise schedules start each
+ * step. */
+RCC_HD static inline void rcc_step_whole(const struct rcc_plan *p,
+                                         struct rcc_step *s) {
+  s->postop = 0;
+  s->conn_kind = RCC_CONN_COLL;
+  s->last = 0;
+  s->acc = 0;
+  s->send_peer = s->recv_peer = -1;
+  s->src_off = s->dst_off = 0;
+  s->nelem = p->count;
+  s->block = p->rank;
+}
+
 /* Filled by the algorithm files; each sets plan->sched and nsteps. */
 void rcc_plan_ring(struct rcc_plan *p);     /* coll_ring.c */
 void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */

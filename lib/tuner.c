@@ -307,6 +307,18 @@ static void evaluate(const struct rcc_model_input *in, int alg,
                               in->gamma_us_per_byte, in->cache_bytes);
 }
 
+/* One-shot and recursive doubling send the whole message in one slot. */
+static void one_slot_only(const struct rcc_model_input *in,
+                          struct rcc_candidate *c) {
+  if (in->nranks < 2 || in->bytes <= 0) {
+    c->runnable = 0;
+    c->why_not = "needs 2 ranks and a non-empty message";
+  } else if (in->bytes > in->direct_max_bytes) {
+    c->runnable = 0;
+    c->why_not = "larger than one FIFO slot";
+  }
+}
+
 int rcc_model_choose(const struct rcc_model_input *in,
                      struct rcc_candidate cand[RCC_MAX_CANDIDATES],
                      int *winner) {
@@ -317,26 +329,14 @@ int rcc_model_choose(const struct rcc_model_input *in,
   if (in->coll != RCC_COLL_ALLREDUCE)
     return count;
   evaluate(in, RCC_ALG_DIRECT, &cand[1]);
-  if (in->nranks < 2 || in->bytes <= 0) {
-    cand[1].runnable = 0;
-    cand[1].why_not = "needs 2 ranks and a non-empty message";
-  } else if (in->bytes > in->direct_max_bytes) {
-    cand[1].runnable = 0;
-    cand[1].why_not = "larger than one FIFO slot";
-  }
+  one_slot_only(in, &cand[1]);
   evaluate(in, RCC_ALG_TREE, &cand[2]);
   if (in->nranks < 2) {
     cand[2].runnable = 0;
     cand[2].why_not = "needs 2 ranks";
   }
   evaluate(in, RCC_ALG_RECDOUBLING, &cand[3]);
-  if (in->nranks < 2 || in->bytes <= 0) {
-    cand[3].runnable = 0;
-    cand[3].why_not = "needs 2 ranks and a non-empty message";
-  } else if (in->bytes > in->direct_max_bytes) {
-    cand[3].runnable = 0;
-    cand[3].why_not = "larger than one FIFO slot";
-  }
+  one_slot_only(in, &cand[3]);
   count = 4;
   for (int i = 0; i < count; i++)
     if ((in->forced == RINGCC_ALGO_RING && cand[i].alg == RCC_ALG_RING) ||
