@@ -300,7 +300,7 @@ static void resolve_link(const struct options *o, struct link *l) {
     l->cost = machine.link[k];
     l->cache_bytes = machine.cache_bytes;
     if (k == RCC_LINK_TCP)
-      l->slot_bytes = 1048576;
+      l->slot_bytes = 262144; /* RINGCC_NET_CHUNK_BYTES */
     l->type = k;
     snprintf(l->name, sizeof l->name, "%s", o->link_name);
     snprintf(l->describe, sizeof l->describe, "this machine's %s, per "
