@@ -5,7 +5,7 @@
 #                   [--max-count N]
 #
 # Builds the library and tools (make), builds test/soak/soak.c against
-# build/lib/libringcc.a into build/soak/soak, and runs it under ringcc-run:
+# build/lib/libringcc.so into build/soak/soak, and runs it under ringcc-run:
 # N ranks (default 4) make --calls random collectives (default 10000; kind,
 # size, datatype, op and root drawn alike on every rank from --seed), every
 # result checked element by element. Every --every calls (default 1000) each
@@ -38,11 +38,13 @@ make --no-print-directory -s all >/dev/null
 mkdir -p build/soak
 cc=${CC:-gcc}
 src="test/soak/soak.c test/harness.c"
+# Against the shared library, which carries its own dependencies (the CUDA
+# runtime where the build found one); the static one would need them listed.
 if [ ! -x build/soak/soak ] || [ -n "$(find $src test/soak/random_coll.h \
-     test/harness.h build/lib/libringcc.a -newer build/soak/soak)" ]; then
+     test/harness.h build/lib/libringcc.so -newer build/soak/soak)" ]; then
   $cc -std=c11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
     -Iinclude -iquote test -iquote test/soak -o build/soak/soak $src \
-    build/lib/libringcc.a -lm
+    -Lbuild/lib -lringcc -Wl,-rpath,"$(pwd)/build/lib" -lm
 fi
 
 echo "soak: $(if [ $tcp = 1 ]; then echo TCP; else echo shared memory; fi)," \
