@@ -209,15 +209,15 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
 int rcc_proxy_doorbell(const struct rcc_proxy *proxy);
 /* For the executor (exec_host.c), which drives the network itself while it
  * waits on a network FIFO, so a message costs no thread wake-up:
- *   push   progress on conn (a struct rcc_proxy_conn; NULL: every
- *          connection) if no other thread is in a round; returns 1 if
- *          sends are still pending afterwards (or it could not run), else 0
+ *   push   progress on conn (its struct rcc_proxy_conn) if no other thread
+ *          is in a round; returns 1 if sends are still pending afterwards
+ *          (or it could not run), else 0
  *   drive  on: the proxy thread stops polling the sockets (this thread
  *          polls them; the proxy thread only runs a round every 100 ms);
  *          off: the proxy thread takes over again, woken at once
  *   settle after a wait: off if sends are pending, else stay on
  *   poll   sleeps until a socket of a connection with work is ready, or
- *          timeout_ms */
+ *          timeout_ms, then progresses the connections that are ready */
 int rcc_proxy_push(struct rcc_proxy *proxy, void *conn);
 void rcc_proxy_drive(struct rcc_proxy *proxy, int on);
 void rcc_proxy_settle(struct rcc_proxy *proxy);

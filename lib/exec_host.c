@@ -184,21 +184,28 @@ static int wait_failed(struct exec *x) {
   return RINGCC_SUCCESS;
 }
 
-/* Waiting on a network FIFO: this thread runs the proxy's rounds and
- * sleeps in poll() on the sockets itself (the proxy thread stands aside), so
- * a message that arrives wakes the thread that wants it, not a proxy thread
- * that then wakes it. */
+/* How many times to poll before yielding. comm->spin_now adapts (the
+ * callers set it after the wait): a wait that polling caught keeps it, one
+ * that outlasted it halves it (on a host where other work wants the CPU,
+ * polling only keeps the CPU from the peer), and every 256th wait tries the
+ * full set.spin again. */
+static int spin_budget(struct ringcc_comm *comm) {
+  if (comm->spin_now < comm->set.spin && (++comm->spin_probe & 255) == 0)
+    return comm->set.spin;
+  return comm->spin_now;
+}
+
+/* Waiting on a network FIFO: this thread sleeps in poll() on the sockets
+ * itself and progresses the connections that are ready (the proxy thread
+ * stands aside), so a message that arrives wakes the thread that wants it,
+ * not a proxy thread that then wakes it. */
 static int net_wait(struct exec *x, struct rcc_proxy *px, uint32_t *word,
                     uint32_t old) {
-  const struct rcc_settings *set = &x->comm->set;
-  int r = 0;
-  rcc_proxy_drive(px, 1);
   struct ringcc_comm *comm = x->comm;
-  int budget = comm->spin_now, i;
-  if (budget < set->spin && (++comm->spin_probe & 255) == 0)
-    budget = set->spin;
+  int budget = spin_budget(comm), i, r = 0;
+  rcc_proxy_drive(px, 1);
   for (i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
-    /* Poll (up to spin_now rounds, adapted as in host_wait), then yield
+    /* Poll the sockets (without sleeping) up to budget times, then yield
      * twice (a message on its way may land), then sleep in poll(). */
     int sleep = i >= budget + 2;
     if (!sleep && i >= budget)
@@ -208,7 +215,7 @@ static int net_wait(struct exec *x, struct rcc_proxy *px, uint32_t *word,
         (r = wait_failed(x)) != RINGCC_SUCCESS)
       break;
   }
-  comm->spin_now = i <= budget ? budget : budget / 2; /* as host_wait */
+  comm->spin_now = i <= budget ? budget : budget / 2;
   rcc_proxy_settle(px);
   return r;
 }
@@ -221,14 +228,9 @@ static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
   if (conn != NULL && conn->proxy != NULL)
     return net_wait(x, conn->proxy, word, old);
 
-  /* Poll up to spin_now times, then yield, then sleep. spin_now adapts: a
-   * wait that polling caught keeps it, one that outlasted it halves it (on
-   * a host where other work wants the CPU, polling only keeps the CPU from
-   * the peer), and every 256th wait tries the full set.spin again. */
+  /* Poll, then yield, then sleep. */
   struct ringcc_comm *comm = x->comm;
-  int budget = comm->spin_now;
-  if (budget < set->spin && (++comm->spin_probe & 255) == 0)
-    budget = set->spin;
+  int budget = spin_budget(comm);
   for (int i = 0; i < budget; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
       comm->spin_now = budget;

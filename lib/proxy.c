@@ -13,8 +13,9 @@
  *     progress itself (rcc_proxy_push from host_wake): a small message
  *     leaves in the caller's sendmsg(), with no thread to wake;
  *   - an executor that waits on a network FIFO "drives" (net_wait in
- *     exec_host.c): it runs rounds and sleeps in poll() on the sockets
- *     itself, so an arriving message wakes the thread that wants it. The
+ *     exec_host.c): it sleeps in poll() on the sockets itself and
+ *     progresses the connections poll() reports ready (rcc_proxy_poll), so
+ *     an arriving message wakes the thread that wants it. The
  *     proxy thread meanwhile sleeps on its doorbell alone (and runs a round
  *     every POLL_MS, which notices failures between calls);
  *   - when sends are still pending (a socket was full) the executor hands
@@ -489,10 +490,7 @@ int rcc_proxy_push(struct rcc_proxy *px, void *conn) {
   struct rcc_proxy_conn *c = conn;
   if (pthread_mutex_trylock(&px->lock) != 0)
     return 1; /* the proxy thread is in a round: it will see the work */
-  if (c == NULL) {
-    for (int k = 0; k < 4 && proxy_round(px); k++)
-      ;
-  } else if (!c->failed) {
+  if (!c->failed) {
     ringcc_result_t r = RINGCC_SUCCESS;
     if (c->is_send)
       progress_send(px, c, &r);
