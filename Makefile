@@ -259,7 +259,7 @@ ifneq ($(strip $(T_MISSING)),)
 endif
 	@$(DEPS_SCRIPT)
 	@$(MAKE) --no-print-directory all $(TEST_RUN)
-	@pass=0; fail=0; failed=; \
+	@pass=0; fail=0; failed=; failedlogs=; \
 	if [ -z "$(strip $(TEST_RUN))" ]; then echo "make test: no test/test_*.c yet"; fi; \
 	echo "test environment: $(TEST_ENV)"; \
 	for t in $(TEST_RUN); do \
@@ -278,12 +278,19 @@ endif
 	    elif grep -q 'Could not initialize inheritable arena' $$t.log; then \
 	      why="Criterion cannot start under TSan: Snaipe/Criterion#274"; \
 	    else why="exit $$rc"; fi; \
-	    failed="$$failed $${t##*/}($$why)"; echo "<== FAIL $$t ($$why, $${secs}s)"; \
+	    failed="$$failed $${t##*/}($$why)"; failedlogs="$$failedlogs $$t.log"; \
+	    echo "<== FAIL $$t ($$why, $${secs}s)"; \
 	  fi; \
 	done; \
 	echo "======================================================"; \
 	echo "test summary ($(BUILD)$(if $(SANITIZE), SANITIZE=$(SANITIZE))): $$pass passed, $$fail failed"; \
-	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
+	if [ $$fail -ne 0 ]; then \
+	  for log in $$failedlogs; do \
+	    echo "--- why $${log%.log} failed (the failure lines of $$log):"; \
+	    grep -E '^\[(----|FAIL)\]|CRASH|SUMMARY: [A-Za-z]*Sanitizer|Could not initialize' $$log | tail -n 40; \
+	  done; \
+	  echo "failed:$$failed"; exit 1; \
+	fi
 
 bench:
 	@$(DEPS_SCRIPT)
