@@ -418,6 +418,37 @@ Test(launcher, rank_killed_by_a_signal, .timeout = 20) {
   free_result(&r);
 }
 
+/* A rank killed by a signal takes its peers down within milliseconds, and
+ * they may be reaped first: the launcher names the killed rank as the cause
+ * (and its exit status), and the rank that only noticed as well. Here rank 2
+ * even exits 50 ms before rank 1 is killed. */
+Test(launcher, killed_rank_is_the_cause_not_its_peer, .timeout = 20) {
+  char dir[256], script[1024];
+  make_tmpdir(dir, sizeof dir);
+  snprintf(script, sizeof script,
+           "echo $$ > %s/pid.$RINGCC_RANK; "
+           "if [ $RINGCC_RANK = 2 ]; then sleep 0.3; echo 'peer died' >&2; "
+           "exit 1; fi; "
+           "if [ $RINGCC_RANK = 1 ]; then sleep 0.35; kill -9 $$; fi; "
+           "exec sleep 100",
+           dir);
+  const char *args[] = {"-np", "4", "/bin/sh", "-c", script, NULL};
+  struct result r = run_launcher(args);
+  cr_expect_eq(exit_status(&r), 128 + 9, "exit status %d, want 137; stderr: %s",
+               exit_status(&r), r.err);
+  const char *cause = strstr(r.err, "rank 1 (pid ");
+  cr_expect(cause != NULL && strstr(cause, "killed by signal 9") != NULL &&
+                strstr(cause, "stopping the other 2 ranks") != NULL,
+            "stderr: %s", r.err);
+  const char *also = strstr(r.err, "rank 2 (pid ");
+  cr_expect(also != NULL && strstr(also, "exited with status 1 too") != NULL,
+            "stderr: %s", r.err);
+  cr_expect(cause != NULL && also != NULL && cause < also,
+            "the cause comes first; stderr: %s", r.err);
+  check_ranks_gone(dir, 4, 2);
+  free_result(&r);
+}
+
 Test(launcher, rank_ignoring_sigterm_gets_sigkill, .timeout = 20) {
   char dir[256], script[1024];
   make_tmpdir(dir, sizeof dir);

@@ -43,6 +43,10 @@
 #define MAX_RANKS 4096
 #define KILL_GRACE_NS (2 * 1000000000LL)   /* SIGTERM -> SIGKILL */
 #define DRAIN_GRACE_NS (1 * 1000000000LL)  /* all ranks gone, pipes still open */
+/* After the first failure, how long to gather the failures that come with it
+ * before naming the cause: a rank killed by a signal takes its peers down
+ * with it within milliseconds, and its peers may be reaped first. */
+#define VERDICT_GRACE_NS (200 * 1000000LL)
 #define READ_CHUNK 65536
 #define HOLD_MAX 65536 /* a line longer than this is relayed in pieces */
 #define DRAIN_ALL 4096 /* reads of a finished rank's pipe: 256 MiB */
@@ -66,6 +70,9 @@ struct stream {
 struct rank {
   pid_t pid; /* 0: not started */
   bool running;
+  bool failed;     /* ended with a non-zero status before the job was stopped */
+  int status;      /* its wait status, when failed */
+  int64_t ended_at;
   struct stream out[2]; /* OUT_STDOUT, OUT_STDERR */
 };
 
@@ -77,7 +84,8 @@ struct job {
   char **argv;      /* PROG ARGS... */
   struct rank *ranks;
   int running;
-  int exit_code;    /* first failure's code; 0 while none */
+  int exit_code;    /* the cause's code; 0 while none */
+  int64_t verdict_at; /* after a failure: when to name the cause and stop */
   bool stopping;    /* SIGTERM sent to the job */
   bool killed;      /* SIGKILL sent to the job */
   int64_t kill_at;  /* when stopping: the SIGKILL deadline */
@@ -179,8 +187,11 @@ static void usage(FILE *f) {
 "the launcher's stdin unless it is a terminal; the other ranks read /dev/null.\n"
 "\n"
 "Failures: when a rank exits with a non-zero status or is killed by a signal,\n"
-"the launcher says which, sends SIGTERM to the other ranks, SIGKILL 2 s later,\n"
-"and exits with that rank's status (128+N for signal N). Each rank runs in\n"
+"the launcher gathers the failures of the next 0.2 s (a killed rank's peers\n"
+"fail within milliseconds and may end first), names the cause (a rank killed\n"
+"by a signal, else the first to fail) and the others that failed with it,\n"
+"sends SIGTERM to the other ranks, SIGKILL 2 s later, and exits with the\n"
+"cause's status (128+N for signal N). Each rank runs in\n"
 "its own process group, and signals go to the whole group. SIGINT, SIGTERM\n"
 "and SIGHUP sent to the launcher are forwarded to every rank; the third one\n"
 "sends SIGKILL instead.\n"
@@ -646,16 +657,44 @@ static void rank_ended(struct job *j, int r, int status) {
   drain(j, r, OUT_STDOUT, DRAIN_ALL);
   drain(j, r, OUT_STDERR, DRAIN_ALL);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-  if (j->exit_code != 0) return; /* not the first failure */
-  j->exit_code = exit_code_of(status);
+  if (j->stopping || j->exit_code != 0) return; /* stopped by us, or later */
+  rk->failed = true;
+  rk->status = status;
+  rk->ended_at = now_ns();
+  if (j->verdict_at == 0) j->verdict_at = rk->ended_at + VERDICT_GRACE_NS;
+}
+
+/* The cause of a failed job, once the failures that came together are in: a
+ * rank killed by a signal (its peers only noticed), else the first reaped.
+ * Names it, then the others that failed with it, and stops the rest. */
+static void verdict(struct job *j) {
+  int cause = -1, others = 0;
+  for (int r = 0; r < j->nranks; r++) {
+    const struct rank *rk = &j->ranks[r];
+    if (!rk->failed) continue;
+    others++;
+    if (cause < 0) { cause = r; continue; }
+    const struct rank *c = &j->ranks[cause];
+    bool sig = WIFSIGNALED(rk->status), csig = WIFSIGNALED(c->status);
+    if ((sig && !csig) || (sig == csig && rk->ended_at < c->ended_at)) cause = r;
+  }
+  j->verdict_at = 0;
+  if (cause < 0) return;
+  const struct rank *c = &j->ranks[cause];
+  j->exit_code = exit_code_of(c->status);
   if (j->exit_code == 0) j->exit_code = EXIT_INTERNAL;
   char what[128];
-  describe_status(status, what, sizeof what);
-  if (j->running > 0 && !j->stopping)
-    say("rank %d (pid %d) %s; stopping the other %d %s", r, (int)rk->pid, what,
-        j->running, plural(j->running, "rank", "ranks"));
+  describe_status(c->status, what, sizeof what);
+  if (j->running > 0)
+    say("rank %d (pid %d) %s; stopping the other %d %s", cause, (int)c->pid,
+        what, j->running, plural(j->running, "rank", "ranks"));
   else
-    say("rank %d (pid %d) %s", r, (int)rk->pid, what);
+    say("rank %d (pid %d) %s", cause, (int)c->pid, what);
+  for (int r = 0; r < j->nranks && others > 1; r++)
+    if (j->ranks[r].failed && r != cause) {
+      describe_status(j->ranks[r].status, what, sizeof what);
+      say("rank %d (pid %d) %s too", r, (int)j->ranks[r].pid, what);
+    }
   stop_job(j);
 }
 
@@ -704,7 +743,10 @@ static int64_t earliest(int64_t a, int64_t b) {
 /* Deadlines and timers, checked after each wakeup. */
 static void check_deadlines(struct job *j, int64_t timeout_at) {
   int64_t now = now_ns();
-  if (timeout_at != 0 && now >= timeout_at && j->running > 0 && !j->stopping) {
+  if (j->verdict_at != 0 && (now >= j->verdict_at || j->running == 0))
+    verdict(j);
+  if (timeout_at != 0 && now >= timeout_at && j->running > 0 && !j->stopping &&
+      j->verdict_at == 0) {
     say("timeout: the job was still running after %g s; stopping %d %s",
         j->timeout_s, j->running, plural(j->running, "rank", "ranks"));
     j->exit_code = EXIT_TIMEOUT;
@@ -747,6 +789,7 @@ static int run_loop(struct job *j, const sigset_t *wait_mask) {
     int64_t wake = earliest(j->timeout_s > 0 && !j->stopping ? timeout_at : 0,
                             j->stopping && !j->killed ? j->kill_at : 0);
     wake = earliest(wake, j->drain_until);
+    wake = earliest(wake, j->verdict_at);
     struct timespec ts, *tsp = NULL;
     if (wake != 0) {
       int64_t left = wake - now_ns();
