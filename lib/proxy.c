@@ -329,6 +329,8 @@ static void idle_sleep(struct rcc_proxy *px) {
       changed = 1;
     int fds[16];
     int k = px->plugin->fds(c->net_comm, fds, 16);
+    if (k < 0) /* bytes already read wait for a round */
+      changed = 1;
     short events = POLLIN;
     if (c->is_send && c->done != c->posted)
       events |= POLLOUT;
@@ -539,6 +541,13 @@ void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
       continue; /* nothing can come, or nothing to send */
     int fds[16];
     int k = px->plugin->fds(c->net_comm, fds, 16);
+    if (k < 0 && nfds < MAX_POLL_FDS) {
+      /* The plugin already holds bytes for it: progress it, do not sleep
+       * (poll() ignores a negative fd and reports it as not ready). */
+      px->xconn[nfds] = i;
+      px->xfds[nfds++] = (struct pollfd){.fd = -1};
+      timeout_ms = 0;
+    }
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
       px->xconn[nfds] = i;
       px->xfds[nfds++] = (struct pollfd){
@@ -546,7 +555,13 @@ void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
     }
   }
   pthread_mutex_unlock(&px->lock);
-  if (poll(px->xfds, (nfds_t)nfds, timeout_ms) <= 0)
+  int ready = poll(px->xfds, (nfds_t)nfds, timeout_ms);
+  for (int j = 0; j < nfds; j++)
+    if (px->xfds[j].fd < 0) {
+      px->xfds[j].revents = POLLIN;
+      ready++;
+    }
+  if (ready <= 0)
     return;
   /* Progress the connections whose sockets are ready, and only those. */
   if (pthread_mutex_trylock(&px->lock) != 0)

@@ -66,7 +66,8 @@ struct rcc_net_plugin {
   ringcc_result_t (*test)(void *request, int *done, size_t *bytes,
                           uint32_t *imm, char *err, size_t errlen);
   /* Up to max fds to poll() for progress (POLLIN and POLLOUT); returns the
-   * number written. */
+   * number written, or -1 when a request can progress without waiting (the
+   * plugin holds bytes it already read for it): test() it now. */
   int (*fds)(void *comm, int *fds, int max);
   void (*close_send)(void *send_comm);
   void (*close_recv)(void *recv_comm);

@@ -17,9 +17,11 @@
  * k is. A request is a small state machine (bytes moved, header included): a
  * send leaves with one sendmsg() of header + payload straight from the
  * caller's buffer; a receive reads the header, then the payload straight
- * into the caller's buffer. test() moves every socket of the connection as
- * far as it goes without blocking, the request's own socket first, so a
- * proxy that tests requests in posting order keeps all N sockets busy.
+ * into the caller's buffer (a header, and a short payload, through a 4 KiB
+ * read buffer, so a small message takes one recv()). test() moves the
+ * request's own socket and, while that request is not done, every other
+ * socket of the connection as far as it goes without blocking, so a proxy
+ * that tests requests in posting order keeps all N sockets busy.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,6 +50,10 @@
 #define HANDLE_BYTES 28            /* magic, family, port, address, scope */
 #define PREAMBLE_BYTES 16          /* magic, index, nsocks, connection id */
 #define MSG_HEADER_BYTES 8         /* payload bytes, imm */
+/* A receive reads a header, or what is left of a payload when it is shorter
+ * than this, through a buffer of this size: one recv() then takes a small
+ * message whole, with the headers (and small messages) that follow it. */
+#define RBUF_BYTES 4096
 /* A stranger gets this long to send its preamble, and a connection this long
  * (from its first socket) to bring the others. Both are counted from when
  * accept() took the socket from the kernel, so a late accept() is no fault. */
@@ -250,11 +256,15 @@ struct net_request {
   uint8_t header[MSG_HEADER_BYTES];
 };
 
-/* The requests of one socket, in posting order: the head moves first. */
+/* The requests of one socket, in posting order: the head moves first. A
+ * receive socket has a read buffer: rbuf[roff, rlen) arrived but belongs to
+ * no request yet. */
 struct sock_queue {
   int fd;
   int eof; /* the peer closed it between messages */
   unsigned head, count;
+  unsigned roff, rlen;
+  uint8_t *rbuf; /* RBUF_BYTES; receive connections only */
   struct net_request *q[RCC_NET_MAX_REQUESTS];
 };
 
@@ -280,6 +290,13 @@ static struct net_conn *conn_new(int kind, int nsocks) {
   c->nsocks = nsocks;
   for (int i = 0; i < nsocks; i++)
     c->socks[i].fd = -1;
+  for (int i = 0; i < nsocks && kind == COMM_RECV; i++)
+    if ((c->socks[i].rbuf = malloc(RBUF_BYTES)) == NULL) {
+      while (i-- > 0)
+        free(c->socks[i].rbuf);
+      free(c);
+      return NULL;
+    }
   for (int i = 0; i < RCC_NET_MAX_REQUESTS; i++)
     c->free_list[c->nfree++] = &c->reqs[RCC_NET_MAX_REQUESTS - 1 - i];
   return c;
@@ -288,9 +305,11 @@ static struct net_conn *conn_new(int kind, int nsocks) {
 static void conn_free(struct net_conn *c) {
   if (c == NULL)
     return;
-  for (int i = 0; i < c->nsocks; i++)
+  for (int i = 0; i < c->nsocks; i++) {
     if (c->socks[i].fd >= 0)
       close(c->socks[i].fd);
+    free(c->socks[i].rbuf);
+  }
   free(c);
 }
 
@@ -399,9 +418,15 @@ static int header_arrived(struct net_conn *c, int sock,
   return 0;
 }
 
-/* Receives into the posted requests of one socket until it would block. */
+/* Receives into the posted requests of one socket until it would block.
+ * Bytes come from the read buffer first. A header, or a payload remainder
+ * shorter than RBUF_BYTES, is read through the buffer (what follows it stays
+ * there for the next requests); a longer remainder straight into the
+ * caller's memory. A recv() that returns less than it asked for emptied the
+ * socket: no second call that would only say EAGAIN. */
 static void progress_recv(struct net_conn *c, int sock) {
   struct sock_queue *s = &c->socks[sock];
+  int drained = 0;
   while (s->count > 0 && !s->eof && c->error == RINGCC_SUCCESS) {
     struct net_request *r = s->q[s->head];
     int in_header = r->moved < MSG_HEADER_BYTES;
@@ -409,30 +434,49 @@ static void progress_recv(struct net_conn *c, int sock) {
                          : (char *)r->data + (r->moved - MSG_HEADER_BYTES);
     size_t want = in_header ? MSG_HEADER_BYTES - r->moved
                             : MSG_HEADER_BYTES + r->bytes - r->moved;
-    ssize_t got = recv(s->fd, to, want, MSG_DONTWAIT); /* want > 0 */
-    if (got < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        conn_fail_io(c, sock, errno, r);
-      return;
+    size_t got;
+    if (s->roff < s->rlen) { /* want > 0 */
+      got = s->rlen - s->roff < want ? s->rlen - s->roff : want;
+      memcpy(to, s->rbuf + s->roff, got);
+      s->roff += (unsigned)got;
+    } else {
+      if (drained)
+        return;
+      int buffered = want < RBUF_BYTES;
+      size_t ask = buffered ? RBUF_BYTES : want;
+      ssize_t n = recv(s->fd, buffered ? (void *)s->rbuf : to, ask,
+                       MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR)
+          continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+          conn_fail_io(c, sock, errno, r);
+        return;
+      }
+      if (n == 0 && r->moved == 0) {
+        /* A peer that left after its last message (and its goodbye, which
+         * may sit unread on another socket) closes every socket: an error
+         * only if this message is ever waited for (socket_test). */
+        s->eof = 1;
+        return;
+      }
+      if (n == 0) {
+        char where[96];
+        conn_fail(c, RINGCC_ERR_PEER_FAILED,
+                  "NET/Socket: connection from %s closed by the peer (socket "
+                  "%d of %d, %s)", c->peer, sock, c->nsocks,
+                  request_where(c, r, where, sizeof(where)));
+        return;
+      }
+      drained = (size_t)n < ask;
+      if (buffered) {
+        s->roff = 0;
+        s->rlen = (unsigned)n;
+        continue; /* taken from the buffer above */
+      }
+      got = (size_t)n;
     }
-    if (got == 0 && r->moved == 0) {
-      /* A peer that left after its last message (and its goodbye, which may
-       * sit unread on another socket) closes every socket: an error only if
-       * this message is ever waited for (socket_test). */
-      s->eof = 1;
-      return;
-    }
-    if (got == 0) {
-      char where[96];
-      conn_fail(c, RINGCC_ERR_PEER_FAILED,
-                "NET/Socket: connection from %s closed by the peer (socket "
-                "%d of %d, %s)", c->peer, sock, c->nsocks,
-                request_where(c, r, where, sizeof(where)));
-      return;
-    }
-    r->moved += (size_t)got;
+    r->moved += got;
     if (in_header && r->moved == MSG_HEADER_BYTES &&
         header_arrived(c, sock, r) != 0)
       return;
@@ -441,10 +485,16 @@ static void progress_recv(struct net_conn *c, int sock) {
   }
 }
 
-/* Moves every socket of the connection, the given one first. */
-static void progress_conn(struct net_conn *c, int first) {
+/* Moves the request's own socket; unless that finished the request, every
+ * other socket of the connection too (while this one waits, the others'
+ * messages move, which keeps N sockets busy with large messages; a small
+ * message that is done does not cost a recv() per idle socket). */
+static void progress_conn(struct net_conn *c, int first,
+                          const struct net_request *r) {
   for (int i = 0; i < c->nsocks && c->error == RINGCC_SUCCESS; i++) {
     int sock = (first + i) % c->nsocks;
+    if (i > 0 && r->state != REQ_POSTED)
+      return;
     if (c->socks[sock].count == 0)
       continue;
     if (c->kind == COMM_SEND)
@@ -525,7 +575,7 @@ static ringcc_result_t socket_test(void *request, int *done, size_t *bytes,
   struct net_conn *c = r->conn;
   int sock = (int)(r->seq % (uint64_t)c->nsocks);
   if (r->state == REQ_POSTED)
-    progress_conn(c, sock);
+    progress_conn(c, sock, r);
   if (r->state == REQ_POSTED && c->socks[sock].eof) {
     char where[96];
     conn_fail(c, RINGCC_ERR_PEER_FAILED,
@@ -882,7 +932,9 @@ static ringcc_result_t socket_accept(void *listen_comm, void *hello,
 /* Only the sockets with requests queued: an idle socket of a send connection
  * is always writable and one of a receive connection may hold the next
  * messages' bytes, so either would end every poll() at once. With nothing
- * queued there is nothing to wait for here (0 fds). A listener: its socket. */
+ * queued there is nothing to wait for here (0 fds). -1 when a queued receive
+ * has bytes in its socket's read buffer: poll() would not say so. A
+ * listener: its socket. */
 static int socket_fds(void *comm, int *fds, int max) {
   int n = 0;
   if (comm == NULL)
@@ -893,6 +945,9 @@ static int socket_fds(void *comm, int *fds, int max) {
     return n;
   }
   const struct net_conn *c = comm;
+  for (int i = 0; i < c->nsocks; i++)
+    if (c->socks[i].count > 0 && c->socks[i].roff < c->socks[i].rlen)
+      return -1;
   for (int i = 0; i < c->nsocks && n < max; i++)
     if (c->socks[i].count > 0 && !c->socks[i].eof)
       fds[n++] = c->socks[i].fd;
