@@ -257,6 +257,7 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
   SETTING(c->check, "RINGCC_CHECK", 0, 0, 1, s->check);
   SETTING(-1, "RINGCC_SPIN", -1, -1, 1 << 24, s->spin);
   SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
+  SETTING(-1, "RINGCC_NET_ZEROCOPY", 1, 0, 1, s->net_zerocopy);
 #undef SETTING
   if (s->chunk_bytes % 64 != 0 || s->net_chunk_bytes % 64 != 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,

@@ -45,6 +45,8 @@ struct rcc_settings {
   int check;
   int spin;   /* polls before yielding (RINGCC_SPIN) */
   int yields; /* sched_yield()s before sleeping (RINGCC_YIELDS) */
+  int net_zerocopy; /* network sends from the user's buffers
+                       (RINGCC_NET_ZEROCOPY) */
 };
 
 /* Where a communicator stands, kept up to date by the executor for error
@@ -200,6 +202,10 @@ struct rcc_proxy_conn {
   int tell;               /* send: 1 the FAIL message is posted, 2 done */
   void *tell_request;
   void *request[RCC_FIFO_MAX_SLOTS];
+  /* send: where slot k's bytes are, when not in the slot: the host executor
+   * sends a collective's data straight from the user's buffers (exec_host.c,
+   * written before the tail that publishes the slot). NULL: the slot. */
+  const char *from[RCC_FIFO_MAX_SLOTS];
 };
 struct rcc_proxy;
 ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
@@ -222,6 +228,11 @@ int rcc_proxy_push(struct rcc_proxy *proxy, void *conn);
 void rcc_proxy_drive(struct rcc_proxy *proxy, int on);
 void rcc_proxy_settle(struct rcc_proxy *proxy);
 void rcc_proxy_poll(struct rcc_proxy *proxy, int timeout_ms);
+/* After a failed call, whose buffers go back to the user: the sends on conn
+ * that are still to leave from the user's memory are copied into their
+ * slots and leave from there (a plugin that cannot move a posted send gives
+ * the connection up instead, as if it had failed). */
+void rcc_proxy_detach(struct rcc_proxy *proxy, void *conn);
 /* Sends every filled slot, then a goodbye on every send connection, so
  * peers can tell a rank that left from a rank that died. */
 void rcc_proxy_drain(struct rcc_proxy *proxy, int64_t deadline_ns);

@@ -6,6 +6,14 @@
  * steps reduce straight from the incoming slot and the user's buffer into the
  * outgoing slot, so a ring step touches each byte once.
  *
+ * Over the network a collective sends straight from the user's buffers when
+ * the bytes are there already (a plain send, or what a step just wrote to
+ * dst): the slot then carries only the message's place in the FIFO, and the
+ * proxy sends from the buffer (rcc_proxy_conn.from). Such a send is pending
+ * until the FIFO's head passes it; a step that would write over its bytes
+ * waits for it first, and the call returns only when every one has left (or,
+ * after a failure, has been copied into its slot: rcc_proxy_detach).
+ *
  * Waiting polls briefly, then yields the CPU, then sleeps on the FIFO counter
  * as a futex (the publisher wakes sleepers only when there are any). Eight
  * ranks on two cores therefore still make progress, and a rank that sleeps
@@ -40,6 +48,16 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #include "comm.h"
 
 #define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
+#define ZC_MAX 32 /* sends from user buffers tracked at once */
+
+/* A network send from the user's memory, pending until the FIFO's head
+ * reaches seq. */
+struct zc_send {
+  const char *p;
+  size_t len;
+  struct rcc_conn *conn;
+  uint32_t seq;
+};
 
 struct exec {
   struct ringcc_comm *comm;
@@ -51,6 +69,9 @@ struct exec {
   rcc_reduce_fn reduce;
   int64_t deadline; /* 0 until the first sleep (no clock read per call) */
   struct rcc_progress *at; /* == &comm->progress */
+  int zerocopy;            /* network sends may come from src and dst */
+  int nzc;
+  struct zc_send zc[ZC_MAX];
 };
 
 /* Records what this rank is about to wait for (the hang report reads it). */
@@ -303,6 +324,96 @@ static int step_sends(int kind) {
          kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
 }
 
+/* ---- sends from the user's buffers ---------------------------------------- */
+
+static int zc_done(const struct zc_send *e) {
+  uint32_t head = __atomic_load_n(&e->conn->fifo->head, __ATOMIC_ACQUIRE);
+  return (int32_t)(head - e->seq) >= 0;
+}
+
+/* Waits for the pending sends whose bytes overlap [p, p + len): all of them
+ * when p is NULL. */
+static int zc_wait(struct exec *x, const char *p, size_t len) {
+  for (int i = 0; i < x->nzc;) {
+    struct zc_send *e = &x->zc[i];
+    if (p != NULL && !(e->p < p + len && p < e->p + e->len)) {
+      i++;
+      continue;
+    }
+    while (!zc_done(e)) {
+      uint32_t head = __atomic_load_n(&e->conn->fifo->head, __ATOMIC_ACQUIRE);
+      waiting_on(x, "its data to leave for", e->conn->peer, e->conn, 1);
+      int r = host_wait(x, &e->conn->fifo->head, &e->conn->fifo->head_waiters,
+                        head);
+      if (r != RINGCC_SUCCESS)
+        return r;
+    }
+    *e = x->zc[--x->nzc];
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* After a failed call the user gets the buffers back: the sends still to
+ * leave from them leave from copies in their slots. */
+static void zc_release(struct exec *x) {
+  struct rcc_conn *done[ZC_MAX];
+  int ndone = 0;
+  for (int i = 0; i < x->nzc; i++) {
+    struct zc_send *e = &x->zc[i];
+    int again = 0; /* one detach per connection */
+    for (int j = 0; j < ndone; j++)
+      again |= done[j] == e->conn;
+    if (again || zc_done(e))
+      continue;
+    rcc_proxy_detach(e->conn->proxy, e->conn->proxy_conn);
+    done[ndone++] = e->conn;
+  }
+  x->nzc = 0;
+}
+
+/* Where a network send of this step can come from without a copy into the
+ * slot (NULL: it needs the slot). */
+static const char *zc_source(const struct exec *x, const struct rcc_step *s) {
+  const char *src = x->src + s->src_off * x->esize;
+  const char *dst = x->dst + s->dst_off * x->esize;
+  switch (s->kind) {
+  case RCC_STEP_SEND:
+    return s->acc ? dst : src;
+  case RCC_STEP_COPY_SEND:
+  case RCC_STEP_SEND_RECV:
+    return src;
+  case RCC_STEP_RECV_COPY_SEND:
+  case RCC_STEP_RECV_REDUCE_COPY_SEND:
+    return dst; /* written by the step, before the send is published */
+  default:
+    return NULL;
+  }
+}
+
+/* Publishes a network slot whose bytes are at p (NULL: in the slot). */
+static int send_publish(struct exec *x, struct rcc_conn *c, const char *p,
+                        size_t bytes, uint64_t meta) {
+  if (p != NULL && x->nzc == ZC_MAX) {
+    /* Forget those that left; wait only if none did. */
+    for (int i = 0; i < x->nzc;)
+      if (zc_done(&x->zc[i]))
+        x->zc[i] = x->zc[--x->nzc];
+      else
+        i++;
+    int r = x->nzc == ZC_MAX ? zc_wait(x, NULL, 0) : RINGCC_SUCCESS;
+    if (r != RINGCC_SUCCESS)
+      return r;
+  }
+  if (c->proxy != NULL) {
+    struct rcc_proxy_conn *pc = c->proxy_conn;
+    pc->from[c->step % c->nslots] = p;
+  }
+  rcc_proto_send_end(c, meta);
+  if (p != NULL)
+    x->zc[x->nzc++] = (struct zc_send){p, bytes, c, c->step};
+  return RINGCC_SUCCESS;
+}
+
 /* The data movement of one step, slots already acquired. */
 static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
                       char *out) {
@@ -312,7 +423,8 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
 
   switch (s->kind) {
   case RCC_STEP_SEND:
-    copy_bytes(out, s->acc ? dst : src, bytes);
+    if (out)
+      copy_bytes(out, s->acc ? dst : src, bytes);
     break;
   case RCC_STEP_RECV:
     copy_bytes(dst, in, bytes);
@@ -327,7 +439,8 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
     break;
   case RCC_STEP_RECV_COPY_SEND:
     copy_bytes(dst, in, bytes);
-    copy_bytes(out, in, bytes);
+    if (out)
+      copy_bytes(out, in, bytes);
     break;
   case RCC_STEP_RECV_REDUCE_SEND:
     if (s->nelem > 0) {
@@ -376,18 +489,25 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
   uint64_t meta;
   int r;
 
+  const char *zc = x->zerocopy && sc->proxy != NULL ? zc_source(x, s) : NULL;
+  char *dst = x->dst + s->dst_off * x->esize;
+
   waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
   if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
     return r;
-  copy_bytes(out, x->src + s->src_off * x->esize, bytes);
-  rcc_proto_send_end(sc, meta_of(s, bytes));
+  if (zc == NULL)
+    copy_bytes(out, x->src + s->src_off * x->esize, bytes);
+  if ((r = send_publish(x, sc, zc, bytes, meta_of(s, bytes))) != 0)
+    return r;
 
   waiting_on(x, "data from", s->recv_peer, rc, 0);
   if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
     return r;
   if ((r = check_meta(x, s, meta, bytes)) != 0)
     return r;
-  copy_bytes(x->dst + s->dst_off * x->esize, in, bytes);
+  if (x->nzc > 0 && (r = zc_wait(x, dst, bytes)) != 0)
+    return r;
+  copy_bytes(dst, in, bytes);
   rcc_proto_recv_end(rc);
   return RINGCC_SUCCESS;
 }
@@ -411,15 +531,23 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
     if ((r = check_meta(x, s, meta, bytes)) != 0)
       return r;
   }
+  const char *zc = NULL;
   if (step_sends(s->kind)) {
     sc = &comm->send_conn[s->conn_kind][s->send_peer];
     waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
+    if (x->zerocopy && sc->proxy != NULL && (zc = zc_source(x, s)) != NULL)
+      out = NULL;
   }
+  /* Every step but a plain send and a reduce into the slot writes dst. */
+  if (x->nzc > 0 && s->kind != RCC_STEP_SEND &&
+      s->kind != RCC_STEP_RECV_REDUCE_SEND &&
+      (r = zc_wait(x, x->dst + s->dst_off * x->esize, bytes)) != 0)
+    return r;
   step_data(x, s, in, out);
-  if (sc)
-    rcc_proto_send_end(sc, meta_of(s, bytes));
+  if (sc && (r = send_publish(x, sc, zc, bytes, meta_of(s, bytes))) != 0)
+    return r;
   if (rc)
     rcc_proto_recv_end(rc);
   return RINGCC_SUCCESS;
@@ -438,6 +566,9 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
       .reduce = rcc_reduce_get(dt, op),
       .deadline = 0,
       .at = &comm->progress,
+      /* Point-to-point sends keep their copy: ringcc_send returns once the
+       * data is in the slots, as it always has. */
+      .zerocopy = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND,
   };
   ringcc_result_t r = RINGCC_SUCCESS;
 
@@ -455,6 +586,10 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     RCC_PUT(x.at->nelem, cur.nelem);
     r = run_step(&x, &cur);
   }
+  if (r == RINGCC_SUCCESS && x.nzc > 0)
+    r = zc_wait(&x, NULL, 0);
+  if (r != RINGCC_SUCCESS && x.nzc > 0)
+    zc_release(&x);
   RCC_PUT(x.at->active, 0);
   return r;
 }

@@ -198,7 +198,10 @@ static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
     uint32_t slot = c->posted % c->nslots;
     uint64_t meta = c->fifo->meta[slot];
     void *req = NULL;
-    *r = px->plugin->isend(c->net_comm, c->data + (size_t)slot * c->slot_bytes,
+    const char *from = c->from[slot] != NULL
+                           ? c->from[slot]
+                           : c->data + (size_t)slot * c->slot_bytes;
+    *r = px->plugin->isend(c->net_comm, from,
                            RCC_META_BYTES(meta), (uint32_t)(meta >> 32),
                            c->mhandle, &req, err, sizeof(err));
     if (*r != RINGCC_SUCCESS)
@@ -503,6 +506,37 @@ int rcc_proxy_push(struct rcc_proxy *px, void *conn) {
   int pending = sends_pending(px);
   pthread_mutex_unlock(&px->lock);
   return pending;
+}
+
+void rcc_proxy_detach(struct rcc_proxy *px, void *conn) {
+  struct rcc_proxy_conn *c = conn;
+  int moved = 0, lost = 0;
+  pthread_mutex_lock(&px->lock);
+  uint32_t tail = __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE);
+  for (uint32_t s = c->done; s != tail; s++) {
+    uint32_t slot = s % c->nslots;
+    if (c->from[slot] == NULL)
+      continue;
+    char *to = c->data + (size_t)slot * c->slot_bytes;
+    if (!c->failed) {
+      memcpy(to, c->from[slot], RCC_META_BYTES(c->fifo->meta[slot]));
+      if ((int32_t)(s - c->posted) >= 0)
+        moved++; /* not posted yet: it will leave from the slot */
+      else if (px->plugin->rebase != NULL)
+        px->plugin->rebase(c->request[slot], to), moved++;
+      else
+        lost = 1;
+    }
+    c->from[slot] = NULL;
+  }
+  if (lost)
+    c->failed = 1; /* a posted send still reads the user's memory */
+  pthread_mutex_unlock(&px->lock);
+  RCC_INFO(px->comm->rank, "network send rank %d -> rank %d: %d message%s "
+           "from the user's buffers copied to their slots after the call "
+           "failed%s", px->comm->rank, c->peer, moved, moved == 1 ? "" : "s",
+           lost ? "; the connection is given up (the plugin cannot move a "
+                  "posted send)" : "");
 }
 
 void rcc_proxy_drive(struct rcc_proxy *px, int on) {

@@ -1138,6 +1138,112 @@ static void abort_blocked(int tcp) {
 Test(faults, abort_blocked_call_shm, .timeout = 30) { abort_blocked(0); }
 Test(faults, abort_blocked_call_tcp, .timeout = 30) { abort_blocked(1); }
 
+/* ---- a failed call gives the user's buffers back ------------------------------------- */
+
+/* Over TCP a collective sends straight from the user's buffers. When the
+ * call fails with sends still on their way (here: the peer does not read, so
+ * its slots and the sockets fill up, and the broadcast's deadline passes),
+ * the sends must leave from copies, because the user may change or free the
+ * buffers as soon as the call returns. Rank 0 overwrites its buffer at
+ * once; then rank 1 joins the broadcast and takes what arrives until it
+ * gives up too: every element it got must be what rank 0 sent, not the
+ * bytes written over it. */
+#define INFLIGHT_COUNT (16u << 20) /* floats: 64 MiB, far more than fits */
+#define INFLIGHT_UNSET -1.0f
+
+typedef struct {
+  int gave_up; /* rank 0's call returned (atomic) */
+  int done;    /* rank 1's call returned (atomic) */
+  int code[2];
+  double took_s;
+  size_t got, wrong, first_wrong;
+  char message[2][MSG_LEN];
+} inflight_area_t;
+
+static float inflight_value(size_t i) { return (float)(i % 1000); }
+
+static int inflight_rank(int rank, int n, const ringcc_unique_id_t *id,
+                         void *arg) {
+  inflight_area_t *a = arg;
+  setenv("RINGCC_DEBUG", "INFO", 1);
+  ringcc_config_t cfg = config_with(1000, 1);
+  ringcc_comm_t comm;
+  if (ringcc_comm_init(&comm, n, id, rank, &cfg) != RINGCC_SUCCESS)
+    return h_fail_rank(rank, "init: %s", ringcc_comm_last_error(NULL));
+  float *buf = malloc(INFLIGHT_COUNT * sizeof *buf);
+  if (buf == NULL)
+    return h_fail_rank(rank, "out of memory");
+  for (size_t i = 0; i < INFLIGHT_COUNT; i++)
+    buf[i] = rank == 0 ? inflight_value(i) : INFLIGHT_UNSET;
+  /* Rank 1 stays silent (alive) until rank 0 gave up and took its buffer
+   * back. The root of a broadcast only sends: many messages are out when
+   * its peer stops taking them. */
+  if (rank == 1 && !wait_counter(&a->gave_up, 1, 30))
+    return h_fail_rank(rank, "rank 0 never gave up");
+  double t0 = h_now_s();
+  ringcc_result_t r =
+      ringcc_bcast(buf, INFLIGHT_COUNT, RINGCC_FLOAT32, 0, comm, NULL);
+  a->code[rank] = (int)r;
+  snprintf(a->message[rank], MSG_LEN, "%s", ringcc_comm_last_error(comm));
+  if (rank == 0) {
+    a->took_s = h_now_s() - t0;
+    memset(buf, 0xff, INFLIGHT_COUNT * sizeof *buf); /* the user's again */
+    __atomic_store_n(&a->gave_up, 1, __ATOMIC_RELEASE);
+    wait_counter(&a->done, 1, 30); /* the proxy sends meanwhile */
+    free(buf);
+  } else {
+    for (size_t i = 0; i < INFLIGHT_COUNT; i++) {
+      if (buf[i] == INFLIGHT_UNSET)
+        continue;
+      if (buf[i] != inflight_value(i) && a->wrong++ == 0)
+        a->first_wrong = i;
+      a->got++;
+    }
+    free(buf);
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+  }
+  ringcc_comm_destroy(comm);
+  return 0;
+}
+
+Test(faults, failed_call_gives_the_buffers_back_tcp, .timeout = 60) {
+  inflight_area_t *a = h_shared_alloc(sizeof *a);
+  cr_assert_not_null(a);
+  int err_fd[2] = {log_open(), log_open()};
+  job_t j;
+  job_start(&j, 2, inflight_rank, a, err_fd);
+  cr_assert(job_wait(&j, 45), "the ranks hung");
+  expect_all_exited_0(&j, "in flight");
+  char *log = log_read(err_fd[0]);
+  cr_expect_eq(a->code[0], RINGCC_ERR_TIMEOUT, "rank 0's bcast returned %d: %s",
+               a->code[0], a->message[0]);
+  cr_expect(a->took_s > 0.9 && a->took_s < 10.0,
+            "rank 0 gave up after %.2f s (timeout 1 s)", a->took_s);
+  cr_expect_neq(a->code[1], RINGCC_SUCCESS, "rank 1's bcast succeeded, though "
+                "rank 0 gave up on it");
+  cr_expect_eq(a->wrong, 0, "rank 1 got %zu of %zu elements wrong (the first: "
+               "element %zu): sent from memory the user had taken back",
+               a->wrong, a->got, a->first_wrong);
+  const char *copied = strstr(log, "from the user's buffers copied to their "
+                                   "slots after the call failed");
+  cr_expect_not_null(copied, "rank 0 did not log that it copied its sends "
+                     "still in flight:\n%s", log);
+  if (copied != NULL) {
+    const char *line = copied;
+    while (line > log && line[-1] != '\n')
+      line--;
+    const char *end = strchr(copied, '\n');
+    fprintf(stderr, "faults: a failed call with sends in flight: %.*s; rank 1 "
+            "then got %zu elements, all right\n",
+            (int)(end != NULL ? end - line : (long)strlen(line)), line,
+            a->got);
+  }
+  free(log);
+  close(err_fd[0]);
+  close(err_fd[1]);
+  h_shared_free(a, sizeof *a);
+}
+
 /* ---- ids that are not what they claim, strangers at the rendezvous -------------------- */
 
 static void expect_bad_id(const ringcc_unique_id_t *id, const char *what,

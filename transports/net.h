@@ -69,6 +69,10 @@ struct rcc_net_plugin {
    * number written, or -1 when a request can progress without waiting (the
    * plugin holds bytes it already read for it): test() it now. */
   int (*fds)(void *comm, int *fds, int max);
+  /* Optional: the bytes of an outstanding send are now at data (the same
+   * contents, elsewhere), because the caller takes its buffer back. NULL
+   * where a posted send cannot move (RDMA). */
+  void (*rebase)(void *request, const void *data);
   void (*close_send)(void *send_comm);
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);

@@ -598,6 +598,11 @@ static ringcc_result_t socket_test(void *request, int *done, size_t *bytes,
   return RINGCC_SUCCESS;
 }
 
+static void socket_rebase(void *request, const void *data) {
+  struct net_request *r = request;
+  r->data = (void *)data; /* progress_send reads from data + what moved */
+}
+
 static ringcc_result_t socket_reg_mr(void *comm, void *data, size_t bytes,
                                      void **mhandle, char *err,
                                      size_t errlen) {
@@ -982,6 +987,7 @@ const struct rcc_net_plugin rcc_net_socket = {
     .irecv = socket_irecv,
     .test = socket_test,
     .fds = socket_fds,
+    .rebase = socket_rebase,
     .close_send = socket_close_conn,
     .close_recv = socket_close_conn,
     .close_listen = socket_close_listen,
