@@ -87,6 +87,8 @@ typedef enum {
   RINGCC_ALGO_TREE = 2,
   RINGCC_ALGO_DIRECT = 3,
   RINGCC_ALGO_RECDOUBLING = 4, /* recursive-doubling AllReduce */
+  RINGCC_ALGO_RABENSEIFNER = 5, /* halving reduce-scatter + doubling
+                                   allgather AllReduce */
   RINGCC_NUM_ALGOS
 } ringcc_algo_t;
 
@@ -123,7 +125,7 @@ typedef struct {
   unsigned magic;   /* set by RINGCC_CONFIG_INIT */
   unsigned version; /* RINGCC_VERSION, set by RINGCC_CONFIG_INIT */
   int64_t timeout_ms;   /* RINGCC_TIMEOUT_MS; -1 unset; 0 = no deadline; default 600000 */
-  int algo;             /* RINGCC_ALGO (ring|tree|direct|recdoubling); -1 unset; RINGCC_ALGO_AUTO */
+  int algo;             /* RINGCC_ALGO (ring|tree|direct|recdoubling|rabenseifner); -1 unset; RINGCC_ALGO_AUTO */
   int debug_level;      /* RINGCC_DEBUG (WARN|INFO|TRACE); -1 unset; process-wide */
   int64_t chunk_bytes;  /* RINGCC_CHUNK_BYTES; -1 unset; bytes per slot of
                            shared-memory FIFOs (the pipeline chunk), default 65536 */

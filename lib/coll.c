@@ -310,6 +310,8 @@ static ringcc_result_t execute(const struct call *c) {
     rcc_plan_tree(&plan);
   else if (tune.algo == RINGCC_ALGO_RECDOUBLING)
     rcc_plan_recdouble(&plan);
+  else if (tune.algo == RINGCC_ALGO_RABENSEIFNER)
+    rcc_plan_halving(&plan);
   else if (comm->nranks > 1 && c->coll <= RCC_COLL_REDUCE)
     rcc_plan_ring(&plan);
   else

@@ -175,8 +175,8 @@ static ringcc_result_t int_setting(int64_t field, const char *var,
 
 static ringcc_result_t algo_setting(int field, int *out, char *err,
                                     size_t errlen) {
-  static const char *const names[RINGCC_NUM_ALGOS] = {"auto", "ring", "tree",
-                                                      "direct", "recdoubling"};
+  static const char *const names[RINGCC_NUM_ALGOS] = {
+      "auto", "ring", "tree", "direct", "recdoubling", "rabenseifner"};
   const char *env = rcc_getenv("RINGCC_ALGO");
   *out = RINGCC_ALGO_AUTO;
   if (field >= 0) {
@@ -192,7 +192,7 @@ static ringcc_result_t algo_setting(int field, int *out, char *err,
     if (found < 0)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                       "RINGCC_ALGO=%s is not one of auto, ring, tree, direct, "
-                      "recdoubling",
+                      "recdoubling, rabenseifner",
                       env);
     *out = found;
   }

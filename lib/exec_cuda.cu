@@ -5,8 +5,8 @@
  * One kernel per collective call, one block of RCC_CUDA_THREADS threads,
  * enqueued on the caller's stream (cuda.c). The kernel walks the same
  * schedule as the host executor - the step functions of coll_ring.c,
- * coll_direct.c, coll_pairwise.c, coll_tree.c and coll_recdouble.c are
- * #included below and
+ * coll_direct.c, coll_pairwise.c, coll_tree.c, coll_recdouble.c and
+ * coll_halving.c are #included below and
  * compiled for the device - and drives the same FIFO protocol, proto.h, with
  * device hooks:
  *
@@ -59,6 +59,9 @@ namespace rcc_sched_tree {
 namespace rcc_sched_rd {
 #include "coll_recdouble.c"
 }
+namespace rcc_sched_hd {
+#include "coll_halving.c"
+}
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s) {
@@ -79,6 +82,10 @@ RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
 RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
                                struct rcc_step *s) {
   rcc_sched_rd::rcc_recdouble_step(p, i, s);
+}
+RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
+                             struct rcc_step *s) {
+  rcc_sched_hd::rcc_halving_step(p, i, s);
 }
 
 /* ---- the protocol hooks ----------------------------------------------------- */

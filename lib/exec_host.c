@@ -542,7 +542,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
   }
   /* Every step but a plain send and a reduce into the slot writes dst. */
   if (x->nzc > 0 && s->kind != RCC_STEP_SEND &&
-      s->kind != RCC_STEP_RECV_REDUCE_SEND &&
+      s->kind != RCC_STEP_RECV_REDUCE_SEND && s->kind != RCC_STEP_NONE &&
       (r = zc_wait(x, x->dst + s->dst_off * x->esize, bytes)) != 0)
     return r;
   step_data(x, s, in, out);

@@ -48,6 +48,7 @@ enum rcc_sched_kind {
   RCC_SCHED_DIRECT_ALLREDUCE, /* one-shot: everybody sends to everybody */
   RCC_SCHED_TREE_ALLREDUCE,   /* double binary tree */
   RCC_SCHED_RD_ALLREDUCE,     /* recursive doubling */
+  RCC_SCHED_HD_ALLREDUCE,     /* recursive halving, then doubling */
 };
 
 enum rcc_step_kind {
@@ -136,6 +137,7 @@ void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */
 void rcc_plan_direct(struct rcc_plan *p);   /* coll_direct.c */
 void rcc_plan_tree(struct rcc_plan *p);     /* coll_tree.c */
 void rcc_plan_recdouble(struct rcc_plan *p); /* coll_recdouble.c */
+void rcc_plan_halving(struct rcc_plan *p);   /* coll_halving.c */
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
@@ -147,6 +149,8 @@ RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
 RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
                                struct rcc_step *s);
+RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
+                             struct rcc_step *s);
 
 /* Step i of any plan. */
 RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
@@ -167,6 +171,9 @@ RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
     break;
   case RCC_SCHED_RD_ALLREDUCE:
     rcc_recdouble_step(p, i, s);
+    break;
+  case RCC_SCHED_HD_ALLREDUCE:
+    rcc_halving_step(p, i, s);
     break;
   default:
     rcc_pairwise_step(p, i, s);

@@ -97,7 +97,8 @@ const char *rcc_alg_name(int alg) {
       [RCC_ALG_TREE] = "tree",         [RCC_ALG_CHAIN] = "chain",
       [RCC_ALG_PAIRWISE] = "pairwise", [RCC_ALG_P2P] = "p2p",
       [RCC_ALG_DISSEMINATION] = "dissemination",
-      [RCC_ALG_RECDOUBLING] = "recursive doubling"};
+      [RCC_ALG_RECDOUBLING] = "recursive doubling",
+      [RCC_ALG_HALVING] = "rabenseifner"};
   return alg >= 0 && alg < RCC_NUM_ALGS ? names[alg] : "?";
 }
 
@@ -176,6 +177,17 @@ int rcc_model_terms(int coll, int alg, int nranks, double S, double C,
               (logp + extra) * S);
     return 0;
   }
+  CASE(RCC_COLL_ALLREDUCE, RCC_ALG_HALVING): {
+    /* 2 log2 p exchanges of halves among the first p ranks, each rank
+     * sending (p-1)/p S per phase; the others fold in (S) and get the total
+     * back (S): 2 more steps */
+    int pw = 1 << floor_log2(nranks), extra = nranks > 0 && nranks != pw;
+    double fp = nranks > 0 ? (pw - 1.0) / pw : 0;
+    set_terms(t, 2 * floor_log2(nranks) + 2 * extra,
+              2 * fp * S + 2 * extra * S, fp * S + extra * S,
+              2 * fp * S + extra * S);
+    return 0;
+  }
   CASE(RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING):
     set_terms(t, n - 1, f * S, f * S, f * S);
     return 0;
@@ -227,6 +239,9 @@ const char *rcc_model_formula(int coll, int alg) {
       {RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING,
        "(L+2e)*alpha [shm: (2L+2e)] + (L+2e)*S*beta + (L+e)*S*gamma, "
        "L = floor(log2 n), e = 1 if n is not a power of 2"},
+      {RCC_COLL_ALLREDUCE, RCC_ALG_HALVING,
+       "(2L+2e)*alpha + (2(p-1)/p+2e)*S*beta + ((p-1)/p+e)*S*gamma, "
+       "p = 2^L <= n, L = floor(log2 n), e = 1 if n is not a power of 2"},
       {RCC_COLL_REDUCE_SCATTER, RCC_ALG_RING,
        "(n-1)*alpha + (n-1)/n*S*beta + (n-1)/n*S*gamma"},
       {RCC_COLL_ALLGATHER, RCC_ALG_RING, "(n-1)*alpha + (n-1)/n*S*beta"},
@@ -288,7 +303,7 @@ static int only_alg(int coll) {
 /* Schedules that talk to every peer pay the slowest of all edges. */
 static int uses_all_edges(int alg) {
   return alg == RCC_ALG_DIRECT || alg == RCC_ALG_TREE ||
-         alg == RCC_ALG_RECDOUBLING ||
+         alg == RCC_ALG_RECDOUBLING || alg == RCC_ALG_HALVING ||
          alg == RCC_ALG_PAIRWISE || alg == RCC_ALG_DISSEMINATION;
 }
 
@@ -337,13 +352,26 @@ int rcc_model_choose(const struct rcc_model_input *in,
   }
   evaluate(in, RCC_ALG_RECDOUBLING, &cand[3]);
   one_slot_only(in, &cand[3]);
-  count = 4;
+  evaluate(in, RCC_ALG_HALVING, &cand[4]);
+  if (in->nranks < 2) {
+    cand[4].runnable = 0;
+    cand[4].why_not = "needs 2 ranks";
+  } else if (in->all_link_type != RCC_LINK_TCP && in->forced == RINGCC_ALGO_AUTO) {
+    /* Over shared memory a piece is copied into the slot by its sender and
+     * reduced out of it by its receiver, where the ring's fused step moves
+     * each byte once: at n = 8 and 1-64 MiB it took twice the ring's time. */
+    cand[4].runnable = 0;
+    cand[4].why_not = "over the network only";
+  }
+  count = 5;
   for (int i = 0; i < count; i++)
     if ((in->forced == RINGCC_ALGO_RING && cand[i].alg == RCC_ALG_RING) ||
         (in->forced == RINGCC_ALGO_DIRECT && cand[i].alg == RCC_ALG_DIRECT) ||
         (in->forced == RINGCC_ALGO_TREE && cand[i].alg == RCC_ALG_TREE) ||
         (in->forced == RINGCC_ALGO_RECDOUBLING &&
-         cand[i].alg == RCC_ALG_RECDOUBLING))
+         cand[i].alg == RCC_ALG_RECDOUBLING) ||
+        (in->forced == RINGCC_ALGO_RABENSEIFNER &&
+         cand[i].alg == RCC_ALG_HALVING))
       wanted = i;
   if (wanted >= 0) {
     if (cand[wanted].runnable)
@@ -510,6 +538,7 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
              : comm->set.algo == RINGCC_ALGO_DIRECT ? "direct"
              : comm->set.algo == RINGCC_ALGO_TREE   ? "tree"
              : comm->set.algo == RINGCC_ALGO_RECDOUBLING ? "recdoubling"
+             : comm->set.algo == RINGCC_ALGO_RABENSEIFNER ? "rabenseifner"
                                                     : "auto");
   }
   return RINGCC_SUCCESS;
@@ -561,6 +590,8 @@ static void log_choice(const struct ringcc_comm *comm,
              : in->forced == RINGCC_ALGO_TREE   ? " (RINGCC_ALGO=tree)"
              : in->forced == RINGCC_ALGO_RECDOUBLING
                  ? " (RINGCC_ALGO=recdoubling)"
+             : in->forced == RINGCC_ALGO_RABENSEIFNER
+                 ? " (RINGCC_ALGO=rabenseifner)"
                                                 : "",
              out->chunk_bytes, out->channels);
   rcc_log(RINGCC_LOG_INFO, comm->rank, "%s", line);
@@ -600,6 +631,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   out->algo = alg == RCC_ALG_DIRECT        ? RINGCC_ALGO_DIRECT
               : alg == RCC_ALG_TREE        ? RINGCC_ALGO_TREE
               : alg == RCC_ALG_RECDOUBLING ? RINGCC_ALGO_RECDOUBLING
+              : alg == RCC_ALG_HALVING     ? RINGCC_ALGO_RABENSEIFNER
                                            : RINGCC_ALGO_RING;
   out->chunk_bytes = uses_all_edges(alg) ? comm->all_chunk_bytes
                                          : comm->ring_chunk_bytes;

@@ -57,6 +57,7 @@ enum rcc_alg {
   RCC_ALG_P2P,           /* send/recv: one message over one edge */
   RCC_ALG_DISSEMINATION, /* barrier */
   RCC_ALG_RECDOUBLING,   /* recursive-doubling allreduce (coll_recdouble.c) */
+  RCC_ALG_HALVING,       /* Rabenseifner allreduce (coll_halving.c) */
   RCC_NUM_ALGS
 };
 const char *rcc_alg_name(int alg); /* "ring", "one-shot", ... */
@@ -121,12 +122,12 @@ struct rcc_model_input {
   double cache_bytes;      /* see struct rcc_model */
   double chunk_bytes;      /* pipeline chunk of ring and chain schedules */
   double direct_max_bytes; /* one-shot runs only when S <= this (a slot) */
-  int forced;              /* RINGCC_ALGO_AUTO, _RING, _TREE, _DIRECT or
-                              _RECDOUBLING */
+  int forced;              /* RINGCC_ALGO_AUTO, _RING, _TREE, _DIRECT,
+                              _RECDOUBLING or _RABENSEIFNER */
   int all_link_type;       /* enum rcc_link of all_link (0: shm) */
 };
 
-#define RCC_MAX_CANDIDATES 4
+#define RCC_MAX_CANDIDATES 5
 
 struct rcc_candidate {
   int alg;             /* enum rcc_alg */

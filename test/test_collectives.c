@@ -1118,6 +1118,21 @@ Test(algo, recdoubling_n6, .timeout = 240) {
 Test(algo, recdoubling_n8, .timeout = 240) {
   forced_algo(RINGCC_ALGO_RECDOUBLING, "recdoubling", 8);
 }
+/* Rabenseifner: 5 folds one rank in, 8 halves three times; with 1 KiB slots
+ * every half of the larger counts goes in many pieces, and odd halves
+ * differ by one element (a piece less on one side). */
+Test(algo, rabenseifner_n5, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_RABENSEIFNER, "rabenseifner", 5);
+}
+Test(algo, rabenseifner_n8, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_RABENSEIFNER, "rabenseifner", 8);
+}
+Test(algo, rabenseifner_tiny_slots_n6, .timeout = 240) {
+  ringcc_config_t cfg = tiny_slots(1024);
+  cfg.algo = RINGCC_ALGO_RABENSEIFNER;
+  subset("algo=rabenseifner, tiny slots (chunk 1024, 2 slots)", 6, &cfg,
+         false, true);
+}
 
 /* The network transport (TCP sockets) between ranks of one host. */
 static void no_shm(int nranks, int64_t chunk_bytes) {

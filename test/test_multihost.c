@@ -729,6 +729,9 @@ Test(multihost, collectives_3x2_algo_direct, .timeout = 200) {
 Test(multihost, collectives_3x2_algo_recdoubling, .timeout = 200) {
   forced_algo(RINGCC_ALGO_RECDOUBLING, "recdoubling");
 }
+Test(multihost, collectives_3x2_algo_rabenseifner, .timeout = 200) {
+  forced_algo(RINGCC_ALGO_RABENSEIFNER, "rabenseifner");
+}
 
 /* ---- split by host ------------------------------------------------------------------ */
 

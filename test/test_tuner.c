@@ -234,6 +234,12 @@ Test(model, terms_by_hand) {
                2e6);
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING, 6, S, C, 4, 4e6, 3e6,
                3e6);
+  /* Rabenseifner: 2 log2 p exchanges of halves, 2(p-1)/p S on the wire; n = 6
+   * folds: +2 steps, +2 S (the input in, the total out) */
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_HALVING, 4, S, C, 4, 1.5e6, 0.75e6,
+               1.5e6);
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_HALVING, 6, S, C, 6, 3.5e6, 1.75e6,
+               2.5e6);
   /* what the link changes: one-shot pays each message over tcp (n-1), an
    * exchange costs two steps over shared memory */
   struct rcc_cost_terms t;
@@ -325,8 +331,38 @@ static int winner_alg(double bytes, int n, int forced, double slot) {
                                .gamma_us_per_byte = hand_gamma,
                                .chunk_bytes = slot, .direct_max_bytes = slot,
                                .forced = forced};
-  cr_assert(rcc_model_choose(&in, cand, &winner) == 4);
+  cr_assert(rcc_model_choose(&in, cand, &winner) == 5);
   return cand[winner].alg;
+}
+
+static int tcp_winner(double bytes, int n, int forced) {
+  struct rcc_candidate cand[RCC_MAX_CANDIDATES];
+  int winner;
+  struct rcc_model_input in = {.coll = RCC_COLL_ALLREDUCE, .nranks = n,
+                               .bytes = bytes, .ring_link = hand_link,
+                               .all_link = hand_link,
+                               .gamma_us_per_byte = hand_gamma,
+                               .chunk_bytes = 65536,
+                               .direct_max_bytes = 65536, .forced = forced,
+                               .all_link_type = RCC_LINK_TCP};
+  cr_assert(rcc_model_choose(&in, cand, &winner) == 5);
+  return cand[winner].alg;
+}
+
+Test(choice, rabenseifner_over_the_network) {
+  /* Over TCP, beyond one slot: 2 log2 n exchanges beat the ring's 2(n-1)
+   * steps at n = 4 and 8 for the same bytes; at n = 2 they are the same
+   * schedule and the ring stays; with a fold (n = 6, +2 S) the ring wins
+   * large messages. */
+  cr_expect_eq(tcp_winner(1 << 20, 4, RINGCC_ALGO_AUTO), RCC_ALG_HALVING);
+  cr_expect_eq(tcp_winner(64 << 20, 8, RINGCC_ALGO_AUTO), RCC_ALG_HALVING);
+  cr_expect_eq(tcp_winner(64 << 20, 2, RINGCC_ALGO_AUTO), RCC_ALG_RING);
+  cr_expect_eq(tcp_winner(64 << 20, 6, RINGCC_ALGO_AUTO), RCC_ALG_RING);
+  /* Not over shared memory unless forced (the ring's fused step). */
+  cr_expect_eq(winner_alg(64 << 20, 8, RINGCC_ALGO_AUTO, 1 << 20),
+               RCC_ALG_RING);
+  cr_expect_eq(winner_alg(64 << 20, 8, RINGCC_ALGO_RABENSEIFNER, 1 << 20),
+               RCC_ALG_HALVING);
 }
 
 Test(choice, direct_then_ring_as_size_grows) {

@@ -315,6 +315,10 @@ static void resolve_link(const struct options *o, struct link *l) {
       usage_error("--link '%s': unknown (nvlink3 nvlink4 pcie4 pcie5 ib-hdr "
                   "ib-ndr 25gbe 100gbe shm tcp)", o->link_name);
     l->cost = (struct rcc_link_cost){p->lat_us, 1e6 / p->bw, 0};
+    /* InfiniBand and Ethernet are networks: a message costs the proxy's
+     * work, as over TCP here; NVLink and PCIe are driven like memory. */
+    if (strncmp(p->name, "ib-", 3) == 0 || strstr(p->name, "gbe") != NULL)
+      l->type = RCC_LINK_TCP;
     snprintf(l->name, sizeof l->name, "%s", p->name);
     snprintf(l->describe, sizeof l->describe, "%s: %s", p->what, p->figure);
     if (p->reduce_bw > 0) {

@@ -1,0 +1,195 @@
+/*
+ * coll_halving.c - Rabenseifner's AllReduce: a reduce-scatter by recursive
+ * halving, then an allgather by recursive doubling.
+ *
+ * With p the largest power of two <= n and L = log2 p, among the first p
+ * ranks: at halving step k (0 <= k < L) rank r and its partner r ^ 2^k hold
+ * the same range of the vector; each keeps one half (the lower half where
+ * bit k of r is 0), sends the other half to its partner and reduces the
+ * partner's copy of its own half into it. After L steps rank r holds the
+ * total of its 1/p of the vector. The doubling steps run the same pairs in
+ * reverse: each sends the range it holds and receives its partner's, until
+ * every rank holds the whole total. Ranks p..n-1 first hand their input to
+ * rank r - p (which folds it in) and get the total back at the end (Thakur,
+ * Rabenseifner and Gropp 2005; Open MPI's "rabenseifner").
+ *
+ * Like the ring, each rank sends 2(p-1)/p S bytes (plus 2S for a fold), but
+ * in 2L exchanges with one partner each instead of 2(n-1) steps along the
+ * ring, and an exchange waits only for its partner: where ranks outnumber
+ * CPUs (every step of the ring waits for the whole ring to be scheduled)
+ * and each message costs system calls (TCP), that is fewer and shorter
+ * waits.
+ *
+ *   T = (2L [+ 2]) * alpha + (2(p-1)/p S [+ 2S]) * beta
+ *       + ((p-1)/p S [+ S]) * gamma
+ *
+ * Each exchange moves its half in pieces of one FIFO slot: step 2j sends
+ * piece j, step 2j+1 receives piece j (the halves differ by at most one
+ * element, so one side may have a piece less: that step is "none"; the
+ * partner's count is the mirror image, so both agree on every message).
+ *
+ * Bitwise agreement: at every combine the lower rank's partial is the left
+ * operand (acc = 1: dst op in on the lower rank; acc = 2: in op dst on the
+ * upper), and each element's total is computed by one rank and copied to
+ * the others. In place works as is: dst is written only where nothing is
+ * still to be sent from it.
+ */
+#include "schedule.h"
+
+static RCC_HD int hd_pow2_floor(int n) {
+  int p = 1;
+  while (p <= n / 2)
+    p *= 2;
+  return p;
+}
+
+static RCC_HD int hd_log2(int p) {
+  int l = 0;
+  while ((1 << l) < p)
+    l++;
+  return l;
+}
+
+static RCC_HD uint64_t hd_pieces(size_t elems, size_t chunk) {
+  return elems == 0 ? 0 : (elems + chunk - 1) / chunk;
+}
+
+/* The range rank r and its partner share before halving step k. */
+static RCC_HD void hd_range(size_t count, int r, int k, size_t *lo,
+                            size_t *hi) {
+  *lo = 0;
+  *hi = count;
+  for (int b = 0; b < k; b++) {
+    size_t mid = *lo + (*hi - *lo) / 2;
+    if ((r >> b) & 1)
+      *lo = mid;
+    else
+      *hi = mid;
+  }
+}
+
+/* The halves of that range: the one rank r keeps and the one it sends. */
+static RCC_HD void hd_halves(size_t count, int r, int k, size_t *keep_off,
+                             size_t *keep_n, size_t *send_off,
+                             size_t *send_n) {
+  size_t lo, hi;
+  hd_range(count, r, k, &lo, &hi);
+  size_t mid = lo + (hi - lo) / 2;
+  if ((r >> k) & 1) {
+    *keep_off = mid, *keep_n = hi - mid;
+    *send_off = lo, *send_n = mid - lo;
+  } else {
+    *keep_off = lo, *keep_n = mid - lo;
+    *send_off = mid, *send_n = hi - mid;
+  }
+}
+
+/* Steps of the exchange at level k (halving or doubling alike). */
+static RCC_HD uint64_t hd_exchange_steps(const struct rcc_plan *p, int k) {
+  size_t ko, kn, so, sn;
+  hd_halves(p->count, p->rank, k, &ko, &kn, &so, &sn);
+  uint64_t a = hd_pieces(kn, p->chunk_elems), b = hd_pieces(sn, p->chunk_elems);
+  return 2 * (a > b ? a : b);
+}
+
+void rcc_plan_halving(struct rcc_plan *p) {
+  int n = p->nranks, r = p->rank, pw = hd_pow2_floor(n), extra = n - pw;
+  uint64_t whole = hd_pieces(p->count, p->chunk_elems), steps = 0;
+  p->sched = RCC_SCHED_HD_ALLREDUCE;
+  if (r >= pw) {
+    steps = 2 * whole; /* hand the input over, get the total back */
+  } else {
+    steps = 1 + (r < extra ? 2 * whole : 0); /* copy; fold in; hand back */
+    for (int k = 0; k < hd_log2(pw); k++)
+      steps += 2 * hd_exchange_steps(p, k);
+  }
+  p->steps_per_loop = steps;
+  p->nsteps = p->count == 0 ? 0 : steps;
+  p->root_pos = 0;
+}
+
+/* Piece j of the range [off, off + n) as a step's offsets and size; "none"
+ * when the range has fewer pieces. */
+static RCC_HD int hd_piece(const struct rcc_plan *p, size_t off, size_t n,
+                           uint64_t j, struct rcc_step *s) {
+  size_t start = (size_t)j * p->chunk_elems;
+  if (start >= n) {
+    s->kind = RCC_STEP_NONE;
+    s->nelem = 0;
+    return 0;
+  }
+  s->src_off = s->dst_off = off + start;
+  s->nelem = n - start < p->chunk_elems ? n - start : p->chunk_elems;
+  return 1;
+}
+
+RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
+                             struct rcc_step *s) {
+  int n = p->nranks, r = p->rank, pw = hd_pow2_floor(n), extra = n - pw;
+  int logp = hd_log2(pw);
+  uint64_t whole = hd_pieces(p->count, p->chunk_elems);
+
+  rcc_step_whole(p, s);
+  if (r >= pw) { /* hand the input over, get the total back */
+    int back = i >= whole;
+    s->kind = back ? RCC_STEP_RECV : RCC_STEP_SEND;
+    if (back)
+      s->recv_peer = r - pw;
+    else
+      s->send_peer = r - pw;
+    hd_piece(p, 0, p->count, back ? i - whole : i, s);
+    return;
+  }
+  if (i == 0) {
+    s->kind = RCC_STEP_COPY; /* dst holds the partial from here on */
+    return;
+  }
+  uint64_t j = i - 1;
+  if (r < extra) {
+    if (j < whole) { /* fold in rank r + p's input: ours on the left */
+      s->kind = RCC_STEP_RECV_REDUCE_COPY;
+      s->recv_peer = r + pw;
+      s->acc = 1;
+      hd_piece(p, 0, p->count, j, s);
+      return;
+    }
+    j -= whole;
+  }
+  for (int phase = 0; phase < 2; phase++) {
+    for (int t = 0; t < logp; t++) {
+      int k = phase == 0 ? t : logp - 1 - t, q = r ^ (1 << k);
+      uint64_t len = hd_exchange_steps(p, k);
+      if (j >= len) {
+        j -= len;
+        continue;
+      }
+      size_t ko, kn, so, sn;
+      hd_halves(p->count, r, k, &ko, &kn, &so, &sn);
+      s->acc = 1;
+      if (j % 2 == 0) { /* halving: the half we give up; doubling: ours */
+        s->kind = RCC_STEP_SEND;
+        s->send_peer = q;
+        if (phase == 0)
+          hd_piece(p, so, sn, j / 2, s);
+        else
+          hd_piece(p, ko, kn, j / 2, s);
+      } else if (phase == 0) { /* the partner's copy of our half */
+        s->kind = RCC_STEP_RECV_REDUCE_COPY;
+        s->recv_peer = q;
+        s->acc = r < q ? 1 : 2;
+        s->postop = (uint8_t)(k == logp - 1 && p->postop);
+        hd_piece(p, ko, kn, j / 2, s);
+      } else { /* the partner's total of its half */
+        s->kind = RCC_STEP_RECV;
+        s->recv_peer = q;
+        s->acc = 0;
+        hd_piece(p, so, sn, j / 2, s);
+      }
+      return;
+    }
+  }
+  s->kind = RCC_STEP_SEND; /* the total to rank r + p */
+  s->send_peer = r + pw;
+  s->acc = 1;
+  hd_piece(p, 0, p->count, j, s);
+}
