@@ -23,8 +23,8 @@
  *   T = (2L [+ 2]) * alpha + (2(p-1)/p S [+ 2S]) * beta
  *       + ((p-1)/p S [+ S]) * gamma
  *
- * Each exchange moves its half in pieces of one FIFO slot: step 2j sends
- * piece j, step 2j+1 receives piece j (the halves differ by at most one
+ * Each exchange moves its half in pieces of one FIFO slot, the sends two
+ * pieces ahead of the receives (hd_order; the halves differ by at most one
  * element, so one side may have a piece less: that step is "none"; the
  * partner's count is the mirror image, so both agree on every message).
  *
@@ -35,20 +35,6 @@
  * still to be sent from it.
  */
 #include "schedule.h"
-
-static RCC_HD int hd_pow2_floor(int n) {
-  int p = 1;
-  while (p <= n / 2)
-    p *= 2;
-  return p;
-}
-
-static RCC_HD int hd_log2(int p) {
-  int l = 0;
-  while ((1 << l) < p)
-    l++;
-  return l;
-}
 
 static RCC_HD uint64_t hd_pieces(size_t elems, size_t chunk) {
   return elems == 0 ? 0 : (elems + chunk - 1) / chunk;
@@ -93,14 +79,14 @@ static RCC_HD uint64_t hd_exchange_steps(const struct rcc_plan *p, int k) {
 }
 
 void rcc_plan_halving(struct rcc_plan *p) {
-  int n = p->nranks, r = p->rank, pw = hd_pow2_floor(n), extra = n - pw;
+  int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   uint64_t whole = hd_pieces(p->count, p->chunk_elems), steps = 0;
   p->sched = RCC_SCHED_HD_ALLREDUCE;
   if (r >= pw) {
     steps = 2 * whole; /* hand the input over, get the total back */
   } else {
     steps = 1 + (r < extra ? 2 * whole : 0); /* copy; fold in; hand back */
-    for (int k = 0; k < hd_log2(pw); k++)
+    for (int k = 0; k < rcc_log2_of(pw); k++)
       steps += 2 * hd_exchange_steps(p, k);
   }
   p->steps_per_loop = steps;
@@ -123,10 +109,30 @@ static RCC_HD int hd_piece(const struct rcc_plan *p, size_t off, size_t n,
   return 1;
 }
 
+/* The order of an exchange of P pieces each way: the first HD_AHEAD sends,
+ * then receive j and send j + HD_AHEAD in turn, then the last receives. A
+ * send runs ahead of the receive it waits for, so the partner's next piece
+ * is already on its way while this rank reduces the last one (with one send
+ * per receive the two ranks took turns). HD_AHEAD <= 2 fits the smallest
+ * FIFO (RINGCC_NSLOTS >= 2). Returns 1 for a send; *piece is its index. */
+#define HD_AHEAD 2
+static RCC_HD int hd_order(uint64_t P, uint64_t t, uint64_t *piece) {
+  uint64_t ahead = P < HD_AHEAD ? P : HD_AHEAD, both = 2 * (P - ahead);
+  if (t < ahead)
+    return *piece = t, 1;
+  uint64_t u = t - ahead;
+  if (u < both) {
+    *piece = u % 2 ? ahead + u / 2 : u / 2;
+    return (int)(u % 2);
+  }
+  *piece = P - ahead + (u - both);
+  return 0;
+}
+
 RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
                              struct rcc_step *s) {
-  int n = p->nranks, r = p->rank, pw = hd_pow2_floor(n), extra = n - pw;
-  int logp = hd_log2(pw);
+  int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
+  int logp = rcc_log2_of(pw);
   uint64_t whole = hd_pieces(p->count, p->chunk_elems);
 
   rcc_step_whole(p, s);
@@ -164,26 +170,28 @@ RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
         continue;
       }
       size_t ko, kn, so, sn;
+      uint64_t piece;
       hd_halves(p->count, r, k, &ko, &kn, &so, &sn);
       s->acc = 1;
-      if (j % 2 == 0) { /* halving: the half we give up; doubling: ours */
+      if (hd_order(len / 2, j, &piece)) {
+        /* halving: the half we give up; doubling: ours */
         s->kind = RCC_STEP_SEND;
         s->send_peer = q;
         if (phase == 0)
-          hd_piece(p, so, sn, j / 2, s);
+          hd_piece(p, so, sn, piece, s);
         else
-          hd_piece(p, ko, kn, j / 2, s);
+          hd_piece(p, ko, kn, piece, s);
       } else if (phase == 0) { /* the partner's copy of our half */
         s->kind = RCC_STEP_RECV_REDUCE_COPY;
         s->recv_peer = q;
         s->acc = r < q ? 1 : 2;
         s->postop = (uint8_t)(k == logp - 1 && p->postop);
-        hd_piece(p, ko, kn, j / 2, s);
+        hd_piece(p, ko, kn, piece, s);
       } else { /* the partner's total of its half */
         s->kind = RCC_STEP_RECV;
         s->recv_peer = q;
         s->acc = 0;
-        hd_piece(p, so, sn, j / 2, s);
+        hd_piece(p, so, sn, piece, s);
       }
       return;
     }

@@ -29,25 +29,11 @@
  */
 #include "schedule.h"
 
-static RCC_HD int pow2_floor(int n) {
-  int p = 1;
-  while (p <= n / 2)
-    p *= 2;
-  return p;
-}
-
-static RCC_HD int log2_of(int p) {
-  int l = 0;
-  while ((1 << l) < p)
-    l++;
-  return l;
-}
-
 void rcc_plan_recdouble(struct rcc_plan *p) {
-  int n = p->nranks, r = p->rank, pw = pow2_floor(n), extra = n - pw;
+  int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   p->sched = RCC_SCHED_RD_ALLREDUCE;
   p->steps_per_loop = r >= pw ? 2
-                              : 1 + 2 * (uint64_t)log2_of(pw) +
+                              : 1 + 2 * (uint64_t)rcc_log2_of(pw) +
                                     (r < extra ? 2 : 0);
   p->nsteps = p->count == 0 ? 0 : p->steps_per_loop;
   p->root_pos = 0;
@@ -55,8 +41,8 @@ void rcc_plan_recdouble(struct rcc_plan *p) {
 
 RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
                                struct rcc_step *s) {
-  int n = p->nranks, r = p->rank, pw = pow2_floor(n), extra = n - pw;
-  int logp = log2_of(pw);
+  int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
+  int logp = rcc_log2_of(pw);
 
   rcc_step_whole(p, s);
   if (r >= pw) { /* hand the input over, get the total back */

@@ -131,6 +131,21 @@ RCC_HD static inline void rcc_step_whole(const struct rcc_plan *p,
   s->block = p->rank;
 }
 
+/* The largest power of two <= n (n >= 1), and log2 of a power of two: the
+ * exchange partners of recursive doubling and halving. */
+RCC_HD static inline int rcc_pow2_floor(int n) {
+  int p = 1;
+  while (p <= n / 2)
+    p *= 2;
+  return p;
+}
+RCC_HD static inline int rcc_log2_of(int p) {
+  int l = 0;
+  while ((1 << l) < p)
+    l++;
+  return l;
+}
+
 /* Filled by the algorithm files; each sets plan->sched and nsteps. */
 void rcc_plan_ring(struct rcc_plan *p);     /* coll_ring.c */
 void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */

@@ -356,12 +356,15 @@ int rcc_model_choose(const struct rcc_model_input *in,
   if (in->nranks < 2) {
     cand[4].runnable = 0;
     cand[4].why_not = "needs 2 ranks";
-  } else if (in->all_link_type != RCC_LINK_TCP && in->forced == RINGCC_ALGO_AUTO) {
-    /* Over shared memory a piece is copied into the slot by its sender and
-     * reduced out of it by its receiver, where the ring's fused step moves
-     * each byte once: at n = 8 and 1-64 MiB it took twice the ring's time. */
+  } else if (in->forced != RINGCC_ALGO_RABENSEIFNER) {
+    /* The model gives it the ring's bytes in fewer steps, so it would
+     * always win; measured, it does not: over shared memory the ring's
+     * fused step moves each byte once where this copies a piece into a slot
+     * and reduces it out (n = 8, 1-64 MiB: twice the ring's time), and over
+     * TCP it was level with the ring at 1-64 MiB, ahead or behind by 20-40%
+     * from run to run (docs/algorithms.md). */
     cand[4].runnable = 0;
-    cand[4].why_not = "over the network only";
+    cand[4].why_not = "forced only (RINGCC_ALGO=rabenseifner)";
   }
   count = 5;
   for (int i = 0; i < count; i++)
