@@ -164,8 +164,11 @@ const char *rcc_edge_name(const struct ringcc_comm *comm, int peer) {
   return tr ? tr->name : "none";
 }
 
+/* Last set up, first torn down: the network transport's proxy thread may
+ * still learn of a dead rank while it drains, and then marks every host
+ * FIFO (failure.c), so it stops before shared memory is unmapped. */
 void rcc_transports_destroy(struct ringcc_comm *comm) {
-  for (int t = 0; t < rcc_num_transports; t++) {
+  for (int t = rcc_num_transports - 1; t >= 0; t--) {
     if (comm->transport_state[t])
       rcc_transports[t]->destroy(comm, comm->transport_state[t]);
     comm->transport_state[t] = NULL;
