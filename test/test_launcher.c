@@ -479,7 +479,7 @@ Test(launcher, signals_are_forwarded, .timeout = 20) {
   kill(l.pid, SIGTERM);
   struct result r = finish_launcher(&l);
   cr_expect_eq(exit_status(&r), 0, "every rank exited 0; stderr: %s", r.err);
-  cr_expect_lt(r.seconds, 3.0);
+  cr_expect_lt(r.seconds, 10.0, "took %.2f s", r.seconds);
   for (int k = 0; k < 3; k++) {
     char line[32];
     snprintf(line, sizeof line, "[%d] got TERM", k);
@@ -493,7 +493,7 @@ Test(launcher, timeout_stops_the_job, .timeout = 20) {
   const char *args[] = {"-np", "2", "--timeout", "0.5", "sleep", "100", NULL};
   struct result r = run_launcher(args);
   cr_expect_eq(exit_status(&r), 124);
-  cr_expect_lt(r.seconds, 3.0);
+  cr_expect_lt(r.seconds, 10.0, "took %.2f s", r.seconds);
   cr_expect_not_null(strstr(r.err, "timeout"), "stderr: %s", r.err);
   free_result(&r);
 }
@@ -547,7 +547,7 @@ Test(launcher, nonexistent_program, .timeout = 20) {
   cr_expect_not_null(
       strstr(r.err, "cannot run /nonexistent/ringcc-no-such-prog: No such file"),
       "stderr: %s", r.err);
-  cr_expect_lt(r.seconds, 3.0);
+  cr_expect_lt(r.seconds, 10.0, "took %.2f s", r.seconds);
   free_result(&r);
 }
 
@@ -591,7 +591,7 @@ Test(launcher, sigint_stops_the_ranks, .timeout = 20) {
   kill(l.pid, SIGINT);
   struct result r = finish_launcher(&l);
   cr_expect_eq(exit_status(&r), 128 + SIGINT, "stderr: %s", r.err);
-  cr_expect_lt(r.seconds, 3.0);
+  cr_expect_lt(r.seconds, 10.0, "took %.2f s", r.seconds);
   cr_expect_not_null(strstr(r.err, "forwarding"), "stderr: %s", r.err);
   check_ranks_gone(dir, 3, -1);
   free_result(&r);

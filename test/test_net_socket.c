@@ -487,12 +487,13 @@ Test(net_socket, sender_closes_mid_transfer, .timeout = 10) {
   start_big(sc, rc, buf, rbuf, &sreq, &rreq);
   P->close_send(sc);
   int64_t t0 = rcc_now_ns();
-  ringcc_result_t r = test_until_error(rreq, t0 + 3000 * MS, err, sizeof(err),
+  ringcc_result_t r = test_until_error(rreq, t0 + 8000 * MS, err, sizeof(err),
                                        &completed);
   int64_t ms = (rcc_now_ns() - t0) / MS;
   cr_assert_eq(r, RINGCC_ERR_PEER_FAILED, "got %d after %lld ms (%s)", r,
                (long long)ms, err);
-  cr_assert_lt(ms, 1000, "noticed after %lld ms", (long long)ms);
+  cr_assert_lt(ms, 5000, "noticed after %lld ms (deadline 8 s)",
+               (long long)ms);
   cr_assert_not_null(strstr(err, "closed by the peer"), "%s", err);
   cr_assert_not_null(strstr(err, "connection from "), "%s", err);
   printf("sender closed (noticed in %lld ms): %s\n", (long long)ms, err);
@@ -514,12 +515,13 @@ Test(net_socket, receiver_closes_mid_transfer, .timeout = 10) {
   start_big(sc, rc, buf, rbuf, &sreq, &rreq);
   P->close_recv(rc);
   int64_t t0 = rcc_now_ns();
-  ringcc_result_t r = test_until_error(sreq, t0 + 3000 * MS, err, sizeof(err),
+  ringcc_result_t r = test_until_error(sreq, t0 + 8000 * MS, err, sizeof(err),
                                        &completed);
   int64_t ms = (rcc_now_ns() - t0) / MS;
   cr_assert_eq(r, RINGCC_ERR_PEER_FAILED, "got %d after %lld ms (%s)", r,
                (long long)ms, err);
-  cr_assert_lt(ms, 1000, "noticed after %lld ms", (long long)ms);
+  cr_assert_lt(ms, 5000, "noticed after %lld ms (deadline 8 s)",
+               (long long)ms);
   cr_assert_not_null(strstr(err, "send to "), "%s", err);
   printf("receiver closed (noticed in %lld ms): %s\n", (long long)ms, err);
   P->close_send(sc);
