@@ -173,10 +173,16 @@ static ringcc_result_t int_setting(int64_t field, const char *var,
   return RINGCC_SUCCESS;
 }
 
+/* RINGCC_ALGO's spelling of each ringcc_algo_t. */
+static const char *const algo_names[RINGCC_NUM_ALGOS] = {
+    "auto", "ring", "tree", "direct", "recdoubling", "rabenseifner"};
+
+const char *rcc_algo_setting_name(int algo) {
+  return algo >= 0 && algo < RINGCC_NUM_ALGOS ? algo_names[algo] : "?";
+}
+
 static ringcc_result_t algo_setting(int field, int *out, char *err,
                                     size_t errlen) {
-  static const char *const names[RINGCC_NUM_ALGOS] = {
-      "auto", "ring", "tree", "direct", "recdoubling", "rabenseifner"};
   const char *env = rcc_getenv("RINGCC_ALGO");
   *out = RINGCC_ALGO_AUTO;
   if (field >= 0) {
@@ -187,7 +193,7 @@ static ringcc_result_t algo_setting(int field, int *out, char *err,
   } else if (env != NULL) {
     int found = -1;
     for (int a = 0; a < RINGCC_NUM_ALGOS; a++)
-      if (strcasecmp(env, names[a]) == 0)
+      if (strcasecmp(env, algo_names[a]) == 0)
         found = a;
     if (found < 0)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,

@@ -130,6 +130,8 @@ struct ringcc_comm {
 };
 
 /* Records a failure on comm (last_error, log) and returns code. */
+/* "auto", "ring", ...: RINGCC_ALGO's spelling of a ringcc_algo_t. */
+const char *rcc_algo_setting_name(int algo);
 ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
                                const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -71,7 +71,7 @@ struct exec {
   struct rcc_progress *at; /* == &comm->progress */
   int zerocopy;            /* network sends may come from src and dst */
   int nzc;
-  struct zc_send zc[ZC_MAX];
+  struct zc_send *zc; /* ZC_MAX entries, nzc in use (not zeroed per call) */
 };
 
 /* Records what this rank is about to wait for (the hang report reads it). */
@@ -556,6 +556,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
 ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op) {
+  struct zc_send zc[ZC_MAX]; /* only [0, nzc) is ever read */
   struct exec x = {
       .comm = comm,
       .plan = plan,
@@ -569,6 +570,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
       /* Point-to-point sends keep their copy: ringcc_send returns once the
        * data is in the slots, as it always has. */
       .zerocopy = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND,
+      .zc = zc,
   };
   ringcc_result_t r = RINGCC_SUCCESS;
 

@@ -537,12 +537,7 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
              "tuner: ring edges %s, all edges %s; chunk = one FIFO slot "
              "(ring %zu B, all edges %zu B); channels 1; RINGCC_ALGO %s",
              ring, every, comm->ring_chunk_bytes, comm->all_chunk_bytes,
-             comm->set.algo == RINGCC_ALGO_RING     ? "ring"
-             : comm->set.algo == RINGCC_ALGO_DIRECT ? "direct"
-             : comm->set.algo == RINGCC_ALGO_TREE   ? "tree"
-             : comm->set.algo == RINGCC_ALGO_RECDOUBLING ? "recdoubling"
-             : comm->set.algo == RINGCC_ALGO_RABENSEIFNER ? "rabenseifner"
-                                                    : "auto");
+             rcc_algo_setting_name(comm->set.algo));
   }
   return RINGCC_SUCCESS;
 }
@@ -584,18 +579,14 @@ static void log_choice(const struct ringcc_comm *comm,
                       rcc_alg_name(c->alg), total, lat, bw,
                       c->pred.in_memory ? ", beyond the cache" : "");
   }
+  char forced[40] = "";
+  if (in->forced != RINGCC_ALGO_AUTO)
+    snprintf(forced, sizeof(forced), " (RINGCC_ALGO=%s)",
+             rcc_algo_setting_name(in->forced));
   if (off < (int)sizeof(line))
     snprintf(line + off, sizeof(line) - (size_t)off,
              " -> %s%s%s, chunk %zu B, %d channel", rcc_alg_name(cand[winner].alg),
-             count == 1 ? " (its only schedule)" : "",
-             in->forced == RINGCC_ALGO_RING     ? " (RINGCC_ALGO=ring)"
-             : in->forced == RINGCC_ALGO_DIRECT ? " (RINGCC_ALGO=direct)"
-             : in->forced == RINGCC_ALGO_TREE   ? " (RINGCC_ALGO=tree)"
-             : in->forced == RINGCC_ALGO_RECDOUBLING
-                 ? " (RINGCC_ALGO=recdoubling)"
-             : in->forced == RINGCC_ALGO_RABENSEIFNER
-                 ? " (RINGCC_ALGO=rabenseifner)"
-                                                : "",
+             count == 1 ? " (its only schedule)" : "", forced,
              out->chunk_bytes, out->channels);
   rcc_log(RINGCC_LOG_INFO, comm->rank, "%s", line);
 }
