@@ -124,6 +124,8 @@ struct ringcc_comm {
   int spin_now;            /* polls before yielding now: adapted between
                               0 and set.spin (exec_host.c) */
   unsigned spin_probe;     /* waits with spin_now below set.spin */
+  int64_t spin_full_ns;    /* how long set.spin polls of the network took
+                              the last time they ran out (exec_host.c) */
   int busy;                /* a call is running on this communicator */
   ringcc_result_t fatal;   /* sticky: the communicator is unusable */
   char last_error[RCC_ERRLEN];

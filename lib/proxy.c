@@ -493,8 +493,10 @@ static void *proxy_main(void *arg) {
 
 int rcc_proxy_push(struct rcc_proxy *px, void *conn) {
   struct rcc_proxy_conn *c = conn;
-  if (pthread_mutex_trylock(&px->lock) != 0)
-    return 1; /* the proxy thread is in a round: it will see the work */
+  /* A round of the proxy thread is short (nothing under the lock sleeps):
+   * wait for it rather than hand the work back, which would wake the
+   * thread for nothing and let it contend again on the next call. */
+  pthread_mutex_lock(&px->lock);
   if (!c->failed) {
     ringcc_result_t r = RINGCC_SUCCESS;
     if (c->is_send)
@@ -552,22 +554,17 @@ void rcc_proxy_drive(struct rcc_proxy *px, int on) {
 void rcc_proxy_settle(struct rcc_proxy *px) {
   /* Nothing left to send: the executor keeps the sockets (the proxy thread
    * still runs a round every POLL_MS, for failures between calls). */
-  if (pthread_mutex_trylock(&px->lock) == 0) {
-    int pending = sends_pending(px) || px->fail_conn != NULL ||
-                  (rcc_dead_rank(px->comm, NULL) >= 0 && !px->told);
-    pthread_mutex_unlock(&px->lock);
-    if (!pending)
-      return;
-  }
-  rcc_proxy_drive(px, 0);
+  pthread_mutex_lock(&px->lock);
+  int pending = sends_pending(px) || px->fail_conn != NULL ||
+                (rcc_dead_rank(px->comm, NULL) >= 0 && !px->told);
+  pthread_mutex_unlock(&px->lock);
+  if (pending)
+    rcc_proxy_drive(px, 0);
 }
 
 void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
   int nfds = 0;
-  if (pthread_mutex_trylock(&px->lock) != 0) {
-    usleep(50); /* the proxy thread is in a round */
-    return;
-  }
+  pthread_mutex_lock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
     if (c->failed || (!c->is_send && c->bye) ||
@@ -598,8 +595,7 @@ void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
   if (ready <= 0)
     return;
   /* Progress the connections whose sockets are ready, and only those. */
-  if (pthread_mutex_trylock(&px->lock) != 0)
-    return;
+  pthread_mutex_lock(&px->lock);
   int last = -1;
   for (int j = 0; j < nfds; j++) {
     if (px->xfds[j].revents == 0 || px->xconn[j] == last)
