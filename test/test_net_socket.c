@@ -3,7 +3,8 @@
  * listen/connect/accept in one process, the hello, streams of messages of
  * every size with every byte and immediate checked (1, 2 and 4 sockets per
  * connection), the request limit with traffic both ways, a slot too small, a
- * peer that closes or dies mid-transfer, strangers at the listener, IPv6
+ * peer that closes or dies mid-transfer, one link used both ways (reverse),
+ * strangers at the listener, IPv6
  * loopback, and (printed, not asserted) loopback throughput.
  *
  * Criterion runs each test in its own process, so the plugin's once-per-
@@ -223,9 +224,8 @@ static int stream_test(struct stream *s) {
   return 0;
 }
 
-/* Runs nmsgs messages send_comm -> recv_comm; NULL on success, else why. */
-static const char *run_stream(struct stream *s, void *send_comm,
-                              void *recv_comm, uint64_t nmsgs, int window) {
+static void stream_begin(struct stream *s, void *send_comm, void *recv_comm,
+                         uint64_t nmsgs, int window) {
   memset(s, 0, sizeof(*s));
   s->send_comm = send_comm;
   s->recv_comm = recv_comm;
@@ -235,23 +235,36 @@ static const char *run_stream(struct stream *s, void *send_comm,
     s->sbuf[i] = malloc(SLOT);
     s->rbuf[i] = malloc(SLOT);
   }
-  int64_t deadline = rcc_deadline_after_ms(15000);
-  int rc = 0;
-  while (rc == 0 && s->rdone < nmsgs) {
-    rc = stream_post(s);
-    if (rc == 0)
-      rc = stream_test(s);
-    if (rc == 0 && rcc_now_ns() > deadline)
-      rc = snprintf(s->why, sizeof(s->why), "stuck: %llu of %llu received",
-                    (unsigned long long)s->rdone, (unsigned long long)nmsgs);
-  }
-  while (rc == 0 && s->sdone < s->sposted)
-    rc = stream_test(s);
-  for (int i = 0; i < window; i++) {
+}
+
+/* One round of posting and testing: 0, 1 when every message is in and every
+ * send done, -1 on failure (s->why). */
+static int stream_step(struct stream *s) {
+  if (stream_post(s) != 0 || stream_test(s) != 0)
+    return -1;
+  return s->rdone == s->nmsgs && s->sdone == s->sposted;
+}
+
+static const char *stream_end(struct stream *s, int rc) {
+  for (int i = 0; i < s->window; i++) {
     free(s->sbuf[i]);
     free(s->rbuf[i]);
   }
-  return rc == 0 ? NULL : s->why;
+  return rc < 0 ? s->why : NULL;
+}
+
+/* Runs nmsgs messages send_comm -> recv_comm; NULL on success, else why. */
+static const char *run_stream(struct stream *s, void *send_comm,
+                              void *recv_comm, uint64_t nmsgs, int window) {
+  int64_t deadline = rcc_deadline_after_ms(15000);
+  int rc = 0;
+  stream_begin(s, send_comm, recv_comm, nmsgs, window);
+  while (rc == 0 && (rc = stream_step(s)) == 0 && rcc_now_ns() < deadline)
+    ;
+  if (rc == 0)
+    rc = -snprintf(s->why, sizeof(s->why), "stuck: %llu of %llu received",
+                   (unsigned long long)s->rdone, (unsigned long long)nmsgs);
+  return stream_end(s, rc);
 }
 
 /* ---- tests ------------------------------------------------------------------ */
@@ -528,6 +541,82 @@ Test(net_socket, receiver_closes_mid_transfer, .timeout = 10) {
   P->close_listen(l);
   free(buf);
   free(rbuf);
+}
+
+/* reverse(): one link both ways. Streams run both ways at once, with 1, 2
+ * and 4 sockets; a link is reversed once only; closing one end's send side
+ * ends the peer's receive stream (PEER_FAILED, as a closed connection)
+ * while the other way still carries messages; the second close closes. */
+Test(net_socket, one_link_both_ways, .timeout = 30) {
+  uint8_t handle[RCC_NET_HANDLE_BYTES];
+  char err[RCC_ERRLEN];
+  struct stream *s = malloc(2 * sizeof(*s));
+  init_plugin(NULL);
+  void *l = do_listen(handle);
+  static const int nsocks[] = {1, 2, 4};
+  for (int i = 0; i < 3; i++) {
+    void *sc, *rc, *back_rc, *back_sc, *extra = NULL;
+    make_pair(l, handle, nsocks[i], &sc, &rc);
+    cr_assert_eq(P->reverse(sc, &back_rc, err, sizeof(err)), RINGCC_SUCCESS,
+                 "%s", err);
+    cr_assert_eq(P->reverse(rc, &back_sc, err, sizeof(err)), RINGCC_SUCCESS,
+                 "%s", err);
+    cr_assert_eq(P->reverse(sc, &extra, err, sizeof(err)),
+                 RINGCC_ERR_INVALID_USAGE, "a second reverse: %s", err);
+    cr_assert_null(extra);
+    cr_assert_not_null(strstr(err, "already used both ways"), "%s", err);
+    /* The fds of a twin are its link's, listed while it has work. */
+    check_fds(back_sc, back_rc, nsocks[i]);
+    int64_t deadline = rcc_deadline_after_ms(15000);
+    int a = 0, b = 0;
+    stream_begin(&s[0], sc, rc, 60, 8);
+    stream_begin(&s[1], back_sc, back_rc, 60, 8);
+    while ((a == 0 || b == 0) && a >= 0 && b >= 0 && rcc_now_ns() < deadline) {
+      if (a == 0)
+        a = stream_step(&s[0]);
+      if (b == 0)
+        b = stream_step(&s[1]);
+    }
+    const char *why_a = stream_end(&s[0], a), *why_b = stream_end(&s[1], b);
+    cr_expect_eq(a, 1, "%d sockets, forward: %s", nsocks[i],
+                 why_a ? why_a : "stuck");
+    cr_expect_eq(b, 1, "%d sockets, back: %s", nsocks[i],
+                 why_b ? why_b : "stuck");
+
+    /* The connecting end closes its send side: its peer's receive ends. */
+    P->close_send(sc);
+    void *req = NULL;
+    uint8_t buf[64];
+    int completed;
+    cr_assert_eq(P->irecv(rc, buf, sizeof(buf), NULL, &req, err, sizeof(err)),
+                 RINGCC_SUCCESS, "%s", err);
+    ringcc_result_t r = test_until_error(req, rcc_deadline_after_ms(8000), err,
+                                         sizeof(err), &completed);
+    cr_expect_eq(r, RINGCC_ERR_PEER_FAILED, "after close_send: %d (%s)", r,
+                 err);
+    cr_expect_not_null(strstr(err, "closed by the peer"), "%s", err);
+    /* ... and the other way still works. */
+    const char *why = run_stream(&s[0], back_sc, back_rc, 12, 1);
+    cr_expect_null(why, "%d sockets, back after close_send: %s", nsocks[i], why);
+    /* The second close closes the sockets: the peer's sends fail. */
+    P->close_recv(back_rc);
+    memset(buf, 7, sizeof(buf));
+    r = RINGCC_SUCCESS;
+    for (int k = 0; k < 1000 && r == RINGCC_SUCCESS; k++) {
+      req = NULL;
+      r = P->isend(back_sc, buf, sizeof(buf), 0, NULL, &req, err, sizeof(err));
+      if (r == RINGCC_SUCCESS && req != NULL)
+        r = test_until_error(req, rcc_deadline_after_ms(2000), err,
+                             sizeof(err), &completed);
+      usleep(1000);
+    }
+    cr_expect_eq(r, RINGCC_ERR_PEER_FAILED, "sends after the close: %d (%s)",
+                 r, err);
+    P->close_send(back_sc);
+    P->close_recv(rc);
+  }
+  P->close_listen(l);
+  free(s);
 }
 
 /* A real process dies (SIGKILL) in the middle of a message. */

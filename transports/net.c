@@ -8,7 +8,11 @@
  * memory registered with the plugin. Setup: listen and publish the handle;
  * connect to every peer (the hello carries the communicator's secret, our
  * rank and the connection kind) and accept every peer's connections, refusing
- * anything that does not present the secret.
+ * anything that does not present the secret. Where the plugin can use a link
+ * both ways (reverse), only the lower rank of a pair connects, once per kind,
+ * and both ends take their send and receive connections from that link: each
+ * message then carries the acknowledgement of the last one that came the
+ * other way, where one-way links cost an ACK packet per message.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +39,7 @@ struct net_state {
   struct rcc_proxy_conn *conns; /* [2 * kinds * npeers]: send, recv pairs */
   int nconns;
   int nkinds;   /* comm->nkinds: host kinds, and device kinds (staged) */
+  int duplex;   /* one link per pair and kind, used both ways (reverse) */
   struct rcc_proxy *proxy;
   char describe[96];
 };
@@ -120,9 +125,12 @@ int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
          h.kind >= 0 && h.kind < RCC_MAX_CONN_KINDS;
 }
 
-/* The receive connection slot for (peer, kind), or NULL if not ours. */
-static struct rcc_proxy_conn *recv_slot(struct net_state *st, int peer,
-                                        int kind) {
+/* The receive connection slot for (peer, kind), or NULL if not ours (or
+ * taken, or, both ways, a peer that should not connect to us). */
+static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
+                                        int peer, int kind) {
+  if (st->duplex && peer > my_rank)
+    return NULL;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     if (!c->is_send && c->peer == peer && (i / 2) % st->nkinds == kind)
@@ -138,6 +146,8 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
   for (int i = 0; i < npeers; i++)
     for (int k = 0; k < st->nkinds; k++) {
       struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nkinds + k)];
+      if (st->duplex && peers[i] < comm->rank)
+        continue; /* the lower rank connects; we accept */
       struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
                                 .kind = k, .nranks = comm->nranks};
       uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
@@ -146,6 +156,8 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
       ringcc_result_t r = st->plugin->connect(
           all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES, wire,
           &c->net_comm, comm->init_deadline, err, sizeof(err));
+      if (r == RINGCC_SUCCESS && st->duplex)
+        r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
       if (r != RINGCC_SUCCESS)
         return rcc_comm_error(comm, r,
                               "net on rank %d: cannot connect to rank %d "
@@ -175,13 +187,22 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
     struct rcc_proxy_conn *c =
         rcc_net_hello_parse(wire, sizeof(wire), comm->secret, comm->rank,
                             comm->nranks, &peer, &kind)
-            ? recv_slot(st, peer, kind)
+            ? recv_slot(st, comm->rank, peer, kind)
             : NULL;
     if (c == NULL) {
       RCC_WARN(comm->rank, "net: refused a connection that is not one of "
                            "this communicator's (wrong secret, rank or kind)");
       st->plugin->close_recv(rc);
       continue;
+    }
+    /* Both ways: the send connection to the peer is the same link. Its slot
+     * precedes the receive slot (conns holds send, receive pairs). */
+    if (st->duplex &&
+        (r = st->plugin->reverse(rc, &c[-1].net_comm, err, sizeof(err))) !=
+            RINGCC_SUCCESS) {
+      st->plugin->close_recv(rc);
+      return rcc_comm_error(comm, r, "net on rank %d: the link from rank %d: "
+                            "%s", comm->rank, peer, err);
     }
     c->net_comm = rc;
     expected--;
@@ -212,6 +233,10 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     return RINGCC_SUCCESS;
   st->nkinds = comm->nkinds;
   st->nconns = 2 * st->nkinds * npeers;
+  st->duplex = st->plugin->reverse != NULL;
+  int lower = 0; /* peers that connect to us */
+  for (int i = 0; i < npeers; i++)
+    lower += peers[i] < comm->rank;
   st->conns = calloc((size_t)st->nconns, sizeof(*st->conns));
   if (st->conns == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
@@ -221,7 +246,9 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                         i % 2 == 0)) != RINGCC_SUCCESS)
       return r;
   if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
-      (r = accept_all(comm, st, st->nconns / 2)) != RINGCC_SUCCESS)
+      (r = accept_all(comm, st,
+                      st->duplex ? lower * st->nkinds : st->nconns / 2)) !=
+          RINGCC_SUCCESS)
     return r;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
@@ -231,6 +258,11 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     if (r != RINGCC_SUCCESS)
       return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
   }
+  RCC_INFO(comm->rank, "net: %d peer%s, %d link%s per peer%s", npeers,
+           npeers == 1 ? "" : "s", st->duplex ? st->nkinds : 2 * st->nkinds,
+           (st->duplex ? st->nkinds : 2 * st->nkinds) == 1 ? "" : "s",
+           st->duplex ? ", each used both ways (the lower rank connects)"
+                      : " (one each way)");
   if ((r = rcc_proxy_start(comm, st->plugin, st->conns, st->nconns,
                            &st->proxy)) != RINGCC_SUCCESS)
     return r;

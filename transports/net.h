@@ -18,6 +18,8 @@
  *   reg_mr   make memory usable for isend/irecv (a no-op for TCP; verbs
  *            register it with the NIC)
  *   fds      file descriptors the proxy may poll() on while idle
+ *   reverse  (optional) the same link the other way: the lower rank of a
+ *            pair connects, and both use the link both ways
  *
  * Every call that can fail writes one sentence to err[errlen] (what, which
  * address, the OS reason) and returns a ringcc_result_t: RINGCC_ERR_NETWORK
@@ -73,6 +75,13 @@ struct rcc_net_plugin {
    * contents, elsewhere), because the caller takes its buffer back. NULL
    * where a posted send cannot move (RDMA). */
   void (*rebase)(void *request, const void *data);
+  /* Optional: a connection the other way over the same link (a receive
+   * connection from a send connection's peer, or a send connection to a
+   * receive connection's peer), so that one connect() joins two ranks both
+   * ways. Each is closed with its own close_*(). NULL: the core connects
+   * each way. */
+  ringcc_result_t (*reverse)(void *comm, void **other, char *err,
+                             size_t errlen);
   void (*close_send)(void *send_comm);
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);
