@@ -210,6 +210,10 @@ struct rcc_proxy_conn {
    * sends a collective's data straight from the user's buffers (exec_host.c,
    * written before the tail that publishes the slot). NULL: the slot. */
   const char *from[RCC_FIFO_MAX_SLOTS];
+  /* recv: where slot k's message lands, when not in the slot: the host
+   * executor has a receive whose bytes go to the user's buffer unchanged
+   * land there (rcc_proxy_land). NULL: the slot. */
+  char *to[RCC_FIFO_MAX_SLOTS];
 };
 struct rcc_proxy;
 ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
@@ -219,9 +223,9 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
 int rcc_proxy_doorbell(const struct rcc_proxy *proxy);
 /* For the executor (exec_host.c), which drives the network itself while it
  * waits on a network FIFO, so a message costs no thread wake-up:
- *   push   progress on conn (its struct rcc_proxy_conn) if no other thread
- *          is in a round; returns 1 if sends are still pending afterwards
- *          (or it could not run), else 0
+ *   push   progress on conn (its struct rcc_proxy_conn), after the proxy
+ *          thread's round if one runs; returns 1 if sends are still pending
+ *          afterwards, else 0
  *   drive  on: the proxy thread stops polling the sockets (this thread
  *          polls them; the proxy thread only runs a round every 100 ms);
  *          off: the proxy thread takes over again, woken at once
@@ -237,6 +241,14 @@ void rcc_proxy_poll(struct rcc_proxy *proxy, int timeout_ms);
  * slots and leave from there (a plugin that cannot move a posted send gives
  * the connection up instead, as if it had failed). */
 void rcc_proxy_detach(struct rcc_proxy *proxy, void *conn);
+/* A receive connection's message seq lands at p (bytes long) instead of its
+ * slot, if its receive is posted and has taken no payload yet and the
+ * plugin can move it: 1 (conn's to[] says so), else 0. */
+int rcc_proxy_land(struct rcc_proxy *proxy, void *conn, uint32_t seq, char *p,
+                   size_t bytes);
+/* After a failed call: the messages of conn landing in (or landed in) the
+ * user's memory go back to their slots. */
+void rcc_proxy_unland(struct rcc_proxy *proxy, void *conn);
 /* Sends every filled slot, then a goodbye on every send connection, so
  * peers can tell a rank that left from a rank that died. */
 void rcc_proxy_drain(struct rcc_proxy *proxy, int64_t deadline_ns);

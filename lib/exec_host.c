@@ -49,6 +49,12 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 
 #define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
 #define ZC_MAX 32 /* sends from user buffers tracked at once */
+/* Receives landing in the user's buffers: at most LAND_MAX at once, found
+ * looking LAND_AHEAD steps ahead, pieces of at least LAND_MIN_BYTES (below
+ * that the copy they save costs less than looking for them). */
+#define LAND_MAX 32
+#define LAND_AHEAD 16
+#define LAND_MIN_BYTES 16384
 
 /* A network send from the user's memory, pending until the FIFO's head
  * reaches seq. */
@@ -57,6 +63,12 @@ struct zc_send {
   size_t len;
   struct rcc_conn *conn;
   uint32_t seq;
+};
+
+struct land {
+  struct rcc_conn *conn;
+  uint32_t seq; /* the message: conn's FIFO sequence number */
+  char *p;
 };
 
 struct exec {
@@ -72,6 +84,9 @@ struct exec {
   int zerocopy;            /* network sends may come from src and dst */
   int nzc;
   struct zc_send *zc; /* ZC_MAX entries, nzc in use (not zeroed per call) */
+  int land;           /* network receives may land in dst */
+  int nland;
+  struct land *lands; /* LAND_MAX entries, nland in use */
 };
 
 /* Records what this rank is about to wait for (the hang report reads it). */
@@ -412,6 +427,100 @@ static const char *zc_source(const struct exec *x, const struct rcc_step *s) {
   }
 }
 
+/* ---- receives straight into the user's buffers ------------------------------
+ *
+ * A network receive whose bytes go to dst unchanged (RECV, RECV_COPY_SEND)
+ * can land there instead of in its slot: the executor asks the proxy to
+ * move the posted receive before its payload arrives (rcc_proxy_land), and
+ * the step then finds its bytes in place and copies nothing. Over TCP this
+ * saves one of the three copies a byte of an AllGather otherwise takes
+ * (kernel to slot, slot to dst, dst to kernel). Messages land ahead of the
+ * executor, so a region may be given to the network only when no step
+ * between here and the receiving one touches it (in either buffer: in place
+ * they alias) and no send from it is still in flight. */
+
+static int overlaps(const char *a, size_t alen, const char *b, size_t blen) {
+  return a < b + blen && b < a + alen;
+}
+
+static int step_touches(const struct exec *x, const struct rcc_step *s,
+                        const char *p, size_t len) {
+  size_t bytes = s->nelem * x->esize;
+  return overlaps(x->dst + s->dst_off * x->esize, bytes, p, len) ||
+         (x->src != NULL &&
+          overlaps(x->src + s->src_off * x->esize, bytes, p, len));
+}
+
+static int receives(int kind) {
+  return step_receives(kind) || kind == RCC_STEP_SEND_RECV;
+}
+
+static struct land *land_find(struct exec *x, const struct rcc_conn *c,
+                              uint32_t seq) {
+  for (int i = 0; i < x->nland; i++)
+    if (x->lands[i].conn == c && x->lands[i].seq == seq)
+      return &x->lands[i];
+  return NULL;
+}
+
+/* Lands the receives of steps i .. i + LAND_AHEAD that can. */
+static void land_ahead(struct exec *x, uint64_t i) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_step s[LAND_AHEAD];
+  int n = 0;
+  for (uint64_t j = i; j < x->plan->nsteps && n < LAND_AHEAD; j++)
+    rcc_plan_step(x->plan, j, &s[n++]);
+  for (int a = 0; a < n && x->nland < LAND_MAX; a++) {
+    const struct rcc_step *t = &s[a];
+    if (t->kind != RCC_STEP_RECV && t->kind != RCC_STEP_RECV_COPY_SEND)
+      continue;
+    size_t bytes = t->nelem * x->esize;
+    struct rcc_conn *rc = &comm->recv_conn[t->conn_kind][t->recv_peer];
+    if (rc->proxy == NULL || bytes < LAND_MIN_BYTES)
+      continue;
+    uint32_t seq = rc->step; /* this step's message on rc */
+    for (int b = 0; b < a; b++)
+      seq += receives(s[b].kind) &&
+             &comm->recv_conn[s[b].conn_kind][s[b].recv_peer] == rc;
+    if (land_find(x, rc, seq) != NULL)
+      continue;
+    char *p = x->dst + t->dst_off * x->esize;
+    int clash = 0;
+    for (int b = 0; b < a && !clash; b++)
+      clash = step_touches(x, &s[b], p, bytes);
+    for (int z = 0; z < x->nzc && !clash; z++)
+      clash = overlaps(x->zc[z].p, x->zc[z].len, p, bytes) &&
+              !zc_done(&x->zc[z]);
+    if (!clash && rcc_proxy_land(rc->proxy, rc->proxy_conn, seq, p, bytes))
+      x->lands[x->nland++] = (struct land){rc, seq, p};
+  }
+}
+
+/* The receive about to be consumed on c landed: where its bytes are (its
+ * entry gone), else NULL. */
+static char *land_take(struct exec *x, struct rcc_conn *c) {
+  struct land *l = x->nland > 0 ? land_find(x, c, c->step) : NULL;
+  if (l == NULL)
+    return NULL;
+  char *p = l->p;
+  ((struct rcc_proxy_conn *)c->proxy_conn)->to[c->step % c->nslots] = NULL;
+  *l = x->lands[--x->nland];
+  return p;
+}
+
+/* After a failed call: what still lands in the user's buffers goes to the
+ * slots. */
+static void land_release(struct exec *x) {
+  for (int i = 0; i < x->nland; i++) {
+    int again = 0;
+    for (int j = 0; j < i; j++)
+      again |= x->lands[j].conn == x->lands[i].conn;
+    if (!again)
+      rcc_proxy_unland(x->lands[i].conn->proxy, x->lands[i].conn->proxy_conn);
+  }
+  x->nland = 0;
+}
+
 /* Publishes a network slot whose bytes are at p (NULL: in the slot). */
 static int send_publish(struct exec *x, struct rcc_conn *c, const char *p,
                         size_t bytes, uint64_t meta) {
@@ -534,7 +643,8 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
   return RINGCC_SUCCESS;
 }
 
-static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
+static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
+                                uint64_t i) {
   struct ringcc_comm *comm = x->comm;
   struct rcc_conn *rc = NULL, *sc = NULL;
   const char *in = NULL;
@@ -547,11 +657,16 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s) {
     return run_send_recv(x, s);
   if (step_receives(s->kind)) {
     rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
+    if (x->land)
+      land_ahead(x, i);
     waiting_on(x, "data from", s->recv_peer, rc, 0);
     if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
       return r;
     if ((r = check_meta(x, s, meta, bytes)) != 0)
       return r;
+    char *landed = x->nland > 0 ? land_take(x, rc) : NULL;
+    if (landed != NULL)
+      in = landed; /* == dst: the copies below are no-ops */
   }
   const char *zc = NULL;
   if (step_sends(s->kind)) {
@@ -579,6 +694,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op) {
   struct zc_send zc[ZC_MAX]; /* only [0, nzc) is ever read */
+  struct land lands[LAND_MAX];
   struct exec x = {
       .comm = comm,
       .plan = plan,
@@ -593,6 +709,12 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
        * data is in the slots, as it always has. */
       .zerocopy = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND,
       .zc = zc,
+      /* Only where pieces are large enough to be worth it; not for
+       * ringcc_recv (its message may be shorter than the buffer). */
+      .land = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND &&
+              plan->coll != RCC_COLL_RECV &&
+              plan->chunk_elems * ringcc_datatype_size(dt) >= LAND_MIN_BYTES,
+      .lands = lands,
   };
   ringcc_result_t r = RINGCC_SUCCESS;
 
@@ -608,12 +730,14 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     RCC_PUT(x.at->kind, (int)cur.kind);
     RCC_PUT(x.at->block, cur.block);
     RCC_PUT(x.at->nelem, cur.nelem);
-    r = run_step(&x, &cur);
+    r = run_step(&x, &cur, i);
   }
   if (r == RINGCC_SUCCESS && x.nzc > 0)
     r = zc_wait(&x, NULL, 0);
   if (r != RINGCC_SUCCESS && x.nzc > 0)
     zc_release(&x);
+  if (r != RINGCC_SUCCESS && x.nland > 0)
+    land_release(&x);
   RCC_PUT(x.at->active, 0);
   return r;
 }

@@ -541,6 +541,50 @@ void rcc_proxy_detach(struct rcc_proxy *px, void *conn) {
                   "posted send)" : "");
 }
 
+int rcc_proxy_land(struct rcc_proxy *px, void *conn, uint32_t seq, char *p,
+                   size_t bytes) {
+  struct rcc_proxy_conn *c = conn;
+  int ok = 0;
+  if (px->plugin->redirect == NULL)
+    return 0;
+  pthread_mutex_lock(&px->lock);
+  uint32_t slot = seq % c->nslots;
+  /* Posted and not done: done <= seq < posted. */
+  if (!c->failed && !c->bye && (int32_t)(seq - c->done) >= 0 &&
+      (int32_t)(c->posted - seq) > 0 && c->to[slot] == NULL &&
+      px->plugin->redirect(c->request[slot], p, bytes, 0) == 0) {
+    c->to[slot] = p;
+    ok = 1;
+  }
+  pthread_mutex_unlock(&px->lock);
+  return ok;
+}
+
+void rcc_proxy_unland(struct rcc_proxy *px, void *conn) {
+  struct rcc_proxy_conn *c = conn;
+  int moved = 0;
+  pthread_mutex_lock(&px->lock);
+  uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
+  for (uint32_t s = head; s != c->posted; s++) {
+    uint32_t slot = s % c->nslots;
+    char *home = c->data + (size_t)slot * c->slot_bytes;
+    if (c->to[slot] == NULL)
+      continue;
+    if ((int32_t)(s - c->done) < 0) /* landed: the executor did not take it */
+      memcpy(home, c->to[slot], RCC_META_BYTES(c->fifo->meta[slot]));
+    else if (!c->failed) /* still landing: what came so far moves along */
+      (void)px->plugin->redirect(c->request[slot], home, c->slot_bytes, 1);
+    c->to[slot] = NULL;
+    moved++;
+  }
+  pthread_mutex_unlock(&px->lock);
+  if (moved > 0)
+    RCC_INFO(px->comm->rank, "network receive rank %d <- rank %d: %d "
+             "message%s landing in the user's buffers moved to their slots "
+             "after the call failed", px->comm->rank, c->peer, moved,
+             moved == 1 ? "" : "s");
+}
+
 void rcc_proxy_drive(struct rcc_proxy *px, int on) {
   if (on) {
     __atomic_store_n(&px->driven, 1, __ATOMIC_RELEASE);

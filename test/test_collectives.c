@@ -1158,6 +1158,26 @@ Test(transport, no_shm_full_n4, .timeout = 600) {
 }
 Test(transport, no_shm_n5_tiny_slots, .timeout = 240) { no_shm(5, 4096); }
 
+/* Large pieces over TCP at an odd n: receives land straight in the user's
+ * buffers (exec_host.c), in place and out of place, with every root. */
+Test(transport, no_shm_big_n3, .timeout = 240) {
+  static const size_t counts[] = {65537, 300007};
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = 1;
+  plan_t p = {.colls = (1u << C_NUM) - 1,
+              .dts = (1u << RINGCC_FLOAT32) | (1u << RINGCC_UINT8),
+              .ops = 1u << RINGCC_SUM,
+              .modes = ALL_MODES,
+              .counts = counts,
+              .ncounts = 2,
+              .all_modes_max_count = 300007,
+              .all_roots_max_count = 300007,
+              .big = true};
+  run_spec_t s = {"shm disabled, big pieces n=3", 3, &cfg, false, 200, 0,
+                  false};
+  run_plan(&s, &p);
+}
+
 Test(threads, n4, .timeout = 240) { subset("threads", 4, NULL, true, false); }
 Test(threads, n3_tiny_slots, .timeout = 240) {
   ringcc_config_t cfg = tiny_slots(1024);

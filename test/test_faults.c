@@ -1244,6 +1244,88 @@ Test(faults, failed_call_gives_the_buffers_back_tcp, .timeout = 60) {
   h_shared_free(a, sizeof *a);
 }
 
+/* Over TCP a receive whose bytes go to the user's buffer unchanged lands
+ * there straight from the socket, posted ahead of the data. When the call
+ * fails before the data came (here: rank 1's broadcast times out because
+ * rank 0 has not called it yet), those receives must go back to their
+ * slots: rank 1 then owns its buffer again and fills it, rank 0 broadcasts
+ * into the void until it gives up, and rank 1's buffer must hold nothing of
+ * what rank 0 sent. */
+static int landing_rank(int rank, int n, const ringcc_unique_id_t *id,
+                        void *arg) {
+  inflight_area_t *a = arg;
+  setenv("RINGCC_DEBUG", "INFO", 1);
+  ringcc_config_t cfg = config_with(1000, 1);
+  ringcc_comm_t comm;
+  if (ringcc_comm_init(&comm, n, id, rank, &cfg) != RINGCC_SUCCESS)
+    return h_fail_rank(rank, "init: %s", ringcc_comm_last_error(NULL));
+  float *buf = malloc(INFLIGHT_COUNT * sizeof *buf);
+  if (buf == NULL)
+    return h_fail_rank(rank, "out of memory");
+  for (size_t i = 0; i < INFLIGHT_COUNT; i++)
+    buf[i] = rank == 0 ? inflight_value(i) : INFLIGHT_UNSET;
+  if (rank == 0 && !wait_counter(&a->done, 1, 30)) /* rank 1 gave up */
+    return h_fail_rank(rank, "rank 1 never gave up");
+  double t0 = h_now_s();
+  ringcc_result_t r =
+      ringcc_bcast(buf, INFLIGHT_COUNT, RINGCC_FLOAT32, 0, comm, NULL);
+  a->code[rank] = (int)r;
+  snprintf(a->message[rank], MSG_LEN, "%s", ringcc_comm_last_error(comm));
+  if (rank == 1) {
+    a->took_s = h_now_s() - t0;
+    for (size_t i = 0; i < INFLIGHT_COUNT; i++) /* the user's again */
+      buf[i] = INFLIGHT_UNSET;
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    wait_counter(&a->gave_up, 1, 30); /* rank 0 sends meanwhile */
+    usleep(200 * 1000);               /* and the proxy takes what came */
+    for (size_t i = 0; i < INFLIGHT_COUNT; i++)
+      if (buf[i] != INFLIGHT_UNSET && a->wrong++ == 0)
+        a->first_wrong = i;
+  } else {
+    __atomic_store_n(&a->gave_up, 1, __ATOMIC_RELEASE);
+  }
+  free(buf);
+  ringcc_comm_destroy(comm);
+  return 0;
+}
+
+Test(faults, failed_receive_gives_the_buffer_back_tcp, .timeout = 60) {
+  inflight_area_t *a = h_shared_alloc(sizeof *a);
+  cr_assert_not_null(a);
+  int err_fd[2] = {log_open(), log_open()};
+  job_t j;
+  job_start(&j, 2, landing_rank, a, err_fd);
+  cr_assert(job_wait(&j, 45), "the ranks hung");
+  expect_all_exited_0(&j, "landing");
+  char *log = log_read(err_fd[1]);
+  cr_expect_eq(a->code[1], RINGCC_ERR_TIMEOUT, "rank 1's bcast returned %d: %s",
+               a->code[1], a->message[1]);
+  cr_expect(a->took_s > 0.9 && a->took_s < 10.0,
+            "rank 1 gave up after %.2f s (timeout 1 s)", a->took_s);
+  cr_expect_neq(a->code[0], RINGCC_SUCCESS, "rank 0's bcast succeeded, though "
+                "rank 1 gave up on it");
+  cr_expect_eq(a->wrong, 0, "%zu elements of rank 1's buffer were written "
+               "after its call had failed (the first: element %zu)", a->wrong,
+               a->first_wrong);
+  const char *moved = strstr(log, "landing in the user's buffers moved to "
+                                  "their slots after the call failed");
+  cr_expect_not_null(moved, "rank 1 did not log that it moved its receives "
+                     "landing in its buffer:\n%s", log);
+  if (moved != NULL) {
+    const char *line = moved;
+    while (line > log && line[-1] != '\n')
+      line--;
+    const char *end = strchr(moved, '\n');
+    fprintf(stderr, "faults: a failed call with receives landing in the "
+            "user's buffer: %.*s; nothing written there afterwards\n",
+            (int)(end != NULL ? end - line : (long)strlen(line)), line);
+  }
+  free(log);
+  close(err_fd[0]);
+  close(err_fd[1]);
+  h_shared_free(a, sizeof *a);
+}
+
 /* ---- ids that are not what they claim, strangers at the rendezvous -------------------- */
 
 static void expect_bad_id(const ringcc_unique_id_t *id, const char *what,

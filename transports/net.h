@@ -18,6 +18,8 @@
  *   reg_mr   make memory usable for isend/irecv (a no-op for TCP; verbs
  *            register it with the NIC)
  *   fds      file descriptors the proxy may poll() on while idle
+ *   redirect (optional) a posted receive lands elsewhere: the core moves
+ *            a receive into the user's buffer before its payload arrives
  *   reverse  (optional) the same link the other way: the lower rank of a
  *            pair connects, and both use the link both ways
  *
@@ -75,6 +77,14 @@ struct rcc_net_plugin {
    * contents, elsewhere), because the caller takes its buffer back. NULL
    * where a posted send cannot move (RDMA). */
   void (*rebase)(void *request, const void *data);
+  /* Optional: a posted receive lands at data (at most max_bytes there)
+   * instead of where it was posted; the payload that already arrived is
+   * copied over, unless !force, where a receive that took payload bytes
+   * stays as it is. A message longer than max_bytes goes back to the
+   * first place it was posted (the caller then sees a size that does not
+   * match). 0, or -1 when nothing changed. NULL: receives stay where they
+   * were posted. */
+  int (*redirect)(void *request, void *data, size_t max_bytes, int force);
   /* Optional: a connection the other way over the same link (a receive
    * connection from a send connection's peer, or a send connection to a
    * receive connection's peer), so that one connect() joins two ranks both

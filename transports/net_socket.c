@@ -264,6 +264,8 @@ struct net_request {
   uint32_t imm;
   int state;
   uint8_t header[MSG_HEADER_BYTES];
+  void *home; /* a redirected receive: where it was posted, and its size */
+  size_t home_bytes;
 };
 
 /* The requests of one socket, in posting order: the head moves first. A
@@ -421,6 +423,14 @@ int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
 static int header_arrived(struct net_conn *c, int sock,
                           struct net_request *r) {
   uint32_t bytes;
+  if (r->home != NULL &&
+      rcc_net_socket_header_parse(r->header, sizeof(r->header), r->bytes,
+                                  &bytes, &r->imm) != 0) {
+    /* Longer than where it was redirected: back to where it was posted. */
+    r->data = r->home;
+    r->bytes = r->home_bytes;
+  }
+  r->home = NULL;
   if (rcc_net_socket_header_parse(r->header, sizeof(r->header), r->bytes,
                                   &bytes, &r->imm) != 0) {
     conn_fail(c, RINGCC_ERR_NETWORK,
@@ -617,6 +627,28 @@ static ringcc_result_t socket_test(void *request, int *done, size_t *bytes,
 static void socket_rebase(void *request, const void *data) {
   struct net_request *r = request;
   r->data = (void *)data; /* progress_send reads from data + what moved */
+}
+
+static int socket_redirect(void *request, void *data, size_t max_bytes,
+                           int force) {
+  struct net_request *r = request;
+  if (r == NULL || r->state != REQ_POSTED || r->conn->kind != COMM_RECV)
+    return -1;
+  size_t have = r->moved > MSG_HEADER_BYTES ? r->moved - MSG_HEADER_BYTES : 0;
+  if ((have > 0 && !force) ||
+      (r->moved >= MSG_HEADER_BYTES && r->bytes > max_bytes))
+    return -1; /* too late, or the message is known not to fit */
+  if (have > 0)
+    memcpy(data, r->data, have);
+  if (r->moved < MSG_HEADER_BYTES) {
+    if (r->home == NULL) { /* the first place: for a message that is longer */
+      r->home = r->data;
+      r->home_bytes = r->bytes;
+    }
+    r->bytes = max_bytes;
+  }
+  r->data = data;
+  return 0;
 }
 
 static ringcc_result_t socket_reg_mr(void *comm, void *data, size_t bytes,
@@ -1031,6 +1063,7 @@ const struct rcc_net_plugin rcc_net_socket = {
     .test = socket_test,
     .fds = socket_fds,
     .rebase = socket_rebase,
+    .redirect = socket_redirect,
     .reverse = socket_reverse,
     .close_send = socket_close_conn,
     .close_recv = socket_close_conn,
