@@ -1162,31 +1162,49 @@ typedef struct {
 
 static float inflight_value(size_t i) { return (float)(i % 1000); }
 
-static int inflight_rank(int rank, int n, const ringcc_unique_id_t *id,
-                         void *arg) {
-  inflight_area_t *a = arg;
+/* Both ranks: a TCP communicator with a 1 s deadline, INFO logs, and the
+ * 64 MiB buffer (rank 0's values, or unset on rank 1). 0, or the failure. */
+static int inflight_setup(int rank, int n, const ringcc_unique_id_t *id,
+                          ringcc_comm_t *comm, float **buf) {
   setenv("RINGCC_DEBUG", "INFO", 1);
   ringcc_config_t cfg = config_with(1000, 1);
-  ringcc_comm_t comm;
-  if (ringcc_comm_init(&comm, n, id, rank, &cfg) != RINGCC_SUCCESS)
+  if (ringcc_comm_init(comm, n, id, rank, &cfg) != RINGCC_SUCCESS)
     return h_fail_rank(rank, "init: %s", ringcc_comm_last_error(NULL));
-  float *buf = malloc(INFLIGHT_COUNT * sizeof *buf);
-  if (buf == NULL)
+  *buf = malloc(INFLIGHT_COUNT * sizeof **buf);
+  if (*buf == NULL)
     return h_fail_rank(rank, "out of memory");
   for (size_t i = 0; i < INFLIGHT_COUNT; i++)
-    buf[i] = rank == 0 ? inflight_value(i) : INFLIGHT_UNSET;
-  /* Rank 1 stays silent (alive) until rank 0 gave up and took its buffer
-   * back. The root of a broadcast only sends: many messages are out when
-   * its peer stops taking them. */
-  if (rank == 1 && !wait_counter(&a->gave_up, 1, 30))
-    return h_fail_rank(rank, "rank 0 never gave up");
+    (*buf)[i] = rank == 0 ? inflight_value(i) : INFLIGHT_UNSET;
+  return 0;
+}
+
+/* The broadcast from rank 0: its result into the area; how long it took. */
+static double inflight_bcast(inflight_area_t *a, int rank, ringcc_comm_t comm,
+                             float *buf) {
   double t0 = h_now_s();
   ringcc_result_t r =
       ringcc_bcast(buf, INFLIGHT_COUNT, RINGCC_FLOAT32, 0, comm, NULL);
   a->code[rank] = (int)r;
   snprintf(a->message[rank], MSG_LEN, "%s", ringcc_comm_last_error(comm));
+  return h_now_s() - t0;
+}
+
+static int inflight_rank(int rank, int n, const ringcc_unique_id_t *id,
+                         void *arg) {
+  inflight_area_t *a = arg;
+  ringcc_comm_t comm;
+  float *buf;
+  int rc = inflight_setup(rank, n, id, &comm, &buf);
+  if (rc != 0)
+    return rc;
+  /* Rank 1 stays silent (alive) until rank 0 gave up and took its buffer
+   * back. The root of a broadcast only sends: many messages are out when
+   * its peer stops taking them. */
+  if (rank == 1 && !wait_counter(&a->gave_up, 1, 30))
+    return h_fail_rank(rank, "rank 0 never gave up");
+  double took = inflight_bcast(a, rank, comm, buf);
   if (rank == 0) {
-    a->took_s = h_now_s() - t0;
+    a->took_s = took;
     memset(buf, 0xff, INFLIGHT_COUNT * sizeof *buf); /* the user's again */
     __atomic_store_n(&a->gave_up, 1, __ATOMIC_RELEASE);
     wait_counter(&a->done, 1, 30); /* the proxy sends meanwhile */
@@ -1206,21 +1224,43 @@ static int inflight_rank(int rank, int n, const ringcc_unique_id_t *id,
   return 0;
 }
 
-Test(faults, failed_call_gives_the_buffers_back_tcp, .timeout = 60) {
+/* Runs fn on 2 ranks over a fresh shared area (their logs go to err_fd):
+ * rank quitter's broadcast must time out after its 1 s deadline, and the
+ * other rank's, which joins after that, must fail too. */
+static inflight_area_t *run_inflight(rank_fn fn, int err_fd[2],
+                                     const char *what, int quitter) {
   inflight_area_t *a = h_shared_alloc(sizeof *a);
   cr_assert_not_null(a);
-  int err_fd[2] = {log_open(), log_open()};
+  err_fd[0] = log_open();
+  err_fd[1] = log_open();
   job_t j;
-  job_start(&j, 2, inflight_rank, a, err_fd);
+  job_start(&j, 2, fn, a, err_fd);
   cr_assert(job_wait(&j, 45), "the ranks hung");
-  expect_all_exited_0(&j, "in flight");
-  char *log = log_read(err_fd[0]);
-  cr_expect_eq(a->code[0], RINGCC_ERR_TIMEOUT, "rank 0's bcast returned %d: %s",
-               a->code[0], a->message[0]);
+  expect_all_exited_0(&j, what);
+  int q = quitter, other = 1 - quitter;
+  cr_expect_eq(a->code[q], RINGCC_ERR_TIMEOUT, "rank %d's bcast returned %d: "
+               "%s", q, a->code[q], a->message[q]);
   cr_expect(a->took_s > 0.9 && a->took_s < 10.0,
-            "rank 0 gave up after %.2f s (timeout 1 s)", a->took_s);
-  cr_expect_neq(a->code[1], RINGCC_SUCCESS, "rank 1's bcast succeeded, though "
-                "rank 0 gave up on it");
+            "rank %d gave up after %.2f s (timeout 1 s)", q, a->took_s);
+  cr_expect_neq(a->code[other], RINGCC_SUCCESS, "rank %d's bcast succeeded, "
+                "though rank %d gave up on it", other, q);
+  return a;
+}
+
+/* The line of log around at (a match inside it): its start, and its length
+ * as the return value. */
+static int line_around(const char *log, const char *at, const char **start) {
+  const char *line = at, *end = strchr(at, '\n');
+  while (line > log && line[-1] != '\n')
+    line--;
+  *start = line;
+  return (int)(end != NULL ? end - line : (long)strlen(line));
+}
+
+Test(faults, failed_call_gives_the_buffers_back_tcp, .timeout = 60) {
+  int err_fd[2];
+  inflight_area_t *a = run_inflight(inflight_rank, err_fd, "in flight", 0);
+  char *log = log_read(err_fd[0]);
   cr_expect_eq(a->wrong, 0, "rank 1 got %zu of %zu elements wrong (the first: "
                "element %zu): sent from memory the user had taken back",
                a->wrong, a->got, a->first_wrong);
@@ -1229,14 +1269,10 @@ Test(faults, failed_call_gives_the_buffers_back_tcp, .timeout = 60) {
   cr_expect_not_null(copied, "rank 0 did not log that it copied its sends "
                      "still in flight:\n%s", log);
   if (copied != NULL) {
-    const char *line = copied;
-    while (line > log && line[-1] != '\n')
-      line--;
-    const char *end = strchr(copied, '\n');
+    const char *line;
+    int len = line_around(log, copied, &line);
     fprintf(stderr, "faults: a failed call with sends in flight: %.*s; rank 1 "
-            "then got %zu elements, all right\n",
-            (int)(end != NULL ? end - line : (long)strlen(line)), line,
-            a->got);
+            "then got %zu elements, all right\n", len, line, a->got);
   }
   free(log);
   close(err_fd[0]);
@@ -1254,25 +1290,16 @@ Test(faults, failed_call_gives_the_buffers_back_tcp, .timeout = 60) {
 static int landing_rank(int rank, int n, const ringcc_unique_id_t *id,
                         void *arg) {
   inflight_area_t *a = arg;
-  setenv("RINGCC_DEBUG", "INFO", 1);
-  ringcc_config_t cfg = config_with(1000, 1);
   ringcc_comm_t comm;
-  if (ringcc_comm_init(&comm, n, id, rank, &cfg) != RINGCC_SUCCESS)
-    return h_fail_rank(rank, "init: %s", ringcc_comm_last_error(NULL));
-  float *buf = malloc(INFLIGHT_COUNT * sizeof *buf);
-  if (buf == NULL)
-    return h_fail_rank(rank, "out of memory");
-  for (size_t i = 0; i < INFLIGHT_COUNT; i++)
-    buf[i] = rank == 0 ? inflight_value(i) : INFLIGHT_UNSET;
+  float *buf;
+  int rc = inflight_setup(rank, n, id, &comm, &buf);
+  if (rc != 0)
+    return rc;
   if (rank == 0 && !wait_counter(&a->done, 1, 30)) /* rank 1 gave up */
     return h_fail_rank(rank, "rank 1 never gave up");
-  double t0 = h_now_s();
-  ringcc_result_t r =
-      ringcc_bcast(buf, INFLIGHT_COUNT, RINGCC_FLOAT32, 0, comm, NULL);
-  a->code[rank] = (int)r;
-  snprintf(a->message[rank], MSG_LEN, "%s", ringcc_comm_last_error(comm));
+  double took = inflight_bcast(a, rank, comm, buf);
   if (rank == 1) {
-    a->took_s = h_now_s() - t0;
+    a->took_s = took;
     for (size_t i = 0; i < INFLIGHT_COUNT; i++) /* the user's again */
       buf[i] = INFLIGHT_UNSET;
     __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
@@ -1290,20 +1317,9 @@ static int landing_rank(int rank, int n, const ringcc_unique_id_t *id,
 }
 
 Test(faults, failed_receive_gives_the_buffer_back_tcp, .timeout = 60) {
-  inflight_area_t *a = h_shared_alloc(sizeof *a);
-  cr_assert_not_null(a);
-  int err_fd[2] = {log_open(), log_open()};
-  job_t j;
-  job_start(&j, 2, landing_rank, a, err_fd);
-  cr_assert(job_wait(&j, 45), "the ranks hung");
-  expect_all_exited_0(&j, "landing");
+  int err_fd[2];
+  inflight_area_t *a = run_inflight(landing_rank, err_fd, "landing", 1);
   char *log = log_read(err_fd[1]);
-  cr_expect_eq(a->code[1], RINGCC_ERR_TIMEOUT, "rank 1's bcast returned %d: %s",
-               a->code[1], a->message[1]);
-  cr_expect(a->took_s > 0.9 && a->took_s < 10.0,
-            "rank 1 gave up after %.2f s (timeout 1 s)", a->took_s);
-  cr_expect_neq(a->code[0], RINGCC_SUCCESS, "rank 0's bcast succeeded, though "
-                "rank 1 gave up on it");
   cr_expect_eq(a->wrong, 0, "%zu elements of rank 1's buffer were written "
                "after its call had failed (the first: element %zu)", a->wrong,
                a->first_wrong);
@@ -1312,13 +1328,11 @@ Test(faults, failed_receive_gives_the_buffer_back_tcp, .timeout = 60) {
   cr_expect_not_null(moved, "rank 1 did not log that it moved its receives "
                      "landing in its buffer:\n%s", log);
   if (moved != NULL) {
-    const char *line = moved;
-    while (line > log && line[-1] != '\n')
-      line--;
-    const char *end = strchr(moved, '\n');
+    const char *line;
+    int len = line_around(log, moved, &line);
     fprintf(stderr, "faults: a failed call with receives landing in the "
-            "user's buffer: %.*s; nothing written there afterwards\n",
-            (int)(end != NULL ? end - line : (long)strlen(line)), line);
+            "user's buffer: %.*s; nothing written there afterwards\n", len,
+            line);
   }
   free(log);
   close(err_fd[0]);
