@@ -254,8 +254,8 @@ static int net_wait(struct exec *x, struct rcc_proxy *px, uint32_t *word,
     /* Poll the sockets (without sleeping) up to budget times, then yield
      * twice (a message on its way may land), then sleep in poll(). */
     int sleep = i >= budget + 2;
-    if (i == 0)
-      t0 = rcc_now_ns();
+    if (i == 0 && budget == comm->set.spin)
+      t0 = rcc_now_ns(); /* times the full polling (spin_full_ns) */
     if (i == budget)
       t_out = rcc_now_ns();
     if (!sleep && i >= budget)
@@ -363,6 +363,11 @@ static int step_sends(int kind) {
 
 /* ---- sends from the user's buffers ---------------------------------------- */
 
+/* Whether [a, a + alen) and [b, b + blen) share a byte. */
+static int overlaps(const char *a, size_t alen, const char *b, size_t blen) {
+  return a < b + blen && b < a + alen;
+}
+
 static int zc_done(const struct zc_send *e) {
   uint32_t head = __atomic_load_n(&e->conn->fifo->head, __ATOMIC_ACQUIRE);
   return (int32_t)(head - e->seq) >= 0;
@@ -373,7 +378,7 @@ static int zc_done(const struct zc_send *e) {
 static int zc_wait(struct exec *x, const char *p, size_t len) {
   for (int i = 0; i < x->nzc;) {
     struct zc_send *e = &x->zc[i];
-    if (p != NULL && !(e->p < p + len && p < e->p + e->len)) {
+    if (p != NULL && !overlaps(e->p, e->len, p, len)) {
       i++;
       continue;
     }
@@ -439,10 +444,6 @@ static const char *zc_source(const struct exec *x, const struct rcc_step *s) {
  * between here and the receiving one touches it (in either buffer: in place
  * they alias) and no send from it is still in flight. */
 
-static int overlaps(const char *a, size_t alen, const char *b, size_t blen) {
-  return a < b + blen && b < a + alen;
-}
-
 static int step_touches(const struct exec *x, const struct rcc_step *s,
                         const char *p, size_t len) {
   size_t bytes = s->nelem * x->esize;
@@ -468,6 +469,8 @@ static void land_ahead(struct exec *x, uint64_t i) {
   struct ringcc_comm *comm = x->comm;
   struct rcc_step s[LAND_AHEAD];
   int n = 0;
+  if (x->nland == LAND_MAX)
+    return;
   for (uint64_t j = i; j < x->plan->nsteps && n < LAND_AHEAD; j++)
     rcc_plan_step(x->plan, j, &s[n++]);
   for (int a = 0; a < n && x->nland < LAND_MAX; a++) {

@@ -6,6 +6,10 @@
  * that completes, frees the slot (head). For a receive connection it posts an
  * irecv into every free slot (head) and, when a message lands, publishes it
  * (tail) with its meta word. The executors therefore see ordinary FIFOs.
+ * A host executor may keep a message's bytes in the user's buffer instead of
+ * the slot: a send leaves from from[slot], a receive lands at to[slot]
+ * (exec_host.c); after a failed call rcc_proxy_detach and rcc_proxy_unland
+ * bring them back into the slots.
  *
  * Who runs the rounds. A round (proxy_round) runs under px->lock, in the
  * proxy thread or in a host executor:

@@ -307,6 +307,15 @@ static int uses_all_edges(int alg) {
          alg == RCC_ALG_PAIRWISE || alg == RCC_ALG_DISSEMINATION;
 }
 
+/* The RINGCC_ALGO value that runs an AllReduce schedule. */
+static int algo_setting(int alg) {
+  return alg == RCC_ALG_DIRECT        ? RINGCC_ALGO_DIRECT
+         : alg == RCC_ALG_TREE        ? RINGCC_ALGO_TREE
+         : alg == RCC_ALG_RECDOUBLING ? RINGCC_ALGO_RECDOUBLING
+         : alg == RCC_ALG_HALVING     ? RINGCC_ALGO_RABENSEIFNER
+                                      : RINGCC_ALGO_RING;
+}
+
 static void evaluate(const struct rcc_model_input *in, int alg,
                      struct rcc_candidate *c) {
   c->alg = alg;
@@ -362,19 +371,15 @@ int rcc_model_choose(const struct rcc_model_input *in,
      * fused step moves each byte once where this copies a piece into a slot
      * and reduces it out (n = 8, 1-64 MiB: twice the ring's time), and over
      * TCP it was level with the ring at 1-64 MiB, ahead or behind by 20-40%
-     * from run to run (docs/algorithms.md). */
+     * from run to run; ahead at 64-256 KiB in one sitting, behind at 4 MiB
+     * (n = 4), which the model cannot tell apart (docs/algorithms.md,
+     * docs/performance.md). */
     cand[4].runnable = 0;
     cand[4].why_not = "forced only (RINGCC_ALGO=rabenseifner)";
   }
   count = 5;
-  for (int i = 0; i < count; i++)
-    if ((in->forced == RINGCC_ALGO_RING && cand[i].alg == RCC_ALG_RING) ||
-        (in->forced == RINGCC_ALGO_DIRECT && cand[i].alg == RCC_ALG_DIRECT) ||
-        (in->forced == RINGCC_ALGO_TREE && cand[i].alg == RCC_ALG_TREE) ||
-        (in->forced == RINGCC_ALGO_RECDOUBLING &&
-         cand[i].alg == RCC_ALG_RECDOUBLING) ||
-        (in->forced == RINGCC_ALGO_RABENSEIFNER &&
-         cand[i].alg == RCC_ALG_HALVING))
+  for (int i = 0; i < count && in->forced != RINGCC_ALGO_AUTO; i++)
+    if (algo_setting(cand[i].alg) == in->forced)
       wanted = i;
   if (wanted >= 0) {
     if (cand[wanted].runnable)
@@ -622,11 +627,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   int winner, count = rcc_model_choose(&in, cand, &winner);
   int alg = cand[winner].alg;
 
-  out->algo = alg == RCC_ALG_DIRECT        ? RINGCC_ALGO_DIRECT
-              : alg == RCC_ALG_TREE        ? RINGCC_ALGO_TREE
-              : alg == RCC_ALG_RECDOUBLING ? RINGCC_ALGO_RECDOUBLING
-              : alg == RCC_ALG_HALVING     ? RINGCC_ALGO_RABENSEIFNER
-                                           : RINGCC_ALGO_RING;
+  out->algo = algo_setting(alg);
   out->chunk_bytes = uses_all_edges(alg) ? comm->all_chunk_bytes
                                          : comm->ring_chunk_bytes;
   out->channels = 1;

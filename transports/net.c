@@ -258,9 +258,9 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     if (r != RINGCC_SUCCESS)
       return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
   }
+  int links = st->duplex ? st->nkinds : 2 * st->nkinds;
   RCC_INFO(comm->rank, "net: %d peer%s, %d link%s per peer%s", npeers,
-           npeers == 1 ? "" : "s", st->duplex ? st->nkinds : 2 * st->nkinds,
-           (st->duplex ? st->nkinds : 2 * st->nkinds) == 1 ? "" : "s",
+           npeers == 1 ? "" : "s", links, links == 1 ? "" : "s",
            st->duplex ? ", each used both ways (the lower rank connects)"
                       : " (one each way)");
   if ((r = rcc_proxy_start(comm, st->plugin, st->conns, st->nconns,

@@ -423,16 +423,17 @@ int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
 static int header_arrived(struct net_conn *c, int sock,
                           struct net_request *r) {
   uint32_t bytes;
-  if (r->home != NULL &&
-      rcc_net_socket_header_parse(r->header, sizeof(r->header), r->bytes,
-                                  &bytes, &r->imm) != 0) {
+  int bad = rcc_net_socket_header_parse(r->header, sizeof(r->header), r->bytes,
+                                        &bytes, &r->imm) != 0;
+  if (bad && r->home != NULL) {
     /* Longer than where it was redirected: back to where it was posted. */
     r->data = r->home;
     r->bytes = r->home_bytes;
+    bad = rcc_net_socket_header_parse(r->header, sizeof(r->header), r->bytes,
+                                      &bytes, &r->imm) != 0;
   }
   r->home = NULL;
-  if (rcc_net_socket_header_parse(r->header, sizeof(r->header), r->bytes,
-                                  &bytes, &r->imm) != 0) {
+  if (bad) {
     conn_fail(c, RINGCC_ERR_NETWORK,
               "NET/Socket: peer sent %u bytes, more than the %zu-byte slot "
               "(connection from %s, message %llu, socket %d of %d)",
