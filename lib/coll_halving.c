@@ -28,11 +28,17 @@
  * element, so one side may have a piece less: that step is "none"; the
  * partner's count is the mirror image, so both agree on every message).
  *
+ * The first combine of a rank reads its input from src and writes dst (the
+ * fold, or else the first halving exchange, which also sends from src):
+ * the input is never copied into dst first, which out of place cost a read
+ * and a write of S per rank before the first byte left.
+ *
  * Bitwise agreement: at every combine the lower rank's partial is the left
  * operand (acc = 1: dst op in on the lower rank; acc = 2: in op dst on the
- * upper), and each element's total is computed by one rank and copied to
- * the others. In place works as is: dst is written only where nothing is
- * still to be sent from it.
+ * upper; at the first combine, acc = 3: src op in on the lower rank, acc =
+ * 0: in op src on the upper), and each element's total is computed by one
+ * rank and copied to the others. In place works as is: dst is written only
+ * where nothing is still to be sent from it.
  */
 #include "schedule.h"
 
@@ -85,7 +91,7 @@ void rcc_plan_halving(struct rcc_plan *p) {
   if (r >= pw) {
     steps = 2 * whole; /* hand the input over, get the total back */
   } else {
-    steps = 1 + (r < extra ? 2 * whole : 0); /* copy; fold in; hand back */
+    steps = (n == 1) + (r < extra ? 2 * whole : 0); /* copy; fold; back */
     for (int k = 0; k < rcc_log2_of(pw); k++)
       steps += 2 * hd_exchange_steps(p, k);
   }
@@ -146,16 +152,16 @@ RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
     hd_piece(p, 0, p->count, back ? i - whole : i, s);
     return;
   }
-  if (i == 0) {
-    s->kind = RCC_STEP_COPY; /* dst holds the partial from here on */
+  if (n == 1) {
+    s->kind = RCC_STEP_COPY;
     return;
   }
-  uint64_t j = i - 1;
+  uint64_t j = i;
   if (r < extra) {
     if (j < whole) { /* fold in rank r + p's input: ours on the left */
       s->kind = RCC_STEP_RECV_REDUCE_COPY;
       s->recv_peer = r + pw;
-      s->acc = 1;
+      s->acc = 3;
       hd_piece(p, 0, p->count, j, s);
       return;
     }
@@ -171,8 +177,9 @@ RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
       }
       size_t ko, kn, so, sn;
       uint64_t piece;
+      int first = phase == 0 && k == 0 && r >= extra; /* partial: src */
       hd_halves(p->count, r, k, &ko, &kn, &so, &sn);
-      s->acc = 1;
+      s->acc = first ? 0 : 1;
       if (hd_order(len / 2, j, &piece)) {
         /* halving: the half we give up; doubling: ours */
         s->kind = RCC_STEP_SEND;
@@ -184,7 +191,7 @@ RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
       } else if (phase == 0) { /* the partner's copy of our half */
         s->kind = RCC_STEP_RECV_REDUCE_COPY;
         s->recv_peer = q;
-        s->acc = r < q ? 1 : 2;
+        s->acc = r < q ? (first ? 3 : 1) : (first ? 0 : 2);
         s->postop = (uint8_t)(k == logp - 1 && p->postop);
         hd_piece(p, ko, kn, piece, s);
       } else { /* the partner's total of its half */

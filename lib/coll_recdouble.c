@@ -19,13 +19,15 @@
  * the upper), so both partners evaluate the same expression, and every rank
  * of the first p ends with the same bits; the others receive them.
  *
- * Steps of rank r (one slot; dst holds the partial result):
+ * Steps of rank r (one slot; dst holds the partial result once the first
+ * combine wrote it, which reads src: no copy of the input into dst first):
  *   r >= p:  send src to r - p; recv dst from r - p
- *   r <  p:  copy dst <- src; [r < n - p: recvReduceCopy from r + p]
- *            per k: send dst to r ^ 2^k; recvReduceCopy from it
+ *   r <  p:  [r < n - p: recvReduceCopy src op in from r + p]
+ *            per k: send to r ^ 2^k (src at the first exchange of a rank
+ *            that folded nothing in, dst after); recvReduceCopy from it
  *            [r < n - p: send dst to r + p]
- * In place works as is: the copy is then a no-op and dst is only written
- * after src was sent.
+ *   n = 1:   copy dst <- src
+ * In place works as is: dst is only written after src was sent.
  */
 #include "schedule.h"
 
@@ -33,7 +35,7 @@ void rcc_plan_recdouble(struct rcc_plan *p) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   p->sched = RCC_SCHED_RD_ALLREDUCE;
   p->steps_per_loop = r >= pw ? 2
-                              : 1 + 2 * (uint64_t)rcc_log2_of(pw) +
+                              : (n == 1) + 2 * (uint64_t)rcc_log2_of(pw) +
                                     (r < extra ? 2 : 0);
   p->nsteps = p->count == 0 ? 0 : p->steps_per_loop;
   p->root_pos = 0;
@@ -55,30 +57,31 @@ RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
     }
     return;
   }
-  if (i == 0) {
+  if (n == 1) {
     s->kind = RCC_STEP_COPY;
     return;
   }
-  uint64_t j = i - 1;
+  uint64_t j = i;
   if (r < extra) {
     if (j == 0) { /* fold in rank r + p's input: ours is the left operand */
       s->kind = RCC_STEP_RECV_REDUCE_COPY;
       s->recv_peer = r + pw;
-      s->acc = 1;
+      s->acc = 3;
       return;
     }
     j--;
   }
   if (j < 2 * (uint64_t)logp) {
     int k = (int)(j / 2), q = r ^ (1 << k);
-    s->acc = 1;
+    int first = k == 0 && r >= extra; /* the partial is still src */
+    s->acc = first ? 0 : 1;
     if (j % 2 == 0) {
       s->kind = RCC_STEP_SEND;
       s->send_peer = q;
-    } else {
+    } else { /* the lower group's partial on the left */
       s->kind = RCC_STEP_RECV_REDUCE_COPY;
       s->recv_peer = q;
-      s->acc = r < q ? 1 : 2; /* the lower group's partial on the left */
+      s->acc = r < q ? (first ? 3 : 1) : (first ? 0 : 2);
       s->postop = (uint8_t)(k == logp - 1 && p->postop);
     }
     return;

@@ -292,11 +292,11 @@ __device__ void step_data(const rcc_cuda_args &a, const struct rcc_step &s,
    *   recvReduceSend        out <- in op src   (acc: out <- dst op in)
    *   reduceLocal           dst <- dst op src
    *   recvReduceCopy[Send]  dst (and out) <- in op src   (acc: dst op in;
-   *                         acc 2: in op dst)
+   *                         acc 2: in op dst; acc 3: src op in)
    * acc keeps one operand order on every rank: bitwise agreement. */
   T *rd = dst, *rd2 = tout;
-  const T *ra = s.acc == 1 ? dst : tin;
-  const T *rb = s.acc == 1 ? tin : s.acc == 2 ? dst : src;
+  const T *ra = s.acc == 1 ? dst : s.acc == 3 ? src : tin;
+  const T *rb = s.acc == 1 || s.acc == 3 ? tin : s.acc == 2 ? dst : src;
   int fin = finish;
   if (s.kind == RCC_STEP_RECV_REDUCE_SEND) {
     rd = tout;

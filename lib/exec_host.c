@@ -597,6 +597,8 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
         x->reduce(dst, dst, in, s->nelem);
       else if (s->acc == 2)
         x->reduce(dst, in, dst, s->nelem);
+      else if (s->acc == 3)
+        x->reduce(dst, src, in, s->nelem);
       else
         x->reduce(dst, in, src, s->nelem);
       if (s->postop)

@@ -59,7 +59,7 @@ enum rcc_step_kind {
   RCC_STEP_COPY_SEND,             /* dst <- src; out <- src */
   RCC_STEP_RECV_COPY_SEND,        /* dst <- in; out <- in */
   RCC_STEP_RECV_REDUCE_SEND,      /* out <- in op src */
-  RCC_STEP_RECV_REDUCE_COPY,      /* dst <- in op src */
+  RCC_STEP_RECV_REDUCE_COPY,      /* dst <- in op src (acc 3: src op in) */
   RCC_STEP_RECV_REDUCE_COPY_SEND, /* dst <- in op src; out <- dst */
   RCC_STEP_SEND_RECV,             /* out <- src to one peer; dst <- in from another */
   RCC_STEP_REDUCE_LOCAL,          /* dst <- dst op src (local) */
@@ -86,7 +86,9 @@ struct rcc_step {
   uint8_t last;       /* last piece of a p2p message (meta tag) */
   uint8_t acc;        /* the user-buffer operand is dst (the partial sum or
                          total built so far), not src: recvReduce* reduce
-                         dst op in (2: in op dst), send sends dst */
+                         dst op in (2: in op dst), send sends dst;
+                         3: recvReduceCopy reduces src op in (the input
+                         as the left operand) */
   int send_peer;      /* rank, or -1 */
   int recv_peer;      /* rank, or -1 */
   int block;          /* the data block (rank index) this step works on */

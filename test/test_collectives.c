@@ -1127,6 +1127,22 @@ Test(algo, rabenseifner_n5, .timeout = 240) {
 Test(algo, rabenseifner_n8, .timeout = 240) {
   forced_algo(RINGCC_ALGO_RABENSEIFNER, "rabenseifner", 8);
 }
+/* 2: the one exchange is the first combine (it reads src, the input on the
+ * left at the lower rank) and the last (AVG divides there). */
+Test(algo, recdoubling_n2, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_RECDOUBLING, "recdoubling", 2);
+}
+Test(algo, rabenseifner_n2, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_RABENSEIFNER, "rabenseifner", 2);
+}
+/* Over TCP, where the tuner picks it: the first halving sends leave from
+ * src, the doubling receives land in dst. */
+Test(algo, rabenseifner_tcp_n4, .timeout = 240) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = RINGCC_ALGO_RABENSEIFNER;
+  cfg.shm_disable = 1;
+  subset("algo=rabenseifner over TCP", 4, &cfg, false, true);
+}
 Test(algo, rabenseifner_tiny_slots_n6, .timeout = 240) {
   ringcc_config_t cfg = tiny_slots(1024);
   cfg.algo = RINGCC_ALGO_RABENSEIFNER;
