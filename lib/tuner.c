@@ -54,7 +54,8 @@
  * if any ring edge crosses it), the schedules that talk to every peer the
  * slowest of all edges (the tree's edges join ranks that are not ring
  * neighbours, so it counts as one of those). What the tuner picks today:
- * the algorithm (ring, one-shot or tree for allreduce; every other
+ * the algorithm (ring, one-shot, tree, recursive doubling for allreduce,
+ * and Rabenseifner where every edge is a network link; every other
  * collective has one schedule, whose prediction is still computed and
  * logged); the chunk, which is one FIFO slot of the edges the schedule uses
  * (a step never moves more, and the pipeline wants the largest step);
@@ -365,17 +366,14 @@ int rcc_model_choose(const struct rcc_model_input *in,
   if (in->nranks < 2) {
     cand[4].runnable = 0;
     cand[4].why_not = "needs 2 ranks";
-  } else if (in->forced != RINGCC_ALGO_RABENSEIFNER) {
-    /* The model gives it the ring's bytes in fewer steps, so it would
-     * always win; measured, it does not: over shared memory the ring's
-     * fused step moves each byte once where this copies a piece into a slot
-     * and reduces it out (n = 8, 1-64 MiB: twice the ring's time), and over
-     * TCP it was level with the ring at 1-64 MiB, ahead or behind by 20-40%
-     * from run to run; ahead at 64-256 KiB in one sitting, behind at 4 MiB
-     * (n = 4), which the model cannot tell apart (docs/algorithms.md,
-     * docs/performance.md). */
+  } else if (in->forced != RINGCC_ALGO_RABENSEIFNER && !in->network_only) {
+    /* Over shared memory the ring's fused step moves each byte once where
+     * this copies a piece into a slot and reduces it out (n = 8, 1-64 MiB:
+     * twice the ring's time), which the model does not see. Over TCP it
+     * runs level with the ring or ahead (n = 4 and 8, 64 KiB-64 MiB,
+     * docs/performance.md), so there the model decides. */
     cand[4].runnable = 0;
-    cand[4].why_not = "forced only (RINGCC_ALGO=rabenseifner)";
+    cand[4].why_not = "network links only (RINGCC_ALGO=rabenseifner forces it)";
   }
   count = 5;
   for (int i = 0; i < count && in->forced != RINGCC_ALGO_AUTO; i++)
@@ -618,6 +616,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       .all_link = t->all_link,
       .all_link_type =
           (t->all_links >> RCC_LINK_TCP) & 1 ? RCC_LINK_TCP : RCC_LINK_SHM,
+      .network_only = t->all_links == 1u << RCC_LINK_TCP,
       .gamma_us_per_byte = t->model.gamma_us_per_byte,
       .cache_bytes = t->model.cache_bytes,
       .chunk_bytes = (double)comm->ring_chunk_bytes,

@@ -125,6 +125,7 @@ struct rcc_model_input {
   int forced;              /* RINGCC_ALGO_AUTO, _RING, _TREE, _DIRECT,
                               _RECDOUBLING or _RABENSEIFNER */
   int all_link_type;       /* enum rcc_link of all_link (0: shm) */
+  int network_only;        /* 1: every edge crosses the network */
 };
 
 #define RCC_MAX_CANDIDATES 5
@@ -140,9 +141,9 @@ struct rcc_candidate {
 /* The algorithms libringcc runs for in->coll, each with its prediction, and
  * the one the tuner picks (*winner, an index into cand): the fastest
  * runnable one, or the one RINGCC_ALGO forces where it can run. Returns the
- * number of candidates (3 for allreduce: ring, one-shot, tree; 1 for the
- * other collectives). The library's tuner and ringcc-model both
- * decide with this function. */
+ * number of candidates (5 for allreduce: ring, one-shot, tree, recursive
+ * doubling, Rabenseifner; 1 for the other collectives). The library's tuner
+ * and ringcc-model both decide with this function. */
 int rcc_model_choose(const struct rcc_model_input *in,
                      struct rcc_candidate cand[RCC_MAX_CANDIDATES],
                      int *winner);

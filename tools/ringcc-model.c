@@ -366,7 +366,8 @@ static void predict(const struct options *o) {
       .gamma_us_per_byte = l.gamma_us_per_byte,
       .cache_bytes = l.cache_bytes,
       .chunk_bytes = l.slot_bytes, .direct_max_bytes = l.slot_bytes,
-      .forced = RINGCC_ALGO_AUTO, .all_link_type = l.type};
+      .forced = RINGCC_ALGO_AUTO, .all_link_type = l.type,
+      .network_only = l.type == RCC_LINK_TCP};
   int count = rcc_model_choose(&in, cand, &winner);
 
   /* Say the size in the kind of unit it was given in first. */
