@@ -77,7 +77,7 @@ int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
 
 /* ---- the TCP plugin (transports/net_socket.c) ------------------------------ */
 #define RCC_NET_SOCKET_PREAMBLE_BYTES 16
-#define RCC_NET_SOCKET_HEADER_BYTES 8
+#define RCC_NET_SOCKET_HEADER_BYTES 64 /* then the payload, zeros to 64n */
 #define RCC_NET_SOCKET_MAX_SOCKS 16
 
 /* The preamble of an accepted socket. */

@@ -31,6 +31,7 @@
 
 #include "internal.h"
 #include "net.h"
+#include "wire.h"
 
 static const struct rcc_net_plugin *const P = &rcc_net_socket;
 
@@ -798,10 +799,14 @@ Test(net_socket, interleaved_connections_are_grouped, .timeout = 10) {
   make_hello(hello, 0xb);
   cr_assert_arr_eq(got[a_first ? 1 : 0], hello, RCC_NET_HELLO_BYTES);
 
-  /* Connection B: message k on socket k % 3, each "k" in its imm. */
+  /* Connection B: message k on socket k % 3, each "k" in its imm. On the
+   * wire: the 64-byte header (bytes, imm, zeros), the 4-byte payload, zeros
+   * to 128 bytes. */
   for (uint32_t k = 0; k < 6; k++) {
-    uint32_t hdr[3] = {htonl(4), htonl(k), htonl(1000 + k)};
-    raw_send(b_fd[k % 3], hdr, sizeof(hdr));
+    uint32_t msg[32] = {htonl(4), htonl(k)};
+    cr_assert_eq(sizeof(msg), 2 * RCC_NET_SOCKET_HEADER_BYTES);
+    msg[RCC_NET_SOCKET_HEADER_BYTES / 4] = htonl(1000 + k);
+    raw_send(b_fd[k % 3], msg, sizeof(msg));
   }
   for (uint32_t k = 0; k < 6; k++) {
     uint32_t v = 0, imm = 0;

@@ -1,11 +1,12 @@
 /*
- * fuzz_net_header - the 8-byte header in front of every message on a TCP
- * plugin socket (rcc_net_socket_header_parse: payload bytes, immediate). The
- * payload is then received straight into the posted slot, so a size larger
- * than the slot must be refused.
+ * fuzz_net_header - the 64-byte header in front of every message on a TCP
+ * plugin socket (rcc_net_socket_header_parse: payload bytes, immediate,
+ * zeros). The payload is then received straight into the posted slot, so a
+ * size larger than the slot must be refused.
  *
  * Input: the slot size of the posted receive (4 bytes, at most 64 KiB here),
- * then the byte stream of one socket: header, payload, header, payload...
+ * then the byte stream of one socket: header, payload, zeros to a multiple
+ * of 64, header, payload...
  * Each accepted payload is copied into a buffer of exactly the slot size, as
  * the receive does; ASan sees any overflow.
  */
@@ -38,6 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break; /* the connection fails: nothing after this is read */
     size_t got = size < bytes ? size : bytes;
     memcpy(slot, data, got);
+    data += got;
+    size -= got;
+    size_t pad = (64 - bytes % 64) % 64; /* dropped */
+    got = size < pad ? size : pad;
     data += got;
     size -= got;
   }
