@@ -13,14 +13,14 @@
  *
  * Messages. A 64-byte header (u32 bytes, u32 imm, network order, then
  * zeros), the payload, and zeros up to a multiple of 64 bytes (see
- * MSG_HEADER_BYTES for why). Message k of a connection travels on socket k % N at both ends, so
- * each socket carries its messages in order and both ends agree where message
- * k is. A request is a small state machine (bytes moved, header included): a
- * send leaves with one sendmsg() of header + payload straight from the
- * caller's buffer (the zeros from a static block); a receive reads the
- * header, then the payload straight into the caller's buffer, and drops the
- * zeros (a header, and a short payload, through a 4 KiB
- * read buffer, so a small message takes one recv()). test() moves the
+ * MSG_HEADER_BYTES for why). Message k of a connection travels on socket
+ * k % N at both ends, so each socket carries its messages in order and both
+ * ends agree where message k is. A request is a small state machine (bytes
+ * moved, header included): a send leaves with one sendmsg() of header +
+ * payload straight from the caller's buffer + zeros from a static block; a
+ * receive reads the header, then the payload straight into the caller's
+ * buffer, and drops the zeros (a header, and a short payload, through a
+ * 4 KiB read buffer, so a small message takes one recv()). test() moves the
  * request's own socket and, while that request is not done, every other
  * socket of the connection as far as it goes without blocking, so a proxy
  * that tests requests in posting order keeps all N sockets busy.
