@@ -369,9 +369,11 @@ int rcc_model_choose(const struct rcc_model_input *in,
   } else if (in->forced != RINGCC_ALGO_RABENSEIFNER && !in->network_only) {
     /* Over shared memory the ring's fused step moves each byte once where
      * this copies a piece into a slot and reduces it out (n = 8, 1-64 MiB:
-     * twice the ring's time), which the model does not see. Over TCP it
-     * runs level with the ring or ahead (n = 4 and 8, 64 KiB-64 MiB,
-     * docs/performance.md), so there the model decides. */
+     * twice the ring's time), which the model does not see. Over TCP,
+     * measured side by side, it ran level with the ring or ahead at n = 4
+     * and 8 from 16 to 64 MiB, and from 64 KiB to 4 MiB at n = 4 but for
+     * one noisy 256 KiB point (docs/algorithms.md), so there the model
+     * decides. */
     cand[4].runnable = 0;
     cand[4].why_not = "network links only (RINGCC_ALGO=rabenseifner forces it)";
   }
