@@ -282,6 +282,13 @@ static ringcc_result_t execute(const struct call *c) {
       .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
 
+  /* One-shot on host buffers goes over the board where it fits: its regions
+   * also hold the input, so in place needs no staging. */
+  if (direct && !(c->uses & ON_DEVICE) && comm->board_ok && c->count > 0 &&
+      c->count * esize <= comm->board_bytes)
+    return rcc_exec_host_board(
+        comm, &plan, src, c->recvbuf, (ringcc_datatype_t)c->dt,
+        (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM);
   /* Alltoall in place overwrites blocks not yet sent; one-shot in place
    * overwrites its own input before reducing it: stage the input. */
   if ((c->coll == RCC_COLL_ALLTOALL || direct) && src == c->recvbuf &&

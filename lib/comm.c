@@ -493,7 +493,8 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   if ((r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
       (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS ||
-      (r = rcc_cma_setup(comm, deadline)) != RINGCC_SUCCESS)
+      (r = rcc_cma_setup(comm, deadline)) != RINGCC_SUCCESS ||
+      (r = rcc_board_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   log_ring(comm);
   if ((r = rcc_tuner_init(comm, deadline)) != RINGCC_SUCCESS)

@@ -67,6 +67,9 @@ struct rcc_progress {
   const char *waiting_for;     /* "data from", "a free slot to send to" */
   const struct rcc_conn *conn; /* the connection waited on */
   int waiting_send;            /* 1: for a free slot on conn; 0: for data */
+  const uint32_t *board_seq;   /* one-shot board: the region waited on (its
+                                  seq word), else NULL */
+  uint32_t board_want;         /* ... and the call waited for */
 };
 #define RCC_PUT(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
 #define RCC_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
@@ -113,6 +116,13 @@ struct ringcc_comm {
   int64_t init_deadline;   /* for transports' connect phase */
   uint64_t cma_probe;      /* coll_cma.c */
   int cma_ok;              /* the direct large-message path is usable */
+  /* The one-shot board (exec_host.c): each rank's two regions, in its shm
+   * segment (shm.c); set where this rank maps every rank's segment. */
+  char **board;            /* [nranks] region 0 of each rank's board */
+  size_t board_stride;     /* region 1 is at board[r] + board_stride */
+  size_t board_bytes;      /* data a region holds */
+  int board_ok;            /* every rank has every board (agreed at init) */
+  uint32_t board_seq;      /* calls made on the board */
   volatile int aborted;
   /* Set once by a proxy thread when the network fails under a collective;
    * every wait checks it. */
@@ -279,6 +289,29 @@ struct rcc_cma_call {
 };
 void rcc_cma_prepare(struct ringcc_comm *comm, struct rcc_peer_info *me);
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline);
+
+/* The one-shot board (exec_host.c). A region: this header, then the data:
+ * in the header's cache line up to RCC_BOARD_INLINE_BYTES (one line moves
+ * per peer), else from the next line on (aligned for the vector loops).
+ * seq and waiters are futex words, as in a FIFO. */
+struct rcc_board {
+  uint32_t seq;     /* the board call whose data the region holds */
+  uint32_t waiters; /* ranks asleep on seq */
+  uint64_t bytes;   /* of that data: every rank checks it against its own */
+};
+#define RCC_BOARD_INLINE_BYTES 48
+#define RCC_BOARD_DATA_OFFSET(bytes) ((bytes) <= RCC_BOARD_INLINE_BYTES ? 16 : 64)
+/* Regions hold at most this much (or one slot, if smaller); larger one-shot
+ * calls go through the FIFOs. */
+#define RCC_BOARD_MAX_BYTES ((size_t)256 << 10)
+/* Agrees comm->board_ok through the bootstrap (transport.c). */
+ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline);
+ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
+                                    const struct rcc_plan *plan,
+                                    const void *src, void *dst,
+                                    ringcc_datatype_t dt, ringcc_op_t op);
+/* Wakes every rank asleep on this rank's board (failure.c). */
+void rcc_board_wake(struct ringcc_comm *comm);
 ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
                             const struct rcc_cma_call *call);
 

@@ -10,7 +10,9 @@
  *
  *   shared memory  the FIFO header's 'dead' word (1 + rank), on both
  *                  directions of every host FIFO, with a futex wake, so a
- *                  peer blocked on this rank wakes and reads the cause;
+ *                  peer blocked on this rank wakes and reads the cause (a
+ *                  peer asleep on this rank's one-shot board is woken too,
+ *                  and reads it in the FIFO from this rank);
  *   network        the proxy thread sends a zero-byte FAIL message naming
  *                  the rank on every send connection (proxy.c), and
  *                  ringcc_comm_destroy/abort wait briefly for it to leave.
@@ -87,6 +89,7 @@ void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
     }
   if (doorbell >= 0)
     rcc_proxy_ring(doorbell);
+  rcc_board_wake(comm); /* peers asleep on this rank's one-shot board */
 }
 
 int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer) {

@@ -100,6 +100,14 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
     off += snprintf(buf + off, len - (size_t)off, "; waiting for %s rank %d",
                     RCC_GET(at->waiting_for), peer);
   const struct rcc_conn *conn = RCC_GET(at->conn);
+  const uint32_t *board = RCC_GET(at->board_seq);
+  if (peer >= 0 && board && off >= 0 && (size_t)off < len) {
+    snprintf(buf + off, len - (size_t)off,
+             "\n    board of rank %d: holds its call %u, this rank waits for "
+             "call %u", peer, __atomic_load_n(board, __ATOMIC_ACQUIRE),
+             RCC_GET(at->board_want));
+    return;
+  }
   if (peer >= 0 && conn && conn->fifo && off >= 0 && (size_t)off < len) {
     const struct rcc_fifo *f = conn->fifo;
     uint32_t tail = __atomic_load_n(&f->tail, __ATOMIC_ACQUIRE);

@@ -1104,6 +1104,15 @@ Test(algo, ring_n3, .timeout = 240) { forced_algo(RINGCC_ALGO_RING, "ring", 3); 
 Test(algo, ring_n8, .timeout = 240) { forced_algo(RINGCC_ALGO_RING, "ring", 8); }
 Test(algo, tree_n5, .timeout = 240) { forced_algo(RINGCC_ALGO_TREE, "tree", 5); }
 Test(algo, tree_n8, .timeout = 240) { forced_algo(RINGCC_ALGO_TREE, "tree", 8); }
+/* One-shot on host buffers over shared memory goes over the board
+ * (exec_host.c); up to 48 bytes the data shares the header's cache line
+ * (counts 1, 7, and 13 of one byte), above it starts on the next line.
+ * Counts beyond one slot (65537) are not one-shot's: the tuner's pick runs.
+ * n = 2: each rank reads one peer; with every rank its own CPU, waiting
+ * polls. */
+Test(algo, direct_n2, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_DIRECT, "direct", 2);
+}
 Test(algo, direct_n4, .timeout = 240) {
   forced_algo(RINGCC_ALGO_DIRECT, "direct", 4);
 }

@@ -648,9 +648,11 @@ Test(faults, launcher_reports_killed_rank0_tcp, .timeout = 60) {
 
 #define HANG_TIMEOUT_MS 1500
 #define HANG_COUNT (1 << 18) /* floats: several pipeline steps */
+#define HANG_BOARD_COUNT 2    /* floats: the one-shot over the board */
 
 typedef struct {
   int tcp;
+  int board; /* a small one-shot: over shared memory, the board */
   int withholder;
   int finished; /* ranks done with their call (atomic) */
   struct {
@@ -674,6 +676,9 @@ static bool wait_counter(int *counter, int want, double timeout_s) {
 static int hang_rank(int rank, int n, const ringcc_unique_id_t *id, void *arg) {
   hang_area_t *a = arg;
   ringcc_config_t cfg = config_with(HANG_TIMEOUT_MS, a->tcp);
+  if (a->board)
+    cfg.algo = RINGCC_ALGO_DIRECT;
+  size_t count = a->board ? HANG_BOARD_COUNT : HANG_COUNT;
   ringcc_comm_t comm;
   ringcc_result_t r = ringcc_comm_init(&comm, n, id, rank, &cfg);
   if (r != RINGCC_SUCCESS)
@@ -684,9 +689,9 @@ static int hang_rank(int rank, int n, const ringcc_unique_id_t *id, void *arg) {
     if (!wait_counter(&a->finished, n - 1, 30))
       return h_fail_rank(rank, "the others never gave up");
   } else {
-    float *buf = calloc(HANG_COUNT, sizeof *buf);
+    float *buf = calloc(count, sizeof *buf);
     double t0 = h_now_s();
-    r = ringcc_allreduce(buf, buf, HANG_COUNT, RINGCC_FLOAT32, RINGCC_SUM, comm,
+    r = ringcc_allreduce(buf, buf, count, RINGCC_FLOAT32, RINGCC_SUM, comm,
                          NULL);
     a->rank[rank].took_s = h_now_s() - t0;
     a->rank[rank].code = (int)r;
@@ -706,10 +711,12 @@ static int hang_rank(int rank, int n, const ringcc_unique_id_t *id, void *arg) {
 
 /* The report that follows `header` in a log: the rank line names the
  * collective, its sequence number and step and the peer waited for; the
- * next line the FIFO's counters. Returns NULL when all is there, else what
- * is missing. */
+ * next line the FIFO's counters, or for the one-shot over the board the
+ * call the peer's board holds and the one waited for. Returns NULL when all
+ * is there, else what is missing. */
 static const char *report_missing(const char *log, const char *header,
-                                  int rank, const char *coll, int seq) {
+                                  int rank, const char *coll, int seq,
+                                  int board) {
   static char missing[160];
   const char *p = strstr(log, header);
   if (p == NULL)
@@ -719,19 +726,26 @@ static const char *report_missing(const char *log, const char *header,
   const char *line = strstr(p, want);
   if (line == NULL)
     return snprintf(missing, sizeof missing, "'%s'", want), missing;
-  const char *need[] = {", step ", " of ", "; waiting for ", " rank ",
+  const char *fifo[] = {", step ", " of ", "; waiting for ", " rank ",
                         "\n    ", ": tail ", " head ", " slots full"};
-  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+  const char *onboard[] = {", step ", " of ", "; waiting for data from rank ",
+                           "\n    board of rank ", ": holds its call 0, "
+                           "this rank waits for call 1"};
+  const char **need = board ? onboard : fifo;
+  size_t nneed = board ? sizeof onboard / sizeof onboard[0]
+                       : sizeof fifo / sizeof fifo[0];
+  for (size_t i = 0; i < nneed; i++)
     if (strstr(line, need[i]) == NULL)
       return snprintf(missing, sizeof missing, "'%s' after '%s'", need[i],
                       want), missing;
   return NULL;
 }
 
-static void hang(int n, int withholder, int tcp) {
+static void hang(int n, int withholder, int tcp, int board) {
   hang_area_t *a = h_shared_alloc(sizeof *a);
   cr_assert_not_null(a);
   a->tcp = tcp;
+  a->board = board;
   a->withholder = withholder;
   int err_fd[MAX_RANKS];
   for (int r = 0; r < n; r++)
@@ -760,7 +774,8 @@ static void hang(int n, int withholder, int tcp) {
                     strstr(a->rank[r].message, "waiting for"),
                 "rank %d's error: %s", r, a->rank[r].message);
       const char *missing = report_missing(
-          log, "timeout; where this rank stands:\n", r, "allreduce", 1);
+          log, "timeout; where this rank stands:\n", r, "allreduce", 1,
+          board && !tcp);
       cr_expect_null(missing, "rank %d's log lacks %s:\n%s", r, missing, log);
       cr_expect_lt(a->rank[r].destroy_s, 5.0,
                    "rank %d: destroy after the timeout took %.2f s", r,
@@ -773,9 +788,13 @@ static void hang(int n, int withholder, int tcp) {
   h_shared_free(a, sizeof *a);
 }
 
-Test(faults, timeout_and_hang_report_shm, .timeout = 40) { hang(3, 2, 0); }
+Test(faults, timeout_and_hang_report_shm, .timeout = 40) { hang(3, 2, 0, 0); }
 Test(faults, timeout_and_hang_report_tcp_rank0_silent, .timeout = 40) {
-  hang(3, 0, 1);
+  hang(3, 0, 1, 0);
+}
+/* The one-shot over the board: the peers wait on the silent rank's board. */
+Test(faults, timeout_and_hang_report_one_shot_board, .timeout = 40) {
+  hang(3, 1, 0, 1);
 }
 
 /* ---- the report on request: another thread, and a signal --------------------------- */
@@ -888,11 +907,12 @@ static void report_on_request(int use_signal, int tcp) {
   expect_all_exited_0(&j, use_signal ? "report on SIGUSR1" : "report from a thread");
   if (use_signal) {
     const char *missing =
-        report_missing(log, "report on request:\n", 0, "allreduce", 1);
+        report_missing(log, "report on request:\n", 0, "allreduce", 1, 0);
     cr_expect_null(missing, "after SIGUSR1 rank 0's log lacks %s:\n%s",
                    missing, log);
   } else {
-    const char *missing = report_missing(a->report_busy, "", 0, "allreduce", 1);
+    const char *missing = report_missing(a->report_busy, "", 0, "allreduce", 1,
+                                         0);
     cr_expect_null(missing, "ringcc_comm_report from another thread lacks "
                    "%s: '%s'", missing, a->report_busy);
     cr_expect(strstr(a->report_busy, "waiting for data from rank 1") ||
@@ -1059,6 +1079,68 @@ static void check_mismatches(int tcp) {
 
 Test(faults, check_mismatches_shm, .timeout = 40) { check_mismatches(0); }
 Test(faults, check_mismatches_tcp, .timeout = 40) { check_mismatches(1); }
+
+/* ---- the one-shot over the board: ranks that disagree on the count ---------------- */
+
+/* Without RINGCC_CHECK, rank 1 gives one element more. Every rank reads
+ * every board, so every rank fails at once, naming a rank and both sizes,
+ * instead of reading bytes the other never wrote. */
+typedef struct {
+  struct {
+    int code;
+    double took_s;
+    char message[MSG_LEN];
+  } rank[3];
+} board_area_t;
+
+static int board_mismatch_rank(int rank, int n, const ringcc_unique_id_t *id,
+                               void *arg) {
+  board_area_t *a = arg;
+  ringcc_config_t cfg = config_with(10000, 0);
+  cfg.algo = RINGCC_ALGO_DIRECT;
+  ringcc_comm_t comm;
+  if (ringcc_comm_init(&comm, n, id, rank, &cfg) != RINGCC_SUCCESS)
+    return h_fail_rank(rank, "init: %s", ringcc_comm_last_error(NULL));
+  float in[3] = {1, 2, 3}, out[3];
+  double t0 = h_now_s();
+  a->rank[rank].code = (int)ringcc_allreduce(in, out, rank == 1 ? 3 : 2,
+                                             RINGCC_FLOAT32, RINGCC_SUM, comm,
+                                             NULL);
+  a->rank[rank].took_s = h_now_s() - t0;
+  snprintf(a->rank[rank].message, MSG_LEN, "%s", ringcc_comm_last_error(comm));
+  ringcc_comm_destroy(comm);
+  return 0;
+}
+
+Test(faults, one_shot_board_count_mismatch, .timeout = 40) {
+  enum { N = 3 };
+  board_area_t *a = h_shared_alloc(sizeof *a);
+  cr_assert_not_null(a);
+  int logfd = log_open(), err_fd[N] = {logfd, logfd, logfd};
+  job_t j;
+  job_start(&j, N, board_mismatch_rank, a, err_fd);
+  bool done = job_wait(&j, 30);
+  if (!done)
+    log_dump("one-shot count mismatch", logfd);
+  close(logfd);
+  cr_assert(done, "the ranks hung");
+  expect_all_exited_0(&j, "one-shot count mismatch");
+  for (int r = 0; r < N; r++) {
+    char want[96];
+    snprintf(want, sizeof want, "rank %d gave %d bytes to the one-shot where "
+             "%d were expected", r == 1 ? 0 : 1, r == 1 ? 8 : 12,
+             r == 1 ? 12 : 8);
+    cr_expect_eq(a->rank[r].code, RINGCC_ERR_INVALID_USAGE,
+                 "rank %d: code %d, expected RINGCC_ERR_INVALID_USAGE: %s", r,
+                 a->rank[r].code, a->rank[r].message);
+    cr_expect_not_null(strstr(a->rank[r].message, want),
+                       "rank %d: the error lacks '%s': %s", r, want,
+                       a->rank[r].message);
+    cr_expect_lt(a->rank[r].took_s, 5.0, "rank %d failed after %.2f s", r,
+                 a->rank[r].took_s);
+  }
+  h_shared_free(a, sizeof *a);
+}
 
 /* ---- ringcc_comm_abort from another thread ---------------------------------------------- */
 

@@ -240,7 +240,8 @@ Test(model, terms_by_hand) {
                1.5e6);
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_HALVING, 6, S, C, 6, 3.5e6, 1.75e6,
                2.5e6);
-  /* what the link changes: one-shot pays each message over tcp (n-1), an
+  /* what the link changes: one-shot pays each message over tcp (n-1) and
+   * half a step per peer over shared memory (the board, (n-1)/2), an
    * exchange costs two steps over shared memory */
   struct rcc_cost_terms t;
   rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, C, &t);
@@ -248,7 +249,7 @@ Test(model, terms_by_hand) {
   expect_near(t.alpha_count, 3, "one-shot over tcp, n=4");
   rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, C, &t);
   rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_DIRECT, 4, &t);
-  expect_near(t.alpha_count, 2, "one-shot over shm, n=4");
+  expect_near(t.alpha_count, 1.5, "one-shot over shm, n=4");
   rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING, 8, 8, C, &t);
   rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_RECDOUBLING, 8, &t);
   expect_near(t.alpha_count, 6, "recursive doubling over shm, n=8");
@@ -366,18 +367,19 @@ Test(choice, rabenseifner_over_the_network_only) {
 }
 
 Test(choice, direct_then_ring_as_size_grows) {
-  /* Shared memory (the hand link is shm). n = 4: one-shot 4 + 1.25e-3 S,
-   * recursive doubling 8 + 7.5e-4 S (two steps per exchange on shm), tree
-   * 12 + 6.25e-4 S, ring 12 + 4.6875e-4 S (us): one-shot below 8000 B,
-   * recursive doubling to 14222 B, the ring after */
+  /* Shared memory (the hand link is shm). n = 4: one-shot 3 + 1.25e-3 S
+   * ((n-1)/2 steps on the board), recursive doubling 8 + 7.5e-4 S (two
+   * steps per exchange on shm), tree 12 + 6.25e-4 S, ring 12 + 4.6875e-4 S
+   * (us): one-shot below 10000 B, recursive doubling to 14222 B, the ring
+   * after */
   cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(4096, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(8192, 4, RINGCC_ALGO_AUTO, 1 << 20),
+  cr_expect_eq(winner_alg(8192, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(12288, 4, RINGCC_ALGO_AUTO, 1 << 20),
                RCC_ALG_RECDOUBLING);
   cr_expect_eq(winner_alg(16384, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
   cr_expect_eq(winner_alg(64 << 20, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
-  /* n = 8: one-shot 8 + 2.75e-3 S, recursive doubling 12 + 1.125e-3 S,
-   * tree 18 + 6.25e-4 S, ring 28 + 5.46875e-4 S: one-shot below 2462 B,
+  /* n = 8: one-shot 7 + 2.75e-3 S, recursive doubling 12 + 1.125e-3 S,
+   * tree 18 + 6.25e-4 S, ring 28 + 5.46875e-4 S: one-shot below 3077 B,
    * recursive doubling to 12000 B, tree to 128000 B, ring after */
   cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
   cr_expect_eq(winner_alg(2048, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);

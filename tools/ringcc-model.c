@@ -421,7 +421,8 @@ static void predict(const struct options *o) {
   if (o->coll == RCC_COLL_ALLREDUCE)
     printf("tree: the double binary tree (Sanders, Speck and Traeff 2009; "
            "NCCL 2.4): each rank sends about 2S; 2*ceil(log2 n) messages deep,\n"
-           "  counted as 3*ceil(log2 n) steps, one-shot as n/2 and a recursive-\n"
+           "  counted as 3*ceil(log2 n) steps, one-shot as n/2 ((n-1)/2 over shared\n"
+           "  memory, where it runs on the board; n-1 over tcp) and a recursive-\n"
            "  doubling exchange as 2 over shared memory (measured on a host-driven\n"
            "  transport; docs/tuning.md)\n");
 }

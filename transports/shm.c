@@ -6,6 +6,10 @@
  * sender maps the receiver's segment and writes straight into the slots, so
  * a fused ring step reduces into the next rank's slot with no extra copy.
  *
+ * A segment of this transport (not p2p.c's host part) ends with the rank's
+ * one-shot board (exec_host.c): two regions, each a header and room for
+ * one call's input; every peer maps it with the FIFOs.
+ *
  * Segments are created O_CREAT|O_EXCL with mode 0600 under a name holding 128
  * random bits, and unlinked as soon as every peer has mapped them (after the
  * connect barrier), so nothing is left in /dev/shm once a communicator is up,
@@ -40,6 +44,7 @@ struct shm_state {
   size_t *peer_bytes;  /* [nranks] */
   int nkinds;          /* FIFO kinds per sender: comm->nkinds, or the host
                           kinds only under p2p.c (rcc_shm_setup_host) */
+  int board;           /* the segments end with a board (not under p2p.c) */
 };
 
 static size_t shm_slot_bytes(const struct ringcc_comm *comm) {
@@ -57,6 +62,21 @@ static size_t fifo_offset(const struct ringcc_comm *comm, int kind,
                           int sender) {
   return ((size_t)kind * (size_t)comm->nranks + (size_t)sender) *
          fifo_bytes(comm);
+}
+
+/* The board: what a region holds, and where the board starts. */
+static size_t board_bytes(const struct ringcc_comm *comm) {
+  size_t slot = (size_t)comm->set.chunk_bytes;
+  return slot < RCC_BOARD_MAX_BYTES ? slot : RCC_BOARD_MAX_BYTES;
+}
+
+static size_t board_stride(const struct ringcc_comm *comm) {
+  return (64 + board_bytes(comm) + 63) & ~(size_t)63;
+}
+
+static size_t board_offset(const struct ringcc_comm *comm,
+                           const struct shm_state *st) {
+  return fifo_offset(comm, st->nkinds, 0);
 }
 
 static int shm_can_connect(const struct ringcc_comm *comm,
@@ -97,6 +117,8 @@ static ringcc_result_t create_segment(struct ringcc_comm *comm,
   if (r != RINGCC_SUCCESS)
     return r;
   st->own_bytes = fifo_offset(comm, st->nkinds, 0);
+  if (st->board)
+    st->own_bytes += (2 * board_stride(comm) + 4095) & ~(size_t)4095;
   int fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0)
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
@@ -134,20 +156,26 @@ static void shm_destroy(struct ringcc_comm *comm, void *state) {
       munmap(st->peer_map[p], st->peer_bytes[p]);
   if (st->own)
     munmap(st->own, st->own_bytes);
+  if (st->board) {
+    free(comm->board);
+    comm->board = NULL;
+    comm->board_ok = 0;
+  }
   free(st->peer_map);
   free(st->peer_bytes);
   free(st);
 }
 
 static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
-                                   const int *peers, int npeers, void *blob,
-                                   void **state) {
+                                   int board, const int *peers, int npeers,
+                                   void *blob, void **state) {
   struct shm_state *st = calloc(1, sizeof(*st));
   struct shm_blob *b = blob;
   if (st == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "shm on rank %d: out of memory", comm->rank);
   st->nkinds = nkinds;
+  st->board = board;
   st->peer_map = calloc((size_t)comm->nranks, sizeof(void *));
   st->peer_bytes = calloc((size_t)comm->nranks, sizeof(size_t));
   *state = st;
@@ -160,6 +188,15 @@ static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
   ringcc_result_t r = create_segment(comm, st);
   if (r != RINGCC_SUCCESS)
     return r;
+  if (board) {
+    comm->board = calloc((size_t)comm->nranks, sizeof(char *));
+    if (comm->board == NULL)
+      return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                            "shm on rank %d: out of memory", comm->rank);
+    comm->board_stride = board_stride(comm);
+    comm->board_bytes = board_bytes(comm);
+    comm->board[comm->rank] = (char *)st->own + board_offset(comm, st);
+  }
   memcpy(b->name, st->name, sizeof(b->name));
   b->bytes = st->own_bytes;
   b->fifo_bytes = fifo_bytes(comm);
@@ -168,12 +205,12 @@ static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
 
 static ringcc_result_t shm_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
-  return setup_kinds(comm, comm->nkinds, peers, npeers, blob, state);
+  return setup_kinds(comm, comm->nkinds, 1, peers, npeers, blob, state);
 }
 
 ringcc_result_t rcc_shm_setup_host(struct ringcc_comm *comm, const int *peers,
                                    int npeers, void *blob, void **state) {
-  return setup_kinds(comm, RCC_NUM_CONN_KINDS, peers, npeers, blob, state);
+  return setup_kinds(comm, RCC_NUM_CONN_KINDS, 0, peers, npeers, blob, state);
 }
 
 static void init_conn(struct rcc_conn *c, char *fifo_base,
@@ -191,7 +228,9 @@ static ringcc_result_t map_peer(struct ringcc_comm *comm,
                                 struct shm_state *st, int peer,
                                 const struct shm_blob *b) {
   if (b->name[0] != '/' || memchr(b->name, '\0', sizeof(b->name)) == NULL ||
-      b->fifo_bytes != fifo_bytes(comm))
+      b->fifo_bytes != fifo_bytes(comm) ||
+      (st->board &&
+       b->bytes < board_offset(comm, st) + 2 * board_stride(comm)))
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "shm on rank %d: rank %d's FIFOs do not match ours "
                           "(do all ranks use the same RINGCC_CHUNK_BYTES and "
@@ -225,6 +264,8 @@ static ringcc_result_t shm_connect(struct ringcc_comm *comm, void *state,
     ringcc_result_t r = map_peer(comm, st, p, b);
     if (r != RINGCC_SUCCESS)
       return r;
+    if (st->board)
+      comm->board[p] = (char *)st->peer_map[p] + board_offset(comm, st);
     for (int k = 0; k < st->nkinds; k++) {
       init_conn(&comm->send_conn[k][p],
                 (char *)st->peer_map[p] + fifo_offset(comm, k, comm->rank),

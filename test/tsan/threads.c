@@ -16,7 +16,9 @@
  *   direct     4 ranks with algo = direct: the large calls take the
  *              cross-memory-attach path (coll_cma.c), which with ranks as
  *              threads reads peers' buffers with memcpy, ordered by FIFO
- *              exchanges that coll_cma.c annotates for TSan
+ *              exchanges that coll_cma.c annotates for TSan; the small
+ *              AllReduces run one-shot on the board (exec_host.c), whose
+ *              regions each rank maps at an address of its own
  *
  * Exit status 0 when every phase passed; 1 on a wrong result or failed call;
  * TSan's exitcode (66 under make tsan-check) on a report.
