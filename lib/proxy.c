@@ -87,6 +87,7 @@ struct rcc_proxy {
   int fail_published;
   pthread_t thread;
   struct pollfd *pfds;
+  int *pconn;          /* the connection of each of pfds (-1: doorbell) */
   /* Rounds run under lock, in the proxy thread or in the executor (push). */
   pthread_mutex_t lock;
   volatile int driven; /* the executor polls the sockets (rcc_proxy_drive) */
@@ -290,6 +291,18 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   return progress_recv_posts(px, c, r, 0);
 }
 
+/* Tells the plugin which sockets poll() found ready (fds[j] of conns[conn[j]],
+ * conn -1 for none); the caller holds px->lock. */
+static void tell_readable(struct rcc_proxy *px, const struct pollfd *fds,
+                          const int *conn, int nfds) {
+  if (px->plugin->readable == NULL)
+    return;
+  for (int j = 0; j < nfds; j++)
+    if (conn[j] >= 0 && fds[j].fd >= 0 &&
+        (fds[j].revents & (POLLIN | POLLERR | POLLHUP)))
+      px->plugin->readable(px->conns[conn[j]].net_comm, fds[j].fd);
+}
+
 /* The counter this connection waits on while idle: the executor's side. */
 static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
   *waiters = c->is_send ? &c->fifo->tail_waiters : &c->fifo->head_waiters;
@@ -300,6 +313,7 @@ static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
  * (1 ms while FAIL messages are still going out). */
 static void idle_sleep(struct rcc_proxy *px) {
   int nfds = 0, changed = 0, timeout = POLL_MS;
+  px->pconn[nfds] = -1;
   px->pfds[nfds++] = (struct pollfd){.fd = px->doorbell, .events = POLLIN};
   if (__atomic_load_n(&px->driven, __ATOMIC_ACQUIRE) &&
       !rcc_cuda_busy(px->comm)) {
@@ -341,14 +355,21 @@ static void idle_sleep(struct rcc_proxy *px) {
     short events = POLLIN;
     if (c->is_send && c->done != c->posted)
       events |= POLLOUT;
-    for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++)
+    for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
+      px->pconn[nfds] = i;
       px->pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = events};
+    }
   }
   pthread_mutex_unlock(&px->lock);
   /* A kernel publishing into (or draining) a staged device FIFO cannot ring
    * the doorbell: while one may run, only look, do not sleep. */
+  for (int j = 0; j < nfds; j++)
+    px->pfds[j].revents = 0;
   if (!changed && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE))
     poll(px->pfds, (nfds_t)nfds, rcc_cuda_busy(px->comm) ? 0 : timeout);
+  pthread_mutex_lock(&px->lock);
+  tell_readable(px, px->pfds, px->pconn, nfds);
+  pthread_mutex_unlock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
     uint32_t *waiters;
     idle_word(&px->conns[i], &waiters);
@@ -644,6 +665,7 @@ void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
     return;
   /* Progress the connections whose sockets are ready, and only those. */
   pthread_mutex_lock(&px->lock);
+  tell_readable(px, px->xfds, px->xconn, nfds);
   int last = -1;
   for (int j = 0; j < nfds; j++) {
     if (px->xfds[j].revents == 0 || px->xconn[j] == last)
@@ -672,16 +694,18 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   px->conns = conns;
   px->nconns = nconns;
   px->pfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
+  px->pconn = calloc(MAX_POLL_FDS, sizeof(int));
   px->xfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
   px->xconn = calloc(MAX_POLL_FDS, sizeof(int));
   px->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   pthread_mutex_init(&px->lock, NULL);
-  if (px->pfds == NULL || px->xfds == NULL || px->xconn == NULL ||
-      px->doorbell < 0) {
+  if (px->pfds == NULL || px->pconn == NULL || px->xfds == NULL ||
+      px->xconn == NULL || px->doorbell < 0) {
     int e = errno;
     if (px->doorbell >= 0)
       close(px->doorbell);
     free(px->pfds);
+    free(px->pconn);
     free(px->xfds);
     free(px->xconn);
     free(px);
@@ -689,10 +713,17 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
                           "init on rank %d: cannot create the proxy's "
                           "doorbell: %s", comm->rank, strerror(e));
   }
+  /* Every wait for a socket goes through poll() here (idle_sleep,
+   * rcc_proxy_poll), which reports what it found ready: the plugin need not
+   * read a socket it found empty until then. */
+  for (int i = 0; i < nconns && plugin->readable != NULL; i++)
+    if (!conns[i].is_send)
+      plugin->readable(conns[i].net_comm, -1);
   int e = pthread_create(&px->thread, NULL, proxy_main, px);
   if (e != 0) {
     close(px->doorbell);
     free(px->pfds);
+    free(px->pconn);
     free(px->xfds);
     free(px->xconn);
     free(px);
@@ -745,6 +776,7 @@ void rcc_proxy_stop(struct rcc_proxy *px) {
   close(px->doorbell);
   pthread_mutex_destroy(&px->lock);
   free(px->pfds);
+  free(px->pconn);
   free(px->xfds);
   free(px->xconn);
   free(px);

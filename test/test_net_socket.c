@@ -254,18 +254,42 @@ static const char *stream_end(struct stream *s, int rc) {
   return rc < 0 ? s->why : NULL;
 }
 
-/* Runs nmsgs messages send_comm -> recv_comm; NULL on success, else why. */
-static const char *run_stream(struct stream *s, void *send_comm,
-                              void *recv_comm, uint64_t nmsgs, int window) {
+/* As the proxy does with a plugin told of readiness (readable): polls the
+ * receiver's sockets and reports those that are ready. */
+static void report_readable(void *recv_comm) {
+  int fds[16];
+  struct pollfd p[16];
+  int n = P->fds(recv_comm, fds, 16);
+  for (int i = 0; i < n; i++)
+    p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+  if (n > 0 && poll(p, (nfds_t)n, 1) > 0)
+    for (int i = 0; i < n; i++)
+      if (p[i].revents & (POLLIN | POLLERR | POLLHUP))
+        P->readable(recv_comm, p[i].fd);
+}
+
+/* Runs nmsgs messages send_comm -> recv_comm; NULL on success, else why.
+ * hinted: the receiver is told of readiness (readable), and only so. */
+static const char *run_stream_hinted(struct stream *s, void *send_comm,
+                                     void *recv_comm, uint64_t nmsgs,
+                                     int window, int hinted) {
   int64_t deadline = rcc_deadline_after_ms(15000);
   int rc = 0;
   stream_begin(s, send_comm, recv_comm, nmsgs, window);
+  if (hinted)
+    P->readable(recv_comm, -1);
   while (rc == 0 && (rc = stream_step(s)) == 0 && rcc_now_ns() < deadline)
-    ;
+    if (hinted)
+      report_readable(recv_comm);
   if (rc == 0)
     rc = -snprintf(s->why, sizeof(s->why), "stuck: %llu of %llu received",
                    (unsigned long long)s->rdone, (unsigned long long)nmsgs);
   return stream_end(s, rc);
+}
+
+static const char *run_stream(struct stream *s, void *send_comm,
+                              void *recv_comm, uint64_t nmsgs, int window) {
+  return run_stream_hinted(s, send_comm, recv_comm, nmsgs, window, 0);
 }
 
 /* ---- tests ------------------------------------------------------------------ */
@@ -299,6 +323,64 @@ Test(net_socket, stream_all_sizes_1_2_4_sockets, .timeout = 30) {
     P->close_send(sc);
     P->close_recv(rc);
   }
+  P->close_listen(l);
+  free(s);
+}
+
+/* A receiver told of readiness (as the proxy tells it): every size still
+ * arrives whole, over 1, 2 and 4 sockets; and a socket a read found empty
+ * is not read again before the next message until poll() says so. */
+Test(net_socket, readiness_hints, .timeout = 30) {
+  uint8_t handle[RCC_NET_HANDLE_BYTES];
+  char err[RCC_ERRLEN];
+  struct stream *s = malloc(sizeof(*s));
+  init_plugin(NULL);
+  void *l = do_listen(handle);
+  static const int nsocks[] = {1, 2, 4};
+  for (int i = 0; i < 3; i++) {
+    void *sc, *rc;
+    make_pair(l, handle, nsocks[i], &sc, &rc);
+    const char *why = run_stream_hinted(s, sc, rc, 60, 8, 1);
+    cr_expect_null(why, "%d sockets, hinted: %s", nsocks[i], why);
+    why = run_stream_hinted(s, sc, rc, 12, 1, 1);
+    cr_expect_null(why, "%d sockets, hinted, one at a time: %s", nsocks[i],
+                   why);
+    P->close_send(sc);
+    P->close_recv(rc);
+  }
+  /* The contract itself, on one socket. */
+  void *sc, *rc, *sreq, *rreq;
+  uint8_t out[100], in[100];
+  int done = 0;
+  size_t bytes = 0;
+  uint32_t imm;
+  for (int i = 0; i < 100; i++)
+    out[i] = (uint8_t)(i * 7 + 1);
+  make_pair(l, handle, 1, &sc, &rc);
+  P->readable(rc, -1);
+  cr_assert_eq(P->irecv(rc, in, sizeof in, NULL, &rreq, err, sizeof err), 0);
+  cr_assert_eq(P->test(rreq, &done, &bytes, &imm, err, sizeof err), 0);
+  cr_assert_eq(done, 0, "a message arrived that was never sent");
+  cr_assert_eq(P->isend(sc, out, sizeof out, 5, NULL, &sreq, err, sizeof err),
+               0);
+  for (done = 0; !done;)
+    cr_assert_eq(P->test(sreq, &done, &bytes, &imm, err, sizeof err), 0);
+  struct pollfd p = {.fd = -1, .events = POLLIN};
+  cr_assert_eq(P->fds(rc, &p.fd, 1), 1);
+  cr_assert_eq(poll(&p, 1, 5000), 1, "the message never reached the socket");
+  for (int k = 0; k < 3; k++) {
+    cr_assert_eq(P->test(rreq, &done, &bytes, &imm, err, sizeof err), 0);
+    cr_assert_eq(done, 0, "read a socket found empty before poll() was "
+                 "reported");
+  }
+  P->readable(rc, p.fd);
+  cr_assert_eq(P->test(rreq, &done, &bytes, &imm, err, sizeof err), 0);
+  cr_assert_eq(done, 1, "not read after poll() reported the socket ready");
+  cr_assert_eq(bytes, sizeof out);
+  cr_assert_eq(imm, 5u);
+  cr_assert_arr_eq(in, out, sizeof out);
+  P->close_send(sc);
+  P->close_recv(rc);
   P->close_listen(l);
   free(s);
 }

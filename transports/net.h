@@ -85,6 +85,12 @@ struct rcc_net_plugin {
    * match). 0, or -1 when nothing changed. NULL: receives stay where they
    * were posted. */
   int (*redirect)(void *request, void *data, size_t max_bytes, int force);
+  /* Optional: readiness from the caller's poll(). fd -1: from now on the
+   * caller polls the fds of this connection (fds()) before it waits and
+   * reports every one poll() found ready (POLLIN, POLLERR or POLLHUP) with
+   * its fd, so the plugin may stop reading a socket a read found empty until
+   * told: no system call that only says EAGAIN. NULL: test() reads. */
+  void (*readable)(void *comm, int fd);
   /* Optional: a connection the other way over the same link (a receive
    * connection from a send connection's peer, or a send connection to a
    * receive connection's peer), so that one connect() joins two ranks both

@@ -293,7 +293,9 @@ struct net_request {
  * no request yet. */
 struct sock_queue {
   int fd;
-  int eof; /* the peer closed it between messages */
+  int eof;  /* the peer closed it between messages */
+  int idle; /* a read found it empty, and poll() has not said otherwise
+               since (only where the caller reports readiness: hinted) */
   unsigned head, count;
   unsigned roff, rlen;
   uint8_t *rbuf; /* RBUF_BYTES; receive connections only */
@@ -308,6 +310,7 @@ struct net_conn {
   char message[RCC_ERRLEN];
   char peer[80]; /* "1.2.3.4:5": the remote end, for messages */
   struct net_conn *twin; /* the other way over the same sockets, or NULL */
+  int hinted;            /* the caller reports poll()'s readiness (readable) */
   int nfree;
   struct net_request *free_list[RCC_NET_MAX_REQUESTS];
   struct net_request reqs[RCC_NET_MAX_REQUESTS];
@@ -474,7 +477,12 @@ static int header_arrived(struct net_conn *c, int sock,
  * shorter than RBUF_BYTES, is read through the buffer (what follows it stays
  * there for the next requests); a longer remainder straight into the
  * caller's memory. A recv() that returns less than it asked for emptied the
- * socket: no second call that would only say EAGAIN. */
+ * socket: no second call that would only say EAGAIN, in this pass or, where
+ * the caller reports poll()'s readiness (socket_readable), before the next
+ * message until poll() says the socket has more. Measured before that: of
+ * 17 recv() calls per
+ * 8-rank 1 KiB AllReduce and rank, 14 said EAGAIN (the next request's
+ * socket, then the first one again, after every message). */
 static void progress_recv(struct net_conn *c, int sock) {
   struct sock_queue *s = &c->socks[sock];
   int drained = 0;
@@ -500,7 +508,9 @@ static void progress_recv(struct net_conn *c, int sock) {
       memcpy(to, s->rbuf + s->roff, got);
       s->roff += (unsigned)got;
     } else {
-      if (drained)
+      /* Between messages, a socket found empty waits for poll(); inside
+       * one, the rest is on its way: read on, as before. */
+      if (drained || (c->hinted && s->idle && r->moved == 0))
         return;
       int buffered = want < RBUF_BYTES;
       size_t ask = buffered ? RBUF_BYTES : want;
@@ -511,6 +521,7 @@ static void progress_recv(struct net_conn *c, int sock) {
           continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
           conn_fail_io(c, sock, errno, r);
+        s->idle = 1;
         return;
       }
       if (n == 0 && r->moved == 0) {
@@ -529,6 +540,7 @@ static void progress_recv(struct net_conn *c, int sock) {
         return;
       }
       drained = (size_t)n < ask;
+      s->idle = drained;
       if (buffered) {
         s->roff = 0;
         s->rlen = (unsigned)n;
@@ -1071,6 +1083,25 @@ static int socket_fds(void *comm, int *fds, int max) {
   return n;
 }
 
+/* poll() found fd ready: the receive socket behind it (of this connection,
+ * or of its twin, which reads the same sockets) may be read again. */
+static void socket_readable(void *comm, int fd) {
+  struct net_conn *c = comm;
+  if (c == NULL || c->kind == COMM_LISTEN)
+    return;
+  if (c->kind == COMM_SEND)
+    c = c->twin;
+  if (c == NULL)
+    return;
+  if (fd < 0) {
+    c->hinted = 1;
+    return;
+  }
+  for (int i = 0; i < c->nsocks; i++)
+    if (c->socks[i].fd == fd)
+      c->socks[i].idle = 0;
+}
+
 static void socket_close_conn(void *comm) { conn_free(comm); }
 
 static void socket_close_listen(void *listen_comm) {
@@ -1101,6 +1132,7 @@ const struct rcc_net_plugin rcc_net_socket = {
     .fds = socket_fds,
     .rebase = socket_rebase,
     .redirect = socket_redirect,
+    .readable = socket_readable,
     .reverse = socket_reverse,
     .close_send = socket_close_conn,
     .close_recv = socket_close_conn,
