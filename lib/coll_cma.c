@@ -97,7 +97,6 @@ static int peer_read(const struct ringcc_comm *comm, int peer, void *local,
 /* Init: allow peers to read us, then try to read every peer's probe word and
  * agree through the bootstrap; comm->cma_ok is the same on every rank. */
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
-  char err[RCC_ERRLEN];
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
   int ok = comm->nranks > 1;
 
@@ -109,21 +108,9 @@ ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
          peer_read(comm, p, &word, q->cma_probe_addr, sizeof(word)) == 0 &&
          word == (PROBE_MAGIC ^ (uint64_t)q->pid);
   }
-  int32_t *all = calloc((size_t)comm->nranks, sizeof(int32_t));
-  if (all == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
-                          "init on rank %d: out of memory", comm->rank);
-  all[comm->rank] = ok;
-  ringcc_result_t r = rcc_bootstrap_allgather(comm->boot, all, sizeof(int32_t),
-                                              deadline, err, sizeof(err));
-  if (r != RINGCC_SUCCESS) {
-    free(all);
-    return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
-  }
-  comm->cma_ok = 1;
-  for (int p = 0; p < comm->nranks; p++)
-    comm->cma_ok &= all[p] != 0;
-  free(all);
+  ringcc_result_t r = rcc_all_agree(comm, ok, &comm->cma_ok, deadline);
+  if (r != RINGCC_SUCCESS)
+    return r;
   RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s",
            comm->cma_ok ? "available"
                         : "not available (ranks on several hosts, shm "

@@ -304,6 +304,10 @@ struct rcc_board {
 /* Regions hold at most this much (or one slot, if smaller); larger one-shot
  * calls go through the FIFOs. */
 #define RCC_BOARD_MAX_BYTES ((size_t)256 << 10)
+/* Every rank's ok, AND-ed, through the bootstrap: *all_ok is the same on
+ * every rank (transport.c). */
+ringcc_result_t rcc_all_agree(struct ringcc_comm *comm, int ok, int *all_ok,
+                              int64_t deadline);
 /* Agrees comm->board_ok through the bootstrap (transport.c). */
 ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline);
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,

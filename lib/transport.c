@@ -175,16 +175,10 @@ void rcc_transports_destroy(struct ringcc_comm *comm) {
   }
 }
 
-/* The one-shot board (exec_host.c) is used only where every rank reads every
- * rank's board; shm.c maps them with its FIFOs, so a rank has them all when
- * every edge is plain shared memory. Agreed through the bootstrap, since a
- * rank that used the board while a peer used the FIFOs would wait forever. */
-ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
+ringcc_result_t rcc_all_agree(struct ringcc_comm *comm, int ok, int *all_ok,
+                              int64_t deadline) {
   char err[RCC_ERRLEN];
-  int n = comm->nranks, ok = n > 1 && comm->board != NULL;
-  for (int p = 0; p < n && ok; p++)
-    ok = comm->board[p] != NULL;
-  int32_t *all = calloc((size_t)n, sizeof(int32_t));
+  int32_t *all = calloc((size_t)comm->nranks, sizeof(int32_t));
   if (all == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "init on rank %d: out of memory", comm->rank);
@@ -195,10 +189,24 @@ ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
     free(all);
     return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
   }
-  comm->board_ok = 1;
-  for (int p = 0; p < n; p++)
-    comm->board_ok &= all[p] != 0;
+  *all_ok = 1;
+  for (int p = 0; p < comm->nranks; p++)
+    *all_ok &= all[p] != 0;
   free(all);
+  return RINGCC_SUCCESS;
+}
+
+/* The one-shot board (exec_host.c) is used only where every rank reads every
+ * rank's board; shm.c maps them with its FIFOs, so a rank has them all when
+ * every edge is plain shared memory. Agreed through the bootstrap, since a
+ * rank that used the board while a peer used the FIFOs would wait forever. */
+ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
+  int n = comm->nranks, ok = n > 1 && comm->board != NULL;
+  for (int p = 0; p < n && ok; p++)
+    ok = comm->board[p] != NULL;
+  ringcc_result_t r = rcc_all_agree(comm, ok, &comm->board_ok, deadline);
+  if (r != RINGCC_SUCCESS)
+    return r;
   RCC_INFO(comm->rank, "one-shot board (%zu bytes a call): %s",
            comm->board_bytes,
            comm->board_ok ? "available"

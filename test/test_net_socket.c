@@ -304,25 +304,34 @@ Test(net_socket, device_and_table, .timeout = 5) {
   cr_assert_str_neq(P->device(), "none");
 }
 
+/* Streams over 1, 2 and 4 sockets: 60 messages 8 at a time, then 12 one at
+ * a time (the lock-step case); hinted: the receiver is told of readiness. */
+static void streams_1_2_4(void *l, const uint8_t *handle, struct stream *s,
+                          int hinted) {
+  static const int nsocks[] = {1, 2, 4};
+  const char *how = hinted ? ", hinted" : "";
+  for (int i = 0; i < 3; i++) {
+    void *sc, *rc;
+    make_pair(l, handle, nsocks[i], &sc, &rc);
+    if (!hinted)
+      check_fds(sc, rc, nsocks[i]);
+    const char *why = run_stream_hinted(s, sc, rc, 60, 8, hinted);
+    cr_expect_null(why, "%d sockets%s: %s", nsocks[i], how, why);
+    why = run_stream_hinted(s, sc, rc, 12, 1, hinted);
+    cr_expect_null(why, "%d sockets%s, one at a time: %s", nsocks[i], how,
+                   why);
+    P->close_send(sc);
+    P->close_recv(rc);
+  }
+}
+
 /* Every size, every byte and immediate, with 1, 2 and 4 sockets. */
 Test(net_socket, stream_all_sizes_1_2_4_sockets, .timeout = 30) {
   uint8_t handle[RCC_NET_HANDLE_BYTES];
   struct stream *s = malloc(sizeof(*s));
   init_plugin(NULL);
   void *l = do_listen(handle);
-  static const int nsocks[] = {1, 2, 4};
-  for (int i = 0; i < 3; i++) {
-    void *sc, *rc;
-    make_pair(l, handle, nsocks[i], &sc, &rc);
-    check_fds(sc, rc, nsocks[i]);
-    const char *why = run_stream(s, sc, rc, 60, 8);
-    cr_expect_null(why, "%d sockets: %s", nsocks[i], why);
-    /* Then one at a time: the lock-step case. */
-    why = run_stream(s, sc, rc, 12, 1);
-    cr_expect_null(why, "%d sockets, one at a time: %s", nsocks[i], why);
-    P->close_send(sc);
-    P->close_recv(rc);
-  }
+  streams_1_2_4(l, handle, s, 0);
   P->close_listen(l);
   free(s);
 }
@@ -336,18 +345,7 @@ Test(net_socket, readiness_hints, .timeout = 30) {
   struct stream *s = malloc(sizeof(*s));
   init_plugin(NULL);
   void *l = do_listen(handle);
-  static const int nsocks[] = {1, 2, 4};
-  for (int i = 0; i < 3; i++) {
-    void *sc, *rc;
-    make_pair(l, handle, nsocks[i], &sc, &rc);
-    const char *why = run_stream_hinted(s, sc, rc, 60, 8, 1);
-    cr_expect_null(why, "%d sockets, hinted: %s", nsocks[i], why);
-    why = run_stream_hinted(s, sc, rc, 12, 1, 1);
-    cr_expect_null(why, "%d sockets, hinted, one at a time: %s", nsocks[i],
-                   why);
-    P->close_send(sc);
-    P->close_recv(rc);
-  }
+  streams_1_2_4(l, handle, s, 1);
   /* The contract itself, on one socket. */
   void *sc, *rc, *sreq, *rreq;
   uint8_t out[100], in[100];
