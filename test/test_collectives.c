@@ -1113,6 +1113,15 @@ Test(algo, tree_n8, .timeout = 240) { forced_algo(RINGCC_ALGO_TREE, "tree", 8); 
 Test(algo, direct_n2, .timeout = 240) {
   forced_algo(RINGCC_ALGO_DIRECT, "direct", 2);
 }
+/* With 512 KiB slots the board holds 256 KiB: one-shot of 65537 float32
+ * (256 KiB + 4 B) goes through the FIFOs over shared memory, the smaller
+ * counts over the board, alternating call by call. */
+Test(algo, direct_board_and_fifos_n3, .timeout = 240) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = RINGCC_ALGO_DIRECT;
+  cfg.chunk_bytes = 512 << 10;
+  subset("algo=direct, 512 KiB slots", 3, &cfg, false, true);
+}
 Test(algo, direct_n4, .timeout = 240) {
   forced_algo(RINGCC_ALGO_DIRECT, "direct", 4);
 }
