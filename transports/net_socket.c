@@ -480,9 +480,8 @@ static int header_arrived(struct net_conn *c, int sock,
  * socket: no second call that would only say EAGAIN, in this pass or, where
  * the caller reports poll()'s readiness (socket_readable), before the next
  * message until poll() says the socket has more. Measured before that: of
- * 17 recv() calls per
- * 8-rank 1 KiB AllReduce and rank, 14 said EAGAIN (the next request's
- * socket, then the first one again, after every message). */
+ * 17 recv() calls per rank and 8-rank 1 KiB AllReduce, 14 said EAGAIN (the
+ * next request's socket, then the first one again, after every message). */
 static void progress_recv(struct net_conn *c, int sock) {
   struct sock_queue *s = &c->socks[sock];
   int drained = 0;
