@@ -9,8 +9,8 @@
 #   make valgrind-check  the sanitizer, fuzzing and valgrind checks (CI runs all)
 #   make help            every target and variable
 #
-# Sources are found by wildcard, so a new file in lib/, transports/, tools/,
-# examples/ or test/ needs no edit here.
+# Sources are found by wildcard, so a new file in a folder of lib/, in
+# transports/, tools/, examples/ or test/ needs no edit here.
 
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
@@ -77,7 +77,10 @@ endif
 VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 
 # ---- sources ----------------------------------------------------------------
-LIB_SRC     := $(sort $(wildcard lib/*.c transports/*.c))
+# The library: lib/<layer>/*.c (one folder per layer, docs/architecture.md)
+# and transports/*.c. Every folder is on the quoted-include path.
+LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
+LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard test/test_*.c))
@@ -85,7 +88,7 @@ TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 
 # ---- CUDA -------------------------------------------------------------------
 # CUDA=auto (the default) is 1 where nvcc is found ($(CUDA_HOME)/bin/nvcc, or
-# on PATH), else 0. With CUDA=1, lib/*.cu (the collective kernels) are
+# on PATH), else 0. With CUDA=1, lib/*/*.cu (the collective kernels) are
 # compiled by nvcc for sm_80 and sm_90 plus PTX for compute_90 into the
 # library, the C files see RINGCC_HAVE_CUDA=1, and the CUDA runtime is linked
 # statically: it opens the driver (libcuda.so.1) only when first used, so the
@@ -105,7 +108,7 @@ endif
 CUDA_ROOT   := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS  ?= -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=[sm_90,compute_90]
-LIB_CU_SRC  := $(sort $(wildcard lib/*.cu))
+LIB_CU_SRC  := $(sort $(wildcard lib/*/*.cu))
 CUDA_CPPFLAGS := -DRINGCC_HAVE_CUDA=1 -isystem $(CUDA_ROOT)/include
 CUDA_LIBS   := -L$(CUDA_ROOT)/lib64 -lcudart_static -ldl -lrt
 # Host code of the .cu files: C++17 without exceptions or guarded statics,
@@ -113,7 +116,7 @@ CUDA_LIBS   := -L$(CUDA_ROOT)/lib64 -lcudart_static -ldl -lrt
 # so test_cuda_build can read each kernel's name in the cubins.
 NVCC_WERROR := $(if $(filter-out 0,$(WERROR)),-Werror all-warnings)
 NVCC_COMPILE = $(NVCC) -std=c++17 $(OPT) $(CUDA_ARCHS) --no-compress -t 0 \
-               $(NVCC_WERROR) -Iinclude -Ilib -Itransports -DRINGCC_HAVE_CUDA=1 \
+               $(NVCC_WERROR) -Iinclude $(addprefix -I,$(LIB_DIRS)) -DRINGCC_HAVE_CUDA=1 \
                -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions \
                -Xcompiler -fno-threadsafe-statics,-Wall,-Wextra$(if $(WERROR_FLAG),$(comma)-Werror) \
                -MMD -MP
@@ -136,10 +139,10 @@ ifneq ($(findstring thread,$(SANITIZE)),)
 SAN_FLAGS   += $(shell $(CC) -Werror -Wno-tsan -fsanitize=thread -E -x c /dev/null >/dev/null 2>&1 && echo -Wno-tsan)
 endif
 
-# lib/ and transports/ are searched for "quoted" includes only (-iquote, not
-# -I): an internal header named like a system one (lib/sched.h) must not
-# replace <sched.h> inside the system headers.
-RCC_CPPFLAGS := -Iinclude -iquote lib -iquote transports -D_GNU_SOURCE
+# The library's folders are searched for "quoted" includes only (-iquote,
+# not -I): an internal header named like a system one (lib/x/sched.h) must
+# not replace <sched.h> inside the system headers.
+RCC_CPPFLAGS := -Iinclude $(addprefix -iquote ,$(LIB_DIRS)) -D_GNU_SOURCE
 RCC_CFLAGS   := -std=c11 $(OPT) -Wall -Wextra $(WERROR_FLAG) -pthread -fPIC \
                 -fvisibility=hidden $(SAN_FLAGS)
 DEPFLAGS     := -MMD -MP
@@ -502,7 +505,7 @@ $(GPU_OUT)/gpu_suite: $(OBJ)/test/gpu/gpu_suite.o $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(LDLIBS)
 
-$(GPU_OUT)/reduce_bw: test/gpu/reduce_bw.cu lib/reduce.cuh $(FLAGS_STAMP)
+$(GPU_OUT)/reduce_bw: test/gpu/reduce_bw.cu lib/exec/reduce.cuh $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC_COMPILE) -o $@ $<
 
@@ -591,7 +594,7 @@ help:
 	@echo '  CC=$(CC) AR=$(AR)  OPT=$(OPT) (optimisation/debug flags)'
 	@echo '  CFLAGS, CPPFLAGS, LDFLAGS, LDLIBS   appended to the built-in flags'
 	@echo '  WERROR=$(WERROR)       0 drops -Werror'
-	@echo '  CUDA=$(CUDA)         1: kernels (lib/*.cu) by nvcc, CUDA runtime linked statically;'
+	@echo '  CUDA=$(CUDA)         1: kernels (lib/*/*.cu) by nvcc, CUDA runtime linked statically;'
 	@echo '                 0: host only; default auto (1 where nvcc is found: $(NVCC))'
 	@echo '  TEST_JOBS=$(TEST_JOBS)    Criterion --jobs for each test binary'
 	@echo '  TEST_TIMEOUT=$(TEST_TIMEOUT) seconds per test binary before it counts as failed'
