@@ -24,7 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "bootstrap.h"
+#include "clock.h"
+#include "error.h"
+#include "socket.h"
 
 #define MAX_RANKS 8
 #define RUN_DEADLINE_MS 20000

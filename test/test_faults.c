@@ -32,9 +32,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
+#include "clock.h"
+#include "error.h"
 #include "harness.h"
-#include "internal.h"
 #include "soak/random_coll.h"
+#include "socket.h"
 #include "wire.h"
 
 #define MAX_RANKS 8

@@ -29,8 +29,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "clock.h"
+#include "env.h"
+#include "error.h"
 #include "net.h"
+#include "socket.h"
 #include "wire.h"
 
 static const struct rcc_net_plugin *const P = &rcc_net_socket;

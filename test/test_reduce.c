@@ -22,7 +22,7 @@
 #define HAVE_X86 0
 #endif
 
-#include "internal.h"
+#include "reduce.h"
 
 /* Around the vector widths and the kernels' 64-element blocks, and long. */
 static const size_t lengths[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 1000, 4099};

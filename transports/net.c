@@ -18,7 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "comm.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
 #include "net.h"
 #include "wire.h"
 

@@ -48,8 +48,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "cuda.h"
+#include "error.h"
+#include "log.h"
 #include "net.h"
 
 /* Rounds without progress before sleeping in poll(). Polling sockets that
@@ -103,21 +106,6 @@ void rcc_proxy_ring(int doorbell_fd) {
 
 int rcc_proxy_doorbell(const struct rcc_proxy *proxy) {
   return proxy->doorbell;
-}
-
-void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,
-                              const char *fmt, ...) {
-  int expected = 0;
-  /* Claim with a placeholder, write the message, then publish the code. */
-  if (!__atomic_compare_exchange_n(&comm->async_error, &expected, -1, 0,
-                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(comm->async_message, sizeof(comm->async_message), fmt, ap);
-  va_end(ap);
-  RCC_WARN(comm->rank, "%s", comm->async_message);
-  __atomic_store_n(&comm->async_error, (int)code, __ATOMIC_RELEASE);
 }
 
 static void wake_executor(uint32_t *word, uint32_t *waiters) {

@@ -51,8 +51,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "clock.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
 #include "net.h"
+#include "socket.h"
 #include "wire.h"
 
 #define NSOCKS_DEFAULT 2

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "error.h"
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "error.h"
 
 struct shm_blob {
   char name[64];

@@ -10,8 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "comm.h"
 #include "cuda.h"
+#include "error.h"
+#include "log.h"
 
 const struct rcc_transport *const rcc_transports[] = {
     &rcc_transport_p2p, /* device-capable communicators, GPUs that reach */

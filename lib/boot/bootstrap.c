@@ -49,7 +49,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "bootstrap.h"
+#include "clock.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
+#include "socket.h"
 #include "wire.h"
 
 #define ID_MAGIC 0x52434349u    /* "RCCI" */

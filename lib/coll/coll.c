@@ -14,6 +14,9 @@
 
 #include "comm.h"
 #include "cuda.h"
+#include "dtype.h"
+#include "error.h"
+#include "log.h"
 
 struct call {
   const char *fn;          /* "ringcc_allreduce" */
@@ -34,31 +37,6 @@ struct call {
 #define USES_ROOT 2u
 #define USES_PEER 4u
 #define ON_DEVICE 8u /* buffers in GPU memory: enqueued on stream (locate) */
-
-static const char *const coll_names[RCC_NUM_COLLS] = {
-    "allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
-    "alltoall",  "send",           "recv",      "barrier"};
-
-const char *rcc_coll_name(int coll) {
-  return coll >= 0 && coll < RCC_NUM_COLLS ? coll_names[coll] : "?";
-}
-
-const char *rcc_step_kind_name(int kind) {
-  static const char *const names[RCC_NUM_STEP_KINDS] = {
-      [RCC_STEP_NONE] = "none",
-      [RCC_STEP_SEND] = "send",
-      [RCC_STEP_RECV] = "recv",
-      [RCC_STEP_COPY] = "copy",
-      [RCC_STEP_COPY_SEND] = "copySend",
-      [RCC_STEP_RECV_COPY_SEND] = "recvCopySend",
-      [RCC_STEP_RECV_REDUCE_SEND] = "recvReduceSend",
-      [RCC_STEP_RECV_REDUCE_COPY] = "recvReduceCopy",
-      [RCC_STEP_RECV_REDUCE_COPY_SEND] = "recvReduceCopySend",
-      [RCC_STEP_SEND_RECV] = "sendRecv",
-      [RCC_STEP_REDUCE_LOCAL] = "reduceLocal",
-  };
-  return kind >= 0 && kind < RCC_NUM_STEP_KINDS ? names[kind] : "?";
-}
 
 /* How many elements of sendbuf and recvbuf a call touches (per rank). */
 static void buffer_elems(const struct call *c, size_t *send, size_t *recv) {

@@ -20,8 +20,13 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
+#include "clock.h"
 #include "comm.h"
 #include "cuda.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
 
 #define DEFAULT_TIMEOUT_MS 600000
 #define DEFAULT_CHUNK_BYTES 65536
@@ -38,30 +43,7 @@
 #define DEFAULT_SPIN_ROOMY 100
 #define DEFAULT_YIELDS 32
 
-static _Thread_local char thread_error[RCC_ERRLEN];
-
-/* ---- names ------------------------------------------------------------ */
-
-static const char *const result_names[RINGCC_NUM_RESULTS] = {
-    [RINGCC_SUCCESS] = "RINGCC_SUCCESS: no error",
-    [RINGCC_ERR_INVALID_ARGUMENT] = "RINGCC_ERR_INVALID_ARGUMENT: invalid argument",
-    [RINGCC_ERR_INVALID_USAGE] = "RINGCC_ERR_INVALID_USAGE: invalid usage",
-    [RINGCC_ERR_SYSTEM] = "RINGCC_ERR_SYSTEM: system call failed",
-    [RINGCC_ERR_CUDA] = "RINGCC_ERR_CUDA: CUDA call failed",
-    [RINGCC_ERR_NETWORK] = "RINGCC_ERR_NETWORK: network error",
-    [RINGCC_ERR_TIMEOUT] = "RINGCC_ERR_TIMEOUT: timed out",
-    [RINGCC_ERR_PEER_FAILED] = "RINGCC_ERR_PEER_FAILED: a peer rank failed",
-    [RINGCC_ERR_ABORTED] = "RINGCC_ERR_ABORTED: communicator aborted",
-    [RINGCC_ERR_UNSUPPORTED] = "RINGCC_ERR_UNSUPPORTED: not supported",
-    [RINGCC_ERR_OUT_OF_MEMORY] = "RINGCC_ERR_OUT_OF_MEMORY: out of memory",
-    [RINGCC_ERR_INTERNAL] = "RINGCC_ERR_INTERNAL: internal error (a bug in libringcc)",
-};
-
-RINGCC_API const char *ringcc_strerror(ringcc_result_t r) {
-  if ((int)r < 0 || r >= RINGCC_NUM_RESULTS)
-    return "unknown ringcc_result_t value";
-  return result_names[r];
-}
+/* ---- version, async errors -------------------------------------------- */
 
 RINGCC_API ringcc_result_t ringcc_get_version(int *version) {
   if (version == NULL)
@@ -69,62 +51,6 @@ RINGCC_API ringcc_result_t ringcc_get_version(int *version) {
                             "ringcc_get_version: argument 'version' is NULL");
   *version = RINGCC_VERSION;
   return RINGCC_SUCCESS;
-}
-
-static const struct {
-  const char *name;
-  size_t size;
-} datatypes[RINGCC_NUM_DATATYPES] = {
-    [RINGCC_INT8] = {"int8", 1},       [RINGCC_UINT8] = {"uint8", 1},
-    [RINGCC_INT32] = {"int32", 4},     [RINGCC_UINT32] = {"uint32", 4},
-    [RINGCC_INT64] = {"int64", 8},     [RINGCC_UINT64] = {"uint64", 8},
-    [RINGCC_FLOAT16] = {"float16", 2}, [RINGCC_BFLOAT16] = {"bfloat16", 2},
-    [RINGCC_FLOAT32] = {"float32", 4}, [RINGCC_FLOAT64] = {"float64", 8},
-};
-
-RINGCC_API size_t ringcc_datatype_size(ringcc_datatype_t dt) {
-  return rcc_dt_valid(dt) ? datatypes[dt].size : 0;
-}
-
-RINGCC_API const char *ringcc_datatype_name(ringcc_datatype_t dt) {
-  return rcc_dt_valid(dt) ? datatypes[dt].name : NULL;
-}
-
-RINGCC_API const char *ringcc_op_name(ringcc_op_t op) {
-  static const char *const names[RINGCC_NUM_OPS] = {"sum", "prod", "min",
-                                                    "max", "avg"};
-  return rcc_op_valid(op) ? names[op] : NULL;
-}
-
-/* ---- errors ----------------------------------------------------------- */
-
-ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
-                               const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(comm->last_error, sizeof(comm->last_error), fmt, ap);
-  va_end(ap);
-  if (code == RINGCC_ERR_INVALID_ARGUMENT)
-    RCC_INFO(comm->rank, "%s", comm->last_error);
-  else
-    RCC_WARN(comm->rank, "%s", comm->last_error);
-  return code;
-}
-
-ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(thread_error, sizeof(thread_error), fmt, ap);
-  va_end(ap);
-  if (code == RINGCC_ERR_INVALID_ARGUMENT)
-    RCC_INFO(-1, "%s", thread_error);
-  else
-    RCC_WARN(-1, "%s", thread_error);
-  return code;
-}
-
-RINGCC_API const char *ringcc_comm_last_error(ringcc_comm_t comm) {
-  return comm ? comm->last_error : thread_error;
 }
 
 RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,

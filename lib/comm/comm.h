@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "internal.h"
+#include "error.h"
 #include "proto.h"
 #include "schedule.h"
 #include "topo.h"

@@ -36,6 +36,9 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "error.h"
+#include "log.h"
+#include "reduce.h"
 
 /* Under ThreadSanitizer (make tsan-check runs ranks as threads of one
  * process): the FIFOs that order our reads of peers' buffers are mapped at a

@@ -28,8 +28,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "cuda.h"
+#include "error.h"
+#include "log.h"
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -29,7 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "reduce.h"
 
 #define RCC_HD
 #define RCC_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)

@@ -36,7 +36,9 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "internal.h"
+#include "dtype.h"
+#include "log.h"
+#include "reduce.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define RCC_HAVE_X86 1

@@ -20,6 +20,9 @@
 #include <strings.h>
 
 #include "comm.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
 
 static volatile sig_atomic_t report_generation;
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "log.h"
 
 static void wake(uint32_t *word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

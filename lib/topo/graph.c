@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "comm.h"
+#include "error.h"
 
 /* The lowest rank on the same host as rank r: the host's sort key. */
 static int host_leader(const struct ringcc_comm *comm, int r) {

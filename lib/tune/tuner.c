@@ -80,7 +80,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "comm.h"
+#include "error.h"
+#include "log.h"
 
 /* Measured on the development machine (2 vCPUs, 4 ranks, ringcc-bench):
  * defaults, not truths. ringcc-bench --calibrate measures the real ones. */

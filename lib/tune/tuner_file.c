@@ -32,7 +32,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "clock.h"
+#include "env.h"
+#include "error.h"
+#include "reduce.h"
 #include "tuner.h"
 
 #define FILE_VERSION 1

@@ -26,7 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "clock.h"
+#include "error.h"
 
 #define CONNECT_BACKOFF_MIN_NS (5 * 1000000LL)
 #define CONNECT_BACKOFF_MAX_NS (100 * 1000000LL)

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
 #include "wire.h"
 
 #define FUZZ_CHECK(cond)                                                       \

@@ -8,6 +8,8 @@
  * checksum to match, so that the fuzzer also gets past it to the address;
  * bits 1..7 pick a byte to corrupt for the checksum property below.
  */
+#include "bootstrap.h"
+#include "error.h"
 #include "fuzz.h"
 
 static uint32_t fnv1a(const uint8_t *p, size_t n) {

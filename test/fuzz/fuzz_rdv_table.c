@@ -8,6 +8,7 @@
  * Input: two bytes that choose this rank's nranks (1..256) and rank, the
  * 12-byte reply, then the table (any length).
  */
+#include "error.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,37 +1,23 @@
 /*
- * debug.c - time, logging, error formatting and the one place environment
- * variables are read.
+ * log.c - the library's log lines (log.h).
  *
  * RINGCC_DEBUG=WARN|INFO|TRACE sets the process-wide level (default: WARN).
  * Every line is prefixed "host:pid [rank] RINGCC LEVEL" so that the output of
  * many ranks can be merged and still read.
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "env.h"
+#include "log.h"
 
 int rcc_log_level = RINGCC_LOG_WARN;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static char log_host[64];
-
-int64_t rcc_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-int64_t rcc_deadline_after_ms(int64_t timeout_ms) {
-  int64_t now = rcc_now_ns();
-  if (timeout_ms <= 0 || timeout_ms >= (INT64_MAX - now) / 1000000LL)
-    return INT64_MAX; /* none, or later than the clock can say */
-  return now + timeout_ms * 1000000LL;
-}
 
 static int parse_level(const char *s) {
   if (s == NULL || *s == '\0')
@@ -106,17 +92,6 @@ void rcc_log(int level, int rank, const char *fmt, ...) {
   fwrite(line, 1, len, stderr);
 }
 
-ringcc_result_t rcc_errf(char *err, size_t errlen, ringcc_result_t code,
-                         const char *fmt, ...) {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 extern char **environ;
 
 /* At INFO, once per process: every RINGCC_* variable set (secrets masked). */
@@ -136,9 +111,4 @@ void rcc_log_env_once(void) {
   rcc_log_init();
   if (rcc_log_level >= RINGCC_LOG_INFO)
     pthread_once(&once, log_env);
-}
-
-const char *rcc_getenv(const char *name) {
-  const char *v = getenv(name);
-  return (v != NULL && *v != '\0') ? v : NULL;
 }

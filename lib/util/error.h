@@ -1,0 +1,40 @@
+/*
+ * error.h - how a failure is reported: one sentence (what failed, on which
+ * rank, with which peer, and why) and a ringcc_result_t.
+ *
+ *   rcc_errf                 code that has no communicator fills err[errlen]
+ *                            and its caller adds the context
+ *   rcc_comm_error           the communicator's last error (and the log)
+ *   rcc_thread_error         calls without a usable communicator: a
+ *                            thread-local message, ringcc_comm_last_error(NULL)
+ *   rcc_comm_set_async_error the first failure a background thread (a
+ *                            network proxy) sees; every wait checks it
+ */
+#ifndef RCC_ERROR_H
+#define RCC_ERROR_H
+
+#include <stddef.h>
+
+#include "ringcc.h"
+
+#define RCC_ERRLEN 512
+
+struct ringcc_comm;
+
+ringcc_result_t rcc_errf(char *err, size_t errlen, ringcc_result_t code,
+                         const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Records a failure on comm (last_error, log: INFO for a bad argument, WARN
+ * otherwise) and returns code. */
+ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
+                               const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Records the first asynchronous failure (from any thread); later ones are
+ * dropped. */
+void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,
+                              const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif /* RCC_ERROR_H */
