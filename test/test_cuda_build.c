@@ -152,7 +152,7 @@ Test(cuda_build, every_kernel_in_host_stubs_cubins_and_ptx, .timeout = 60) {
   size_t len, fat_len, unused;
   if (!RINGCC_HAVE_CUDA)
     cr_skip_test("built with CUDA=0: no kernels");
-  char *obj = read_file(build_path("obj/lib/exec_cuda.o", path, sizeof(path)),
+  char *obj = read_file(build_path("obj/lib/exec/exec_cuda.o", path, sizeof(path)),
                         &len);
   const char *fat = elf_section(obj, len, ".nv_fatbin", &fat_len);
   cr_assert(fat != NULL, "%s has no .nv_fatbin section", path);
