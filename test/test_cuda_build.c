@@ -24,6 +24,7 @@
 
 #include "comm.h"
 #include "cuda.h"
+#include "transport.h"
 #include "harness.h"
 
 #if RINGCC_HAVE_CUDA

@@ -1,6 +1,7 @@
 /*
  * net.c - the network transport: FIFOs on both ends of an edge between
- * hosts, joined by a network plugin (net.h) and the proxy thread (proxy.c).
+ * hosts, joined by a network plugin (net.h) and the proxy thread
+ * (net_proxy.c).
  *
  * For every peer it serves and every connection kind, a rank owns a send FIFO
  * (the executor fills slots, the proxy sends them) and a receive FIFO (the
@@ -22,8 +23,10 @@
 #include "comm.h"
 #include "env.h"
 #include "error.h"
+#include "transport.h"
 #include "log.h"
 #include "net.h"
+#include "net_proxy.h"
 #include "wire.h"
 
 #define HELLO_MAGIC 0x52434e48u /* "RCNH" */
@@ -214,19 +217,6 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
-static void bind_conn(struct rcc_conn *e, struct rcc_proxy_conn *c,
-                      struct rcc_proxy *proxy) {
-  e->fifo = c->fifo;
-  e->data = c->data;
-  e->nslots = c->nslots;
-  e->slot_bytes = c->slot_bytes;
-  e->step = 0;
-  e->peer = c->peer;
-  e->doorbell = rcc_proxy_doorbell(proxy);
-  e->proxy = proxy;
-  e->proxy_conn = c;
-}
-
 static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                                    const int *peers, int npeers,
                                    const char *all_blobs) {
@@ -273,9 +263,9 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     int kind = (i / 2) % st->nkinds;
-    bind_conn(c->is_send ? &comm->send_conn[kind][c->peer]
-                         : &comm->recv_conn[kind][c->peer],
-              c, st->proxy);
+    rcc_proxy_bind(c->is_send ? &comm->send_conn[kind][c->peer]
+                              : &comm->recv_conn[kind][c->peer],
+                   c);
   }
   return RINGCC_SUCCESS;
 }
@@ -312,6 +302,13 @@ static const char *net_describe(void *state) {
   return ((struct net_state *)state)->describe;
 }
 
+/* The socket plugin's edges are tcp; a plugin with a link kind of its own
+ * (verbs) will say so here. */
+static int net_link(const struct ringcc_comm *comm, void *state, int peer) {
+  (void)comm, (void)state, (void)peer;
+  return RCC_LINK_TCP;
+}
+
 const struct rcc_transport rcc_transport_net = {
     .name = "NET",
     .can_connect = net_can_connect,
@@ -321,4 +318,6 @@ const struct rcc_transport rcc_transport_net = {
     .finish = net_finish,
     .destroy = net_destroy,
     .describe = net_describe,
+    .link = net_link,
+    .flags = RCC_TRANSPORT_NETWORK,
 };

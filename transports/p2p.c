@@ -36,6 +36,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "transport.h"
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -223,7 +224,7 @@ static void init_conn(struct rcc_conn *c, char *fifo,
   c->slot_bytes = (size_t)comm->set.chunk_bytes;
   c->step = 0;
   c->peer = peer;
-  c->doorbell = -1;
+  c->ops = NULL; /* both ends are executors */
 }
 
 static ringcc_result_t p2p_connect(struct ringcc_comm *comm, void *state,
@@ -272,6 +273,13 @@ static const char *p2p_describe_peer(void *state, int peer) {
   return path >= 0 && path <= RCC_PATH_P2P_PCIE ? names[path] : "P2P";
 }
 
+/* Priced as shared memory until the model has a link kind of its own for
+ * NVLink/PCIe peer access (host buffers on these edges use shared memory). */
+static int p2p_link(const struct ringcc_comm *comm, void *state, int peer) {
+  (void)comm, (void)state, (void)peer;
+  return RCC_LINK_SHM;
+}
+
 const struct rcc_transport rcc_transport_p2p = {
     .name = "P2P",
     .can_connect = p2p_can_connect,
@@ -281,6 +289,8 @@ const struct rcc_transport rcc_transport_p2p = {
     .finish = p2p_finish,
     .destroy = p2p_destroy,
     .describe_peer = p2p_describe_peer,
+    .link = p2p_link,
+    .flags = RCC_TRANSPORT_DEVICE_FIFOS,
 };
 
 #else /* !RINGCC_HAVE_CUDA: no GPU, never a P2P edge */

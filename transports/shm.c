@@ -25,8 +25,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "board.h"
 #include "comm.h"
 #include "error.h"
+#include "transport.h"
 
 struct shm_blob {
   char name[64];
@@ -222,7 +224,7 @@ static void init_conn(struct rcc_conn *c, char *fifo_base,
   c->slot_bytes = (size_t)comm->set.chunk_bytes;
   c->step = 0;
   c->peer = peer;
-  c->doorbell = -1;
+  c->ops = NULL; /* both ends are executors */
 }
 
 static ringcc_result_t map_peer(struct ringcc_comm *comm,
@@ -287,6 +289,12 @@ static void shm_finish(struct ringcc_comm *comm, void *state) {
   }
 }
 
+/* Shared memory between ranks of one host. */
+static int shm_link(const struct ringcc_comm *comm, void *state, int peer) {
+  (void)comm, (void)state, (void)peer;
+  return RCC_LINK_SHM;
+}
+
 const struct rcc_transport rcc_transport_shm = {
     .name = "SHM",
     .can_connect = shm_can_connect,
@@ -295,4 +303,5 @@ const struct rcc_transport rcc_transport_shm = {
     .connect = shm_connect,
     .finish = shm_finish,
     .destroy = shm_destroy,
+    .link = shm_link,
 };

@@ -4,17 +4,16 @@
  * For each peer the first transport of rcc_transports[] whose can_connect
  * says yes carries the edge. Setup runs per transport in lock step on all
  * ranks (setup, all-gather of blobs, connect, barrier, finish); each phase
- * all-gathers a status word too, so a rank that fails makes every rank fail
- * with a message naming it, instead of leaving the others waiting.
+ * all-gathers a status word too (agree.c), so a rank that fails makes every
+ * rank fail with a message naming it, instead of leaving the others waiting.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap.h"
+#include "agree.h"
 #include "comm.h"
-#include "cuda.h"
 #include "error.h"
-#include "log.h"
+#include "transport.h"
 
 const struct rcc_transport *const rcc_transports[] = {
     &rcc_transport_p2p, /* device-capable communicators, GPUs that reach */
@@ -30,26 +29,11 @@ struct phase_record {
   char blob[RCC_TRANSPORT_BLOB_BYTES];
 };
 
-/* All-gathers this rank's status (and blob); fails if any rank failed. */
+/* All-gathers this rank's status and blob; fails if any rank failed. */
 static ringcc_result_t agree(struct ringcc_comm *comm, ringcc_result_t mine,
                              struct phase_record *all, const char *phase,
                              int64_t deadline) {
-  char err[RCC_ERRLEN];
-  all[comm->rank].status = (int32_t)mine;
-  ringcc_result_t r = rcc_bootstrap_allgather(comm->boot, all, sizeof(*all),
-                                              deadline, err, sizeof(err));
-  if (r != RINGCC_SUCCESS)
-    return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
-  if (mine != RINGCC_SUCCESS)
-    return mine; /* our own message is already recorded */
-  for (int p = 0; p < comm->nranks; p++)
-    if (all[p].status != RINGCC_SUCCESS)
-      return rcc_comm_error(comm, (ringcc_result_t)all[p].status,
-                            "init on rank %d: rank %d failed during %s (%s); "
-                            "its log has the reason",
-                            comm->rank, p, phase,
-                            ringcc_strerror((ringcc_result_t)all[p].status));
-  return RINGCC_SUCCESS;
+  return rcc_agree_records(comm, mine, all, sizeof(*all), phase, deadline);
 }
 
 static ringcc_result_t assign_edges(struct ringcc_comm *comm) {
@@ -144,27 +128,38 @@ ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
   choose_chunks(comm);
   for (int t = 0; t < rcc_num_transports && r == RINGCC_SUCCESS; t++)
     r = connect_one(comm, t, all, peers, deadline);
-  /* The device side of the FIFOs; agreed on, so that no rank launches a
-   * kernel before every rank finished its CUDA setup. */
-  if (r == RINGCC_SUCCESS && comm->nkinds == RCC_MAX_CONN_KINDS)
-    r = agree(comm, rcc_cuda_connect(comm), all, "CUDA setup", deadline);
 out:
   free(all);
   free(peers);
   return r;
 }
 
+/* The state of the transport carrying the edge to peer, or NULL. */
+static void *edge_state(const struct ringcc_comm *comm, int peer) {
+  for (int t = 0; t < rcc_num_transports; t++)
+    if (rcc_transports[t] == comm->edge_transport[peer])
+      return comm->transport_state[t];
+  return NULL;
+}
+
 const char *rcc_edge_name(const struct ringcc_comm *comm, int peer) {
   const struct rcc_transport *tr = comm->edge_transport[peer];
-  for (int t = 0; t < rcc_num_transports; t++) {
-    if (rcc_transports[t] != tr || comm->transport_state[t] == NULL)
-      continue;
-    if (tr->describe_peer)
-      return tr->describe_peer(comm->transport_state[t], peer);
-    if (tr->describe)
-      return tr->describe(comm->transport_state[t]);
-  }
+  void *state = tr ? edge_state(comm, peer) : NULL;
+  if (state != NULL && tr->describe_peer)
+    return tr->describe_peer(state, peer);
+  if (state != NULL && tr->describe)
+    return tr->describe(state);
   return tr ? tr->name : "none";
+}
+
+int rcc_edge_link(const struct ringcc_comm *comm, int peer) {
+  const struct rcc_transport *tr = comm->edge_transport[peer];
+  return tr ? tr->link(comm, edge_state(comm, peer), peer) : RCC_LINK_SHM;
+}
+
+unsigned rcc_edge_flags(const struct ringcc_comm *comm, int peer) {
+  const struct rcc_transport *tr = comm->edge_transport[peer];
+  return tr ? tr->flags : 0;
 }
 
 /* Last set up, first torn down: the network transport's proxy thread may
@@ -176,44 +171,4 @@ void rcc_transports_destroy(struct ringcc_comm *comm) {
       rcc_transports[t]->destroy(comm, comm->transport_state[t]);
     comm->transport_state[t] = NULL;
   }
-}
-
-ringcc_result_t rcc_all_agree(struct ringcc_comm *comm, int ok, int *all_ok,
-                              int64_t deadline) {
-  char err[RCC_ERRLEN];
-  int32_t *all = calloc((size_t)comm->nranks, sizeof(int32_t));
-  if (all == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
-                          "init on rank %d: out of memory", comm->rank);
-  all[comm->rank] = ok;
-  ringcc_result_t r = rcc_bootstrap_allgather(comm->boot, all, sizeof(int32_t),
-                                              deadline, err, sizeof(err));
-  if (r != RINGCC_SUCCESS) {
-    free(all);
-    return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
-  }
-  *all_ok = 1;
-  for (int p = 0; p < comm->nranks; p++)
-    *all_ok &= all[p] != 0;
-  free(all);
-  return RINGCC_SUCCESS;
-}
-
-/* The one-shot board (exec_host.c) is used only where every rank reads every
- * rank's board; shm.c maps them with its FIFOs, so a rank has them all when
- * every edge is plain shared memory. Agreed through the bootstrap, since a
- * rank that used the board while a peer used the FIFOs would wait forever. */
-ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
-  int n = comm->nranks, ok = n > 1 && comm->board != NULL;
-  for (int p = 0; p < n && ok; p++)
-    ok = comm->board[p] != NULL;
-  ringcc_result_t r = rcc_all_agree(comm, ok, &comm->board_ok, deadline);
-  if (r != RINGCC_SUCCESS)
-    return r;
-  RCC_INFO(comm->rank, "one-shot board (%zu bytes a call): %s",
-           comm->board_bytes,
-           comm->board_ok ? "available"
-                          : "not available (ranks on several hosts, or an edge "
-                            "that is not plain shared memory)");
-  return RINGCC_SUCCESS;
 }

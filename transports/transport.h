@@ -18,7 +18,8 @@
  *   destroy  free everything (local, never blocks on a peer).
  *
  * Adding a transport means one new file with one designated-initialiser table
- * and one line in rcc_transports[] (lib/transport.c).
+ * and one line in rcc_transports[] (transport.c). The core never names a
+ * transport: it asks an edge's table (link, flags, describe).
  */
 #ifndef RCC_TRANSPORT_H
 #define RCC_TRANSPORT_H
@@ -26,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "link.h"
 #include "ringcc.h"
 
 struct ringcc_comm;
@@ -51,7 +53,18 @@ struct rcc_transport {
   const char *(*describe)(void *state);
   /* Optional: the name of one edge, where edges differ ("P2P/NVLink"). */
   const char *(*describe_peer)(void *state, int peer);
+  /* The cost model's link kind of the edge to peer (enum rcc_link); every
+   * rank must get the same answer for the same edge. */
+  int (*link)(const struct ringcc_comm *comm, void *state, int peer);
+  unsigned flags; /* RCC_TRANSPORT_* */
 };
+
+/* The device-kind FIFOs are in GPU memory already: kernels use them as
+ * they are (p2p). Otherwise they are host memory the CUDA side maps. */
+#define RCC_TRANSPORT_DEVICE_FIFOS 1u
+/* The edge crosses hosts: its FIFOs are staging slots an engine (the
+ * network proxy) moves; device FIFOs are "staged". */
+#define RCC_TRANSPORT_NETWORK 2u
 
 extern const struct rcc_transport rcc_transport_p2p;
 extern const struct rcc_transport rcc_transport_shm;
@@ -66,5 +79,17 @@ ringcc_result_t rcc_shm_setup_host(struct ringcc_comm *comm, const int *peers,
 /* The ordered table: the first transport that can connect an edge wins. */
 extern const struct rcc_transport *const rcc_transports[];
 extern const int rcc_num_transports;
+
+/* transport.c: connects every edge with the first transport that can. */
+ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
+                                       int64_t deadline_ns);
+/* Last set up, first torn down. */
+void rcc_transports_destroy(struct ringcc_comm *comm);
+/* "SHM", "NET/Socket/eth0": how this rank reaches peer. */
+const char *rcc_edge_name(const struct ringcc_comm *comm, int peer);
+/* The cost model's link kind of the edge to peer (enum rcc_link). */
+int rcc_edge_link(const struct ringcc_comm *comm, int peer);
+/* The RCC_TRANSPORT_* flags of the edge to peer (0 where there is none). */
+unsigned rcc_edge_flags(const struct ringcc_comm *comm, int peer);
 
 #endif /* RCC_TRANSPORT_H */

@@ -12,11 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "board.h"
+#include "cma.h"
 #include "comm.h"
 #include "cuda.h"
 #include "dtype.h"
 #include "error.h"
+#include "exec.h"
 #include "log.h"
+#include "tuner.h"
 
 struct call {
   const char *fn;          /* "ringcc_allreduce" */

@@ -20,13 +20,20 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "agree.h"
+#include "board.h"
 #include "bootstrap.h"
 #include "clock.h"
+#include "cma.h"
 #include "comm.h"
 #include "cuda.h"
 #include "env.h"
 #include "error.h"
+#include "graph.h"
 #include "log.h"
+#include "report.h"
+#include "transport.h"
+#include "tuner.h"
 
 #define DEFAULT_TIMEOUT_MS 600000
 #define DEFAULT_CHUNK_BYTES 65536
@@ -99,14 +106,6 @@ static ringcc_result_t int_setting(int64_t field, const char *var,
   return RINGCC_SUCCESS;
 }
 
-/* RINGCC_ALGO's spelling of each ringcc_algo_t. */
-static const char *const algo_names[RINGCC_NUM_ALGOS] = {
-    "auto", "ring", "tree", "direct", "recdoubling", "rabenseifner"};
-
-const char *rcc_algo_setting_name(int algo) {
-  return algo >= 0 && algo < RINGCC_NUM_ALGOS ? algo_names[algo] : "?";
-}
-
 static ringcc_result_t algo_setting(int field, int *out, char *err,
                                     size_t errlen) {
   const char *env = rcc_getenv("RINGCC_ALGO");
@@ -119,7 +118,7 @@ static ringcc_result_t algo_setting(int field, int *out, char *err,
   } else if (env != NULL) {
     int found = -1;
     for (int a = 0; a < RINGCC_NUM_ALGOS; a++)
-      if (strcasecmp(env, algo_names[a]) == 0)
+      if (strcasecmp(env, rcc_algo_setting_name(a)) == 0)
         found = a;
     if (found < 0)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
@@ -287,27 +286,6 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
-int rcc_peer_alive(const struct ringcc_comm *comm, int peer) {
-  const struct rcc_peer_info *me = &comm->peers[comm->rank];
-  const struct rcc_peer_info *q = &comm->peers[peer];
-  char path[64], stat[256];
-
-  if (q->pid_space != me->pid_space || q->pid == me->pid)
-    return 1; /* another host, or a thread of this process */
-  if (kill(q->pid, 0) != 0 && errno == ESRCH)
-    return 0;
-  /* A killed child its parent has not reaped yet is a zombie: gone too. */
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)q->pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return 1;
-  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
-  fclose(f);
-  stat[n] = '\0';
-  const char *paren = strrchr(stat, ')');
-  return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
-}
-
 /* Waiting without RINGCC_SPIN / RINGCC_YIELDS: a few sched_yield()s (which
  * return at once on an idle CPU, so they poll too), then sleep on the futex;
  * and a short busy poll first, but only where every thread of this host's
@@ -334,11 +312,11 @@ static void adapt_waiting(struct ringcc_comm *comm) {
                   ? CPU_COUNT(&cpus)
                   : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int roomy = comm->nranks > 1 && threads <= ncpus;
-  if (comm->set.spin < 0)
-    comm->set.spin = roomy ? DEFAULT_SPIN_ROOMY : 0;
-  if (comm->set.yields < 0)
-    comm->set.yields = DEFAULT_YIELDS;
-  comm->spin_now = comm->set.spin;
+  comm->spin.spin = comm->set.spin >= 0 ? comm->set.spin
+                  : roomy               ? DEFAULT_SPIN_ROOMY
+                                        : 0;
+  comm->spin.yields = comm->set.yields >= 0 ? comm->set.yields : DEFAULT_YIELDS;
+  comm->spin.now = comm->spin.spin;
   RCC_INFO(comm->rank, "waiting: %d ranks on this host, %d CPUs: %s", local,
            ncpus,
            roomy ? "polls briefly before yielding"
@@ -398,7 +376,7 @@ static void log_ring(const struct ringcc_comm *comm) {
            comm->nranks, (long long)comm->set.timeout_ms,
            (long long)comm->set.chunk_bytes, comm->ring_chunk_bytes,
            (long long)comm->set.net_chunk_bytes, comm->set.nslots,
-           comm->set.shm_disable, comm->set.spin, comm->set.yields);
+           comm->set.shm_disable, comm->spin.spin, comm->spin.yields);
 }
 
 static ringcc_result_t comm_setup(struct ringcc_comm *comm,
@@ -418,8 +396,15 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   comm->nkinds = rcc_cuda_kinds(comm); /* device FIFOs if every rank has a GPU */
   if ((r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
-      (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS ||
-      (r = rcc_cma_setup(comm, deadline)) != RINGCC_SUCCESS ||
+      (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
+    return r;
+  /* The device side of the FIFOs; agreed on, so that no rank launches a
+   * kernel before every rank finished its CUDA setup. */
+  if (comm->nkinds == RCC_MAX_CONN_KINDS &&
+      (r = rcc_agree_status(comm, rcc_cuda_connect(comm), "CUDA setup",
+                            deadline)) != RINGCC_SUCCESS)
+    return r;
+  if ((r = rcc_cma_setup(comm, deadline)) != RINGCC_SUCCESS ||
       (r = rcc_board_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   log_ring(comm);

@@ -33,6 +33,7 @@
 #include "cuda.h"
 #include "error.h"
 #include "log.h"
+#include "transport.h"
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -48,13 +49,16 @@ struct rcc_cuda {
   int *ring_dev;
   cudaEvent_t last;                   /* the last kernel of this comm */
   int have_last;
-  uint32_t launches;                  /* kernels enqueued (read by the proxy) */
+  uint32_t launches;                  /* kernels enqueued (read by engines) */
   void **registered;                  /* host FIFOs registered for kernels */
   int nregistered;
-  int doorbell;                       /* the net proxy's, or -1 */
+  struct rcc_conn *engine_conn;       /* a host FIFO of the network engine:
+                                         notified when a kernel starts */
   void *stage;                        /* staged input of the pending call */
   void *stage_stream;
 };
+
+static int cuda_busy(struct ringcc_comm *comm);
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -214,14 +218,16 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
   *dev = *host;
   dev->fifo = dbase;
   dev->data = (char *)dbase + (host->data - (char *)host->fifo);
-  dev->doorbell = -1; /* kernels cannot ring; the proxy polls (rcc_cuda_busy) */
+  dev->ops = NULL; /* kernels wake nobody; the engine polls (cuda_busy) */
+  dev->engine = NULL;
   return RINGCC_SUCCESS;
 }
 
 /* The device view of peer p's device-kind FIFOs, into table. */
 static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
                                    struct rcc_conn *table) {
-  int n = comm->nranks, is_p2p = comm->edge_transport[p] == &rcc_transport_p2p;
+  int n = comm->nranks;
+  unsigned flags = rcc_edge_flags(comm, p);
   for (int dir = 0; dir < 2; dir++)
     for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
       const struct rcc_conn *h =
@@ -231,9 +237,9 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
         return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
                               "init on rank %d: the transport to rank %d made "
                               "no device FIFO", comm->rank, p);
-      if (h->doorbell >= 0)
-        comm->cuda->doorbell = h->doorbell;
-      if (is_p2p) {
+      if (h->ops != NULL)
+        comm->cuda->engine_conn = (struct rcc_conn *)h;
+      if (flags & RCC_TRANSPORT_DEVICE_FIFOS) {
         *d = *h; /* already in GPU memory */
         continue;
       }
@@ -243,7 +249,7 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
     }
   struct rcc_edge_topo e;
   rcc_topo_edge(&comm->peers[comm->rank], &comm->peers[p], &e);
-  if (comm->edge_transport[p] == &rcc_transport_net)
+  if (flags & RCC_TRANSPORT_NETWORK)
     RCC_INFO(comm->rank, "device edge %d -> %d via %s/staged", comm->rank, p,
              rcc_edge_name(comm, p));
   else
@@ -290,7 +296,7 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   if (e != cudaSuccess)
     return cuda_error(comm, "cudaHostAlloc of the status record", e);
   memset(st, 0, sizeof(*st));
-  /* The network proxy (another thread) may look already (rcc_cuda_busy). */
+  /* The network engine (another thread) may look already (cuda_busy). */
   __atomic_store_n(&cu->status, st, __ATOMIC_RELEASE);
   if ((e = cudaHostGetDevicePointer((void **)&cu->status_dev, cu->status, 0)) !=
       cudaSuccess)
@@ -314,8 +320,8 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "init on rank %d: out of memory", comm->rank);
   cu->device = comm->peers[comm->rank].gpu.device;
-  cu->doorbell = -1;
-  __atomic_store_n(&comm->cuda, cu, __ATOMIC_RELEASE); /* see rcc_cuda_busy */
+  __atomic_store_n(&comm->cuda, cu, __ATOMIC_RELEASE); /* see cuda_busy */
+  __atomic_store_n(&comm->device_busy, cuda_busy, __ATOMIC_RELEASE);
   cudaError_t e = enter_device(comm->cuda->device, &prev);
   if (e != cudaSuccess)
     return cuda_error(comm, "cudaSetDevice", e);
@@ -441,9 +447,10 @@ void rcc_cuda_poll(struct ringcc_comm *comm) {
   }
 }
 
-/* Called by the proxy thread, also while init is still filling comm->cuda
- * in and until the proxy stops (rcc_cuda_free comes after). */
-int rcc_cuda_busy(struct ringcc_comm *comm) {
+/* comm->device_busy: called by the network engine's thread, also while
+ * init is still filling comm->cuda in and until the engine stops
+ * (rcc_cuda_free comes after). */
+static int cuda_busy(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
   struct rcc_cuda_status *st =
       cu ? __atomic_load_n(&cu->status, __ATOMIC_ACQUIRE) : NULL;
@@ -579,8 +586,8 @@ static ringcc_result_t launch(struct ringcc_comm *comm,
   if ((e = cudaEventRecord(cu->last, (cudaStream_t)stream)) != cudaSuccess)
     return cuda_error(comm, "cudaEventRecord", e);
   cu->have_last = 1;
-  if (cu->doorbell >= 0)
-    rcc_proxy_ring(cu->doorbell); /* from now on the proxy polls */
+  if (cu->engine_conn != NULL) /* from now on the engine polls */
+    cu->engine_conn->ops->notify(cu->engine_conn);
   return RINGCC_SUCCESS;
 }
 
@@ -642,10 +649,6 @@ void rcc_cuda_destroy(struct ringcc_comm *comm) { (void)comm; }
 void rcc_cuda_free(struct ringcc_comm *comm) { (void)comm; }
 void rcc_cuda_abort(struct ringcc_comm *comm) { (void)comm; }
 void rcc_cuda_poll(struct ringcc_comm *comm) { (void)comm; }
-int rcc_cuda_busy(struct ringcc_comm *comm) {
-  (void)comm;
-  return 0;
-}
 
 ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                                 const void *send, const char *send_name,

@@ -87,7 +87,7 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
 int rcc_cuda_kinds(const struct ringcc_comm *comm);
 /* After the transports connected: makes the device-kind FIFOs usable by
  * kernels (registers staged host FIFOs, uploads the connection tables),
- * logs each edge's path at INFO. */
+ * logs each edge's path at INFO, and sets comm->device_busy. */
 ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm);
 /* Before the transports are torn down: waits for this communicator's
  * kernels, then frees the device side (unregisters the staging FIFOs). */
@@ -99,9 +99,6 @@ void rcc_cuda_abort(struct ringcc_comm *comm);
 /* Picks up failures of kernels that ended (a timeout, a mismatch, a CUDA
  * error): records the message and makes the communicator unusable. */
 void rcc_cuda_poll(struct ringcc_comm *comm);
-/* 1 while a kernel of comm may still run (the proxy polls instead of
- * sleeping then: a kernel cannot ring its doorbell). */
-int rcc_cuda_busy(struct ringcc_comm *comm);
 
 /* Where a collective's buffers are. send/recv: the buffers the call reads
  * and writes (NULL where it has none); names as in the error messages.

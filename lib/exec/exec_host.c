@@ -6,33 +6,32 @@
  * steps reduce straight from the incoming slot and the user's buffer into the
  * outgoing slot, so a ring step touches each byte once.
  *
- * Over the network a collective sends straight from the user's buffers when
- * the bytes are there already (a plain send, or what a step just wrote to
- * dst): the slot then carries only the message's place in the FIFO, and the
- * proxy sends from the buffer (rcc_proxy_conn.from). Such a send is pending
- * until the FIFO's head passes it; a step that would write over its bytes
- * waits for it first, and the call returns only when every one has left (or,
- * after a failure, has been copied into its slot: rcc_proxy_detach).
+ * The executor knows FIFOs only. A connection whose other end is an engine
+ * (the network proxy) has hooks (struct rcc_conn_ops, proto.h): the executor
+ * hands each published slot to it, waits through it, and, where the engine
+ * offers it, lends it the user's buffers: a send leaves straight from them
+ * when the bytes are there already (a plain send, or what a step just wrote
+ * to dst), and a receive whose bytes go to dst unchanged lands there. A lent
+ * send is pending until the FIFO's head passes it; a step that would write
+ * over its bytes waits for it first, and the call returns only when every
+ * one has left (or, after a failure, the engine took its bytes back:
+ * reclaim).
  *
- * Waiting polls briefly, then yields the CPU, then sleeps on the FIFO counter
- * as a futex (the publisher wakes sleepers only when there are any). Eight
- * ranks on two cores therefore still make progress, and a rank that sleeps
- * wakes as soon as its data arrives. Sleeps are bounded so the deadline and
- * ringcc_comm_abort() are noticed.
+ * Waiting on shared memory polls briefly, then yields the CPU, then sleeps on
+ * the FIFO counter as a futex (the publisher wakes sleepers only when there
+ * are any). Eight ranks on two cores therefore still make progress, and a
+ * rank that sleeps wakes as soon as its data arrives. Sleeps are bounded so
+ * the deadline and ringcc_comm_abort() are noticed.
  */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "clock.h"
-#include "error.h"
-#include "log.h"
-#include "reduce.h"
 
 #define RCC_HD
 #define RCC_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -48,7 +47,16 @@ struct rcc_conn;
 static void host_wake(const struct rcc_conn *c, uint32_t *word,
                       uint32_t *waiters);
 
+#include "agree.h"
+#include "board.h"
+#include "clock.h"
 #include "comm.h"
+#include "error.h"
+#include "exec.h"
+#include "failure.h"
+#include "log.h"
+#include "reduce.h"
+#include "report.h"
 
 #define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
 #define ZC_MAX 32 /* sends from user buffers tracked at once */
@@ -116,21 +124,14 @@ static long futex(uint32_t *word, int op, uint32_t val,
 
 static void host_wake(const struct rcc_conn *c, uint32_t *word,
                       uint32_t *waiters) {
-  /* A network FIFO: hand the slot to the network from this thread, so the
-   * proxy thread need not wake up; unless a send could not finish. */
-  if (c->proxy != NULL) {
-    if (rcc_proxy_push(c->proxy, c->proxy_conn) != 0)
-      rcc_proxy_drive(c->proxy, 0); /* the proxy thread finishes it */
+  if (c->ops != NULL) { /* an engine's FIFO: it takes the slot from here */
+    c->ops->published((struct rcc_conn *)c);
     return;
   }
   /* Orders our publish before reading waiters; pairs with the waiter's
    * increment-then-recheck, so a sleeper is never missed. */
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(waiters, __ATOMIC_RELAXED) == 0)
-    return;
-  if (c->doorbell >= 0)
-    rcc_proxy_ring(c->doorbell);
-  else
+  if (__atomic_load_n(waiters, __ATOMIC_RELAXED) != 0)
     futex(word, FUTEX_WAKE, INT_MAX, NULL);
 }
 
@@ -158,13 +159,13 @@ static int wait_failed(struct exec *x) {
    * sockets tell, in order, after anything they said before dying). */
   const struct rcc_conn *conn = x->at->conn;
   int peer = x->at->peer;
-  if (rcc_dead_rank(comm, NULL) < 0 && conn != NULL && conn->doorbell < 0) {
+  if (rcc_dead_rank(comm, NULL) < 0 && conn != NULL && conn->ops == NULL) {
     uint32_t d = __atomic_load_n(&conn->fifo->dead, __ATOMIC_ACQUIRE);
     if (d != 0)
       rcc_peer_dead(comm, (int)d - 1, peer);
   }
   if (rcc_dead_rank(comm, NULL) < 0 && peer >= 0 &&
-      (conn == NULL || conn->doorbell < 0) && !rcc_peer_alive(comm, peer)) {
+      (conn == NULL || conn->ops == NULL) && !rcc_peer_alive(comm, peer)) {
     int told = rcc_peer_poisoned(comm, peer); /* it knew of another first */
     if (told >= 0)
       rcc_peer_dead(comm, told, peer);
@@ -223,84 +224,27 @@ static int wait_failed(struct exec *x) {
   return RINGCC_SUCCESS;
 }
 
-/* How many times to poll before yielding. comm->spin_now adapts (the
- * callers set it after the wait): a wait that polling caught keeps it, one
- * that outlasted it halves it (on a host where other work wants the CPU,
- * polling only keeps the CPU from the peer), and every 256th wait tries the
- * full set.spin again. */
-static int spin_budget(struct ringcc_comm *comm) {
-  if (comm->spin_now < comm->set.spin && (++comm->spin_probe & 255) == 0)
-    return comm->set.spin;
-  return comm->spin_now;
-}
-
-/* Waiting on a network FIFO: this thread sleeps in poll() on the sockets
- * itself and progresses the connections that are ready (the proxy thread
- * stands aside), so a message that arrives wakes the thread that wants it,
- * not a proxy thread that then wakes it.
- *
- * Polling adapts as in host_wait, with one more rule: a wait that outlasted
- * the polling but ended sooner after it than the full set.spin polls take
- * restores them. Sleeping in poll() and being woken costs more here than
- * polling does (over loopback, 8-byte exchanges take 23 us blocking and
- * 5 us polling), and a peer that sleeps answers late, which makes this
- * rank's waits outlast its polling too: halving alone lets both ranks
- * settle into sleeping for whole runs. A wait that lasts longer than all
- * the polling (a peer without a CPU) still halves it. */
-static int net_wait(struct exec *x, struct rcc_proxy *px, uint32_t *word,
-                    uint32_t old) {
-  struct ringcc_comm *comm = x->comm;
-  int budget = spin_budget(comm), i, r = 0;
-  int64_t t0 = 0, t_out = 0;
-  rcc_proxy_drive(px, 1);
-  for (i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
-    /* Poll the sockets (without sleeping) up to budget times, then yield
-     * twice (a message on its way may land), then sleep in poll(). */
-    int sleep = i >= budget + 2;
-    if (i == 0 && budget == comm->set.spin)
-      t0 = rcc_now_ns(); /* times the full polling (spin_full_ns) */
-    if (i == budget)
-      t_out = rcc_now_ns();
-    if (!sleep && i >= budget)
-      sched_yield();
-    rcc_proxy_poll(px, sleep ? (int)(SLEEP_SLICE_NS / 1000000) : 0);
-    if (sleep && __atomic_load_n(word, __ATOMIC_ACQUIRE) == old &&
-        (r = wait_failed(x)) != RINGCC_SUCCESS)
-      break;
-  }
-  if (i <= budget) {
-    comm->spin_now = budget;
-  } else {
-    if (budget == comm->set.spin && budget > 0)
-      comm->spin_full_ns = t_out - t0;
-    comm->spin_now = rcc_now_ns() - t_out < comm->spin_full_ns
-                         ? comm->set.spin
-                         : budget / 2;
-  }
-  rcc_proxy_settle(px);
-  return r;
-}
+/* An engine's wait runs these checks after each sleep. */
+static int wait_check(void *ctx) { return wait_failed(ctx); }
 
 static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
                      uint32_t old) {
-  const struct rcc_settings *set = &x->comm->set;
-  const struct rcc_conn *conn = x->at->conn;
-
-  if (conn != NULL && conn->proxy != NULL)
-    return net_wait(x, conn->proxy, word, old);
+  struct rcc_conn *conn = (struct rcc_conn *)x->at->conn;
+  if (conn != NULL && conn->ops != NULL)
+    return conn->ops->wait(conn, word, old, wait_check, x);
 
   /* Poll, then yield, then sleep. */
-  struct ringcc_comm *comm = x->comm;
-  int budget = spin_budget(comm);
+  struct rcc_spin *spin = &x->comm->spin;
+  int budget = rcc_spin_budget(spin);
   for (int i = 0; i < budget; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
-      comm->spin_now = budget;
+      spin->now = budget;
       return 0;
     }
     cpu_relax();
   }
-  comm->spin_now = budget / 2;
-  for (int i = 0; i < set->yields; i++) {
+  spin->now = budget / 2;
+  for (int i = 0; i < spin->yields; i++) {
     sched_yield();
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
       return 0;
@@ -410,13 +354,17 @@ static void zc_release(struct exec *x) {
       again |= done[j] == e->conn;
     if (again || zc_done(e))
       continue;
-    rcc_proxy_detach(e->conn->proxy, e->conn->proxy_conn);
+    e->conn->ops->reclaim(e->conn);
     done[ndone++] = e->conn;
   }
   x->nzc = 0;
 }
 
-/* Where a network send of this step can come from without a copy into the
+static int can_lend(const struct rcc_conn *c) {
+  return c->ops != NULL && c->ops->lend != NULL;
+}
+
+/* Where a lent send of this step can come from without a copy into the
  * slot (NULL: it needs the slot). */
 static const char *zc_source(const struct exec *x, const struct rcc_step *s) {
   const char *src = x->src + s->src_off * x->esize;
@@ -437,15 +385,15 @@ static const char *zc_source(const struct exec *x, const struct rcc_step *s) {
 
 /* ---- receives straight into the user's buffers ------------------------------
  *
- * A network receive whose bytes go to dst unchanged (RECV, RECV_COPY_SEND)
- * can land there instead of in its slot: the executor asks the proxy to
- * move the posted receive before its payload arrives (rcc_proxy_land), and
- * the step then finds its bytes in place and copies nothing. Over TCP this
- * saves one of the three copies a byte of an AllGather otherwise takes
+ * A receive whose bytes go to dst unchanged (RECV, RECV_COPY_SEND) on a
+ * connection whose engine can land it (ops->land) lands there instead of in
+ * its slot: the engine moves the posted receive before its payload arrives,
+ * and the step then finds its bytes in place and copies nothing. Over TCP
+ * this saves one of the three copies a byte of an AllGather otherwise takes
  * (kernel to slot, slot to dst, dst to kernel). Messages land ahead of the
- * executor, so a region may be given to the network only when no step
- * between here and the receiving one touches it (in either buffer: in place
- * they alias) and no send from it is still in flight. */
+ * executor, so a region may be lent only when no step between here and the
+ * receiving one touches it (in either buffer: in place they alias) and no
+ * send from it is still in flight. */
 
 static int step_touches(const struct exec *x, const struct rcc_step *s,
                         const char *p, size_t len) {
@@ -482,7 +430,7 @@ static void land_ahead(struct exec *x, uint64_t i) {
       continue;
     size_t bytes = t->nelem * x->esize;
     struct rcc_conn *rc = &comm->recv_conn[t->conn_kind][t->recv_peer];
-    if (rc->proxy == NULL || bytes < LAND_MIN_BYTES)
+    if (rc->ops == NULL || rc->ops->land == NULL || bytes < LAND_MIN_BYTES)
       continue;
     uint32_t seq = rc->step; /* this step's message on rc */
     for (int b = 0; b < a; b++)
@@ -497,7 +445,7 @@ static void land_ahead(struct exec *x, uint64_t i) {
     for (int z = 0; z < x->nzc && !clash; z++)
       clash = overlaps(x->zc[z].p, x->zc[z].len, p, bytes) &&
               !zc_done(&x->zc[z]);
-    if (!clash && rcc_proxy_land(rc->proxy, rc->proxy_conn, seq, p, bytes))
+    if (!clash && rc->ops->land(rc, seq, p, bytes))
       x->lands[x->nland++] = (struct land){rc, seq, p};
   }
 }
@@ -509,7 +457,7 @@ static char *land_take(struct exec *x, struct rcc_conn *c) {
   if (l == NULL)
     return NULL;
   char *p = l->p;
-  ((struct rcc_proxy_conn *)c->proxy_conn)->to[c->step % c->nslots] = NULL;
+  c->ops->landed(c, c->step);
   *l = x->lands[--x->nland];
   return p;
 }
@@ -522,7 +470,7 @@ static void land_release(struct exec *x) {
     for (int j = 0; j < i; j++)
       again |= x->lands[j].conn == x->lands[i].conn;
     if (!again)
-      rcc_proxy_unland(x->lands[i].conn->proxy, x->lands[i].conn->proxy_conn);
+      x->lands[i].conn->ops->reclaim(x->lands[i].conn);
   }
   x->nland = 0;
 }
@@ -541,10 +489,8 @@ static int send_publish(struct exec *x, struct rcc_conn *c, const char *p,
     if (r != RINGCC_SUCCESS)
       return r;
   }
-  if (c->proxy != NULL) {
-    struct rcc_proxy_conn *pc = c->proxy_conn;
-    pc->from[c->step % c->nslots] = p;
-  }
+  if (can_lend(c)) /* p, or NULL: this slot's bytes are in the slot */
+    c->ops->lend(c, p);
   rcc_proto_send_end(c, meta);
   if (p != NULL)
     x->zc[x->nzc++] = (struct zc_send){p, bytes, c, c->step};
@@ -628,7 +574,7 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
   uint64_t meta;
   int r;
 
-  const char *zc = x->zerocopy && sc->proxy != NULL ? zc_source(x, s) : NULL;
+  const char *zc = x->zerocopy && can_lend(sc) ? zc_source(x, s) : NULL;
   char *dst = x->dst + s->dst_off * x->esize;
 
   waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
@@ -682,7 +628,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
     waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
-    if (x->zerocopy && sc->proxy != NULL && (zc = zc_source(x, s)) != NULL)
+    if (x->zerocopy && can_lend(sc) && (zc = zc_source(x, s)) != NULL)
       out = NULL;
   }
   /* Every step but a plain send and a reduce into the slot writes dst. */
@@ -768,19 +714,6 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
  * peer each way. A failed call leaves the communicator unusable (coll.c),
  * so the sequence numbers never disagree between calls that succeed. */
 
-static struct rcc_board *board_region(const struct ringcc_comm *comm, int rank,
-                                      uint32_t seq) {
-  return (struct rcc_board *)(comm->board[rank] +
-                              (seq & 1) * comm->board_stride);
-}
-
-void rcc_board_wake(struct ringcc_comm *comm) {
-  if (comm->board == NULL || comm->board[comm->rank] == NULL)
-    return;
-  for (uint32_t s = 0; s < 2; s++)
-    futex(&board_region(comm, comm->rank, s)->seq, FUTEX_WAKE, INT_MAX, NULL);
-}
-
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
                                     const struct rcc_plan *plan,
                                     const void *src, void *dst,
@@ -796,7 +729,7 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   int n = comm->nranks;
   size_t bytes = plan->count * x.esize;
   uint32_t seq = ++comm->board_seq;
-  struct rcc_board *mine = board_region(comm, comm->rank, seq);
+  struct rcc_board *mine = rcc_board_region(comm, comm->rank, seq);
   ringcc_result_t r = RINGCC_SUCCESS;
 
   RCC_PUT(x.at->coll, plan->coll);
@@ -820,7 +753,7 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
     futex(&mine->seq, FUTEX_WAKE, INT_MAX, NULL);
 
   for (int k = 0; k < n && r == RINGCC_SUCCESS; k++) {
-    const struct rcc_board *b = board_region(comm, k, seq);
+    const struct rcc_board *b = rcc_board_region(comm, k, seq);
     uint32_t now;
     RCC_PUT(x.at->step, (uint64_t)k);
     /* The FIFO from rank k: where it writes the news of a dead rank. */
@@ -852,4 +785,23 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   RCC_PUT(x.at->board_seq, NULL);
   RCC_PUT(x.at->active, 0);
   return r;
+}
+
+/* The board is used only where every rank reads every rank's board; shm.c
+ * maps them with its FIFOs, so a rank has them all when every edge is plain
+ * shared memory. Agreed through the bootstrap, since a rank that used the
+ * board while a peer used the FIFOs would wait forever. */
+ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
+  int n = comm->nranks, ok = n > 1 && comm->board != NULL;
+  for (int p = 0; p < n && ok; p++)
+    ok = comm->board[p] != NULL;
+  ringcc_result_t r = rcc_all_agree(comm, ok, &comm->board_ok, deadline);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  RCC_INFO(comm->rank, "one-shot board (%zu bytes a call): %s",
+           comm->board_bytes,
+           comm->board_ok ? "available"
+                          : "not available (ranks on several hosts, or an edge "
+                            "that is not plain shared memory)");
+  return RINGCC_SUCCESS;
 }

@@ -31,8 +31,8 @@
  *                                   failure are the includer's policy)
  *   RCC_PROTO_WAKE(conn, word, waiters)
  *                                   wake sleepers on word after a publish
- *                                   (a proxy thread, through conn->doorbell,
- *                                   or a waiting executor)
+ *                                   (a waiting executor, or conn's engine
+ *                                   through conn->ops)
  */
 #ifndef RCC_PROTO_H
 #define RCC_PROTO_H
@@ -71,7 +71,7 @@ RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,
 #define RCC_META_LAST ((uint64_t)1 << 32) /* last piece of a p2p message */
 #define RCC_META_BYTES(m) ((uint32_t)((m) & 0xffffffffu))
 
-struct rcc_proxy;
+struct rcc_conn_ops;
 
 /* One end of a connection, as seen by the process that uses it. */
 struct rcc_conn {
@@ -81,11 +81,41 @@ struct rcc_conn {
   uint32_t step;       /* sender: next slot to fill; receiver: next to read */
   size_t slot_bytes;
   int peer;            /* the rank at the other end */
-  int doorbell;        /* eventfd of a proxy thread serving the other end,
-                          or -1 when the other end is an executor */
-  struct rcc_proxy *proxy; /* that proxy (proxy.c): a host executor runs its
-                              rounds itself when it publishes or waits */
-  void *proxy_conn;        /* the proxy's side of this connection */
+  /* NULL where both ends are executors that share the FIFO's memory (shm,
+   * p2p): a publish wakes futex sleepers, and a peer's liveness is its pid
+   * and the FIFO's dead word. Otherwise the other end is an engine (the
+   * network proxy) that the host executor drives through these hooks. */
+  const struct rcc_conn_ops *ops;
+  void *engine;        /* the engine's side of this connection */
+};
+
+/* What a host executor asks of a connection whose other end is an engine.
+ * The first three are required, the rest optional (NULL: not offered). */
+struct rcc_conn_ops {
+  /* The executor published a slot on c (tail of a send FIFO, head of a
+   * receive FIFO): hand it on now, from this thread if that is cheapest. */
+  void (*published)(struct rcc_conn *c);
+  /* Waits until *word != old, progressing the engine meanwhile; after each
+   * sleep calls check(ctx), and a non-zero result ends the wait with it. */
+  int (*wait)(struct rcc_conn *c, const uint32_t *word, uint32_t old,
+              int (*check)(void *ctx), void *ctx);
+  /* Wakes the engine: something it must act on changed (a dead rank to
+   * pass on, a kernel that publishes without waking anybody). */
+  void (*notify)(struct rcc_conn *c);
+  /* Send FIFO, before every publish where the engine offers it: the slot
+   * about to be published (number c->step) leaves from p instead, which the
+   * executor keeps unchanged until the FIFO's head passes it (a send
+   * straight from the user's buffer); NULL: from the slot. */
+  void (*lend)(struct rcc_conn *c, const char *p);
+  /* Receive FIFO: message seq lands at p (bytes long) instead of its slot,
+   * if the engine can still move it: 1, else 0. */
+  int (*land)(struct rcc_conn *c, uint32_t seq, char *p, size_t bytes);
+  /* The executor consumed message seq where it landed. */
+  void (*landed)(struct rcc_conn *c, uint32_t seq);
+  /* After a failed call the user's buffers go back to the user: what is
+   * still lent or landing there moves into the slots (or, where the engine
+   * cannot, the connection is given up). */
+  void (*reclaim)(struct rcc_conn *c);
 };
 
 #endif /* RCC_PROTO_H */

@@ -13,21 +13,28 @@
  *                  peer blocked on this rank wakes and reads the cause (a
  *                  peer asleep on this rank's one-shot board is woken too,
  *                  and reads it in the FIFO from this rank);
- *   network        the proxy thread sends a zero-byte FAIL message naming
- *                  the rank on every send connection (proxy.c), and
+ *   network        the engine (the proxy thread) sends a zero-byte FAIL
+ *                  message naming the rank on every send connection
+ *                  (net_proxy.c; woken through the connection's notify
+ *                  hook), and
  *                  ringcc_comm_destroy/abort wait briefly for it to leave.
  *
  * A peer that learns the cause records it and passes it on the same way, so
  * every survivor reports the killed rank and its host, whichever rank it was
  * waiting for.
  */
+#include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "board.h"
 #include "comm.h"
+#include "failure.h"
 #include "log.h"
 
 static void wake(uint32_t *word) {
@@ -35,16 +42,37 @@ static void wake(uint32_t *word) {
 }
 
 /* Marks one host FIFO and wakes whoever sleeps on it (either end). */
-static void poison(const struct rcc_conn *c, int dead, int *doorbell) {
+static void poison(struct rcc_conn *c, int dead, struct rcc_conn **engine) {
   if (c == NULL || c->fifo == NULL)
     return;
-  if (c->doorbell >= 0) { /* a network FIFO: the proxy tells the peer */
-    *doorbell = c->doorbell;
+  if (c->ops != NULL) { /* an engine's FIFO: the engine tells the peer */
+    *engine = c;
     return;
   }
   __atomic_store_n(&c->fifo->dead, (uint32_t)dead + 1, __ATOMIC_RELEASE);
   wake(&c->fifo->tail);
   wake(&c->fifo->head);
+}
+
+int rcc_peer_alive(const struct ringcc_comm *comm, int peer) {
+  const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  const struct rcc_peer_info *q = &comm->peers[peer];
+  char path[64], stat[256];
+
+  if (q->pid_space != me->pid_space || q->pid == me->pid)
+    return 1; /* another host, or a thread of this process */
+  if (kill(q->pid, 0) != 0 && errno == ESRCH)
+    return 0;
+  /* A killed child its parent has not reaped yet is a zombie: gone too. */
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)q->pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 1;
+  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *paren = strrchr(stat, ')');
+  return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
 int rcc_dead_rank(const struct ringcc_comm *comm, int *told_by) {
@@ -80,16 +108,16 @@ void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
     RCC_INFO(comm->rank, "rank %d told this rank that rank %d (pid %d on host "
                          "%s) died; passing it on", told_by, dead, (int)q->pid,
              q->hostname);
-  int doorbell = -1;
+  struct rcc_conn *engine = NULL;
   for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
     for (int p = 0; p < comm->nranks; p++) {
       if (comm->send_conn[k] != NULL)
-        poison(&comm->send_conn[k][p], dead, &doorbell);
+        poison(&comm->send_conn[k][p], dead, &engine);
       if (comm->recv_conn[k] != NULL)
-        poison(&comm->recv_conn[k][p], dead, &doorbell);
+        poison(&comm->recv_conn[k][p], dead, &engine);
     }
-  if (doorbell >= 0)
-    rcc_proxy_ring(doorbell);
+  if (engine != NULL) /* one engine serves every network edge */
+    engine->ops->notify(engine);
   rcc_board_wake(comm); /* peers asleep on this rank's one-shot board */
 }
 
@@ -102,7 +130,7 @@ int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer) {
     const struct rcc_conn *both[2] = {s, r};
     for (int i = 0; i < 2; i++) {
       const struct rcc_conn *c = both[i];
-      if (c == NULL || c->fifo == NULL || c->doorbell >= 0)
+      if (c == NULL || c->fifo == NULL || c->ops != NULL)
         continue;
       uint32_t d = __atomic_load_n(&c->fifo->dead, __ATOMIC_ACQUIRE);
       if (d != 0)

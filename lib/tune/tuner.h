@@ -23,11 +23,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "link.h"
 #include "ringcc.h"
 
-/* Link types with their own alpha and beta. CUDA P2P and verbs join when
- * their transports do. */
-enum rcc_link { RCC_LINK_SHM, RCC_LINK_TCP, RCC_NUM_LINKS };
 
 struct rcc_link_cost {
   double alpha_us;             /* per message */
@@ -61,6 +59,12 @@ enum rcc_alg {
   RCC_NUM_ALGS
 };
 const char *rcc_alg_name(int alg); /* "ring", "one-shot", ... */
+/* 1 for schedules that talk to every peer (they pay the slowest edge). */
+int rcc_alg_uses_all_edges(int alg);
+/* The RINGCC_ALGO value that forces alg. */
+int rcc_alg_setting(int alg);
+/* "auto", "ring", ...: RINGCC_ALGO's spelling of a ringcc_algo_t. */
+const char *rcc_algo_setting_name(int algo);
 
 /* The terms of one algorithm for one call. */
 struct rcc_cost_terms {
@@ -237,5 +241,28 @@ const char *rcc_format_us(double us, char *buf, size_t len);
  * every message. Returns 0, or -1 (nothing printed) for another coll or n. */
 #define RCC_EXPLAIN_MAX_RANKS 8
 int rcc_model_explain(FILE *out, int coll, int nranks);
+
+/* ---- the communicator's tuner (tuner.c) ---------------------------------- */
+
+struct ringcc_comm;
+
+/* Loads the cost model (calibration file or defaults) and agrees
+ * on it with the other ranks (rank 0's values); a collective step of init,
+ * after the transports are connected. */
+ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline);
+/* How one call runs, from rcc_tuner_choose. */
+struct rcc_tuning {
+  int algo;           /* RINGCC_ALGO_DIRECT (one-shot allreduce),
+                         RINGCC_ALGO_TREE (double binary tree allreduce), or
+                         RINGCC_ALGO_RING: the collective's ring, chain or
+                         pairwise schedule */
+  size_t chunk_bytes; /* bytes per step: one FIFO slot of the edges used */
+  int channels;       /* always 1 for now */
+};
+/* Picks for coll (enum rcc_coll) on count_bytes = the call's count times
+ * the datatype size; logs every candidate under RINGCC_DEBUG_SUBSYS=TUNING.
+ * Every rank picks alike. */
+void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
+                      struct rcc_tuning *out);
 
 #endif /* RCC_TUNER_H */

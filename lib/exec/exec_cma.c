@@ -1,5 +1,5 @@
 /*
- * coll_cma.c - direct Reduce-Scatter / AllGather / AllReduce on one host
+ * exec_cma.c - direct Reduce-Scatter / AllGather / AllReduce on one host
  * through cross-memory attach (process_vm_readv): each rank reads its peers'
  * buffers in place, so large messages move at nearly memory speed.
  *
@@ -35,8 +35,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "agree.h"
+#include "cma.h"
 #include "comm.h"
 #include "error.h"
+#include "exec.h"
 #include "log.h"
 #include "reduce.h"
 

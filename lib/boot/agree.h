@@ -1,0 +1,34 @@
+/*
+ * agree.h - steps of init that every rank takes together through the
+ * bootstrap, so that every rank decides alike or fails alike, naming the
+ * rank that failed (agree.c).
+ */
+#ifndef RCC_AGREE_H
+#define RCC_AGREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringcc.h"
+
+struct ringcc_comm;
+
+/* Every rank's ok, AND-ed: *all_ok is the same on every rank. */
+ringcc_result_t rcc_all_agree(struct ringcc_comm *comm, int ok, int *all_ok,
+                              int64_t deadline);
+/* records holds nranks records of bytes each, each starting with an
+ * int32_t status: this rank's status becomes mine, the records are
+ * all-gathered (the rest of each record travels with it), and the result is
+ * mine if it failed (its message is already recorded), else the first
+ * failed rank's code, named ("rank 3 failed during SHM (...)"). */
+ringcc_result_t rcc_agree_records(struct ringcc_comm *comm,
+                                  ringcc_result_t mine, void *records,
+                                  size_t bytes, const char *phase,
+                                  int64_t deadline);
+/* The same with nothing but the status. Every rank's result of an init phase: mine if it failed (its message is
+ * already recorded), else the first rank's failure, named ("rank 3 failed
+ * during SHM (...)"), else success on every rank. */
+ringcc_result_t rcc_agree_status(struct ringcc_comm *comm, ringcc_result_t mine,
+                                 const char *phase, int64_t deadline);
+
+#endif /* RCC_AGREE_H */

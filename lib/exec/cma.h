@@ -1,0 +1,34 @@
+/*
+ * cma.h - direct large-message collectives on one host through cross-memory
+ * attach (exec_cma.c).
+ */
+#ifndef RCC_CMA_H
+#define RCC_CMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringcc.h"
+
+struct ringcc_comm;
+struct rcc_peer_info;
+
+struct rcc_cma_call {
+  int coll;          /* allreduce, reduce_scatter or allgather */
+  const void *src;
+  void *dst;
+  void *scratch;     /* reduce_scatter: output staging when dst overlaps
+                        inputs peers still read, else NULL */
+  size_t count;      /* as in the public call */
+  ringcc_datatype_t dt;
+  ringcc_op_t op;
+};
+/* Init: the word peers try to read (into this rank's peer info). */
+void rcc_cma_prepare(struct ringcc_comm *comm, struct rcc_peer_info *me);
+/* Init, once transports are up: every rank probes every peer and all agree
+ * on comm->cma_ok. */
+ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline);
+ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
+                            const struct rcc_cma_call *call);
+
+#endif /* RCC_CMA_H */

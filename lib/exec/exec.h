@@ -1,0 +1,23 @@
+/*
+ * exec.h - the host executor: runs a plan (schedule.h) on host buffers over
+ * the FIFOs (exec_host.c), or a one-shot allreduce over the shared board.
+ */
+#ifndef RCC_EXEC_H
+#define RCC_EXEC_H
+
+#include "ringcc.h"
+#include "schedule.h"
+
+struct ringcc_comm;
+
+ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
+                              const struct rcc_plan *plan, const void *src,
+                              void *dst, ringcc_datatype_t dt, ringcc_op_t op);
+/* One-shot allreduce over the board (board.h): where comm->board_ok and the
+ * message fits a region. */
+ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
+                                    const struct rcc_plan *plan,
+                                    const void *src, void *dst,
+                                    ringcc_datatype_t dt, ringcc_op_t op);
+
+#endif /* RCC_EXEC_H */

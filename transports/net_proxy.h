@@ -1,0 +1,61 @@
+/*
+ * net_proxy.h - the network transport's engine: a progress thread per
+ * communicator that moves FIFO slots across the network through a plugin
+ * (net.h), and the connection hooks (struct rcc_conn_ops, proto.h) through
+ * which a host executor drives it (net_proxy.c). Private to the network
+ * transport (net.c).
+ */
+#ifndef RCC_NET_PROXY_H
+#define RCC_NET_PROXY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+#include "ringcc.h"
+
+struct ringcc_comm;
+struct rcc_net_plugin;
+struct rcc_proxy;
+
+/* One FIFO the proxy serves: the executor uses the other end (its struct
+ * rcc_conn, bound by rcc_proxy_bind). */
+struct rcc_proxy_conn {
+  struct rcc_fifo *fifo;  /* local memory */
+  char *data;
+  uint32_t nslots;
+  size_t slot_bytes;
+  int is_send;            /* send: slots -> network; recv: network -> slots */
+  int peer;
+  struct rcc_proxy *proxy; /* set by rcc_proxy_start */
+  void *net_comm;         /* the plugin's send or recv comm */
+  void *mhandle;
+  uint32_t posted;        /* slots handed to the plugin */
+  uint32_t done;          /* slots the plugin finished */
+  int bye;                /* send: goodbye posted; recv: goodbye received */
+  void *bye_request;
+  int failed;             /* the plugin reported an error on it */
+  int tell;               /* send: 1 the FAIL message is posted, 2 done */
+  void *tell_request;
+  void *request[RCC_FIFO_MAX_SLOTS];
+  /* send: where slot k's bytes are, when not in the slot (lent by the
+   * executor: ops->lend). NULL: the slot. */
+  const char *from[RCC_FIFO_MAX_SLOTS];
+  /* recv: where slot k's message lands, when not in the slot (ops->land).
+   * NULL: the slot. */
+  char *to[RCC_FIFO_MAX_SLOTS];
+};
+
+/* Starts the proxy thread for conns (the plugin's connections are set up). */
+ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
+                                const struct rcc_net_plugin *plugin,
+                                struct rcc_proxy_conn *conns, int nconns,
+                                struct rcc_proxy **out);
+/* The executor's end of c: the FIFO, and the hooks that drive the proxy. */
+void rcc_proxy_bind(struct rcc_conn *end, struct rcc_proxy_conn *c);
+/* Sends every filled slot, then a goodbye on every send connection, so
+ * peers can tell a rank that left from a rank that died. */
+void rcc_proxy_drain(struct rcc_proxy *proxy, int64_t deadline_ns);
+void rcc_proxy_stop(struct rcc_proxy *proxy);
+
+#endif /* RCC_NET_PROXY_H */
