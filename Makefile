@@ -1,7 +1,7 @@
 # Makefile - the one build for libringcc (GNU make).
 #
 #   make                 library (shared + static), tools, examples
-#   make test            check/install deps, build, run every test/test_*.c
+#   make test            check/install deps, build, check the layers, run every test/test_*.c
 #   make test T=reduce   run only build/test/test_reduce (T may list several)
 #   make bench           run ringcc-bench under ringcc-run
 #   make install PREFIX=/opt/ringcc
@@ -264,6 +264,16 @@ endif
 	@$(MAKE) --no-print-directory all $(TEST_RUN)
 	@pass=0; fail=0; failed=; failedlogs=; \
 	if [ -z "$(strip $(TEST_RUN))" ]; then echo "make test: no test/test_*.c yet"; fi; \
+	if [ -z "$(strip $(T))" ]; then \
+	  echo "==> scripts/check-layers.py $(OBJ)"; \
+	  if python3 scripts/check-layers.py $(OBJ) > $(TESTOUT)/check-layers.log 2>&1; then \
+	    pass=$$((pass + 1)); echo "<== PASS check-layers ($$(tail -n 1 $(TESTOUT)/check-layers.log))"; \
+	  else \
+	    fail=$$((fail + 1)); failed="$$failed check-layers"; \
+	    failedlogs="$$failedlogs $(TESTOUT)/check-layers.log"; cat $(TESTOUT)/check-layers.log; \
+	    echo "<== FAIL check-layers"; \
+	  fi; \
+	fi; \
 	echo "test environment: $(TEST_ENV)"; \
 	for t in $(TEST_RUN); do \
 	  echo "==> $$t --jobs=$(TEST_JOBS) $(TEST_ARGS)"; \
@@ -290,7 +300,7 @@ endif
 	if [ $$fail -ne 0 ]; then \
 	  for log in $$failedlogs; do \
 	    echo "--- why $${log%.log} failed (the failure lines of $$log):"; \
-	    grep -E '^\[(----|FAIL)\]|CRASH|SUMMARY: [A-Za-z]*Sanitizer|Could not initialize' $$log | tail -n 40; \
+	    grep -E '^\[(----|FAIL)\]|CRASH|SUMMARY: [A-Za-z]*Sanitizer|Could not initialize|^up: |^circle: ' $$log | tail -n 40; \
 	  done; \
 	  echo "failed:$$failed"; exit 1; \
 	fi
@@ -563,7 +573,8 @@ help:
 	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME'
 	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
 	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
-	@echo '  test           deps, build, run every test binary in turn, print a summary'
+	@echo '  test           deps, build, scripts/check-layers.py (no file calls up a layer,'
+	@echo '                 no circle), then every test binary in turn, and a summary'
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'

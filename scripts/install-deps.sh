@@ -7,9 +7,10 @@
 #   scripts/install-deps.sh --sanitize  also what make fuzz, fuzz-run and
 #                                    valgrind-check need (CI runs them)
 #
-# Needs: gcc, make, ar (binutils), pkg-config, Criterion (header + library),
-# Open MPI (mpirun, mpicc), iproute2 (ip); with --bench also g++, Gloo
-# (libgloo-dev), gnuplot (gnuplot-nox) and python3; with --sanitize also clang
+# Needs: gcc, make, ar and nm (binutils), pkg-config, Criterion (header +
+# library), Open MPI (mpirun, mpicc), iproute2 (ip), python3 (the layer
+# check); with --bench also g++, Gloo (libgloo-dev) and gnuplot
+# (gnuplot-nox); with --sanitize also clang
 # with libFuzzer (clang, libclang-rt-dev) and valgrind. Silent and fast (no apt)
 # when all of it is present, so make test and make bench call it every time.
 # Installing: as root apt-get directly; otherwise through sudo -n when that
@@ -68,6 +69,8 @@ missing_packages() {
   have mpirun || echo openmpi-bin
   have mpicc || echo libopenmpi-dev
   have ip || echo iproute2
+  have nm || echo binutils
+  have python3 || echo python3
   if [ "$bench" = 1 ]; then
     have g++ || echo g++
     have_gloo || echo libgloo-dev
