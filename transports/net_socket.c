@@ -28,9 +28,8 @@
  * Both ways. reverse() gives a connection the other way over the same N
  * sockets (a twin: its own requests, read buffers and failures), so two ranks
  * need one connection, not two, and each message carries the TCP ACK of the
- * last one that came the other way. One-way sockets cost a separate ACK
- * packet per message: an 8-byte exchange over loopback takes 6.8 us with one
- * socket both ways and 9.5 us with a socket each way. The twins close on
+ * last one that came the other way, where one-way sockets cost a separate
+ * ACK packet per message (docs/performance.md). The twins close on
  * their own: the send side's close shuts the sockets for writing (the peer
  * reads the end of its stream, as if they had closed), and the second close
  * closes them.
@@ -68,13 +67,11 @@
 /* A message on the wire: a 64-byte header (payload bytes, imm, 56 bytes of
  * zeros), the payload, and zeros up to the next multiple of 64 (MSG_ALIGN).
  * The kernel copies a send into socket buffer pages at the sending thread's
- * running offset, with rep movsb on x86; that copy runs at 3 GB/s instead of
- * 50 when the destination sits 1-15 bytes past the source modulo 4 KiB
- * (measured on this machine's CPU: bench note in docs/performance.md). With
- * an 8-byte header every payload from an aligned buffer sat exactly there:
- * 38% of all CPU time in n = 4, 1 MiB AllReduce over TCP was that copy.
- * Whole multiples of 64 keep a payload at the alignment of the thread's
- * page offset, the same for every message. */
+ * running offset, with rep movsb on x86, which is many times slower when the
+ * destination sits 1-15 bytes past the source modulo 4 KiB; an 8-byte header
+ * put every payload from an aligned buffer exactly there
+ * (docs/performance.md). Whole multiples of 64 keep a payload at the
+ * alignment of the thread's page offset, the same for every message. */
 #define MSG_HEADER_BYTES 64 /* payload bytes, imm, zeros */
 #define MSG_ALIGN 64
 /* A receive reads a header, or what is left of a payload when it is shorter
@@ -483,9 +480,8 @@ static int header_arrived(struct net_conn *c, int sock,
  * caller's memory. A recv() that returns less than it asked for emptied the
  * socket: no second call that would only say EAGAIN, in this pass or, where
  * the caller reports poll()'s readiness (socket_readable), before the next
- * message until poll() says the socket has more. Measured before that: of
- * 17 recv() calls per rank and 8-rank 1 KiB AllReduce, 14 said EAGAIN (the
- * next request's socket, then the first one again, after every message). */
+ * message until poll() says the socket has more (before, most recv() calls
+ * said only EAGAIN: docs/performance.md). */
 static void progress_recv(struct net_conn *c, int sock) {
   struct sock_queue *s = &c->socks[sock];
   int drained = 0;
