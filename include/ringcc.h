@@ -80,15 +80,21 @@ typedef enum {
   RINGCC_NUM_OPS
 } ringcc_op_t;
 
-/* Algorithm choice for ringcc_config_t.algo (RINGCC_ALGO). */
+/* Algorithm choice for ringcc_config_t.algo (RINGCC_ALGO): forces the
+ * algorithm where it can run the call (else the library picks, and says so
+ * at RINGCC_DEBUG=INFO). docs/algorithms.md describes each. */
 typedef enum {
   RINGCC_ALGO_AUTO = 0, /* the library picks */
-  RINGCC_ALGO_RING = 1,
-  RINGCC_ALGO_TREE = 2,
-  RINGCC_ALGO_DIRECT = 3,
+  RINGCC_ALGO_RING = 1, /* ring (allreduce, reduce_scatter, allgather) */
+  RINGCC_ALGO_TREE = 2, /* double binary tree AllReduce */
+  RINGCC_ALGO_DIRECT = 3, /* "direct", the name before the two below had
+                             theirs: one-shot where the message fits one
+                             slot, else cross-memory attach where it runs */
   RINGCC_ALGO_RECDOUBLING = 4, /* recursive-doubling AllReduce */
   RINGCC_ALGO_RABENSEIFNER = 5, /* halving reduce-scatter + doubling
                                    allgather AllReduce */
+  RINGCC_ALGO_ONESHOT = 6, /* one-shot AllReduce (FIFOs or the shared board) */
+  RINGCC_ALGO_CMA = 7, /* cross-memory attach (one host, from 256 KiB) */
   RINGCC_NUM_ALGOS
 } ringcc_algo_t;
 
@@ -125,7 +131,7 @@ typedef struct {
   unsigned magic;   /* set by RINGCC_CONFIG_INIT */
   unsigned version; /* RINGCC_VERSION, set by RINGCC_CONFIG_INIT */
   int64_t timeout_ms;   /* RINGCC_TIMEOUT_MS; -1 unset; 0 = no deadline; default 600000 */
-  int algo;             /* RINGCC_ALGO (ring|tree|direct|recdoubling|rabenseifner); -1 unset; RINGCC_ALGO_AUTO */
+  int algo;             /* RINGCC_ALGO (ring|tree|oneshot|recdoubling|rabenseifner|cma|direct); -1 unset; RINGCC_ALGO_AUTO */
   int debug_level;      /* RINGCC_DEBUG (WARN|INFO|TRACE); -1 unset; process-wide */
   int64_t chunk_bytes;  /* RINGCC_CHUNK_BYTES; -1 unset; bytes per slot of
                            shared-memory FIFOs (the pipeline chunk), default 65536 */

@@ -1110,23 +1110,31 @@ Test(algo, tree_n8, .timeout = 240) { forced_algo(RINGCC_ALGO_TREE, "tree", 8); 
  * Counts beyond one slot (65537) are not one-shot's: the tuner's pick runs.
  * n = 2: each rank reads one peer; with every rank its own CPU, waiting
  * polls. */
-Test(algo, direct_n2, .timeout = 240) {
-  forced_algo(RINGCC_ALGO_DIRECT, "direct", 2);
+Test(algo, oneshot_n2, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_ONESHOT, "oneshot", 2);
 }
 /* With 512 KiB slots the board holds 256 KiB: one-shot of 65537 float32
  * (256 KiB + 4 B) goes through the FIFOs over shared memory, the smaller
  * counts over the board, alternating call by call. */
-Test(algo, direct_board_and_fifos_n3, .timeout = 240) {
+Test(algo, oneshot_board_and_fifos_n3, .timeout = 240) {
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
-  cfg.algo = RINGCC_ALGO_DIRECT;
+  cfg.algo = RINGCC_ALGO_ONESHOT;
   cfg.chunk_bytes = 512 << 10;
-  subset("algo=direct, 512 KiB slots", 3, &cfg, false, true);
+  subset("algo=oneshot, 512 KiB slots", 3, &cfg, false, true);
 }
+Test(algo, oneshot_n5, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_ONESHOT, "oneshot", 5);
+}
+/* Cross-memory attach: reduce-scatter, allgather and allreduce of 256 KiB
+ * and more read the peers' buffers in place (the smaller counts run the
+ * tuner's pick). */
+Test(algo, cma_n3, .timeout = 240) {
+  forced_algo(RINGCC_ALGO_CMA, "cma", 3);
+}
+/* "direct", the older name: one-shot where it fits, else cross-memory
+ * attach where it runs. */
 Test(algo, direct_n4, .timeout = 240) {
   forced_algo(RINGCC_ALGO_DIRECT, "direct", 4);
-}
-Test(algo, direct_n5, .timeout = 240) {
-  forced_algo(RINGCC_ALGO_DIRECT, "direct", 5);
 }
 /* 6: two ranks fold in before the exchanges and get the total after; 8: a
  * power of two, three exchanges */

@@ -1,5 +1,6 @@
 /*
- * test_tuner.c - the cost model (lib/tuner.c, tuner_file.c, tuner_text.c),
+ * test_tuner.c - the cost model (lib/tune/model.c, tuner.c, tuner_file.c,
+ * tuner_text.c, and the algorithms' terms in lib/algo/),
  * ringcc-model and ringcc-bench --calibrate.
  *
  *   units     sizes, bandwidths and latencies: SI against binary, bits
@@ -224,8 +225,9 @@ Test(model, terms_by_hand) {
   double S = 1e6, C = 65536;
   /* allreduce, n = 4: 2(n-1) = 6 latencies, 2(n-1)/n = 1.5 S on the wire */
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RING, 4, S, C, 6, 1.5e6, 0.75e6, 1.5e6);
-  /* one-shot n/2 and tree 3 ceil(log2 n) latencies (measured, tuner.c) */
-  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, S, C, 2, 3e6, 4e6, 3e6);
+  /* one-shot n/2 and tree 3 ceil(log2 n) latencies (measured, docs/tuning.md) */
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_ONESHOT, 4, S, C, 2, 3e6, 4e6, 3e6);
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_BOARD, 4, S, C, 2, 3e6, 4e6, 3e6);
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 4, S, C, 6, 2e6, 1e6, 2e6);
   expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_TREE, 5, S, C, 9, 2e6, 1e6, 2e6);
   /* recursive doubling: log2 p exchanges, +2 steps when n is not a power of
@@ -236,20 +238,23 @@ Test(model, terms_by_hand) {
                3e6);
   /* Rabenseifner: 2 log2 p exchanges of halves, 2(p-1)/p S on the wire; n = 6
    * folds: +2 steps, +2 S (the input in, the total out) */
-  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_HALVING, 4, S, C, 4, 1.5e6, 0.75e6,
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RABENSEIFNER, 4, S, C, 4, 1.5e6, 0.75e6,
                1.5e6);
-  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_HALVING, 6, S, C, 6, 3.5e6, 1.75e6,
+  expect_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RABENSEIFNER, 6, S, C, 6, 3.5e6, 1.75e6,
                2.5e6);
-  /* what the link changes: one-shot pays each message over tcp (n-1) and
-   * half a step per peer over shared memory (the board, (n-1)/2), an
-   * exchange costs two steps over shared memory */
+  /* what the link changes: one-shot pays each message over tcp (n-1), half
+   * a step per peer on the board ((n-1)/2), n/2 over shared-memory FIFOs;
+   * an exchange costs two steps over shared memory */
   struct rcc_cost_terms t;
-  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, C, &t);
-  rcc_model_link_terms(RCC_LINK_TCP, RCC_ALG_DIRECT, 4, &t);
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_ONESHOT, 4, 8, C, &t);
+  rcc_model_link_terms(RCC_LINK_TCP, RCC_ALG_ONESHOT, 4, &t);
   expect_near(t.alpha_count, 3, "one-shot over tcp, n=4");
-  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, C, &t);
-  rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_DIRECT, 4, &t);
-  expect_near(t.alpha_count, 1.5, "one-shot over shm, n=4");
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_ONESHOT, 4, 8, C, &t);
+  rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_ONESHOT, 4, &t);
+  expect_near(t.alpha_count, 2, "one-shot over shm FIFOs, n=4");
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_BOARD, 4, 8, C, &t);
+  rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_BOARD, 4, &t);
+  expect_near(t.alpha_count, 1.5, "one-shot over the board, n=4");
   rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RECDOUBLING, 8, 8, C, &t);
   rcc_model_link_terms(RCC_LINK_SHM, RCC_ALG_RECDOUBLING, 8, &t);
   expect_near(t.alpha_count, 6, "recursive doubling over shm, n=8");
@@ -274,7 +279,7 @@ Test(model, terms_by_hand) {
   /* 100 KB over 64 KiB slots: k = 2 chunks of 50 KB */
   expect_terms(RCC_COLL_BCAST, RCC_ALG_CHAIN, 3, 100000, C, 3, 150000, 0,
                100000);
-  cr_expect(rcc_model_terms(RCC_COLL_ALLGATHER, RCC_ALG_DIRECT, 4, S, C, &t) != 0);
+  cr_expect(rcc_model_terms(RCC_COLL_ALLGATHER, RCC_ALG_ONESHOT, 4, S, C, &t) != 0);
   cr_expect(rcc_model_terms(RCC_COLL_BCAST, RCC_ALG_RING, 4, S, C, &t) != 0);
   cr_expect_str_eq(rcc_model_formula(RCC_COLL_ALLREDUCE, RCC_ALG_RING),
                    "2(n-1)*alpha + 2(n-1)/n*S*beta + (n-1)/n*S*gamma");
@@ -292,7 +297,7 @@ Test(model, predictions_by_hand) {
   expect_near(p.bandwidth_us, 30.72, "ring bandwidth");
   expect_near(rcc_prediction_total(p), 42.72, "ring total");
   /* one-shot, 8 B: 2 * 2 + 3 * 8 / 4000 + 4 * 8 / 8000 = 4.01 us */
-  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_DIRECT, 4, 8, 65536, &t);
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_ONESHOT, 4, 8, 65536, &t);
   p = rcc_model_predict(&t, &hand_link, hand_gamma, 0);
   expect_near(rcc_prediction_total(p), 4.01, "one-shot total");
   /* ring allgather, n = 8, 16 GB, alpha 3.4 us, 450 GB/s: 7 * 3.4 = 23.8 us
@@ -331,10 +336,15 @@ static int winner_on(double bytes, int n, int forced, double slot,
                                .bytes = bytes, .ring_link = hand_link,
                                .all_link = hand_link,
                                .gamma_us_per_byte = hand_gamma,
-                               .chunk_bytes = slot, .direct_max_bytes = slot,
+                               .chunk_bytes = slot, .slot_bytes = slot,
+                               /* one host: the board */
+                               .board_bytes = link_type == RCC_LINK_SHM ? slot
+                                                                        : 0,
                                .forced = forced, .all_link_type = link_type,
                                .network_only = network_only};
-  cr_assert(rcc_model_choose(&in, cand, &winner) == 5);
+  /* ring, one-shot, one-shot board, tree, recursive doubling, Rabenseifner,
+   * cross-memory attach */
+  cr_assert(rcc_model_choose(&in, cand, &winner) == 7);
   return cand[winner].alg;
 }
 
@@ -352,8 +362,8 @@ Test(choice, rabenseifner_over_the_network_only) {
    * hand link's 2 us against 6); at n = 6 its folds move 2S more than the
    * ring at 64 MiB. With a shared-memory edge anywhere (one host, or hosts
    * of several ranks) it runs only when forced, at any size. */
-  cr_expect_eq(tcp_winner(1 << 20, 4, RINGCC_ALGO_AUTO), RCC_ALG_HALVING);
-  cr_expect_eq(tcp_winner(64 << 20, 8, RINGCC_ALGO_AUTO), RCC_ALG_HALVING);
+  cr_expect_eq(tcp_winner(1 << 20, 4, RINGCC_ALGO_AUTO), RCC_ALG_RABENSEIFNER);
+  cr_expect_eq(tcp_winner(64 << 20, 8, RINGCC_ALGO_AUTO), RCC_ALG_RABENSEIFNER);
   cr_expect_eq(tcp_winner(64 << 20, 6, RINGCC_ALGO_AUTO), RCC_ALG_RING);
   cr_expect_eq(tcp_winner(1 << 20, 4, RINGCC_ALGO_RING), RCC_ALG_RING);
   cr_expect_eq(winner_on(1 << 20, 4, RINGCC_ALGO_AUTO, 65536, RCC_LINK_TCP, 0),
@@ -361,9 +371,9 @@ Test(choice, rabenseifner_over_the_network_only) {
   cr_expect_eq(winner_alg(64 << 20, 8, RINGCC_ALGO_AUTO, 1 << 20),
                RCC_ALG_RING);
   cr_expect_eq(tcp_winner(64 << 20, 6, RINGCC_ALGO_RABENSEIFNER),
-               RCC_ALG_HALVING);
+               RCC_ALG_RABENSEIFNER);
   cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_RABENSEIFNER, 1 << 20),
-               RCC_ALG_HALVING);
+               RCC_ALG_RABENSEIFNER);
 }
 
 Test(choice, direct_then_ring_as_size_grows) {
@@ -372,8 +382,8 @@ Test(choice, direct_then_ring_as_size_grows) {
    * steps per exchange on shm), tree 12 + 6.25e-4 S, ring 12 + 4.6875e-4 S
    * (us): one-shot below 10000 B, recursive doubling to 14222 B, the ring
    * after */
-  cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(8192, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(8, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_BOARD);
+  cr_expect_eq(winner_alg(8192, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_BOARD);
   cr_expect_eq(winner_alg(12288, 4, RINGCC_ALGO_AUTO, 1 << 20),
                RCC_ALG_RECDOUBLING);
   cr_expect_eq(winner_alg(16384, 4, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_RING);
@@ -381,8 +391,8 @@ Test(choice, direct_then_ring_as_size_grows) {
   /* n = 8: one-shot 7 + 2.75e-3 S, recursive doubling 12 + 1.125e-3 S,
    * tree 18 + 6.25e-4 S, ring 28 + 5.46875e-4 S: one-shot below 3077 B,
    * recursive doubling to 12000 B, tree to 128000 B, ring after */
-  cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
-  cr_expect_eq(winner_alg(2048, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_DIRECT);
+  cr_expect_eq(winner_alg(8, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_BOARD);
+  cr_expect_eq(winner_alg(2048, 8, RINGCC_ALGO_AUTO, 1 << 20), RCC_ALG_BOARD);
   cr_expect_eq(winner_alg(4096, 8, RINGCC_ALGO_AUTO, 1 << 20),
                RCC_ALG_RECDOUBLING);
   cr_expect_eq(winner_alg(8192, 8, RINGCC_ALGO_AUTO, 1 << 20),
@@ -396,7 +406,7 @@ Test(choice, direct_then_ring_as_size_grows) {
     int a = winner_alg(S, 4, RINGCC_ALGO_AUTO, 1 << 20);
     if (seen_ring)
       cr_expect_eq(a, RCC_ALG_RING, "at %g B the ring lost again", S);
-    if (a != RCC_ALG_DIRECT)
+    if (a != RCC_ALG_BOARD)
       seen_other = 1;
     else
       cr_expect(!seen_other, "one-shot wins again at %g B", S);
@@ -410,7 +420,7 @@ Test(choice, direct_then_ring_as_size_grows) {
   cr_expect_eq(winner_alg(4 << 20, 4, RINGCC_ALGO_RECDOUBLING, 1 << 20),
                RCC_ALG_RING);
   cr_expect_eq(winner_alg(1 << 20, 4, RINGCC_ALGO_DIRECT, 1 << 20),
-               RCC_ALG_DIRECT);
+               RCC_ALG_BOARD);
   cr_expect_eq(winner_alg(4 << 20, 4, RINGCC_ALGO_DIRECT, 1 << 20),
                RCC_ALG_RING);
   cr_expect_eq(winner_alg(64 << 20, 4, RINGCC_ALGO_TREE, 1 << 20), RCC_ALG_TREE);
@@ -432,8 +442,8 @@ static int choice_body(h_ctx_t *ctx) {
   res->model_is_default = memcmp(&ctx->comm->tuner.model, &rcc_model_defaults,
                                  sizeof(rcc_model_defaults)) == 0;
   for (int i = 0; i < 4; i++) {
-    rcc_tuner_choose(ctx->comm, RCC_COLL_ALLREDUCE, choice_sizes[i], &t);
-    res->algo[i] = t.algo;
+    rcc_tuner_choose(ctx->comm, RCC_COLL_ALLREDUCE, choice_sizes[i], 0, &t);
+    res->algo[i] = t.alg;
     res->chunk[i] = t.chunk_bytes;
     res->channels = t.channels;
   }
@@ -457,8 +467,8 @@ Test(choice, through_communicators, .timeout = 120) {
   cr_assert(h_run_simple(4, choice_body, res, 60));
   for (int r = 0; r < 4; r++) {
     cr_expect(res[r].model_is_default, "rank %d: not the defaults", r);
-    cr_expect_eq(res[r].algo[0], RINGCC_ALGO_DIRECT, "rank %d, 8 B", r);
-    cr_expect_eq(res[r].algo[3], RINGCC_ALGO_RING, "rank %d, 64 MiB", r);
+    cr_expect_eq(res[r].algo[0], RCC_ALG_BOARD, "rank %d, 8 B", r);
+    cr_expect_eq(res[r].algo[3], RCC_ALG_RING, "rank %d, 64 MiB", r);
     for (int i = 0; i < 4; i++)
       cr_expect_eq(res[r].algo[i], res[0].algo[i], "ranks 0 and %d disagree",
                    r);
@@ -508,7 +518,7 @@ Test(choice, tuning_log_for_every_collective, .timeout = 120) {
   run_cmd(cmd, out, sizeof out);
   static const char *const want[] = {
       "TUNING allreduce S=16 B, 2 ranks (ring edges shm, all edges shm): ring ",
-      "-> one-shot, chunk 65536 B, 1 channel",
+      "-> one-shot board, chunk 65536 B, 1 channel",
       "TUNING reduce_scatter S=16 B, 2 ranks", "TUNING allgather S=16 B",
       "TUNING bcast S=16 B", "-> chain (its only schedule)",
       "TUNING reduce S=16 B", "TUNING alltoall S=16 B", "-> pairwise",
@@ -782,7 +792,7 @@ Test(fit, recovers_exact_values) {
       for (int k = 0; k < 3; k++) {
         static const int coll[] = {RCC_COLL_ALLREDUCE, RCC_COLL_ALLREDUCE,
                                    RCC_COLL_SEND};
-        static const int alg[] = {RCC_ALG_RING, RCC_ALG_DIRECT, RCC_ALG_P2P};
+        static const int alg[] = {RCC_ALG_RING, RCC_ALG_ONESHOT, RCC_ALG_P2P};
         struct rcc_cost_terms t;
         s[n] = (struct rcc_fit_sample){coll[k], alg[k], l, 4, sizes[i], 65536, 0};
         rcc_model_terms(coll[k], alg[k], 4, sizes[i], 65536, &t);

@@ -1155,7 +1155,10 @@ static void cal_add(struct calibration *c, ringcc_comm_t comm, int link,
   c->samples[c->nsamples++] = (struct rcc_fit_sample){
       .coll = kind == CAL_PINGPONG ? RCC_COLL_SEND : RCC_COLL_ALLREDUCE,
       .alg = kind == CAL_RING ? RCC_ALG_RING
-             : kind == CAL_DIRECT ? RCC_ALG_DIRECT : RCC_ALG_P2P,
+             : kind == CAL_DIRECT
+                 /* one-shot over shared memory runs on the board */
+                 ? (link == RCC_LINK_TCP ? RCC_ALG_ONESHOT : RCC_ALG_BOARD)
+                 : RCC_ALG_P2P,
       .link = link,
       .nranks = c->b->nranks,
       .bytes = (double)bytes,
@@ -1214,7 +1217,7 @@ static void cal_link(struct calibration *c, int link) {
   int tcp = link == RCC_LINK_TCP;
   ringcc_comm_t ring = c->link_comms[link][0] = cal_comm(b, tcp, RINGCC_ALGO_RING);
   ringcc_comm_t direct = c->link_comms[link][1] =
-      cal_comm(b, tcp, RINGCC_ALGO_DIRECT);
+      cal_comm(b, tcp, RINGCC_ALGO_ONESHOT);
   size_t slot = ((struct ringcc_comm *)direct)->all_chunk_bytes;
   for (size_t i = 0; i < sizeof cal_ring_sizes / sizeof *cal_ring_sizes; i++)
     cal_add(c, ring, link, CAL_RING, cal_ring_sizes[i]);

@@ -7,8 +7,8 @@
  *   ringcc-model --explain -c reduce_scatter -n 4
  *
  * Every number comes from the library's own code: the formulas and the
- * choice from lib/tuner.c (rcc_model_terms, rcc_model_choose), this
- * machine's values from the tuner's file (lib/tuner_file.c), the --explain
+ * choice from lib/tune/model.c (rcc_model_terms, rcc_model_choose), this
+ * machine's values from the tuner's file (lib/tune/tuner_file.c), the --explain
  * table from the ring schedule (rcc_plan_ring, rcc_plan_step, through
  * rcc_model_explain). It links libringcc.a (TOOLS_STATIC in the Makefile).
  */
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ringcc.h"
+#include "board.h"
 #include "schedule.h"
 #include "tuner.h"
 
@@ -108,7 +109,7 @@ static void usage(FILE *f) {
 "                    [--reduce-bw BW] [--slot SIZE]\n"
 "       " PROG_NAME " --explain -c COLL -n RANKS\n"
 "       " PROG_NAME " --list-links\n"
-"What libringcc's alpha-beta cost model (the tuner's, lib/tuner.c) predicts\n"
+"What libringcc's alpha-beta cost model (the tuner's, lib/tune/model.c) predicts\n"
 "for one collective: the bytes each rank sends, the time of each algorithm\n"
 "split into latency and bandwidth terms, and the one the tuner would pick.\n"
 "\n"
@@ -360,12 +361,17 @@ static void predict(const struct options *o) {
   char a[32], b[32], c[32];
 
   resolve_link(o, &l);
+  int host_shm = o->link_name != NULL && strcmp(o->link_name, "shm") == 0;
   struct rcc_model_input in = {
       .coll = o->coll, .nranks = o->nranks, .bytes = o->bytes,
       .ring_link = l.cost, .all_link = l.cost,
       .gamma_us_per_byte = l.gamma_us_per_byte,
       .cache_bytes = l.cache_bytes,
-      .chunk_bytes = l.slot_bytes, .direct_max_bytes = l.slot_bytes,
+      .chunk_bytes = l.slot_bytes, .slot_bytes = l.slot_bytes,
+      /* This machine's shared memory: host buffers, with the board and
+       * cross-memory attach; a GPU link preset: device buffers. */
+      .board_bytes = host_shm ? fmin(l.slot_bytes, RCC_BOARD_MAX_BYTES) : 0,
+      .cma = host_shm, .device = l.type == RCC_LINK_SHM && !host_shm,
       .forced = RINGCC_ALGO_AUTO, .all_link_type = l.type,
       .network_only = l.type == RCC_LINK_TCP};
   int count = rcc_model_choose(&in, cand, &winner);

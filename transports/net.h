@@ -3,7 +3,7 @@
  *
  * A plugin moves whole messages between two ranks on different hosts. The
  * "net" transport (transports/net.c) puts a FIFO on each side in local
- * memory and a proxy thread (lib/proxy.c) turns filled slots into isend()s
+ * memory and a proxy thread (net_proxy.c) turns filled slots into isend()s
  * and free slots into irecv()s, so the executors see ordinary FIFOs.
  *
  * Model (NCCL's net plugin, simplified):

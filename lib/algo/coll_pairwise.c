@@ -15,7 +15,34 @@
  *   Barrier   ceil(log2 n) rounds of empty messages: in round k rank r
  *             signals r+2^k and waits for r-2^k. T = ceil(log2 n) * alpha
  */
+#include "algorithms.h"
 #include "schedule.h"
+
+void rcc_pairwise_terms(int coll, int n, double S, double C,
+                        struct rcc_cost_terms *t) {
+  (void)coll, (void)C;
+  double f = n > 0 ? (n - 1.0) / n : 0;
+  rcc_set_terms(t, n - 1, f * S, 0, f * S);
+}
+
+void rcc_p2p_terms(int coll, int n, double S, double C,
+                   struct rcc_cost_terms *t) {
+  (void)coll, (void)n, (void)C;
+  rcc_set_terms(t, 1, S, 0, S);
+}
+
+void rcc_dissemination_terms(int coll, int n, double S, double C,
+                             struct rcc_cost_terms *t) {
+  (void)coll, (void)S, (void)C;
+  rcc_set_terms(t, rcc_ceil_log2(n), 0, 0, 0);
+}
+
+/* One rank: a copy, no message. */
+void rcc_local_terms(int coll, int n, double S, double C,
+                     struct rcc_cost_terms *t) {
+  (void)coll, (void)n, (void)S, (void)C;
+  rcc_set_terms(t, 0, 0, 0, 0);
+}
 
 static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -25,22 +52,21 @@ void rcc_plan_pairwise(struct rcc_plan *p) {
 
   p->root_pos = 0;
   if (n == 1 && p->coll != RCC_COLL_SEND && p->coll != RCC_COLL_RECV) {
-    p->sched = RCC_SCHED_LOCAL_COPY;
+    p->alg = RCC_ALG_LOCAL;
     p->steps_per_loop = 1;
     p->nsteps = (p->count > 0 && p->coll != RCC_COLL_BARRIER) ? 1 : 0;
     return;
   }
   switch (p->coll) {
   case RCC_COLL_ALLTOALL:
-    p->sched = RCC_SCHED_PAIRWISE_ALLTOALL;
+    p->alg = RCC_ALG_PAIRWISE;
     p->steps_per_loop = nloops;
     p->nsteps = nloops == 0 ? 0 : 1 + (uint64_t)(n - 1) * nloops;
     break;
   case RCC_COLL_SEND:
   case RCC_COLL_RECV:
     /* An empty message is still one piece, so it matches in order. */
-    p->sched = p->coll == RCC_COLL_SEND ? RCC_SCHED_P2P_SEND
-                                        : RCC_SCHED_P2P_RECV;
+    p->alg = RCC_ALG_P2P;
     p->steps_per_loop = 1;
     p->nsteps = nloops == 0 ? 1 : nloops;
     break;
@@ -48,7 +74,7 @@ void rcc_plan_pairwise(struct rcc_plan *p) {
     uint64_t rounds = 0;
     while (((uint64_t)1 << rounds) < (uint64_t)n)
       rounds++;
-    p->sched = RCC_SCHED_BARRIER;
+    p->alg = RCC_ALG_DISSEMINATION;
     p->steps_per_loop = 1;
     p->nsteps = rounds;
     break;
@@ -84,22 +110,21 @@ RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
                               struct rcc_step *s) {
   rcc_step_whole(p, s);
   s->nelem = 0;
-  switch (p->sched) {
-  case RCC_SCHED_LOCAL_COPY:
+  switch (p->alg) {
+  case RCC_ALG_LOCAL:
     s->kind = RCC_STEP_COPY;
     s->nelem = p->count;
     s->postop = (uint8_t)p->postop;
     break;
-  case RCC_SCHED_PAIRWISE_ALLTOALL:
+  case RCC_ALG_PAIRWISE:
     alltoall_step(p, i, s);
     break;
-  case RCC_SCHED_P2P_SEND:
-  case RCC_SCHED_P2P_RECV: {
+  case RCC_ALG_P2P: {
     size_t off = (size_t)i * p->chunk_elems;
-    s->kind = p->sched == RCC_SCHED_P2P_SEND ? RCC_STEP_SEND : RCC_STEP_RECV;
+    s->kind = p->coll == RCC_COLL_SEND ? RCC_STEP_SEND : RCC_STEP_RECV;
     s->conn_kind = RCC_CONN_P2P;
     s->last = (uint8_t)(i + 1 == p->nsteps);
-    if (p->sched == RCC_SCHED_P2P_SEND)
+    if (p->coll == RCC_COLL_SEND)
       s->send_peer = p->root;
     else
       s->recv_peer = p->root;
@@ -108,7 +133,7 @@ RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
     s->nelem = min_sz(p->chunk_elems, p->count - min_sz(off, p->count));
     break;
   }
-  default: { /* RCC_SCHED_BARRIER */
+  default: { /* RCC_ALG_DISSEMINATION */
     uint64_t dist = (uint64_t)1 << i, n = (uint64_t)p->nranks;
     s->kind = RCC_STEP_SEND_RECV;
     s->send_peer = (int)(((uint64_t)p->rank + dist) % n);

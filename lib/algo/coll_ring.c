@@ -36,7 +36,28 @@
  * loop (block ring[c] belongs to the rank at position c), so rank r ends with
  * block r as MPI and NCCL define it.
  */
+#include "algorithms.h"
 #include "schedule.h"
+
+void rcc_ring_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t) {
+  double f = n > 0 ? (n - 1.0) / n : 0;
+  (void)C;
+  if (coll == RCC_COLL_ALLREDUCE)
+    rcc_set_terms(t, 2 * (n - 1), 2 * f * S, f * S, 2 * f * S);
+  else /* reduce_scatter reduces what it receives; allgather copies */
+    rcc_set_terms(t, n - 1, f * S, coll == RCC_COLL_REDUCE_SCATTER ? f * S : 0,
+                  f * S);
+}
+
+/* Bcast and reduce: a pipeline of n-1 edges over k chunks, k = ceil(S/C). */
+void rcc_chain_terms(int coll, int n, double S, double C,
+                     struct rcc_cost_terms *t) {
+  double k = C > 0 && S > C ? ceil(S / C) : 1;
+  double c = S / k, stages = n - 2 + k;
+  rcc_set_terms(t, stages, stages * c,
+                coll == RCC_COLL_REDUCE ? stages * c : 0, S);
+}
 
 RCC_HD static inline int mod_n(long v, int n) {
   long m = v % n;
@@ -55,29 +76,27 @@ void rcc_plan_ring(struct rcc_plan *p) {
   for (int i = 0; i < n; i++)
     if (p->ring[i] == p->root)
       p->root_pos = i;
+  p->alg = p->coll == RCC_COLL_BCAST || p->coll == RCC_COLL_REDUCE
+               ? RCC_ALG_CHAIN
+               : RCC_ALG_RING;
   switch (p->coll) {
   case RCC_COLL_ALLREDUCE:
-    p->sched = RCC_SCHED_RING_ALLREDUCE;
     p->steps_per_loop = 2 * (uint64_t)n - 1;
     nloops = div_up(p->count, (size_t)n * p->chunk_elems);
     break;
   case RCC_COLL_REDUCE_SCATTER:
-    p->sched = RCC_SCHED_RING_REDUCE_SCATTER;
     p->steps_per_loop = (uint64_t)n;
     nloops = div_up(p->count, p->chunk_elems);
     break;
   case RCC_COLL_ALLGATHER:
-    p->sched = RCC_SCHED_RING_ALLGATHER;
     p->steps_per_loop = (uint64_t)n;
     nloops = div_up(p->count, p->chunk_elems);
     break;
   case RCC_COLL_BCAST:
-    p->sched = RCC_SCHED_CHAIN_BCAST;
     p->steps_per_loop = 1;
     nloops = div_up(p->count, p->chunk_elems);
     break;
   default: /* RCC_COLL_REDUCE */
-    p->sched = RCC_SCHED_CHAIN_REDUCE;
     p->steps_per_loop = 1;
     nloops = div_up(p->count, p->chunk_elems);
     break;
@@ -164,7 +183,7 @@ RCC_HD static void chain_step(const struct rcc_plan *p, size_t loop_off,
                               struct rcc_step *s) {
   int n = p->nranks;
 
-  if (p->sched == RCC_SCHED_CHAIN_BCAST) {
+  if (p->coll == RCC_COLL_BCAST) {
     int d = mod_n(p->pos - p->root_pos, n);
     s->kind = d == 0 ? RCC_STEP_COPY_SEND
               : d == n - 1 ? RCC_STEP_RECV : RCC_STEP_RECV_COPY_SEND;
@@ -190,17 +209,17 @@ RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
   s->postop = 0;
   s->conn_kind = RCC_CONN_COLL;
   s->last = 0;
-  s->acc = 0;
+  s->acc = RCC_ACC_IN_SRC;
   s->send_peer = p->ring[mod_n(p->pos + 1, p->nranks)];
   s->recv_peer = p->ring[mod_n(p->pos - 1, p->nranks)];
-  switch (p->sched) {
-  case RCC_SCHED_RING_ALLREDUCE:
+  switch (p->coll) {
+  case RCC_COLL_ALLREDUCE:
     allreduce_step(p, loop, j, s);
     return;
-  case RCC_SCHED_RING_REDUCE_SCATTER:
+  case RCC_COLL_REDUCE_SCATTER:
     reduce_scatter_step(p, loop_off, j, s);
     break;
-  case RCC_SCHED_RING_ALLGATHER:
+  case RCC_COLL_ALLGATHER:
     allgather_step(p, loop_off, j, s);
     break;
   default:

@@ -20,12 +20,25 @@
  * With depth d = ceil(log2 n), K chunks of C bytes per tree and S = 2*K*C:
  *   T = 2 * (d + K) * (alpha + C * beta)   ~ 2d*alpha + 2*K*C*beta
  * and each rank sends about 2S in all (half of S up and up to two copies of
- * it down, in each tree; the tuner's model is in tuner.c, which charges
- * 3d of its alphas, per-rank steps, as measured).
- * against the ring's 2(n-1)*alpha + 2(n-1)/n*S*beta: fewer latencies
- * (log n instead of n), so it wins for mid-sized messages on many ranks.
+ * it down, in each tree), against the ring's 2(n-1)*alpha +
+ * 2(n-1)/n*S*beta: fewer latencies (log n instead of n), so it wins for
+ * mid-sized messages on many ranks.
+ *
+ * The tuner's alpha is what one step costs a rank: an interior rank takes
+ * two messages in and hands one on per level going up (one in, two on going
+ * down), and its schedule runs tree A's step before tree B's, so it charges
+ *   T = 3*ceil(log2 n)*alpha + 2*S*beta + S*gamma
+ * (the textbook 2d made the tree win 8-byte calls it lost by 3x to
+ * one-shot; docs/tuning.md).
  */
+#include "algorithms.h"
 #include "schedule.h"
+
+void rcc_tree_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t) {
+  (void)coll, (void)C;
+  rcc_set_terms(t, 3 * rcc_ceil_log2(n), 2 * S, S, 2 * S);
+}
 
 /* NCCL's binary tree over 0..n-1: parent of r and its two children. */
 static void btree(int n, int r, int *up, int *down0, int *down1) {
@@ -75,7 +88,7 @@ RCC_HD static int nchildren(const struct rcc_plan *p, int t) {
 void rcc_plan_tree(struct rcc_plan *p) {
   int n = p->nranks, up, d0, d1;
 
-  p->sched = RCC_SCHED_TREE_ALLREDUCE;
+  p->alg = RCC_ALG_TREE;
   p->root_pos = 0;
   for (int t = 0; t < 2; t++) {
     (t == 0 ? btree : dtree)(n, p->pos, &up, &d0, &d1);
@@ -119,8 +132,9 @@ RCC_HD static void up_step(const struct rcc_plan *p, int t, uint32_t j,
     return;
   }
   s->recv_peer = p->tree_down[t][j];
-  s->acc = j > 0; /* the first child reduces with the input, later ones with
-                     the partial sum kept in the output */
+  /* the first child reduces with the input, later ones with the partial
+   * sum kept in the output */
+  s->acc = j > 0 ? RCC_ACC_DST_IN : RCC_ACC_IN_SRC;
   if (!last) {
     s->kind = RCC_STEP_RECV_REDUCE_COPY;
   } else if (parent >= 0) {
@@ -148,7 +162,7 @@ RCC_HD static void down_step(const struct rcc_plan *p, int t, uint32_t j,
     s->recv_peer = parent;
   } else {
     s->kind = RCC_STEP_SEND;
-    s->acc = 1; /* send the total from the output */
+    s->acc = RCC_ACC_DST_IN; /* send the total from the output */
   }
 }
 
@@ -168,7 +182,7 @@ RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
   s->postop = 0;
   s->conn_kind = RCC_CONN_COLL;
   s->last = 0;
-  s->acc = 0;
+  s->acc = RCC_ACC_IN_SRC;
   s->send_peer = s->recv_peer = -1;
   tree_chunk(p, t, k, s);
   if (is_up)

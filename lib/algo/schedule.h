@@ -34,21 +34,22 @@ enum rcc_coll {
   RCC_NUM_COLLS
 };
 
-enum rcc_sched_kind {
-  RCC_SCHED_LOCAL_COPY,       /* one rank: dst <- src */
-  RCC_SCHED_RING_ALLREDUCE,   /* ring reduce-scatter then ring allgather */
-  RCC_SCHED_RING_REDUCE_SCATTER,
-  RCC_SCHED_RING_ALLGATHER,
-  RCC_SCHED_CHAIN_BCAST,      /* pipelined along the ring from the root */
-  RCC_SCHED_CHAIN_REDUCE,     /* pipelined along the ring into the root */
-  RCC_SCHED_PAIRWISE_ALLTOALL,
-  RCC_SCHED_P2P_SEND,
-  RCC_SCHED_P2P_RECV,
-  RCC_SCHED_BARRIER,          /* dissemination barrier, empty messages */
-  RCC_SCHED_DIRECT_ALLREDUCE, /* one-shot: everybody sends to everybody */
-  RCC_SCHED_TREE_ALLREDUCE,   /* double binary tree */
-  RCC_SCHED_RD_ALLREDUCE,     /* recursive doubling */
-  RCC_SCHED_HD_ALLREDUCE,     /* recursive halving, then doubling */
+/* The algorithms (their table, their names and costs: algorithms.h). A
+ * plan carries the one that made it; the step functions below run it. */
+enum rcc_alg {
+  RCC_ALG_LOCAL,         /* one rank: dst <- src (coll_pairwise.c) */
+  RCC_ALG_RING,          /* ring allreduce, reduce-scatter, allgather */
+  RCC_ALG_CHAIN,         /* bcast, reduce pipelined along the ring */
+  RCC_ALG_PAIRWISE,      /* alltoall: pairwise exchange */
+  RCC_ALG_P2P,           /* send/recv on a pair's own FIFO */
+  RCC_ALG_DISSEMINATION, /* barrier */
+  RCC_ALG_ONESHOT,       /* one-shot allreduce over the FIFOs */
+  RCC_ALG_BOARD,         /* one-shot allreduce over the shared board */
+  RCC_ALG_TREE,          /* double binary tree allreduce */
+  RCC_ALG_RECDOUBLING,   /* recursive-doubling allreduce */
+  RCC_ALG_RABENSEIFNER,  /* recursive halving, then doubling */
+  RCC_ALG_CMA,           /* cross-memory attach, one host, large messages */
+  RCC_NUM_ALGS
 };
 
 enum rcc_step_kind {
@@ -59,7 +60,7 @@ enum rcc_step_kind {
   RCC_STEP_COPY_SEND,             /* dst <- src; out <- src */
   RCC_STEP_RECV_COPY_SEND,        /* dst <- in; out <- in */
   RCC_STEP_RECV_REDUCE_SEND,      /* out <- in op src */
-  RCC_STEP_RECV_REDUCE_COPY,      /* dst <- in op src (acc 3: src op in) */
+  RCC_STEP_RECV_REDUCE_COPY,      /* dst <- in op src (or as acc says) */
   RCC_STEP_RECV_REDUCE_COPY_SEND, /* dst <- in op src; out <- dst */
   RCC_STEP_SEND_RECV,             /* out <- src to one peer; dst <- in from another */
   RCC_STEP_REDUCE_LOCAL,          /* dst <- dst op src (local) */
@@ -84,11 +85,8 @@ struct rcc_step {
   uint8_t postop;     /* apply the AVG division when writing dst */
   uint8_t conn_kind;  /* enum rcc_conn_kind */
   uint8_t last;       /* last piece of a p2p message (meta tag) */
-  uint8_t acc;        /* the user-buffer operand is dst (the partial sum or
-                         total built so far), not src: recvReduce* reduce
-                         dst op in (2: in op dst), send sends dst;
-                         3: recvReduceCopy reduces src op in (the input
-                         as the left operand) */
+  uint8_t acc;        /* enum rcc_acc: which user buffer a step reads
+                         besides the incoming slot, and on which side */
   int send_peer;      /* rank, or -1 */
   int recv_peer;      /* rank, or -1 */
   int block;          /* the data block (rank index) this step works on */
@@ -97,8 +95,20 @@ struct rcc_step {
   size_t nelem;
 };
 
+/* The operand order of a step's reduction, and what a plain send sends.
+ * Every rank of a pair evaluates the same expression with the same left
+ * operand, which is what makes all ranks' results bitwise equal. */
+enum rcc_acc {
+  RCC_ACC_IN_SRC = 0, /* in op src; a send sends src (the input) */
+  RCC_ACC_DST_IN = 1, /* dst op in: dst holds the partial built so far;
+                         a send sends dst */
+  RCC_ACC_IN_DST = 2, /* in op dst; a send sends dst */
+  RCC_ACC_SRC_IN = 3, /* src op in (recvReduceCopy: the input is the left
+                         operand of a rank's first combine) */
+};
+
 struct rcc_plan {
-  int sched;          /* enum rcc_sched_kind */
+  int alg;            /* enum rcc_alg */
   int coll;           /* enum rcc_coll */
   int nranks;
   int rank;
@@ -126,7 +136,7 @@ RCC_HD static inline void rcc_step_whole(const struct rcc_plan *p,
   s->postop = 0;
   s->conn_kind = RCC_CONN_COLL;
   s->last = 0;
-  s->acc = 0;
+  s->acc = RCC_ACC_IN_SRC;
   s->send_peer = s->recv_peer = -1;
   s->src_off = s->dst_off = 0;
   s->nelem = p->count;
@@ -148,56 +158,57 @@ RCC_HD static inline int rcc_log2_of(int p) {
   return l;
 }
 
-/* Filled by the algorithm files; each sets plan->sched and nsteps. */
-void rcc_plan_ring(struct rcc_plan *p);     /* coll_ring.c */
-void rcc_plan_pairwise(struct rcc_plan *p); /* coll_pairwise.c */
-void rcc_plan_direct(struct rcc_plan *p);   /* coll_direct.c */
-void rcc_plan_tree(struct rcc_plan *p);     /* coll_tree.c */
-void rcc_plan_recdouble(struct rcc_plan *p); /* coll_recdouble.c */
-void rcc_plan_halving(struct rcc_plan *p);   /* coll_halving.c */
+/* Filled by the algorithm files; each sets plan->alg and nsteps. The ring
+ * file plans the chains too (its edges), the pairwise file the local copy,
+ * point-to-point and the barrier. */
+void rcc_plan_ring(struct rcc_plan *p);         /* coll_ring.c */
+void rcc_plan_pairwise(struct rcc_plan *p);     /* coll_pairwise.c */
+void rcc_plan_oneshot(struct rcc_plan *p);      /* coll_oneshot.c */
+void rcc_plan_tree(struct rcc_plan *p);         /* coll_tree.c */
+void rcc_plan_recdoubling(struct rcc_plan *p);  /* coll_recdoubling.c */
+void rcc_plan_rabenseifner(struct rcc_plan *p); /* coll_rabenseifner.c */
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
 RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
                               struct rcc_step *s);
-RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
-                            struct rcc_step *s);
+RCC_HD void rcc_oneshot_step(const struct rcc_plan *p, uint64_t i,
+                             struct rcc_step *s);
 RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
-RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
-                               struct rcc_step *s);
-RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
-                             struct rcc_step *s);
+RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,
+                                 struct rcc_step *s);
+RCC_HD void rcc_rabenseifner_step(const struct rcc_plan *p, uint64_t i,
+                                  struct rcc_step *s);
 
 /* Step i of any plan. */
 RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
                                         struct rcc_step *s) {
-  switch (p->sched) {
-  case RCC_SCHED_RING_ALLREDUCE:
-  case RCC_SCHED_RING_REDUCE_SCATTER:
-  case RCC_SCHED_RING_ALLGATHER:
-  case RCC_SCHED_CHAIN_BCAST:
-  case RCC_SCHED_CHAIN_REDUCE:
+  switch (p->alg) {
+  case RCC_ALG_RING:
+  case RCC_ALG_CHAIN:
     rcc_ring_step(p, i, s);
     break;
-  case RCC_SCHED_DIRECT_ALLREDUCE:
-    rcc_direct_step(p, i, s);
+  case RCC_ALG_ONESHOT:
+  case RCC_ALG_BOARD:
+    rcc_oneshot_step(p, i, s);
     break;
-  case RCC_SCHED_TREE_ALLREDUCE:
+  case RCC_ALG_TREE:
     rcc_tree_step(p, i, s);
     break;
-  case RCC_SCHED_RD_ALLREDUCE:
-    rcc_recdouble_step(p, i, s);
+  case RCC_ALG_RECDOUBLING:
+    rcc_recdoubling_step(p, i, s);
     break;
-  case RCC_SCHED_HD_ALLREDUCE:
-    rcc_halving_step(p, i, s);
+  case RCC_ALG_RABENSEIFNER:
+    rcc_rabenseifner_step(p, i, s);
     break;
-  default:
+  default: /* local copy, pairwise, p2p, dissemination */
     rcc_pairwise_step(p, i, s);
     break;
   }
 }
 
+/* names.c */
 const char *rcc_coll_name(int coll);
 const char *rcc_step_kind_name(int kind);
 

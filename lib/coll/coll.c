@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "board.h"
+#include "algorithms.h"
 #include "cma.h"
 #include "comm.h"
 #include "cuda.h"
@@ -197,23 +197,6 @@ static size_t step_bytes(const struct call *c) {
   return comm->all_chunk_bytes;
 }
 
-/* The direct large-message path (coll_cma.c): one host, cross-memory attach
- * usable, a large reduce-scatter, allgather or allreduce, and RINGCC_ALGO=
- * direct (not yet chosen by the tuner: on this machine it has not been
- * measured faster than the ring). Depends only on what every rank knows
- * alike. */
-#define CMA_MIN_BYTES (256 << 10)
-
-static int cma_applies(const struct call *c, const struct rcc_tuning *tune) {
-  const struct ringcc_comm *comm = c->comm;
-  size_t total = c->count * ringcc_datatype_size(c->dt) *
-                 (c->coll == RCC_COLL_ALLREDUCE ? 1 : (size_t)comm->nranks);
-  return comm->cma_ok && total >= CMA_MIN_BYTES &&
-         (c->coll == RCC_COLL_ALLREDUCE || c->coll == RCC_COLL_REDUCE_SCATTER ||
-          c->coll == RCC_COLL_ALLGATHER) &&
-         comm->set.algo == RINGCC_ALGO_DIRECT && tune->algo != RINGCC_ALGO_TREE;
-}
-
 static ringcc_result_t run_cma(const struct call *c, const void *src) {
   struct ringcc_comm *comm = c->comm;
   size_t esize = ringcc_datatype_size(c->dt);
@@ -235,23 +218,56 @@ static ringcc_result_t run_cma(const struct call *c, const void *src) {
                               "staging", c->fn, comm->rank, c->count * esize);
     }
   }
-  RCC_TRACE(comm->rank, "%s: direct path (cross-memory attach)", c->fn);
   return rcc_cma_run(comm, &call);
+}
+
+/* Copies an in-place input aside for an algorithm that writes dst before it
+ * has read all of src (RCC_ALG_STAGE_IN_PLACE): a device copy ordered on
+ * the stream, or host scratch. */
+static ringcc_result_t stage_input(const struct call *c, size_t bytes,
+                                   const void **src) {
+  struct ringcc_comm *comm = c->comm;
+  if (c->uses & ON_DEVICE)
+    return rcc_cuda_stage(comm, *src, bytes, c->stream, src);
+  void *copy = scratch(comm, bytes);
+  if (copy == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "%s on rank %d: no memory for the %zu-byte staging "
+                          "copy of an in-place input", c->fn, comm->rank,
+                          bytes);
+  memcpy(copy, *src, bytes);
+  *src = copy;
+  return RINGCC_SUCCESS;
+}
+
+/* The algorithm of the call and its chunk: the tuner's choice for a
+ * collective of several ranks; point-to-point and one rank have one. */
+static void choose(const struct call *c, struct rcc_tuning *tune) {
+  struct ringcc_comm *comm = c->comm;
+  size_t esize = ringcc_datatype_size(c->dt);
+  tune->chunk_bytes = step_bytes(c);
+  tune->channels = 1;
+  if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
+    tune->alg = RCC_ALG_P2P;
+  else if (comm->nranks == 1)
+    tune->alg = RCC_ALG_LOCAL;
+  else
+    rcc_tuner_choose(comm, c->coll, c->count * esize,
+                     (c->uses & ON_DEVICE) != 0, tune);
 }
 
 static ringcc_result_t execute(const struct call *c) {
   struct ringcc_comm *comm = c->comm;
   const void *src = source_buffer(c);
   size_t esize = ringcc_datatype_size(c->dt);
-  struct rcc_tuning tune = {RINGCC_ALGO_RING, step_bytes(c), 1};
+  ringcc_op_t op = (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM;
+  struct rcc_tuning tune;
 
-  /* The tuner picks the algorithm and the chunk (and logs its prediction)
-   * for every collective; point-to-point messages have nothing to pick. */
-  if (comm->nranks > 1 && c->coll != RCC_COLL_SEND && c->coll != RCC_COLL_RECV)
-    rcc_tuner_choose(comm, c->coll, c->count * esize, &tune);
-  if (!(c->uses & ON_DEVICE) && cma_applies(c, &tune))
+  choose(c, &tune);
+  const struct rcc_algorithm *a = &rcc_algorithms[tune.alg];
+  RCC_TRACE(comm->rank, "%s: %s", c->fn, a->name);
+  if (a->exec == RCC_EXEC_CMA)
     return run_cma(c, src);
-  int direct = tune.algo == RINGCC_ALGO_DIRECT;
   struct rcc_plan plan = {
       .coll = c->coll,
       .nranks = comm->nranks,
@@ -263,49 +279,19 @@ static ringcc_result_t execute(const struct call *c) {
       .root = (c->uses & USES_PEER) ? c->peer : c->root,
       .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
-
-  /* One-shot on host buffers goes over the board where it fits: its regions
-   * also hold the input, so in place needs no staging. */
-  if (direct && !(c->uses & ON_DEVICE) && comm->board_ok && c->count > 0 &&
-      c->count * esize <= comm->board_bytes)
-    return rcc_exec_host_board(
-        comm, &plan, src, c->recvbuf, (ringcc_datatype_t)c->dt,
-        (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM);
-  /* Alltoall in place overwrites blocks not yet sent; one-shot in place
-   * overwrites its own input before reducing it: stage the input. */
-  if ((c->coll == RCC_COLL_ALLTOALL || direct) && src == c->recvbuf &&
-      c->count > 0 && (c->uses & ON_DEVICE)) {
-    ringcc_result_t r = rcc_cuda_stage(
-        comm, src, c->count * esize * (direct ? 1 : (size_t)comm->nranks),
-        c->stream, &src); /* a device copy, ordered on the stream */
+  a->plan(&plan);
+  plan.alg = a->id; /* the board runs the one-shot's plan */
+  if (a->exec == RCC_EXEC_BOARD) /* its regions hold the input: no staging */
+    return rcc_exec_host_board(comm, &plan, src, c->recvbuf,
+                               (ringcc_datatype_t)c->dt, op);
+  if ((a->flags & RCC_ALG_STAGE_IN_PLACE) && src == c->recvbuf &&
+      c->count > 0) {
+    size_t bytes = c->count * esize *
+                   (c->coll == RCC_COLL_ALLTOALL ? (size_t)comm->nranks : 1);
+    ringcc_result_t r = stage_input(c, bytes, &src);
     if (r != RINGCC_SUCCESS)
       return r;
   }
-  if ((c->coll == RCC_COLL_ALLTOALL || direct) && src == c->recvbuf &&
-      c->count > 0) {
-    size_t bytes = c->count * esize * (direct ? 1 : (size_t)comm->nranks);
-    void *copy = scratch(comm, bytes);
-    if (copy == NULL)
-      return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
-                            "%s on rank %d: no memory for the %zu-byte staging "
-                            "copy of an in-place input", c->fn, comm->rank,
-                            bytes);
-    memcpy(copy, src, bytes);
-    src = copy;
-  }
-  if (direct)
-    rcc_plan_direct(&plan);
-  else if (tune.algo == RINGCC_ALGO_TREE)
-    rcc_plan_tree(&plan);
-  else if (tune.algo == RINGCC_ALGO_RECDOUBLING)
-    rcc_plan_recdouble(&plan);
-  else if (tune.algo == RINGCC_ALGO_RABENSEIFNER)
-    rcc_plan_halving(&plan);
-  else if (comm->nranks > 1 && c->coll <= RCC_COLL_REDUCE)
-    rcc_plan_ring(&plan);
-  else
-    rcc_plan_pairwise(&plan);
-  ringcc_op_t op = (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM;
   if (c->uses & ON_DEVICE)
     return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
                          (ringcc_datatype_t)c->dt, op, c->stream);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "agree.h"
+#include "algorithms.h"
 #include "board.h"
 #include "bootstrap.h"
 #include "clock.h"
@@ -39,10 +40,7 @@
 #define DEFAULT_CHUNK_BYTES 65536
 /* TCP wants larger messages than shared memory (each costs a syscall or
  * two), but not so large that a step waits for a whole slot before it
- * reduces or forwards it. With the executor driving the sockets (proxy.c),
- * 64 MiB allreduce over loopback, medians of 3-4 interleaved runs: 256 KiB
- * slots 0.93-1.04 GB/s busbw at n = 4 and 1.75-2.0 at n = 2, against 0.70
- * and 1.2-1.3 with 1 MiB (128 KiB: as 256 KiB at n = 4, less at n = 2). */
+ * reduces or forwards it (docs/performance.md has the sizes measured). */
 #define DEFAULT_NET_CHUNK_BYTES (256 << 10)
 #define DEFAULT_NSLOTS 8
 /* Polls of a FIFO counter before yielding, where every thread has a CPU
@@ -116,14 +114,11 @@ static ringcc_result_t algo_setting(int field, int *out, char *err,
                       "config field 'algo' is %d, not a ringcc_algo_t", field);
     *out = field;
   } else if (env != NULL) {
-    int found = -1;
-    for (int a = 0; a < RINGCC_NUM_ALGOS; a++)
-      if (strcasecmp(env, rcc_algo_setting_name(a)) == 0)
-        found = a;
+    int found = rcc_algo_setting_parse(env);
     if (found < 0)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                      "RINGCC_ALGO=%s is not one of auto, ring, tree, direct, "
-                      "recdoubling, rabenseifner",
+                      "RINGCC_ALGO=%s is not one of auto, ring, tree, oneshot, "
+                      "recdoubling, rabenseifner, cma, direct",
                       env);
     *out = found;
   }
@@ -289,22 +284,15 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
 /* Waiting without RINGCC_SPIN / RINGCC_YIELDS: a few sched_yield()s (which
  * return at once on an idle CPU, so they poll too), then sleep on the futex;
  * and a short busy poll first, but only where every thread of this host's
- * ranks has a CPU of its own. Measured on 2 vCPUs, 8-byte allreduce:
- *   n = 2 (2 ranks, 2 CPUs): 0.59 us without polling, 0.26-0.31 with 100
- *     polls; polling 20000 times made it 1.2 ms whenever anything else
- *     wanted the CPU;
- *   n = 4 (4 ranks, 2 CPUs): 3.6 us without polling, 6-9 us with 100 polls,
- *     36-44 us with 1000: a rank that polls holds the CPU its peer needs.
- * Over TCP (where a poll is a progress round of recv() calls, net_wait):
- *   n = 2: 50 us without polling, 18-20 us with 20-400 rounds;
- *   n = 4: 139 us without, 203 us with 20, 853 us with 100. */
+ * ranks has a CPU of its own: a rank that polls where it has none holds the
+ * CPU its peer needs (docs/performance.md has the figures). */
 static void adapt_waiting(struct ringcc_comm *comm) {
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
   int local = 0;
   for (int q = 0; q < comm->nranks; q++)
     local += comm->peers[q].host_hash == me->host_hash;
   /* A rank with network edges has a proxy thread as well, but it stands
-   * aside while the rank waits on the network (exec_host.c net_wait): the
+   * aside while the rank waits on the network (net_proxy.c, op_wait): the
    * ranks' own threads are the ones that want a CPU. */
   int threads = local;
   cpu_set_t cpus;

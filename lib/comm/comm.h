@@ -32,7 +32,7 @@ struct rcc_peer_info {
   int64_t net_chunk_bytes; /* must agree across ranks */
   int32_t nslots;      /* must agree across ranks */
   int32_t shm_disable;
-  uint64_t cma_probe_addr; /* coll_cma.c: a word peers try to read at init */
+  uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
   uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
   char hostname[RCC_HOSTNAME_LEN];
@@ -63,7 +63,7 @@ struct rcc_settings {
 struct rcc_progress {
   int active;                  /* a collective is running */
   int coll;
-  int algo_sched;              /* enum rcc_sched_kind */
+  int alg;                     /* enum rcc_alg */
   uint64_t step;
   uint64_t nsteps;
   int kind;                    /* of the current step: enum rcc_step_kind */
@@ -110,10 +110,10 @@ struct ringcc_comm {
   size_t all_chunk_bytes;
   struct rcc_tuner tuner;  /* the cost model, the same on every rank */
   struct {                 /* the last choice (tuner.c), reused by a call of
-                              the same collective and size */
-    int valid, coll;
+                              the same collective, size and buffers */
+    int valid, coll, device;
     size_t bytes;
-    int algo;
+    int alg;
     size_t chunk_bytes;
   } tune_last;
 
@@ -124,7 +124,7 @@ struct ringcc_comm {
   size_t scratch_bytes;
   uint8_t secret[16];      /* shared by the ranks only (via the bootstrap) */
   int64_t init_deadline;   /* for transports' connect phase */
-  uint64_t cma_probe;      /* coll_cma.c */
+  uint64_t cma_probe;      /* exec_cma.c */
   int cma_ok;              /* the direct large-message path is usable */
   /* The one-shot board (exec_host.c): each rank's two regions, in its shm
    * segment (shm.c); set where this rank maps every rank's segment. */

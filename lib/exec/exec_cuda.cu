@@ -5,8 +5,8 @@
  * One kernel per collective call, one block of RCC_CUDA_THREADS threads,
  * enqueued on the caller's stream (cuda.c). The kernel walks the same
  * schedule as the host executor - the step functions of coll_ring.c,
- * coll_direct.c, coll_pairwise.c, coll_tree.c, coll_recdouble.c and
- * coll_halving.c are #included below and
+ * coll_oneshot.c, coll_pairwise.c, coll_tree.c, coll_recdoubling.c and
+ * coll_rabenseifner.c are #included below and
  * compiled for the device - and drives the same FIFO protocol, proto.h, with
  * device hooks:
  *
@@ -17,7 +17,7 @@
  *                       and the deadline (%globaltimer); returns
  *                       RINGCC_ERR_ABORTED / RINGCC_ERR_TIMEOUT
  *   RCC_PROTO_WAKE      nothing: device waiters spin, and the network proxy
- *                       polls while a kernel runs (rcc_cuda_busy)
+ *                       polls while a kernel runs (comm->device_busy)
  *
  * A step: thread 0 computes it (rcc_plan_step), waits for the incoming slot
  * and/or a free outgoing slot, and checks the slot's meta word; a barrier;
@@ -38,7 +38,11 @@
 #include <string.h>
 
 #define RCC_HD __host__ __device__
+/* The headers the schedule files include, first, outside the namespaces
+ * below (their include guards then keep them out of those). */
+#include "algorithms.h"
 #include "cuda.h"
+#include "fold.h"
 #include "reduce.cuh"
 
 /* ---- the schedules, compiled for the device ------------------------------- */
@@ -47,8 +51,8 @@
 namespace rcc_sched_ring {
 #include "coll_ring.c"
 }
-namespace rcc_sched_direct {
-#include "coll_direct.c"
+namespace rcc_sched_oneshot {
+#include "coll_oneshot.c"
 }
 namespace rcc_sched_pairwise {
 #include "coll_pairwise.c"
@@ -56,20 +60,20 @@ namespace rcc_sched_pairwise {
 namespace rcc_sched_tree {
 #include "coll_tree.c"
 }
-namespace rcc_sched_rd {
-#include "coll_recdouble.c"
+namespace rcc_sched_recdoubling {
+#include "coll_recdoubling.c"
 }
-namespace rcc_sched_hd {
-#include "coll_halving.c"
+namespace rcc_sched_rabenseifner {
+#include "coll_rabenseifner.c"
 }
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s) {
   rcc_sched_ring::rcc_ring_step(p, i, s);
 }
-RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
-                            struct rcc_step *s) {
-  rcc_sched_direct::rcc_direct_step(p, i, s);
+RCC_HD void rcc_oneshot_step(const struct rcc_plan *p, uint64_t i,
+                             struct rcc_step *s) {
+  rcc_sched_oneshot::rcc_oneshot_step(p, i, s);
 }
 RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
                               struct rcc_step *s) {
@@ -79,13 +83,13 @@ RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s) {
   rcc_sched_tree::rcc_tree_step(p, i, s);
 }
-RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
-                               struct rcc_step *s) {
-  rcc_sched_rd::rcc_recdouble_step(p, i, s);
+RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,
+                                 struct rcc_step *s) {
+  rcc_sched_recdoubling::rcc_recdoubling_step(p, i, s);
 }
-RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
-                             struct rcc_step *s) {
-  rcc_sched_hd::rcc_halving_step(p, i, s);
+RCC_HD void rcc_rabenseifner_step(const struct rcc_plan *p, uint64_t i,
+                                  struct rcc_step *s) {
+  rcc_sched_rabenseifner::rcc_rabenseifner_step(p, i, s);
 }
 
 /* ---- the protocol hooks ----------------------------------------------------- */
@@ -267,8 +271,9 @@ __device__ void step_data(const rcc_cuda_args &a, const struct rcc_step &s,
 
   switch (s.kind) {
   case RCC_STEP_SEND:
-    rcc::copy_run(out, nullptr, (const char *)(s.acc ? dst : src), bytes, tid,
-                  nt);
+    rcc::copy_run(out, nullptr,
+                  (const char *)(s.acc != RCC_ACC_IN_SRC ? dst : src), bytes,
+                  tid, nt);
     return;
   case RCC_STEP_RECV:
     rcc::copy_run((char *)dst, nullptr, in, bytes, tid, nt);
@@ -289,14 +294,17 @@ __device__ void step_data(const rcc_cuda_args &a, const struct rcc_step &s,
     break;
   }
   /* The reducing steps, as one call (one instance of the loop per kernel):
-   *   recvReduceSend        out <- in op src   (acc: out <- dst op in)
+   *   recvReduceSend        out <- in op src, or dst op in
    *   reduceLocal           dst <- dst op src
-   *   recvReduceCopy[Send]  dst (and out) <- in op src   (acc: dst op in;
-   *                         acc 2: in op dst; acc 3: src op in)
+   *   recvReduceCopy[Send]  dst (and out) <- the operands acc names
    * acc keeps one operand order on every rank: bitwise agreement. */
   T *rd = dst, *rd2 = tout;
-  const T *ra = s.acc == 1 ? dst : s.acc == 3 ? src : tin;
-  const T *rb = s.acc == 1 || s.acc == 3 ? tin : s.acc == 2 ? dst : src;
+  const T *ra = s.acc == RCC_ACC_DST_IN   ? dst
+                : s.acc == RCC_ACC_SRC_IN ? src
+                                          : tin;
+  const T *rb = s.acc == RCC_ACC_DST_IN || s.acc == RCC_ACC_SRC_IN ? tin
+                : s.acc == RCC_ACC_IN_DST                          ? dst
+                                                                   : src;
   int fin = finish;
   if (s.kind == RCC_STEP_RECV_REDUCE_SEND) {
     rd = tout;

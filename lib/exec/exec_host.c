@@ -371,7 +371,7 @@ static const char *zc_source(const struct exec *x, const struct rcc_step *s) {
   const char *dst = x->dst + s->dst_off * x->esize;
   switch (s->kind) {
   case RCC_STEP_SEND:
-    return s->acc ? dst : src;
+    return s->acc != RCC_ACC_IN_SRC ? dst : src;
   case RCC_STEP_COPY_SEND:
   case RCC_STEP_SEND_RECV:
     return src;
@@ -507,7 +507,7 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
   switch (s->kind) {
   case RCC_STEP_SEND:
     if (out)
-      copy_bytes(out, s->acc ? dst : src, bytes);
+      copy_bytes(out, s->acc != RCC_ACC_IN_SRC ? dst : src, bytes);
     break;
   case RCC_STEP_RECV:
     copy_bytes(dst, in, bytes);
@@ -527,7 +527,7 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
     break;
   case RCC_STEP_RECV_REDUCE_SEND:
     if (s->nelem > 0) {
-      if (s->acc)
+      if (s->acc != RCC_ACC_IN_SRC) /* the partial in dst, on the left */
         x->reduce(out, dst, in, s->nelem);
       else
         x->reduce(out, in, src, s->nelem);
@@ -542,11 +542,12 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
     break;
   default: /* RECV_REDUCE_COPY[_SEND] */
     if (s->nelem > 0) {
-      if (s->acc == 1) /* one operand order on every rank: bitwise agreement */
+      /* one operand order on every rank: bitwise agreement */
+      if (s->acc == RCC_ACC_DST_IN)
         x->reduce(dst, dst, in, s->nelem);
-      else if (s->acc == 2)
+      else if (s->acc == RCC_ACC_IN_DST)
         x->reduce(dst, in, dst, s->nelem);
-      else if (s->acc == 3)
+      else if (s->acc == RCC_ACC_SRC_IN)
         x->reduce(dst, src, in, s->nelem);
       else
         x->reduce(dst, in, src, s->nelem);
@@ -673,7 +674,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
   ringcc_result_t r = RINGCC_SUCCESS;
 
   RCC_PUT(x.at->coll, plan->coll);
-  RCC_PUT(x.at->algo_sched, (int)plan->sched);
+  RCC_PUT(x.at->alg, plan->alg);
   RCC_PUT(x.at->nsteps, plan->nsteps);
   waiting_on(&x, "nothing", -1, NULL, 0);
   RCC_PUT(x.at->active, 1);
@@ -702,7 +703,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
  * the one-shot needs no FIFOs: each rank copies its input into its own board
  * region and publishes it with the call's sequence number, then reads every
  * rank's region in rank order, reducing into dst, exactly as the FIFO
- * schedule (coll_direct.c) does: the same operands in the same order on
+ * schedule (coll_oneshot.c) does: the same operands in the same order on
  * every rank, so every rank gets the same bits.
  *
  * Two regions alternate between calls. A rank that starts call s has read
@@ -733,7 +734,7 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   ringcc_result_t r = RINGCC_SUCCESS;
 
   RCC_PUT(x.at->coll, plan->coll);
-  RCC_PUT(x.at->algo_sched, (int)RCC_SCHED_DIRECT_ALLREDUCE);
+  RCC_PUT(x.at->alg, (int)RCC_ALG_BOARD);
   RCC_PUT(x.at->nsteps, (uint64_t)n);
   RCC_PUT(x.at->block, comm->rank);
   RCC_PUT(x.at->nelem, plan->count);

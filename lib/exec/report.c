@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "algorithms.h"
 #include "comm.h"
 #include "env.h"
 #include "error.h"
@@ -63,21 +64,6 @@ int rcc_report_requested(struct ringcc_comm *comm) {
   return 1;
 }
 
-static const char *const sched_names[] = {
-    [RCC_SCHED_LOCAL_COPY] = "local copy",
-    [RCC_SCHED_RING_ALLREDUCE] = "ring",
-    [RCC_SCHED_RING_REDUCE_SCATTER] = "ring",
-    [RCC_SCHED_RING_ALLGATHER] = "ring",
-    [RCC_SCHED_CHAIN_BCAST] = "chain",
-    [RCC_SCHED_CHAIN_REDUCE] = "chain",
-    [RCC_SCHED_PAIRWISE_ALLTOALL] = "pairwise",
-    [RCC_SCHED_P2P_SEND] = "p2p",
-    [RCC_SCHED_P2P_RECV] = "p2p",
-    [RCC_SCHED_BARRIER] = "dissemination",
-    [RCC_SCHED_DIRECT_ALLREDUCE] = "one-shot",
-    [RCC_SCHED_TREE_ALLREDUCE] = "double binary tree",
-    [RCC_SCHED_RD_ALLREDUCE] = "recursive doubling",
-};
 
 void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
   const struct rcc_progress *at = &comm->progress;
@@ -89,12 +75,12 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
              comm->rank, seq);
     return;
   }
-  int sched = RCC_GET(at->algo_sched), peer = RCC_GET(at->peer);
+  int alg = RCC_GET(at->alg), peer = RCC_GET(at->peer);
   off = snprintf(buf, len,
                  "  rank %d: %s seq %llu, %s, step %llu of %llu: %s block %d, "
                  "%zu elements",
                  comm->rank, rcc_coll_name(RCC_GET(at->coll)), seq,
-                 sched_names[sched],
+                 rcc_alg_name(alg),
                  (unsigned long long)RCC_GET(at->step),
                  (unsigned long long)RCC_GET(at->nsteps),
                  rcc_step_kind_name(RCC_GET(at->kind)), RCC_GET(at->block),

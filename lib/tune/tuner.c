@@ -220,14 +220,15 @@ static void log_choice(const struct ringcc_comm *comm,
 }
 
 void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
-                      struct rcc_tuning *out) {
+                      int device, struct rcc_tuning *out) {
   const struct rcc_tuner *t = &comm->tuner;
   int logging = rcc_log_level >= RINGCC_LOG_INFO;
   /* Training loops repeat the same calls: skip the model (about 5% of an
    * 8-byte allreduce) when nothing would be logged. */
   if (!logging && comm->tune_last.valid && comm->tune_last.coll == coll &&
-      comm->tune_last.bytes == count_bytes) {
-    out->algo = comm->tune_last.algo;
+      comm->tune_last.bytes == count_bytes &&
+      comm->tune_last.device == device) {
+    out->alg = comm->tune_last.alg;
     out->chunk_bytes = comm->tune_last.chunk_bytes;
     out->channels = 1;
     return;
@@ -245,26 +246,36 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       .gamma_us_per_byte = t->model.gamma_us_per_byte,
       .cache_bytes = t->model.cache_bytes,
       .chunk_bytes = (double)comm->ring_chunk_bytes,
-      .direct_max_bytes = (double)comm->all_chunk_bytes,
+      .slot_bytes = (double)comm->all_chunk_bytes,
+      .board_bytes = comm->board_ok ? (double)comm->board_bytes : 0,
+      .cma = comm->cma_ok,
+      .device = device,
       .forced = comm->set.algo,
   };
   int winner, count = rcc_model_choose(&in, cand, &winner);
-  int alg = cand[winner].alg;
+  const struct rcc_algorithm *a = &rcc_algorithms[cand[winner].alg];
 
-  out->algo = rcc_alg_setting(alg);
-  out->chunk_bytes = rcc_alg_uses_all_edges(alg) ? comm->all_chunk_bytes
-                                         : comm->ring_chunk_bytes;
+  out->alg = a->id;
+  out->chunk_bytes = (a->flags & RCC_ALG_ALL_EDGES) ? comm->all_chunk_bytes
+                                                    : comm->ring_chunk_bytes;
   out->channels = 1;
   comm->tune_last.valid = 1;
   comm->tune_last.coll = coll;
   comm->tune_last.bytes = count_bytes;
-  comm->tune_last.algo = out->algo;
+  comm->tune_last.device = device;
+  comm->tune_last.alg = out->alg;
   comm->tune_last.chunk_bytes = out->chunk_bytes;
   if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);
-  if (coll == RCC_COLL_ALLREDUCE && comm->set.algo == RINGCC_ALGO_DIRECT &&
-      !cand[1].runnable)
-    RCC_INFO(comm->rank, "RINGCC_ALGO=direct does not apply to a %zu-byte "
-                         "allreduce (more than one %zu-byte slot): using ring",
-             count_bytes, comm->all_chunk_bytes);
+  if (logging && in.forced != RINGCC_ALGO_AUTO &&
+      !rcc_alg_forced_by(a->id, in.forced)) {
+    const char *why = "";
+    for (int i = 0; i < count; i++)
+      if (rcc_alg_forced_by(cand[i].alg, in.forced) && !cand[i].runnable)
+        why = cand[i].why_not;
+    RCC_INFO(comm->rank, "RINGCC_ALGO=%s does not apply to a %zu-byte %s "
+             "(%s): using %s", rcc_algo_setting_name(in.forced), count_bytes,
+             rcc_coll_name(coll), why[0] ? why : "it does not run it",
+             a->name);
+  }
 }

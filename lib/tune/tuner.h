@@ -1,5 +1,5 @@
 /*
- * tuner.h - the alpha-beta cost model: one set of formulas, in tuner.c, that
+ * tuner.h - the alpha-beta cost model: one set of formulas, in model.c, that
  * the library's tuner, ringcc-model and ringcc-bench --calibrate all use.
  *
  * A collective's predicted time is
@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "algorithms.h"
 #include "link.h"
 #include "ringcc.h"
 
@@ -45,54 +46,18 @@ struct rcc_model {
 extern const struct rcc_model rcc_model_defaults;
 const char *rcc_link_name(int link); /* "shm", "tcp" */
 
-/* The algorithms the model knows, one schedule file each. */
-enum rcc_alg {
-  RCC_ALG_RING,          /* allreduce, reduce_scatter, allgather */
-  RCC_ALG_DIRECT,        /* one-shot allreduce (coll_direct.c) */
-  RCC_ALG_TREE,          /* double binary tree allreduce (coll_tree.c) */
-  RCC_ALG_CHAIN,         /* bcast, reduce along the ring */
-  RCC_ALG_PAIRWISE,      /* alltoall */
-  RCC_ALG_P2P,           /* send/recv: one message over one edge */
-  RCC_ALG_DISSEMINATION, /* barrier */
-  RCC_ALG_RECDOUBLING,   /* recursive-doubling allreduce (coll_recdouble.c) */
-  RCC_ALG_HALVING,       /* Rabenseifner allreduce (coll_halving.c) */
-  RCC_NUM_ALGS
-};
-const char *rcc_alg_name(int alg); /* "ring", "one-shot", ... */
-/* 1 for schedules that talk to every peer (they pay the slowest edge). */
-int rcc_alg_uses_all_edges(int alg);
-/* The RINGCC_ALGO value that forces alg. */
-int rcc_alg_setting(int alg);
-/* "auto", "ring", ...: RINGCC_ALGO's spelling of a ringcc_algo_t. */
-const char *rcc_algo_setting_name(int algo);
-
-/* The terms of one algorithm for one call. */
-struct rcc_cost_terms {
-  double alpha_count; /* message latencies on the critical path */
-  double beta_bytes;  /* bytes moved over one edge on the critical path */
-  double gamma_bytes; /* bytes reduced on the critical path */
-  double bytes_sent;  /* bytes the busiest rank sends */
-  double footprint_bytes; /* bytes all ranks' buffers span together */
-};
-
-/* Fills *t for alg running coll (enum rcc_coll) over nranks ranks on S =
- * bytes; chunk_bytes is the pipeline chunk (one FIFO slot) where the
- * algorithm pipelines (chains). Returns 0, or -1 when alg does not run coll
- * (*t zeroed). */
+/* Fills *t for alg (enum rcc_alg, the table's) running coll (enum
+ * rcc_coll) over nranks ranks on S = bytes; chunk_bytes is the pipeline
+ * chunk (one FIFO slot) where the algorithm pipelines (chains). Returns 0,
+ * or -1 when alg does not run coll (*t zeroed). */
 int rcc_model_terms(int coll, int alg, int nranks, double bytes,
                     double chunk_bytes, struct rcc_cost_terms *t);
-/* What the link changes in them (measured, docs/tuning.md):
- *   one-shot  its n-1 messages each way are in flight together where a
- *             message is a store into shared memory (n/2 steps, as
- *             rcc_model_terms counts), but each is paid for where it costs
- *             system calls (tcp: n-1 steps);
- *   recursive doubling  over shared memory an exchange, which both partners
- *             must reach before either goes on, costs about two ring steps
- *             (2 floor(log2 n) [+2]); over tcp one (as counted). */
+/* What the link kind changes in them, where the algorithm says (its
+ * link_terms in algorithms.h; measured, docs/tuning.md). */
 void rcc_model_link_terms(int link, int alg, int nranks,
                           struct rcc_cost_terms *t);
-/* The formula of rcc_model_terms as text, e.g. "2(n-1)a + 2(n-1)/n*S*b +
- * (n-1)/n*S*g" (a = alpha, b = beta, g = gamma); "" where none. */
+/* The algorithm's formula as text, e.g. "2(n-1)*alpha + 2(n-1)/n*S*beta +
+ * (n-1)/n*S*gamma"; "" where alg does not run coll. */
 const char *rcc_model_formula(int coll, int alg);
 
 /* 1 when a call's buffers, with the slots and copies in flight, outgrow
@@ -125,14 +90,17 @@ struct rcc_model_input {
   double gamma_us_per_byte;
   double cache_bytes;      /* see struct rcc_model */
   double chunk_bytes;      /* pipeline chunk of ring and chain schedules */
-  double direct_max_bytes; /* one-shot runs only when S <= this (a slot) */
-  int forced;              /* RINGCC_ALGO_AUTO, _RING, _TREE, _DIRECT,
-                              _RECDOUBLING or _RABENSEIFNER */
+  double slot_bytes;       /* one slot of every edge: what one-step
+                              algorithms (one-shot, recursive doubling) fit */
+  double board_bytes;      /* a one-shot board region; 0: no board */
+  int cma;                 /* cross-memory attach works between all ranks */
+  int device;              /* the call's buffers are in GPU memory */
+  int forced;              /* RINGCC_ALGO (a ringcc_algo_t) */
   int all_link_type;       /* enum rcc_link of all_link (0: shm) */
   int network_only;        /* 1: every edge crosses the network */
 };
 
-#define RCC_MAX_CANDIDATES 5
+#define RCC_MAX_CANDIDATES RCC_NUM_ALGS
 
 struct rcc_candidate {
   int alg;             /* enum rcc_alg */
@@ -142,12 +110,14 @@ struct rcc_candidate {
   struct rcc_prediction pred;
 };
 
-/* The algorithms libringcc runs for in->coll, each with its prediction, and
- * the one the tuner picks (*winner, an index into cand): the fastest
- * runnable one, or the one RINGCC_ALGO forces where it can run. Returns the
- * number of candidates (5 for allreduce: ring, one-shot, tree, recursive
- * doubling, Rabenseifner; 1 for the other collectives). The library's tuner
- * and ringcc-model both decide with this function. */
+/* The algorithms of the table (algorithms.h) that run in->coll, each with
+ * its prediction and whether it can run (why_not), in table order, and the
+ * one the tuner picks (*winner, an index into cand): the fastest runnable
+ * one (a tie goes to the earlier); with RINGCC_ALGO set, the fastest
+ * runnable one it forces, and where none of those can run, the first
+ * runnable one (the collective's ring or chain). Returns the number of
+ * candidates. The library's tuner and ringcc-model both decide with this
+ * function. */
 int rcc_model_choose(const struct rcc_model_input *in,
                      struct rcc_candidate cand[RCC_MAX_CANDIDATES],
                      int *winner);
@@ -252,17 +222,14 @@ struct ringcc_comm;
 ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline);
 /* How one call runs, from rcc_tuner_choose. */
 struct rcc_tuning {
-  int algo;           /* RINGCC_ALGO_DIRECT (one-shot allreduce),
-                         RINGCC_ALGO_TREE (double binary tree allreduce), or
-                         RINGCC_ALGO_RING: the collective's ring, chain or
-                         pairwise schedule */
+  int alg;            /* enum rcc_alg: an entry of rcc_algorithms[] */
   size_t chunk_bytes; /* bytes per step: one FIFO slot of the edges used */
   int channels;       /* always 1 for now */
 };
 /* Picks for coll (enum rcc_coll) on count_bytes = the call's count times
- * the datatype size; logs every candidate under RINGCC_DEBUG_SUBSYS=TUNING.
- * Every rank picks alike. */
+ * the datatype size, on host (device 0) or device buffers; logs every
+ * candidate under RINGCC_DEBUG_SUBSYS=TUNING. Every rank picks alike. */
 void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
-                      struct rcc_tuning *out);
+                      int device, struct rcc_tuning *out);
 
 #endif /* RCC_TUNER_H */

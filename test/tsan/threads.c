@@ -14,9 +14,9 @@
  *              thread
  *
  *   direct     4 ranks with algo = direct: the large calls take the
- *              cross-memory-attach path (coll_cma.c), which with ranks as
+ *              cross-memory-attach path (exec_cma.c), which with ranks as
  *              threads reads peers' buffers with memcpy, ordered by FIFO
- *              exchanges that coll_cma.c annotates for TSan; the small
+ *              exchanges that exec_cma.c annotates for TSan; the small
  *              AllReduces run one-shot on the board (exec_host.c), whose
  *              regions each rank maps at an address of its own
  *

@@ -1,5 +1,5 @@
 /*
- * coll_halving.c - Rabenseifner's AllReduce: a reduce-scatter by recursive
+ * coll_rabenseifner.c - Rabenseifner's AllReduce: a reduce-scatter by recursive
  * halving, then an allgather by recursive doubling.
  *
  * With p the largest power of two <= n and L = log2 p, among the first p
@@ -34,13 +34,27 @@
  * and a write of S per rank before the first byte left.
  *
  * Bitwise agreement: at every combine the lower rank's partial is the left
- * operand (acc = 1: dst op in on the lower rank; acc = 2: in op dst on the
- * upper; at the first combine, acc = 3: src op in on the lower rank, acc =
- * 0: in op src on the upper), and each element's total is computed by one
- * rank and copied to the others. In place works as is: dst is written only
+ * operand (RCC_ACC_DST_IN on the lower rank, RCC_ACC_IN_DST on the upper;
+ * at the first combine RCC_ACC_SRC_IN and RCC_ACC_IN_SRC), and each
+ * element's total is computed by one rank and copied to the others. In place works as is: dst is written only
  * where nothing is still to be sent from it.
  */
+#include "algorithms.h"
+#include "fold.h"
 #include "schedule.h"
+
+void rcc_rabenseifner_terms(int coll, int n, double S, double C,
+                            struct rcc_cost_terms *t) {
+  (void)coll, (void)C;
+  /* 2 log2 p exchanges of halves among the first p ranks, each rank
+   * sending (p-1)/p S per phase; the others fold in (S) and get the total
+   * back (S): 2 more steps */
+  int pw = 1 << rcc_floor_log2(n), extra = n > 0 && n != pw;
+  double fp = n > 0 ? (pw - 1.0) / pw : 0;
+  rcc_set_terms(t, 2 * rcc_floor_log2(n) + 2 * extra,
+                2 * fp * S + 2 * extra * S, fp * S + extra * S,
+                2 * fp * S + extra * S);
+}
 
 static RCC_HD uint64_t hd_pieces(size_t elems, size_t chunk) {
   return elems == 0 ? 0 : (elems + chunk - 1) / chunk;
@@ -84,10 +98,10 @@ static RCC_HD uint64_t hd_exchange_steps(const struct rcc_plan *p, int k) {
   return 2 * (a > b ? a : b);
 }
 
-void rcc_plan_halving(struct rcc_plan *p) {
+void rcc_plan_rabenseifner(struct rcc_plan *p) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   uint64_t whole = hd_pieces(p->count, p->chunk_elems), steps = 0;
-  p->sched = RCC_SCHED_HD_ALLREDUCE;
+  p->alg = RCC_ALG_RABENSEIFNER;
   if (r >= pw) {
     steps = 2 * whole; /* hand the input over, get the total back */
   } else {
@@ -135,21 +149,18 @@ static RCC_HD int hd_order(uint64_t P, uint64_t t, uint64_t *piece) {
   return 0;
 }
 
-RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
-                             struct rcc_step *s) {
+RCC_HD void rcc_rabenseifner_step(const struct rcc_plan *p, uint64_t i,
+                                  struct rcc_step *s) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   int logp = rcc_log2_of(pw);
   uint64_t whole = hd_pieces(p->count, p->chunk_elems);
 
+  uint64_t piece;
+
   rcc_step_whole(p, s);
   if (r >= pw) { /* hand the input over, get the total back */
-    int back = i >= whole;
-    s->kind = back ? RCC_STEP_RECV : RCC_STEP_SEND;
-    if (back)
-      s->recv_peer = r - pw;
-    else
-      s->send_peer = r - pw;
-    hd_piece(p, 0, p->count, back ? i - whole : i, s);
+    rcc_fold_outer_step(r, pw, i, whole, s, &piece);
+    hd_piece(p, 0, p->count, piece, s);
     return;
   }
   if (n == 1) {
@@ -158,10 +169,7 @@ RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
   }
   uint64_t j = i;
   if (r < extra) {
-    if (j < whole) { /* fold in rank r + p's input: ours on the left */
-      s->kind = RCC_STEP_RECV_REDUCE_COPY;
-      s->recv_peer = r + pw;
-      s->acc = 3;
+    if (rcc_fold_in_step(r, pw, j, whole, s)) { /* ours on the left */
       hd_piece(p, 0, p->count, j, s);
       return;
     }
@@ -176,10 +184,9 @@ RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
         continue;
       }
       size_t ko, kn, so, sn;
-      uint64_t piece;
       int first = phase == 0 && k == 0 && r >= extra; /* partial: src */
       hd_halves(p->count, r, k, &ko, &kn, &so, &sn);
-      s->acc = first ? 0 : 1;
+      s->acc = first ? RCC_ACC_IN_SRC : RCC_ACC_DST_IN;
       if (hd_order(len / 2, j, &piece)) {
         /* halving: the half we give up; doubling: ours */
         s->kind = RCC_STEP_SEND;
@@ -191,20 +198,19 @@ RCC_HD void rcc_halving_step(const struct rcc_plan *p, uint64_t i,
       } else if (phase == 0) { /* the partner's copy of our half */
         s->kind = RCC_STEP_RECV_REDUCE_COPY;
         s->recv_peer = q;
-        s->acc = r < q ? (first ? 3 : 1) : (first ? 0 : 2);
+        s->acc = r < q ? (first ? RCC_ACC_SRC_IN : RCC_ACC_DST_IN)
+                       : (first ? RCC_ACC_IN_SRC : RCC_ACC_IN_DST);
         s->postop = (uint8_t)(k == logp - 1 && p->postop);
         hd_piece(p, ko, kn, piece, s);
       } else { /* the partner's total of its half */
         s->kind = RCC_STEP_RECV;
         s->recv_peer = q;
-        s->acc = 0;
+        s->acc = RCC_ACC_IN_SRC;
         hd_piece(p, so, sn, piece, s);
       }
       return;
     }
   }
-  s->kind = RCC_STEP_SEND; /* the total to rank r + p */
-  s->send_peer = r + pw;
-  s->acc = 1;
+  rcc_fold_back_step(r, pw, s); /* the total to rank r + p */
   hd_piece(p, 0, p->count, j, s);
 }

@@ -1,6 +1,7 @@
 /*
- * link.h - the kinds of link the cost model prices (tuner.h), and which every
- * edge's transport names for its edges (struct rcc_transport.link).
+ * link.h - the kinds of link the cost model prices (tuner.h): every edge's
+ * transport says which its edges are (struct rcc_transport.link), and an
+ * algorithm's cost may depend on it (algorithms.h, link_terms).
  */
 #ifndef RCC_LINK_H
 #define RCC_LINK_H

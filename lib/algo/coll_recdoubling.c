@@ -1,5 +1,5 @@
 /*
- * coll_recdouble.c - recursive-doubling AllReduce for small messages.
+ * coll_recdoubling.c - recursive-doubling AllReduce for small messages.
  *
  * With p the largest power of two <= n: at step k (0 <= k < log2 p) rank r
  * exchanges its partial result with rank r ^ 2^k and combines the two; after
@@ -12,12 +12,18 @@
  * calls (TCP), that is what a small AllReduce pays for. Each rank sends
  * log2 p times S bytes, so it is for messages of one FIFO slot.
  *
- *   T = (log2 p [+ 2]) * alpha + log2 p * S * (beta + gamma)
+ *   T = (L+2e) * alpha + (L+2e) * S * beta + (L+e) * S * gamma,
+ *       L = log2 p, e = 1 if n is not a power of two (the fold: fold.h)
+ *
+ * Over shared memory an exchange, which both partners must reach before
+ * either goes on, costs about two ring steps: (2L+2e) alphas there
+ * (docs/tuning.md has the measurements).
  *
  * Bitwise agreement: at every combine the partial of the lower group is the
- * left operand (acc = 1: dst op in on the lower rank; acc = 2: in op dst on
- * the upper), so both partners evaluate the same expression, and every rank
- * of the first p ends with the same bits; the others receive them.
+ * left operand (RCC_ACC_DST_IN on the lower rank, RCC_ACC_IN_DST on the
+ * upper; at a rank's first combine src stands for dst), so both partners
+ * evaluate the same expression, and every rank of the first p ends with the
+ * same bits; the others receive them.
  *
  * Steps of rank r (one slot; dst holds the partial result once the first
  * combine wrote it, which reads src: no copy of the input into dst first):
@@ -29,11 +35,26 @@
  *   n = 1:   copy dst <- src
  * In place works as is: dst is only written after src was sent.
  */
+#include "algorithms.h"
+#include "fold.h"
 #include "schedule.h"
 
-void rcc_plan_recdouble(struct rcc_plan *p) {
+void rcc_recdoubling_terms(int coll, int n, double S, double C,
+                           struct rcc_cost_terms *t) {
+  (void)coll, (void)C;
+  int logp = rcc_floor_log2(n), extra = n > 0 && n != 1 << logp;
+  rcc_set_terms(t, logp + 2 * extra, (logp + 2 * extra) * S,
+                (logp + extra) * S, (logp + extra) * S);
+}
+
+void rcc_recdoubling_link_terms(int link, int n, struct rcc_cost_terms *t) {
+  if (link == RCC_LINK_SHM && n > 1)
+    t->alpha_count += rcc_floor_log2(n); /* two steps per exchange */
+}
+
+void rcc_plan_recdoubling(struct rcc_plan *p) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
-  p->sched = RCC_SCHED_RD_ALLREDUCE;
+  p->alg = RCC_ALG_RECDOUBLING;
   p->steps_per_loop = r >= pw ? 2
                               : (n == 1) + 2 * (uint64_t)rcc_log2_of(pw) +
                                     (r < extra ? 2 : 0);
@@ -41,20 +62,15 @@ void rcc_plan_recdouble(struct rcc_plan *p) {
   p->root_pos = 0;
 }
 
-RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
-                               struct rcc_step *s) {
+RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,
+                                 struct rcc_step *s) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   int logp = rcc_log2_of(pw);
+  uint64_t piece;
 
   rcc_step_whole(p, s);
   if (r >= pw) { /* hand the input over, get the total back */
-    if (i == 0) {
-      s->kind = RCC_STEP_SEND;
-      s->send_peer = r - pw;
-    } else {
-      s->kind = RCC_STEP_RECV;
-      s->recv_peer = r - pw;
-    }
+    rcc_fold_outer_step(r, pw, i, 1, s, &piece);
     return;
   }
   if (n == 1) {
@@ -63,30 +79,25 @@ RCC_HD void rcc_recdouble_step(const struct rcc_plan *p, uint64_t i,
   }
   uint64_t j = i;
   if (r < extra) {
-    if (j == 0) { /* fold in rank r + p's input: ours is the left operand */
-      s->kind = RCC_STEP_RECV_REDUCE_COPY;
-      s->recv_peer = r + pw;
-      s->acc = 3;
+    if (rcc_fold_in_step(r, pw, j, 1, s))
       return;
-    }
     j--;
   }
   if (j < 2 * (uint64_t)logp) {
     int k = (int)(j / 2), q = r ^ (1 << k);
     int first = k == 0 && r >= extra; /* the partial is still src */
-    s->acc = first ? 0 : 1;
+    s->acc = first ? RCC_ACC_IN_SRC : RCC_ACC_DST_IN;
     if (j % 2 == 0) {
       s->kind = RCC_STEP_SEND;
       s->send_peer = q;
     } else { /* the lower group's partial on the left */
       s->kind = RCC_STEP_RECV_REDUCE_COPY;
       s->recv_peer = q;
-      s->acc = r < q ? (first ? 3 : 1) : (first ? 0 : 2);
+      s->acc = r < q ? (first ? RCC_ACC_SRC_IN : RCC_ACC_DST_IN)
+                     : (first ? RCC_ACC_IN_SRC : RCC_ACC_IN_DST);
       s->postop = (uint8_t)(k == logp - 1 && p->postop);
     }
     return;
   }
-  s->kind = RCC_STEP_SEND; /* the total to rank r + p */
-  s->send_peer = r + pw;
-  s->acc = 1;
+  rcc_fold_back_step(r, pw, s); /* the total to rank r + p */
 }

@@ -1,0 +1,261 @@
+/*
+ * algorithms.c - the table of algorithms (algorithms.h): one entry per way
+ * of running a collective, and the rules for when each can run.
+ *
+ * The order matters in one place: where two candidates predict the same
+ * time, the earlier one wins (the ring before the others).
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "algorithms.h"
+
+#define ALL_COLLS 0x1ffu
+#define REDUCING (RCC_COLL_BIT(RCC_COLL_ALLREDUCE))
+
+/* ---- when each can run ----------------------------------------------------- */
+
+static const char *needs_one_rank(const struct rcc_alg_context *c) {
+  return c->nranks == 1 ? NULL : "more than one rank";
+}
+
+static const char *needs_ranks(const struct rcc_alg_context *c) {
+  return c->nranks >= 2 ? NULL : "needs 2 ranks";
+}
+
+/* Sends the whole message in one step: one FIFO slot at most. */
+static const char *one_slot(const struct rcc_alg_context *c) {
+  if (c->nranks < 2 || c->bytes <= 0)
+    return "needs 2 ranks and a non-empty message";
+  if (c->bytes > c->slot_bytes)
+    return "larger than one FIFO slot";
+  return NULL;
+}
+
+static const char *board_why_not(const struct rcc_alg_context *c) {
+  if (c->device)
+    return "host buffers only";
+  if (c->board_bytes <= 0)
+    return "no board (ranks on several hosts, or an edge that is not plain "
+           "shared memory)";
+  if (c->nranks < 2 || c->bytes <= 0)
+    return "needs 2 ranks and a non-empty message";
+  if (c->bytes > c->board_bytes)
+    return "larger than a board region";
+  return NULL;
+}
+
+/* Over shared memory the ring's fused step moves each byte once where this
+ * copies a piece into a slot and reduces it out, which the model does not
+ * see; over the network the model decides (docs/algorithms.md has both
+ * side by side). */
+static const char *rabenseifner_why_not(const struct rcc_alg_context *c) {
+  if (c->nranks < 2)
+    return "needs 2 ranks";
+  if (!c->network_only && c->forced != RINGCC_ALGO_RABENSEIFNER)
+    return "network links only (RINGCC_ALGO=rabenseifner forces it)";
+  return NULL;
+}
+
+/* Below this a direct path's three handshakes cost more than the copies it
+ * saves. */
+#define CMA_MIN_BYTES (256 << 10)
+
+/* Chosen only when forced: here it has not yet been measured faster than
+ * the ring (docs/performance.md). */
+static const char *cma_why_not(const struct rcc_alg_context *c) {
+  if (c->device)
+    return "host buffers only";
+  if (!c->cma)
+    return "cross-memory attach does not work between every pair of ranks "
+           "(one host, one pid namespace, ptrace allowed)";
+  if (c->bytes < CMA_MIN_BYTES)
+    return "messages from 256 KiB";
+  if (c->forced != RINGCC_ALGO_CMA && c->forced != RINGCC_ALGO_DIRECT)
+    return "only when forced (RINGCC_ALGO=cma)";
+  return NULL;
+}
+
+/* ---- cross-memory attach: its cost (its executor is exec_cma.c) ---------- */
+
+/* A call all-gathers its buffers' addresses along the ring (n-1 steps) and
+ * runs two dissemination barriers (2 ceil(log2 n)); in between each rank
+ * reads, in place, the (n-1)/n of the data it reduces (reduce-scatter) or
+ * copies (allgather) from its peers: an allreduce does both. */
+void rcc_cma_terms(int coll, int n, double S, double C,
+                   struct rcc_cost_terms *t) {
+  double f = n > 0 ? (n - 1.0) / n : 0;
+  double steps = (n - 1) + 2 * rcc_ceil_log2(n);
+  (void)C;
+  if (coll == RCC_COLL_ALLREDUCE)
+    rcc_set_terms(t, steps, 2 * f * S, f * S, 2 * f * S);
+  else
+    rcc_set_terms(t, steps, f * S, coll == RCC_COLL_REDUCE_SCATTER ? f * S : 0,
+                  f * S);
+}
+
+/* ---- the table -------------------------------------------------------------- */
+
+const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
+    [RCC_ALG_LOCAL] = {
+        .id = RCC_ALG_LOCAL, .name = "local copy", .setting = RINGCC_ALGO_AUTO,
+        .colls = ALL_COLLS & ~(RCC_COLL_BIT(RCC_COLL_SEND) |
+                               RCC_COLL_BIT(RCC_COLL_RECV)),
+        .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ONE_RANK,
+        .plan = rcc_plan_pairwise, .terms = rcc_local_terms,
+        .why_not = needs_one_rank},
+    [RCC_ALG_RING] = {
+        .id = RCC_ALG_RING, .name = "ring", .setting = RINGCC_ALGO_RING,
+        .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
+                 RCC_COLL_BIT(RCC_COLL_ALLGATHER),
+        .exec = RCC_EXEC_FIFO, .plan = rcc_plan_ring, .terms = rcc_ring_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] = "2(n-1)*alpha + 2(n-1)/n*S*beta + "
+                                           "(n-1)/n*S*gamma",
+                    [RCC_COLL_REDUCE_SCATTER] = "(n-1)*alpha + (n-1)/n*S*beta "
+                                                "+ (n-1)/n*S*gamma",
+                    [RCC_COLL_ALLGATHER] = "(n-1)*alpha + (n-1)/n*S*beta"},
+        .why_not = needs_ranks},
+    [RCC_ALG_CHAIN] = {
+        .id = RCC_ALG_CHAIN, .name = "chain", .setting = RINGCC_ALGO_AUTO,
+        .colls = RCC_COLL_BIT(RCC_COLL_BCAST) | RCC_COLL_BIT(RCC_COLL_REDUCE),
+        .exec = RCC_EXEC_FIFO, .plan = rcc_plan_ring, .terms = rcc_chain_terms,
+        .formula = {[RCC_COLL_BCAST] = "(n-2+k)*(alpha + C*beta), "
+                                       "k = ceil(S/slot), C = S/k",
+                    [RCC_COLL_REDUCE] = "(n-2+k)*(alpha + C*beta + C*gamma), "
+                                        "k = ceil(S/slot), C = S/k"},
+        .why_not = needs_ranks},
+    [RCC_ALG_PAIRWISE] = {
+        .id = RCC_ALG_PAIRWISE, .name = "pairwise", .setting = RINGCC_ALGO_AUTO,
+        .colls = RCC_COLL_BIT(RCC_COLL_ALLTOALL), .exec = RCC_EXEC_FIFO,
+        .flags = RCC_ALG_ALL_EDGES | RCC_ALG_STAGE_IN_PLACE,
+        .plan = rcc_plan_pairwise, .terms = rcc_pairwise_terms,
+        .formula = {[RCC_COLL_ALLTOALL] = "(n-1)*alpha + (n-1)/n*S*beta"},
+        .why_not = needs_ranks},
+    [RCC_ALG_P2P] = {
+        .id = RCC_ALG_P2P, .name = "p2p", .setting = RINGCC_ALGO_AUTO,
+        .colls = RCC_COLL_BIT(RCC_COLL_SEND) | RCC_COLL_BIT(RCC_COLL_RECV),
+        .exec = RCC_EXEC_FIFO, .plan = rcc_plan_pairwise,
+        .terms = rcc_p2p_terms,
+        .formula = {[RCC_COLL_SEND] = "alpha + S*beta",
+                    [RCC_COLL_RECV] = "alpha + S*beta"},
+        .why_not = needs_ranks},
+    [RCC_ALG_DISSEMINATION] = {
+        .id = RCC_ALG_DISSEMINATION, .name = "dissemination",
+        .setting = RINGCC_ALGO_AUTO, .colls = RCC_COLL_BIT(RCC_COLL_BARRIER),
+        .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
+        .plan = rcc_plan_pairwise, .terms = rcc_dissemination_terms,
+        .formula = {[RCC_COLL_BARRIER] = "ceil(log2 n)*alpha"},
+        .why_not = needs_ranks},
+    [RCC_ALG_ONESHOT] = {
+        .id = RCC_ALG_ONESHOT, .name = "one-shot", .setting = RINGCC_ALGO_ONESHOT,
+        .colls = REDUCING, .exec = RCC_EXEC_FIFO,
+        .flags = RCC_ALG_ALL_EDGES | RCC_ALG_STAGE_IN_PLACE,
+        .plan = rcc_plan_oneshot, .terms = rcc_oneshot_terms,
+        .link_terms = rcc_oneshot_link_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] = "n/2*alpha [tcp: (n-1)] + "
+                                           "(n-1)*S*beta + n*S*gamma"},
+        .why_not = one_slot},
+    [RCC_ALG_BOARD] = {
+        .id = RCC_ALG_BOARD, .name = "one-shot board",
+        .setting = RINGCC_ALGO_ONESHOT, .colls = REDUCING,
+        .exec = RCC_EXEC_BOARD, .flags = RCC_ALG_ALL_EDGES,
+        .plan = rcc_plan_oneshot, .terms = rcc_oneshot_terms,
+        .link_terms = rcc_board_link_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] = "(n-1)/2*alpha + (n-1)*S*beta + "
+                                           "n*S*gamma"},
+        .why_not = board_why_not},
+    [RCC_ALG_TREE] = {
+        .id = RCC_ALG_TREE, .name = "double binary tree",
+        .setting = RINGCC_ALGO_TREE, .colls = REDUCING, .exec = RCC_EXEC_FIFO,
+        .flags = RCC_ALG_ALL_EDGES, .plan = rcc_plan_tree,
+        .terms = rcc_tree_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] = "3*ceil(log2 n)*alpha + 2*S*beta "
+                                           "+ S*gamma"},
+        .why_not = needs_ranks},
+    [RCC_ALG_RECDOUBLING] = {
+        .id = RCC_ALG_RECDOUBLING, .name = "recursive doubling",
+        .setting = RINGCC_ALGO_RECDOUBLING, .colls = REDUCING,
+        .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
+        .plan = rcc_plan_recdoubling, .terms = rcc_recdoubling_terms,
+        .link_terms = rcc_recdoubling_link_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] =
+                        "(L+2e)*alpha [shm: (2L+2e)] + (L+2e)*S*beta + "
+                        "(L+e)*S*gamma, L = floor(log2 n), e = 1 if n is not "
+                        "a power of 2"},
+        .why_not = one_slot},
+    [RCC_ALG_RABENSEIFNER] = {
+        .id = RCC_ALG_RABENSEIFNER, .name = "rabenseifner",
+        .setting = RINGCC_ALGO_RABENSEIFNER, .colls = REDUCING,
+        .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
+        .plan = rcc_plan_rabenseifner, .terms = rcc_rabenseifner_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] =
+                        "(2L+2e)*alpha + (2(p-1)/p+2e)*S*beta + "
+                        "((p-1)/p+e)*S*gamma, p = 2^L <= n, L = floor(log2 "
+                        "n), e = 1 if n is not a power of 2"},
+        .why_not = rabenseifner_why_not},
+    [RCC_ALG_CMA] = {
+        .id = RCC_ALG_CMA, .name = "cross-memory attach",
+        .setting = RINGCC_ALGO_CMA,
+        .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
+                 RCC_COLL_BIT(RCC_COLL_ALLGATHER),
+        .exec = RCC_EXEC_CMA, .flags = RCC_ALG_ALL_EDGES,
+        .terms = rcc_cma_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] = "(n-1+2*ceil(log2 n))*alpha + "
+                                           "2(n-1)/n*S*beta + (n-1)/n*S*gamma",
+                    [RCC_COLL_REDUCE_SCATTER] = "(n-1+2*ceil(log2 n))*alpha + "
+                                                "(n-1)/n*S*beta + "
+                                                "(n-1)/n*S*gamma",
+                    [RCC_COLL_ALLGATHER] = "(n-1+2*ceil(log2 n))*alpha + "
+                                           "(n-1)/n*S*beta"},
+        .why_not = cma_why_not},
+};
+
+const char *rcc_alg_name(int alg) {
+  return alg >= 0 && alg < RCC_NUM_ALGS ? rcc_algorithms[alg].name : "?";
+}
+
+int rcc_alg_terms(int alg, int coll, int link, int nranks, double S, double C,
+                  struct rcc_cost_terms *t) {
+  memset(t, 0, sizeof(*t));
+  if (alg < 0 || alg >= RCC_NUM_ALGS || coll < 0 || coll >= RCC_NUM_COLLS ||
+      !(rcc_algorithms[alg].colls & RCC_COLL_BIT(coll)))
+    return -1;
+  const struct rcc_algorithm *a = &rcc_algorithms[alg];
+  a->terms(coll, nranks, S, C, t);
+  if (link >= 0 && a->link_terms != NULL)
+    a->link_terms(link, nranks, t);
+  return 0;
+}
+
+int rcc_alg_forced_by(int alg, int setting) {
+  if (setting == RINGCC_ALGO_AUTO || alg < 0 || alg >= RCC_NUM_ALGS)
+    return 0;
+  int mine = rcc_algorithms[alg].setting;
+  if (setting == RINGCC_ALGO_DIRECT) /* the one-shots, or cma */
+    return mine == RINGCC_ALGO_ONESHOT || mine == RINGCC_ALGO_CMA;
+  return mine == setting;
+}
+
+/* ---- RINGCC_ALGO's spellings ----------------------------------------------- */
+
+static const char *const settings[RINGCC_NUM_ALGOS] = {
+    [RINGCC_ALGO_AUTO] = "auto",
+    [RINGCC_ALGO_RING] = "ring",
+    [RINGCC_ALGO_TREE] = "tree",
+    [RINGCC_ALGO_DIRECT] = "direct",
+    [RINGCC_ALGO_RECDOUBLING] = "recdoubling",
+    [RINGCC_ALGO_RABENSEIFNER] = "rabenseifner",
+    [RINGCC_ALGO_ONESHOT] = "oneshot",
+    [RINGCC_ALGO_CMA] = "cma",
+};
+
+const char *rcc_algo_setting_name(int setting) {
+  return setting >= 0 && setting < RINGCC_NUM_ALGOS ? settings[setting] : "?";
+}
+
+int rcc_algo_setting_parse(const char *name) {
+  for (int a = 0; a < RINGCC_NUM_ALGOS; a++)
+    if (strcasecmp(name, settings[a]) == 0)
+      return a;
+  return -1;
+}

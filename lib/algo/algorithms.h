@@ -1,0 +1,156 @@
+/*
+ * algorithms.h - the table of algorithms: every way libringcc can run a
+ * collective, with its one name, the RINGCC_ALGO spelling that forces it,
+ * the schedule that plans it, its cost terms, and when it can run
+ * (algorithms.c). The tuner, the forced choice, ringcc-model, the logs and
+ * the hang report all read this one table.
+ *
+ * An algorithm's schedule and cost live in its own file (coll_ring.c,
+ * coll_oneshot.c, ...), which opens with both; the executors that run the
+ * schedules (exec_host.c, exec_cuda.cu) know nothing of algorithms, except
+ * for the two that are not FIFO schedules: the one-shot board
+ * (exec_host.c) and cross-memory attach (exec_cma.c).
+ */
+#ifndef RCC_ALGORITHMS_H
+#define RCC_ALGORITHMS_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "ringcc.h"
+#include "link.h"
+#include "schedule.h"
+
+/* The terms of one algorithm for one call: its time is
+ *   T = alpha_count * alpha + beta_bytes * beta + gamma_bytes * gamma
+ * (tuner.h prices them). */
+struct rcc_cost_terms {
+  double alpha_count; /* message latencies on the critical path */
+  double beta_bytes;  /* bytes moved over one edge on the critical path */
+  double gamma_bytes; /* bytes reduced on the critical path */
+  double bytes_sent;  /* bytes the busiest rank sends */
+  double footprint_bytes; /* bytes all ranks' buffers span together */
+};
+
+/* How an algorithm's schedule runs. */
+enum rcc_exec_kind {
+  RCC_EXEC_FIFO,  /* a plan of steps over the FIFOs (host or CUDA executor) */
+  RCC_EXEC_BOARD, /* the one-shot board in shared memory (exec_host.c) */
+  RCC_EXEC_CMA,   /* cross-memory attach (exec_cma.c) */
+};
+
+/* What decides whether an algorithm can run a call; the same on every rank. */
+struct rcc_alg_context {
+  int coll;            /* enum rcc_coll */
+  int nranks;
+  double bytes;        /* S, in nccl-tests' convention */
+  double slot_bytes;   /* one FIFO slot of every edge: what an algorithm
+                          that sends the whole message in one step fits */
+  double board_bytes;  /* a one-shot board region; 0: no board */
+  int network_only;    /* every edge crosses the network */
+  int cma;             /* cross-memory attach works between every pair */
+  int device;          /* the buffers are in GPU memory */
+  int forced;          /* RINGCC_ALGO (a ringcc_algo_t) */
+};
+
+#define RCC_COLL_BIT(c) (1u << (c))
+
+/* Flags of an algorithm. */
+#define RCC_ALG_ALL_EDGES 1u /* talks to every peer: priced at the slowest
+                                of all edges, not the ring's */
+#define RCC_ALG_STAGE_IN_PLACE 2u /* in place, the input is copied aside
+                                     first: the schedule writes dst before
+                                     it has read all of src */
+#define RCC_ALG_ONE_RANK 4u  /* for one rank only: a candidate only there */
+
+struct rcc_algorithm {
+  int id;               /* enum rcc_alg: its index in rcc_algorithms[] */
+  const char *name;     /* "ring", "one-shot", ...: logs, report, model */
+  int setting;          /* the ringcc_algo_t that forces it; RINGCC_ALGO_AUTO
+                           for the only schedule of its collectives */
+  unsigned colls;       /* RCC_COLL_BIT of each collective it runs */
+  int exec;             /* enum rcc_exec_kind */
+  unsigned flags;       /* RCC_ALG_* */
+  /* Fills a plan (count, chunk_elems, ring, ... set by the caller). NULL
+   * where exec is not RCC_EXEC_FIFO. */
+  void (*plan)(struct rcc_plan *p);
+  /* The cost terms for coll on nranks ranks and S bytes; C is the
+   * pipeline chunk (one FIFO slot) where the schedule pipelines. */
+  void (*terms)(int coll, int nranks, double S, double C,
+                struct rcc_cost_terms *t);
+  /* Optional: what the link kind (enum rcc_link) changes in them, where
+   * that was measured (a message that is a store into shared memory costs
+   * less than one that costs system calls). */
+  void (*link_terms)(int link, int nranks, struct rcc_cost_terms *t);
+  const char *formula[RCC_NUM_COLLS]; /* the terms of each collective it
+                                         runs, as text (ringcc-model) */
+  /* NULL if it can run the call, else why not (one phrase). */
+  const char *(*why_not)(const struct rcc_alg_context *c);
+};
+
+extern const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS];
+
+/* "ring", "one-shot", ... ("?" for another value). */
+const char *rcc_alg_name(int alg);
+/* The algorithm's terms for a call, link adjustments included when link >=
+ * 0: 0, or -1 (*t zeroed) where alg does not run coll. */
+int rcc_alg_terms(int alg, int coll, int link, int nranks, double S, double C,
+                  struct rcc_cost_terms *t);
+/* 1 if setting (a ringcc_algo_t) forces alg. RINGCC_ALGO_DIRECT, kept for
+ * programs written before oneshot and cma had names, forces either. */
+int rcc_alg_forced_by(int alg, int setting);
+
+/* RINGCC_ALGO's spellings: "auto", "ring", "tree", "oneshot", ...; and the
+ * ringcc_algo_t a spelling names (case-insensitive), or -1. */
+const char *rcc_algo_setting_name(int setting);
+int rcc_algo_setting_parse(const char *name);
+
+/* The algorithms' own terms (each in the file of its schedule). */
+void rcc_ring_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t);
+void rcc_chain_terms(int coll, int n, double S, double C,
+                     struct rcc_cost_terms *t);
+void rcc_pairwise_terms(int coll, int n, double S, double C,
+                        struct rcc_cost_terms *t);
+void rcc_p2p_terms(int coll, int n, double S, double C,
+                   struct rcc_cost_terms *t);
+void rcc_dissemination_terms(int coll, int n, double S, double C,
+                             struct rcc_cost_terms *t);
+void rcc_local_terms(int coll, int n, double S, double C,
+                     struct rcc_cost_terms *t);
+void rcc_oneshot_terms(int coll, int n, double S, double C,
+                       struct rcc_cost_terms *t);
+void rcc_oneshot_link_terms(int link, int n, struct rcc_cost_terms *t);
+void rcc_board_link_terms(int link, int n, struct rcc_cost_terms *t);
+void rcc_tree_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t);
+void rcc_recdoubling_terms(int coll, int n, double S, double C,
+                           struct rcc_cost_terms *t);
+void rcc_recdoubling_link_terms(int link, int n, struct rcc_cost_terms *t);
+void rcc_rabenseifner_terms(int coll, int n, double S, double C,
+                            struct rcc_cost_terms *t);
+void rcc_cma_terms(int coll, int n, double S, double C,
+                   struct rcc_cost_terms *t);
+
+/* Helpers for the terms. */
+static inline void rcc_set_terms(struct rcc_cost_terms *t, double a, double b,
+                                 double g, double sent) {
+  t->alpha_count = a;
+  t->beta_bytes = b;
+  t->gamma_bytes = g;
+  t->bytes_sent = sent;
+}
+static inline int rcc_floor_log2(int n) {
+  int l = 0;
+  while (n > 1 && (1 << (l + 1)) <= n)
+    l++;
+  return l;
+}
+static inline int rcc_ceil_log2(int n) {
+  int k = 0;
+  while ((1L << k) < n)
+    k++;
+  return k;
+}
+
+#endif /* RCC_ALGORITHMS_H */
