@@ -264,6 +264,62 @@ Test(errors, comm_init_bad_arguments, .timeout = 60) {
   cr_assert(h_run(&o), "see the lines above");
 }
 
+/* ---- the variables that choose algorithms and network plugins ------------- */
+
+/* RINGCC_ALGO and RINGCC_NET name table entries: a name that is none fails
+ * init with INVALID_ARGUMENT naming the variable and the names there are;
+ * every spelling that is one runs (over TCP, so that RINGCC_NET has edges). */
+typedef struct {
+  const char *var, *value;
+  ringcc_result_t want;
+} name_case_t;
+
+static int init_with_names(h_ctx_t *ctx) {
+  const name_case_t *c = ctx->arg;
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.timeout_ms = 5000;
+  cfg.shm_disable = 1;
+  ringcc_comm_t comm = NULL;
+  setenv(c->var, c->value, 1);
+  ringcc_result_t r = ringcc_comm_init(&comm, ctx->nranks, ctx->id, ctx->rank,
+                                       &cfg);
+  char call[96];
+  snprintf(call, sizeof call, "ringcc_comm_init with %s=%s", c->var, c->value);
+  if (c->want == RINGCC_ERR_INVALID_ARGUMENT)
+    return expect_invalid(ctx->rank, call, r, ringcc_comm_last_error(NULL),
+                          c->var)
+               ? 0
+               : 1;
+  if (r != RINGCC_SUCCESS)
+    return h_fail(ctx, "%s: %s", call, ringcc_comm_last_error(NULL));
+  double x = ctx->rank + 1, y = 0;
+  r = ringcc_allreduce(&x, &y, 1, RINGCC_FLOAT64, RINGCC_SUM, comm, NULL);
+  ringcc_comm_destroy(comm);
+  if (r != RINGCC_SUCCESS || y != 3.0)
+    return h_fail(ctx, "%s: allreduce gave %g (%s)", call, y,
+                  ringcc_strerror(r));
+  return 0;
+}
+
+Test(errors, algorithm_and_plugin_names, .timeout = 120) {
+  static const name_case_t cases[] = {
+      {"RINGCC_ALGO", "oneshot", RINGCC_SUCCESS},
+      {"RINGCC_ALGO", "CMA", RINGCC_SUCCESS},
+      {"RINGCC_ALGO", "direct", RINGCC_SUCCESS},
+      {"RINGCC_ALGO", "halving", RINGCC_ERR_INVALID_ARGUMENT},
+      {"RINGCC_NET", "Socket", RINGCC_SUCCESS},
+      {"RINGCC_NET", "socket", RINGCC_SUCCESS},
+      {"RINGCC_NET", "carrier-pigeon", RINGCC_ERR_INVALID_ARGUMENT},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    h_run_opts_t o = {.nranks = 2, .body = init_with_names,
+                      .arg = (void *)&cases[i], .skip_init = true,
+                      .timeout_s = 30, .name = cases[i].value};
+    cr_expect(h_run(&o), "%s=%s: see the lines above", cases[i].var,
+              cases[i].value);
+  }
+}
+
 /* ---- a rank that never comes ---------------------------------------------- */
 
 typedef struct {

@@ -18,8 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "clock.h"
+#include "agree.h"
 #include "comm.h"
 #include "env.h"
 #include "error.h"
@@ -51,7 +53,13 @@ struct net_state {
   char describe[96];
 };
 
-static const struct rcc_net_plugin *const plugins[] = {&rcc_net_socket};
+/* The network plugins, best first: RINGCC_NET names one, else the first that
+ * every rank with network edges can use carries them. A new plugin is one
+ * file (net_<name>.c, a struct rcc_net_plugin) and one line here. */
+static const struct rcc_net_plugin *const plugins[] = {
+    &rcc_net_socket,
+};
+#define NUM_PLUGINS (int)(sizeof(plugins) / sizeof(plugins[0]))
 
 static int net_can_connect(const struct ringcc_comm *comm,
                            const struct rcc_peer_info *me,
@@ -69,21 +77,97 @@ static const char *ifname_spec(const struct ringcc_comm *comm) {
                                     : rcc_getenv("RINGCC_SOCKET_IFNAME");
 }
 
+/* The plugins this rank can use (bit p: plugins[p]), trying each in order
+ * (only the one RINGCC_NET names, when it is set); INFO says why one is
+ * not used. A rank without network edges can use any. */
+static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
+                                      uint32_t *mask) {
+  const char *forced = rcc_getenv("RINGCC_NET");
+  char err[RCC_ERRLEN];
+  int found = forced == NULL;
+  *mask = 0;
+  for (int p = 0; p < NUM_PLUGINS; p++) {
+    if (forced != NULL && strcasecmp(forced, plugins[p]->name) != 0)
+      continue;
+    found = 1;
+    if (npeers == 0) {
+      *mask |= 1u << p;
+      continue;
+    }
+    ringcc_result_t r = plugins[p]->init(ifname_spec(comm), err, sizeof(err));
+    if (r == RINGCC_SUCCESS) {
+      *mask |= 1u << p;
+    } else if (forced != NULL) {
+      return rcc_comm_error(comm, r, "net on rank %d: RINGCC_NET=%s, but the "
+                            "%s plugin cannot run here: %s", comm->rank,
+                            forced, plugins[p]->name, err);
+    } else {
+      RCC_INFO(comm->rank, "net: the %s plugin is not used: %s",
+               plugins[p]->name, err);
+    }
+  }
+  if (!found) {
+    char names[128];
+    int off = 0;
+    for (int p = 0; p < NUM_PLUGINS; p++)
+      off += snprintf(names + off, sizeof(names) - (size_t)off, "%s%s",
+                      p ? ", " : "", plugins[p]->name);
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: RINGCC_NET=%s is not a network "
+                          "plugin (%s)", comm->rank, forced, names);
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* The plugin every rank uses: the first that all can (all ranks call this
+ * in the same step of init, so they agree through the bootstrap). */
+static ringcc_result_t choose_plugin(struct ringcc_comm *comm, int npeers,
+                                     int *chosen) {
+  struct record {
+    int32_t status;
+    uint32_t mask;
+  } *all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (all == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "net on rank %d: out of memory", comm->rank);
+  uint32_t mine = 0, every = ~0u;
+  ringcc_result_t r = usable_plugins(comm, npeers, &mine);
+  all[comm->rank].mask = mine;
+  r = rcc_agree_records(comm, r, all, sizeof(*all), "the choice of a network "
+                        "plugin", comm->init_deadline);
+  for (int q = 0; q < comm->nranks; q++)
+    every &= all[q].mask;
+  free(all);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  *chosen = -1;
+  for (int p = NUM_PLUGINS - 1; p >= 0; p--)
+    if (every & (1u << p))
+      *chosen = p;
+  if (*chosen < 0 && npeers > 0)
+    return rcc_comm_error(comm, RINGCC_ERR_NETWORK,
+                          "net on rank %d: no network plugin works on every "
+                          "rank (this rank's mask 0x%x, all ranks' 0x%x); "
+                          "RINGCC_DEBUG=INFO on each rank says why",
+                          comm->rank, mine, every);
+  return RINGCC_SUCCESS;
+}
+
 static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
   char err[RCC_ERRLEN];
   struct net_state *st = calloc(1, sizeof(*st));
+  int chosen;
   (void)peers;
   *state = st;
   if (st == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: out of memory", comm->rank);
-  if (npeers == 0)
-    return RINGCC_SUCCESS;
-  st->plugin = plugins[0];
-  ringcc_result_t r = st->plugin->init(ifname_spec(comm), err, sizeof(err));
-  if (r == RINGCC_SUCCESS)
-    r = st->plugin->listen(blob, &st->listen_comm, err, sizeof(err));
+  ringcc_result_t r = choose_plugin(comm, npeers, &chosen);
+  if (r != RINGCC_SUCCESS || npeers == 0)
+    return r;
+  st->plugin = plugins[chosen];
+  r = st->plugin->listen(blob, &st->listen_comm, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
   snprintf(st->describe, sizeof(st->describe), "NET/%s/%s", st->plugin->name,
@@ -302,11 +386,11 @@ static const char *net_describe(void *state) {
   return ((struct net_state *)state)->describe;
 }
 
-/* The socket plugin's edges are tcp; a plugin with a link kind of its own
- * (verbs) will say so here. */
+/* The plugin's link kind (agreed: the same plugin on every rank). */
 static int net_link(const struct ringcc_comm *comm, void *state, int peer) {
-  (void)comm, (void)state, (void)peer;
-  return RCC_LINK_TCP;
+  const struct net_state *st = state;
+  (void)comm, (void)peer;
+  return st != NULL && st->plugin != NULL ? st->plugin->link : RCC_LINK_TCP;
 }
 
 const struct rcc_transport rcc_transport_net = {

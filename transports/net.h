@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "link.h"
 #include "ringcc.h"
 
 #define RCC_NET_HANDLE_BYTES 128 /* a listen handle, opaque to the core */
@@ -41,9 +42,12 @@
 #define RCC_NET_MAX_REQUESTS 64  /* outstanding requests per connection */
 
 struct rcc_net_plugin {
-  const char *name; /* "Socket" */
-  /* Once per process. spec: the interface choice (RINGCC_SOCKET_IFNAME
-   * syntax, NULL for the default). */
+  const char *name; /* "Socket"; RINGCC_NET=name forces it */
+  int link;         /* the cost model's link kind of its edges (link.h) */
+  /* Once per process (a second call returns the first's result). spec:
+   * the interface choice (RINGCC_SOCKET_IFNAME syntax, NULL for the
+   * default). A failure says why the plugin cannot run here; the next
+   * plugin is tried unless RINGCC_NET forced this one. */
   ringcc_result_t (*init)(const char *spec, char *err, size_t errlen);
   /* The device in use, for the log: "eth0". */
   const char *(*device)(void);

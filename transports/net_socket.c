@@ -1118,6 +1118,7 @@ static void socket_close_listen(void *listen_comm) {
 
 const struct rcc_net_plugin rcc_net_socket = {
     .name = "Socket",
+    .link = RCC_LINK_TCP,
     .init = socket_init,
     .device = socket_device,
     .listen = socket_listen,

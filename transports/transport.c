@@ -85,11 +85,28 @@ static ringcc_result_t connect_one(struct ringcc_comm *comm, int t,
   return RINGCC_SUCCESS;
 }
 
-/* The slot size of the edge a -> b, as every rank computes it alike. */
-static size_t edge_slot_bytes(const struct ringcc_comm *comm, int a, int b) {
+/* The transport of the edge a -> b, as every rank computes it alike. */
+static const struct rcc_transport *edge_of(const struct ringcc_comm *comm,
+                                           int a, int b) {
   for (int t = 0; t < rcc_num_transports; t++)
     if (rcc_transports[t]->can_connect(comm, &comm->peers[a], &comm->peers[b]))
-      return rcc_transports[t]->slot_bytes(comm);
+      return rcc_transports[t];
+  return NULL;
+}
+
+static size_t edge_slot_bytes(const struct ringcc_comm *comm, int a, int b) {
+  const struct rcc_transport *tr = edge_of(comm, a, b);
+  return tr ? tr->slot_bytes(comm) : 0;
+}
+
+/* 1 if tr carries an edge between some two ranks: the same on every rank,
+ * so a transport that carries none is skipped by all. */
+static int used_anywhere(const struct ringcc_comm *comm,
+                         const struct rcc_transport *tr) {
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++)
+      if (edge_of(comm, a, b) == tr)
+        return 1;
   return 0;
 }
 
@@ -127,7 +144,8 @@ ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,
   r = agree(comm, assign_edges(comm), all, "transport selection", deadline);
   choose_chunks(comm);
   for (int t = 0; t < rcc_num_transports && r == RINGCC_SUCCESS; t++)
-    r = connect_one(comm, t, all, peers, deadline);
+    if (used_anywhere(comm, rcc_transports[t]))
+      r = connect_one(comm, t, all, peers, deadline);
 out:
   free(all);
   free(peers);

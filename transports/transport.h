@@ -6,7 +6,8 @@
  * end of the me -> peer FIFOs. The core tries the transports of
  * rcc_transports[] in order for every peer; the first whose can_connect says
  * yes carries that edge. Setup runs in the same steps on every rank, whether
- * or not a transport serves any of its peers:
+ * or not a transport serves any of its peers (a transport that serves no
+ * edge between any two ranks is skipped by all):
  *
  *   setup    create what this rank owns (e.g. its receive FIFOs) for the peers
  *            it serves, and describe it in a public blob;
