@@ -183,61 +183,33 @@ out:
 
 static const char *socket_device(void) { return g_net.ifname; }
 
-/* ---- wire encodings (network byte order) ------------------------------- */
-
-static void put_u16(uint8_t *p, uint16_t v) {
-  v = htons(v);
-  memcpy(p, &v, 2);
-}
-static void put_u32(uint8_t *p, uint32_t v) {
-  v = htonl(v);
-  memcpy(p, &v, 4);
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-  put_u32(p, (uint32_t)(v >> 32));
-  put_u32(p + 4, (uint32_t)v);
-}
-static uint16_t get_u16(const uint8_t *p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return ntohs(v);
-}
-static uint32_t get_u32(const uint8_t *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return ntohl(v);
-}
-static uint64_t get_u64(const uint8_t *p) {
-  return (uint64_t)get_u32(p) << 32 | get_u32(p + 4);
-}
-
 /* Handle: magic u32, family u16 (4 or 6), port u16, address[16], scope u32. */
 static void handle_encode(uint8_t *h, const struct sockaddr_storage *a) {
   memset(h, 0, RCC_NET_HANDLE_BYTES);
-  put_u32(h, HANDLE_MAGIC);
-  put_u16(h + 6, (uint16_t)rcc_socket_addr_port(a));
+  rcc_put_be32(h, HANDLE_MAGIC);
+  rcc_put_be16(h + 6, (uint16_t)rcc_socket_addr_port(a));
   if (a->ss_family == AF_INET) {
-    put_u16(h + 4, 4);
+    rcc_put_be16(h + 4, 4);
     memcpy(h + 8, &((const struct sockaddr_in *)a)->sin_addr, 4);
   } else {
     const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)a;
-    put_u16(h + 4, 6);
+    rcc_put_be16(h + 4, 6);
     memcpy(h + 8, &a6->sin6_addr, 16);
-    put_u32(h + 24, a6->sin6_scope_id);
+    rcc_put_be32(h + 24, a6->sin6_scope_id);
   }
 }
 
 static ringcc_result_t handle_decode(const uint8_t *h,
                                      struct sockaddr_storage *a, char *err,
                                      size_t errlen) {
-  uint16_t family = get_u16(h + 4);
+  uint16_t family = rcc_get_be16(h + 4);
   memset(a, 0, sizeof(*a));
-  if (get_u32(h) != HANDLE_MAGIC || (family != 4 && family != 6) ||
-      get_u16(h + 6) == 0)
+  if (rcc_get_be32(h) != HANDLE_MAGIC || (family != 4 && family != 6) ||
+      rcc_get_be16(h + 6) == 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "NET/Socket: the peer's listen handle is not a Socket "
                     "plugin handle (magic 0x%08x, family %u)",
-                    (unsigned)get_u32(h), (unsigned)family);
+                    (unsigned)rcc_get_be32(h), (unsigned)family);
   if (family == 4) {
     struct sockaddr_in *a4 = (struct sockaddr_in *)a;
     a4->sin_family = AF_INET;
@@ -246,9 +218,9 @@ static ringcc_result_t handle_decode(const uint8_t *h,
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)a;
     a6->sin6_family = AF_INET6;
     memcpy(&a6->sin6_addr, h + 8, 16);
-    a6->sin6_scope_id = get_u32(h + 24);
+    a6->sin6_scope_id = rcc_get_be32(h + 24);
   }
-  rcc_socket_addr_set_port(a, get_u16(h + 6));
+  rcc_socket_addr_set_port(a, rcc_get_be16(h + 6));
   return RINGCC_SUCCESS;
 }
 
@@ -442,8 +414,8 @@ int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
   *bytes = *imm = 0;
   if (len < MSG_HEADER_BYTES)
     return -1;
-  *bytes = get_u32(in);
-  *imm = get_u32(in + 4);
+  *bytes = rcc_get_be32(in);
+  *imm = rcc_get_be32(in + 4);
   return *bytes > slot_bytes ? -1 : 0;
 }
 
@@ -610,8 +582,8 @@ static ringcc_result_t socket_isend(void *send_comm, const void *data,
   if (r != NULL) {
     r->imm = imm;
     memset(r->header, 0, sizeof(r->header));
-    put_u32(r->header, (uint32_t)bytes);
-    put_u32(r->header + 4, imm);
+    rcc_put_be32(r->header, (uint32_t)bytes);
+    rcc_put_be32(r->header + 4, imm);
   }
   *request = r;
   return RINGCC_SUCCESS;
@@ -734,10 +706,10 @@ static ringcc_result_t socket_connect(const void *handle, const void *hello,
   for (int i = 0; i < nsocks; i++) {
     uint8_t pre[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES];
     size_t len = PREAMBLE_BYTES + (i == 0 ? RCC_NET_HELLO_BYTES : 0);
-    put_u32(pre, PREAMBLE_MAGIC);
-    put_u16(pre + 4, (uint16_t)i);
-    put_u16(pre + 6, (uint16_t)nsocks);
-    put_u64(pre + 8, id);
+    rcc_put_be32(pre, PREAMBLE_MAGIC);
+    rcc_put_be16(pre + 4, (uint16_t)i);
+    rcc_put_be16(pre + 6, (uint16_t)nsocks);
+    rcc_put_be64(pre + 8, id);
     if (i == 0 && hello != NULL)
       memcpy(pre + PREAMBLE_BYTES, hello, RCC_NET_HELLO_BYTES);
     else if (i == 0)
@@ -894,14 +866,14 @@ int rcc_net_socket_preamble_parse(const uint8_t *in, size_t len,
                                   struct rcc_net_preamble *out, char *why,
                                   size_t whylen) {
   memset(out, 0, sizeof(*out));
-  if (len < PREAMBLE_BYTES || get_u32(in) != PREAMBLE_MAGIC) {
+  if (len < PREAMBLE_BYTES || rcc_get_be32(in) != PREAMBLE_MAGIC) {
     snprintf(why, whylen, "bad magic 0x%08x: not a RingCC Socket "
-             "connection", len < 4 ? 0u : (unsigned)get_u32(in));
+             "connection", len < 4 ? 0u : (unsigned)rcc_get_be32(in));
     return -1;
   }
-  out->index = get_u16(in + 4);
-  out->nsocks = get_u16(in + 6);
-  out->id = get_u64(in + 8);
+  out->index = rcc_get_be16(in + 4);
+  out->nsocks = rcc_get_be16(in + 6);
+  out->id = rcc_get_be64(in + 8);
   if (out->nsocks < 1 || out->nsocks > NSOCKS_MAX ||
       out->index >= out->nsocks) {
     snprintf(why, whylen, "socket %d of %d is not a valid socket index "

@@ -155,26 +155,14 @@ RCC_HD void rcc_rabenseifner_step(const struct rcc_plan *p, uint64_t i,
   int logp = rcc_log2_of(pw);
   uint64_t whole = hd_pieces(p->count, p->chunk_elems);
 
-  uint64_t piece;
+  uint64_t j, piece;
 
   rcc_step_whole(p, s);
-  if (r >= pw) { /* hand the input over, get the total back */
-    rcc_fold_outer_step(r, pw, i, whole, s, &piece);
+  int fold = rcc_fold_before(p, i, whole, s, &j, &piece);
+  if (fold == RCC_FOLD_STEP)
     hd_piece(p, 0, p->count, piece, s);
+  if (fold != RCC_FOLD_NONE)
     return;
-  }
-  if (n == 1) {
-    s->kind = RCC_STEP_COPY;
-    return;
-  }
-  uint64_t j = i;
-  if (r < extra) {
-    if (rcc_fold_in_step(r, pw, j, whole, s)) { /* ours on the left */
-      hd_piece(p, 0, p->count, j, s);
-      return;
-    }
-    j -= whole;
-  }
   for (int phase = 0; phase < 2; phase++) {
     for (int t = 0; t < logp; t++) {
       int k = phase == 0 ? t : logp - 1 - t, q = r ^ (1 << k);

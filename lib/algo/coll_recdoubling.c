@@ -66,23 +66,11 @@ RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,
                                  struct rcc_step *s) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   int logp = rcc_log2_of(pw);
-  uint64_t piece;
+  uint64_t j, piece;
 
   rcc_step_whole(p, s);
-  if (r >= pw) { /* hand the input over, get the total back */
-    rcc_fold_outer_step(r, pw, i, 1, s, &piece);
+  if (rcc_fold_before(p, i, 1, s, &j, &piece) != RCC_FOLD_NONE)
     return;
-  }
-  if (n == 1) {
-    s->kind = RCC_STEP_COPY;
-    return;
-  }
-  uint64_t j = i;
-  if (r < extra) {
-    if (rcc_fold_in_step(r, pw, j, 1, s))
-      return;
-    j--;
-  }
   if (j < 2 * (uint64_t)logp) {
     int k = (int)(j / 2), q = r ^ (1 << k);
     int first = k == 0 && r >= extra; /* the partial is still src */

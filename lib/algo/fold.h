@@ -11,32 +11,48 @@
 
 #include "schedule.h"
 
-/* Step i of a rank r >= p: its input to r - p, then the total back from it.
- * *piece gets the index of the piece the step moves. */
-RCC_HD static inline void rcc_fold_outer_step(int r, int pw, uint64_t i,
-                                              uint64_t pieces,
-                                              struct rcc_step *s,
-                                              uint64_t *piece) {
-  int back = i >= pieces;
-  s->kind = back ? RCC_STEP_RECV : RCC_STEP_SEND;
-  if (back)
-    s->recv_peer = r - pw;
-  else
-    s->send_peer = r - pw;
-  *piece = back ? i - pieces : i;
-}
+enum { RCC_FOLD_NONE, RCC_FOLD_STEP, RCC_FOLD_COPY };
 
-/* The first steps of a rank r < n - p fold in rank r + p's input, this
- * rank's input as the left operand; 1 if step j is one of them. */
-RCC_HD static inline int rcc_fold_in_step(int r, int pw, uint64_t j,
-                                          uint64_t pieces,
-                                          struct rcc_step *s) {
-  if (j >= pieces)
-    return 0;
-  s->kind = RCC_STEP_RECV_REDUCE_COPY;
-  s->recv_peer = r + pw;
-  s->acc = RCC_ACC_SRC_IN;
-  return 1;
+/* What step i of a plan (s started by rcc_step_whole) is before the
+ * power-of-two exchanges:
+ *   RCC_FOLD_STEP  a fold step, filled in: a rank r >= p hands its input to
+ *                  r - p and gets the total back from it; a rank r < n - p
+ *                  first folds in rank r + p's input (its own input the
+ *                  left operand). *piece: which piece of the message.
+ *   RCC_FOLD_COPY  a lone rank's copy (n = 1), filled in;
+ *   RCC_FOLD_NONE  an exchange (or the total sent back after them): *j is
+ *                  its index among the steps after the fold. */
+RCC_HD static inline int rcc_fold_before(const struct rcc_plan *p,
+                                         uint64_t i, uint64_t pieces,
+                                         struct rcc_step *s, uint64_t *j,
+                                         uint64_t *piece) {
+  int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n);
+  if (r >= pw) {
+    int back = i >= pieces;
+    s->kind = back ? RCC_STEP_RECV : RCC_STEP_SEND;
+    if (back)
+      s->recv_peer = r - pw;
+    else
+      s->send_peer = r - pw;
+    *piece = back ? i - pieces : i;
+    return RCC_FOLD_STEP;
+  }
+  if (n == 1) {
+    s->kind = RCC_STEP_COPY;
+    return RCC_FOLD_COPY;
+  }
+  *j = i;
+  if (r < n - pw) {
+    if (i < pieces) {
+      s->kind = RCC_STEP_RECV_REDUCE_COPY;
+      s->recv_peer = r + pw;
+      s->acc = RCC_ACC_SRC_IN;
+      *piece = i;
+      return RCC_FOLD_STEP;
+    }
+    *j = i - pieces;
+  }
+  return RCC_FOLD_NONE;
 }
 
 /* The last steps of a rank r < n - p: the total (in dst) to rank r + p. */

@@ -108,24 +108,6 @@ struct rcc_bootstrap {
 
 /* ---- bytes ----------------------------------------------------------------- */
 
-static void put16(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 8);
-  p[1] = (uint8_t)v;
-}
-static void put32(uint8_t *p, uint32_t v) {
-  put16(p, v >> 16);
-  put16(p + 2, v & 0xffff);
-}
-static void put64(uint8_t *p, uint64_t v) {
-  put32(p, (uint32_t)(v >> 32));
-  put32(p + 4, (uint32_t)v);
-}
-static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
-static uint32_t get32(const uint8_t *p) { return get16(p) << 16 | get16(p + 2); }
-static uint64_t get64(const uint8_t *p) {
-  return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
 static uint32_t fnv1a(const uint8_t *p, size_t n) {
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < n; i++)
@@ -147,14 +129,14 @@ static void addr_to_wire(const struct sockaddr_storage *a, uint8_t *w) {
     return;
   if (a->ss_family == AF_INET) {
     const struct sockaddr_in *in = (const struct sockaddr_in *)a;
-    put16(w, 4);
-    put16(w + 2, ntohs(in->sin_port));
+    rcc_put_be16(w, 4);
+    rcc_put_be16(w + 2, ntohs(in->sin_port));
     memcpy(w + 8, &in->sin_addr, 4);
   } else if (a->ss_family == AF_INET6) {
     const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
-    put16(w, 6);
-    put16(w + 2, ntohs(in6->sin6_port));
-    put32(w + 4, in6->sin6_scope_id);
+    rcc_put_be16(w, 6);
+    rcc_put_be16(w + 2, ntohs(in6->sin6_port));
+    rcc_put_be32(w + 4, in6->sin6_scope_id);
     memcpy(w + 8, &in6->sin6_addr, 16);
   }
 }
@@ -162,20 +144,20 @@ static void addr_to_wire(const struct sockaddr_storage *a, uint8_t *w) {
 /* 0, or -1 when the family is not 4 or 6 or the port is 0. */
 static int addr_from_wire(const uint8_t *w, struct sockaddr_storage *a) {
   memset(a, 0, sizeof(*a));
-  if (get16(w + 2) == 0)
+  if (rcc_get_be16(w + 2) == 0)
     return -1;
-  if (get16(w) == 4) {
+  if (rcc_get_be16(w) == 4) {
     struct sockaddr_in *in = (struct sockaddr_in *)a;
     in->sin_family = AF_INET;
-    in->sin_port = htons((uint16_t)get16(w + 2));
+    in->sin_port = htons((uint16_t)rcc_get_be16(w + 2));
     memcpy(&in->sin_addr, w + 8, 4);
     return 0;
   }
-  if (get16(w) == 6) {
+  if (rcc_get_be16(w) == 6) {
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)a;
     in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons((uint16_t)get16(w + 2));
-    in6->sin6_scope_id = get32(w + 4);
+    in6->sin6_port = htons((uint16_t)rcc_get_be16(w + 2));
+    in6->sin6_scope_id = rcc_get_be32(w + 4);
     memcpy(&in6->sin6_addr, w + 8, 16);
     return 0;
   }
@@ -189,11 +171,11 @@ static void id_encode(ringcc_unique_id_t *id,
                       const uint8_t secret[SECRET_LEN]) {
   uint8_t *p = (uint8_t *)id->internal;
   memset(p, 0, sizeof(id->internal));
-  put32(p, ID_MAGIC);
-  put16(p + 4, ID_VERSION);
+  rcc_put_be32(p, ID_MAGIC);
+  rcc_put_be16(p + 4, ID_VERSION);
   addr_to_wire(root, p + ID_ADDR_OFF);
   memcpy(p + ID_SECRET_OFF, secret, SECRET_LEN);
-  put32(p + ID_SUM_OFF, fnv1a(p, ID_SUM_OFF));
+  rcc_put_be32(p + ID_SUM_OFF, fnv1a(p, ID_SUM_OFF));
 }
 
 ringcc_result_t rcc_bootstrap_id_decode(const void *id, size_t len,
@@ -209,22 +191,22 @@ ringcc_result_t rcc_bootstrap_id_decode(const void *id, size_t len,
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "unique id is truncated: %zu of %d bytes", len,
                     RCC_BOOT_ID_BYTES);
-  if (get32(p) != ID_MAGIC)
+  if (rcc_get_be32(p) != ID_MAGIC)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "unique id is malformed: bad magic 0x%08x (not made by "
-                    "ringcc_get_unique_id, or not copied whole)", get32(p));
-  if (get16(p + 4) != ID_VERSION)
+                    "ringcc_get_unique_id, or not copied whole)", rcc_get_be32(p));
+  if (rcc_get_be16(p + 4) != ID_VERSION)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "unique id is malformed: format version %u, this library "
-                    "reads version %u", get16(p + 4), ID_VERSION);
-  if (get32(p + ID_SUM_OFF) != fnv1a(p, ID_SUM_OFF))
+                    "reads version %u", rcc_get_be16(p + 4), ID_VERSION);
+  if (rcc_get_be32(p + ID_SUM_OFF) != fnv1a(p, ID_SUM_OFF))
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "unique id is malformed: bad checksum (the id was "
                     "corrupted or truncated on its way to this rank)");
   if (addr_from_wire(p + ID_ADDR_OFF, root ? root : &tmp) != 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "unique id is malformed: bad address (family %u, port "
-                    "%u)", get16(p + ID_ADDR_OFF), get16(p + ID_ADDR_OFF + 2));
+                    "%u)", rcc_get_be16(p + ID_ADDR_OFF), rcc_get_be16(p + ID_ADDR_OFF + 2));
   if (secret != NULL)
     memcpy(secret, p + ID_SECRET_OFF, SECRET_LEN);
   return RINGCC_SUCCESS;
@@ -459,9 +441,9 @@ static void send_best_effort(int fd, const uint8_t *buf, size_t len) {
 static void server_refuse(struct server *s, int fd, uint32_t status,
                           const char *why, uint32_t rank) {
   uint8_t reply[REPLY_LEN];
-  put32(reply, TABLE_MAGIC);
-  put32(reply + 4, status);
-  put32(reply + 8, (uint32_t)s->nranks);
+  rcc_put_be32(reply, TABLE_MAGIC);
+  rcc_put_be32(reply + 4, status);
+  rcc_put_be32(reply + 8, (uint32_t)s->nranks);
   send_best_effort(fd, reply, sizeof(reply));
   close(fd);
   RCC_WARN(-1, "bootstrap: rendezvous %s refused rank %u: %s", s->where, rank,
@@ -486,12 +468,12 @@ int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
                               uint32_t nranks_known, struct rcc_boot_hello *out,
                               char *why, size_t whylen) {
   memset(out, 0, sizeof(*out));
-  if (len < HELLO_LEN - SECRET_LEN || get32(in) != HELLO_MAGIC) {
+  if (len < HELLO_LEN - SECRET_LEN || rcc_get_be32(in) != HELLO_MAGIC) {
     snprintf(why, whylen, "not a hello");
     return -1;
   }
-  uint32_t rank = out->rank = get32(in + 4);
-  uint32_t nranks = out->nranks = get32(in + 8);
+  uint32_t rank = out->rank = rcc_get_be32(in + 4);
+  uint32_t nranks = out->nranks = rcc_get_be32(in + 8);
   if (nranks < 1 || nranks > MAX_NRANKS) {
     snprintf(why, whylen, "nranks %u is not in 1..%d", nranks, MAX_NRANKS);
     return ST_BAD_NRANKS;
@@ -546,7 +528,7 @@ static void server_hello(struct server *s, int fd, const uint8_t *hello,
   if (status < 0) {
     RCC_WARN(-1, "bootstrap: rendezvous %s dropped %s: right secret but not "
              "a hello (magic 0x%08x); a different ringcc version?", s->where,
-             rcc_socket_addr_str(peer, a, sizeof(a)), get32(hello));
+             rcc_socket_addr_str(peer, a, sizeof(a)), rcc_get_be32(hello));
     close(fd);
     return;
   }
@@ -575,9 +557,9 @@ static void server_hello(struct server *s, int fd, const uint8_t *hello,
 static void server_send_tables(struct server *s) {
   size_t len = REPLY_LEN + (size_t)WIRE_ADDR_LEN * s->nranks;
   int64_t deadline = rcc_now_ns() + TABLE_SEND_TIMEOUT_NS;
-  put32(s->table, TABLE_MAGIC);
-  put32(s->table + 4, ST_OK);
-  put32(s->table + 8, (uint32_t)s->nranks);
+  rcc_put_be32(s->table, TABLE_MAGIC);
+  rcc_put_be32(s->table + 4, ST_OK);
+  rcc_put_be32(s->table + 8, (uint32_t)s->nranks);
   for (int r = 0; r < s->nranks; r++) {
     char msg[RCC_ERRLEN];
     if (rcc_socket_send_all(s->rank_fd[r], s->table, len, deadline, msg,
@@ -775,19 +757,19 @@ ringcc_result_t rcc_bootstrap_reply_check(const uint8_t *reply, size_t len,
                                           int rank, int nranks,
                                           const char *where, char *err,
                                           size_t errlen) {
-  if (len < REPLY_LEN || get32(reply) != TABLE_MAGIC)
+  if (len < REPLY_LEN || rcc_get_be32(reply) != TABLE_MAGIC)
     return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
                     "the rendezvous at %s answered garbage (magic 0x%08x)",
-                    rank, where, len < 4 ? 0 : get32(reply));
-  if (get32(reply + 4) != ST_OK)
+                    rank, where, len < 4 ? 0 : rcc_get_be32(reply));
+  if (rcc_get_be32(reply + 4) != ST_OK)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "bootstrap: rank %d of %d refused by the rendezvous at %s: "
                     "%s (the rendezvous has nranks %u)", rank, nranks,
-                    where, status_str(get32(reply + 4)), get32(reply + 8));
-  if (get32(reply + 8) != (uint32_t)nranks)
+                    where, status_str(rcc_get_be32(reply + 4)), rcc_get_be32(reply + 8));
+  if (rcc_get_be32(reply + 8) != (uint32_t)nranks)
     return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
                     "the rendezvous at %s sent a table for %u ranks, not %d",
-                    rank, where, get32(reply + 8), nranks);
+                    rank, where, rcc_get_be32(reply + 8), nranks);
   return RINGCC_SUCCESS;
 }
 
@@ -896,9 +878,9 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
     }
   }
   memcpy(hello, secret, SECRET_LEN);
-  put32(hello + SECRET_LEN, HELLO_MAGIC);
-  put32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
-  put32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
+  rcc_put_be32(hello + SECRET_LEN, HELLO_MAGIC);
+  rcc_put_be32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
+  rcc_put_be32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
   addr_to_wire(b->nranks > 1 ? &bound : NULL, hello + SECRET_LEN + 12);
   r = rcc_socket_send_all(fd, hello, sizeof(hello), deadline_ns, msg,
                           sizeof(msg));
@@ -915,8 +897,8 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
 
 int rcc_bootstrap_ring_hello_ok(const uint8_t *in, size_t len, int prev,
                                 int nranks) {
-  return len >= RING_HELLO_LEN - SECRET_LEN && get32(in) == RING_MAGIC &&
-         get32(in + 4) == (uint32_t)prev && get32(in + 8) == (uint32_t)nranks;
+  return len >= RING_HELLO_LEN - SECRET_LEN && rcc_get_be32(in) == RING_MAGIC &&
+         rcc_get_be32(in + 4) == (uint32_t)prev && rcc_get_be32(in + 8) == (uint32_t)nranks;
 }
 
 /* Connects to the next rank and accepts the previous one. */
@@ -939,9 +921,9 @@ static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
     return rcc_errf(err, errlen, r, "bootstrap: rank %d could not connect to "
                     "rank %d for the bootstrap ring: %s", b->rank, next, msg);
   memcpy(hello, secret, SECRET_LEN);
-  put32(hello + SECRET_LEN, RING_MAGIC);
-  put32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
-  put32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
+  rcc_put_be32(hello + SECRET_LEN, RING_MAGIC);
+  rcc_put_be32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
+  rcc_put_be32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
   r = rcc_socket_send_all(b->next_fd, hello, sizeof(hello), deadline_ns, msg,
                           sizeof(msg));
   if (r != RINGCC_SUCCESS)
@@ -972,8 +954,8 @@ static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
     RCC_WARN(b->rank, "bootstrap: rank %d expected rank %d of %d on its "
              "bootstrap ring but %s says it is rank %u of %u (magic 0x%08x); "
              "dropped", b->rank, prev, b->nranks,
-             rcc_socket_addr_str(&peer, msg, sizeof(msg)), get32(in + 4),
-             get32(in + 8), get32(in));
+             rcc_socket_addr_str(&peer, msg, sizeof(msg)), rcc_get_be32(in + 4),
+             rcc_get_be32(in + 8), rcc_get_be32(in));
     close(fd);
   }
   gate_free(g);
@@ -1047,8 +1029,8 @@ static ringcc_result_t ring_error(struct rcc_bootstrap *b, ringcc_result_t r,
 
 int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
                                  uint64_t bytes) {
-  return len >= DATA_HDR_LEN && get32(hdr) == DATA_MAGIC &&
-         get32(hdr + 4) == call && get64(hdr + 8) == bytes;
+  return len >= DATA_HDR_LEN && rcc_get_be32(hdr) == DATA_MAGIC &&
+         rcc_get_be32(hdr + 4) == call && rcc_get_be64(hdr + 8) == bytes;
 }
 
 static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
@@ -1065,9 +1047,9 @@ static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
     int recv_idx = (b->rank - step - 1 + n) % n;
     uint8_t out_hdr[DATA_HDR_LEN], in_hdr[DATA_HDR_LEN];
     int failed_recv;
-    put32(out_hdr, DATA_MAGIC);
-    put32(out_hdr + 4, call);
-    put64(out_hdr + 8, bytes);
+    rcc_put_be32(out_hdr, DATA_MAGIC);
+    rcc_put_be32(out_hdr + 4, call);
+    rcc_put_be64(out_hdr + 8, bytes);
     ringcc_result_t r = rcc_socket_sendrecv(
         b->next_fd, out_hdr, sizeof(out_hdr), b->prev_fd, in_hdr,
         sizeof(in_hdr), deadline_ns, &failed_recv, msg, sizeof(msg));
@@ -1078,8 +1060,8 @@ static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
                       "bootstrap: rank %d in %s (call %u, %zu bytes per rank) "
                       "got call %u with %llu bytes per rank from rank %d: the "
                       "ranks made different bootstrap calls", b->rank, op,
-                      call, bytes, get32(in_hdr + 4),
-                      (unsigned long long)get64(in_hdr + 8),
+                      call, bytes, rcc_get_be32(in_hdr + 4),
+                      (unsigned long long)rcc_get_be64(in_hdr + 8),
                       (b->rank - 1 + n) % n);
     r = rcc_socket_sendrecv(b->next_fd, data + (size_t)send_idx * bytes,
                             bytes, b->prev_fd,

@@ -5,10 +5,11 @@
  * (test/fuzz/), so what is fuzzed is what runs. A buffer shorter than its
  * format is refused, never read past.
  *
- * The formats are documented where they are written: lib/bootstrap.c (unique
- * id, rendezvous hello and table, bootstrap ring hello, allgather step
- * header), transports/net_socket.c (connection preamble, message header) and
- * transports/net.c (connection hello).
+ * The formats are documented where they are written: lib/boot/bootstrap.c
+ * (unique id, rendezvous hello and table, bootstrap ring hello, allgather
+ * step header), transports/net_socket.c (connection preamble, message
+ * header) and transports/net.c (connection hello). The big-endian field
+ * helpers below are what they are written and read with.
  */
 #ifndef RCC_WIRE_H
 #define RCC_WIRE_H
@@ -18,6 +19,29 @@
 #include <sys/socket.h>
 
 #include "ringcc.h"
+
+/* ---- big-endian fields (every format below is network byte order) ------- */
+static inline void rcc_put_be16(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 8);
+  p[1] = (uint8_t)v;
+}
+static inline void rcc_put_be32(uint8_t *p, uint32_t v) {
+  rcc_put_be16(p, v >> 16);
+  rcc_put_be16(p + 2, v & 0xffff);
+}
+static inline void rcc_put_be64(uint8_t *p, uint64_t v) {
+  rcc_put_be32(p, (uint32_t)(v >> 32));
+  rcc_put_be32(p + 4, (uint32_t)v);
+}
+static inline uint32_t rcc_get_be16(const uint8_t *p) {
+  return (uint32_t)p[0] << 8 | p[1];
+}
+static inline uint32_t rcc_get_be32(const uint8_t *p) {
+  return rcc_get_be16(p) << 16 | rcc_get_be16(p + 2);
+}
+static inline uint64_t rcc_get_be64(const uint8_t *p) {
+  return (uint64_t)rcc_get_be32(p) << 32 | rcc_get_be32(p + 4);
+}
 
 /* ---- bootstrap (bootstrap.c) --------------------------------------------- */
 #define RCC_BOOT_SECRET_BYTES 16

@@ -28,16 +28,6 @@
     }                                                                          \
   } while (0)
 
-static inline uint32_t fuzz_get16(const uint8_t *p) {
-  return (uint32_t)p[0] << 8 | p[1];
-}
-static inline uint32_t fuzz_get32(const uint8_t *p) {
-  return fuzz_get16(p) << 16 | fuzz_get16(p + 2);
-}
-static inline uint64_t fuzz_get64(const uint8_t *p) {
-  return (uint64_t)fuzz_get32(p) << 32 | fuzz_get32(p + 4);
-}
-
 /* Takes n bytes off the front of the input; zeros past its end. */
 static inline void fuzz_take(const uint8_t **data, size_t *size, void *out,
                              size_t n) {
@@ -59,20 +49,20 @@ static inline void fuzz_check_message(const char *msg, size_t cap) {
  * address 16 bytes). */
 static inline void fuzz_check_boot_addr(const struct sockaddr_storage *a,
                                         const uint8_t *wire) {
-  if (fuzz_get16(wire) == 4) {
+  if (rcc_get_be16(wire) == 4) {
     const struct sockaddr_in *in = (const struct sockaddr_in *)a;
     FUZZ_CHECK(in->sin_family == AF_INET);
-    FUZZ_CHECK(ntohs(in->sin_port) == fuzz_get16(wire + 2));
+    FUZZ_CHECK(ntohs(in->sin_port) == rcc_get_be16(wire + 2));
     FUZZ_CHECK(memcmp(&in->sin_addr, wire + 8, 4) == 0);
   } else {
     const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
-    FUZZ_CHECK(fuzz_get16(wire) == 6);
+    FUZZ_CHECK(rcc_get_be16(wire) == 6);
     FUZZ_CHECK(in6->sin6_family == AF_INET6);
-    FUZZ_CHECK(ntohs(in6->sin6_port) == fuzz_get16(wire + 2));
-    FUZZ_CHECK(in6->sin6_scope_id == fuzz_get32(wire + 4));
+    FUZZ_CHECK(ntohs(in6->sin6_port) == rcc_get_be16(wire + 2));
+    FUZZ_CHECK(in6->sin6_scope_id == rcc_get_be32(wire + 4));
     FUZZ_CHECK(memcmp(&in6->sin6_addr, wire + 8, 16) == 0);
   }
-  FUZZ_CHECK(fuzz_get16(wire + 2) != 0);
+  FUZZ_CHECK(rcc_get_be16(wire + 2) != 0);
 }
 
 #endif /* RCC_FUZZ_H */

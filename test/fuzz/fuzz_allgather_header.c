@@ -12,15 +12,15 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t pick[12];
   fuzz_take(&data, &size, pick, sizeof(pick));
-  uint32_t call = fuzz_get32(pick);
-  uint64_t bytes = fuzz_get64(pick + 4);
+  uint32_t call = rcc_get_be32(pick);
+  uint64_t bytes = rcc_get_be64(pick + 4);
   uint8_t *hdr = malloc(size ? size : 1); /* exact size: ASan sees overreads */
   memcpy(hdr, data, size);
 
   int ok = rcc_bootstrap_data_header_ok(hdr, size, call, bytes);
   int want = size >= RCC_BOOT_DATA_HDR_BYTES &&
-             fuzz_get32(hdr) == 0x52434344u && fuzz_get32(hdr + 4) == call &&
-             fuzz_get64(hdr + 8) == bytes;
+             rcc_get_be32(hdr) == 0x52434344u && rcc_get_be32(hdr + 4) == call &&
+             rcc_get_be64(hdr + 8) == bytes;
   FUZZ_CHECK(ok == want);
   free(hdr);
   return 0;

@@ -41,8 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_check_message(err, sizeof(err));
   } else {
     FUZZ_CHECK(size >= RCC_BOOT_ID_BYTES);
-    FUZZ_CHECK(fuzz_get32(id) == 0x52434349u && fuzz_get16(id + 4) == 1);
-    FUZZ_CHECK(fuzz_get32(id + 124) == fnv1a(id, 124));
+    FUZZ_CHECK(rcc_get_be32(id) == 0x52434349u && rcc_get_be16(id + 4) == 1);
+    FUZZ_CHECK(rcc_get_be32(id + 124) == fnv1a(id, 124));
     fuzz_check_boot_addr(&root, id + 8);
     FUZZ_CHECK(memcmp(secret, id + 32, RCC_BOOT_SECRET_BYTES) == 0);
     /* FNV-1a steps are bijections: any one changed byte breaks the sum. */

@@ -15,7 +15,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t pick[4];
   fuzz_take(&data, &size, pick, sizeof(pick));
-  size_t slot_bytes = fuzz_get32(pick) % (64 * 1024 + 1);
+  size_t slot_bytes = rcc_get_be32(pick) % (64 * 1024 + 1);
   uint8_t *slot = malloc(slot_bytes ? slot_bytes : 1);
 
   while (size > 0) {
@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t bytes, imm;
     int rc = rcc_net_socket_header_parse(hdr, len, slot_bytes, &bytes, &imm);
     if (len == RCC_NET_SOCKET_HEADER_BYTES) {
-      FUZZ_CHECK(bytes == fuzz_get32(hdr) && imm == fuzz_get32(hdr + 4));
+      FUZZ_CHECK(bytes == rcc_get_be32(hdr) && imm == rcc_get_be32(hdr + 4));
       FUZZ_CHECK((rc == 0) == (bytes <= slot_bytes));
     } else {
       FUZZ_CHECK(rc != 0);

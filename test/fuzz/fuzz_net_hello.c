@@ -15,8 +15,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t secret[16], pick[4];
   fuzz_take(&data, &size, secret, sizeof(secret));
   fuzz_take(&data, &size, pick, sizeof(pick));
-  int nranks = 1 + (int)(fuzz_get16(pick) % 1024);
-  int my_rank = (int)(fuzz_get16(pick + 2) % (uint32_t)nranks);
+  int nranks = 1 + (int)(rcc_get_be16(pick) % 1024);
+  int my_rank = (int)(rcc_get_be16(pick + 2) % (uint32_t)nranks);
   uint8_t *in = malloc(size ? size : 1); /* exact size: ASan sees overreads */
   memcpy(in, data, size);
 

@@ -35,12 +35,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       continue;
     }
     FUZZ_CHECK(len == RCC_NET_SOCKET_PREAMBLE_BYTES);
-    FUZZ_CHECK(fuzz_get32(in) == 0x52434e53u);
+    FUZZ_CHECK(rcc_get_be32(in) == 0x52434e53u);
     FUZZ_CHECK(p.nsocks >= 1 && p.nsocks <= RCC_NET_SOCKET_MAX_SOCKS);
     FUZZ_CHECK(p.index >= 0 && p.index < p.nsocks);
-    FUZZ_CHECK(p.index == (int)fuzz_get16(in + 4));
-    FUZZ_CHECK(p.nsocks == (int)fuzz_get16(in + 6));
-    FUZZ_CHECK(p.id == fuzz_get64(in + 8));
+    FUZZ_CHECK(p.index == (int)rcc_get_be16(in + 4));
+    FUZZ_CHECK(p.nsocks == (int)rcc_get_be16(in + 6));
+    FUZZ_CHECK(p.id == rcc_get_be64(in + 8));
     /* The listener reads need bytes into a buffer of preamble + hello. */
     FUZZ_CHECK(p.need == RCC_NET_SOCKET_PREAMBLE_BYTES +
                              (p.index == 0 ? RCC_NET_HELLO_BYTES : 0));

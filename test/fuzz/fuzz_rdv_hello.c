@@ -31,11 +31,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       fuzz_check_message(why, sizeof(why));
     if (status < 0) {
       FUZZ_CHECK(status == -1);
-      FUZZ_CHECK(len < RCC_BOOT_HELLO_BYTES || fuzz_get32(in) != 0x52434348u);
+      FUZZ_CHECK(len < RCC_BOOT_HELLO_BYTES || rcc_get_be32(in) != 0x52434348u);
       free(in);
       continue;
     }
-    FUZZ_CHECK(h.rank == fuzz_get32(in + 4) && h.nranks == fuzz_get32(in + 8));
+    FUZZ_CHECK(h.rank == rcc_get_be32(in + 4) && h.nranks == rcc_get_be32(in + 8));
     FUZZ_CHECK(status <= 5 && status != 4); /* 4 (duplicate) is the server's */
     if (status > 0) {
       free(in);

@@ -34,8 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(rlen == RCC_BOOT_REPLY_BYTES);
-  FUZZ_CHECK(fuzz_get32(reply) == 0x52434354u && fuzz_get32(reply + 4) == 0);
-  FUZZ_CHECK(fuzz_get32(reply + 8) == (uint32_t)nranks);
+  FUZZ_CHECK(rcc_get_be32(reply) == 0x52434354u && rcc_get_be32(reply + 4) == 0);
+  FUZZ_CHECK(rcc_get_be32(reply + 8) == (uint32_t)nranks);
   free(reply);
 
   uint8_t *table = malloc(size ? size : 1); /* exact size */

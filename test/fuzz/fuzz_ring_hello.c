@@ -11,16 +11,16 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t pick[8];
   fuzz_take(&data, &size, pick, sizeof(pick));
-  int nranks = 2 + (int)(fuzz_get32(pick) % (RCC_BOOT_MAX_NRANKS - 1));
-  int prev = (int)(fuzz_get32(pick + 4) % (uint32_t)nranks);
+  int nranks = 2 + (int)(rcc_get_be32(pick) % (RCC_BOOT_MAX_NRANKS - 1));
+  int prev = (int)(rcc_get_be32(pick + 4) % (uint32_t)nranks);
   uint8_t *in = malloc(size ? size : 1); /* exact size: ASan sees overreads */
   memcpy(in, data, size);
 
   int ok = rcc_bootstrap_ring_hello_ok(in, size, prev, nranks);
   int want = size >= RCC_BOOT_RING_HELLO_BYTES &&
-             fuzz_get32(in) == 0x52434352u &&
-             fuzz_get32(in + 4) == (uint32_t)prev &&
-             fuzz_get32(in + 8) == (uint32_t)nranks;
+             rcc_get_be32(in) == 0x52434352u &&
+             rcc_get_be32(in + 4) == (uint32_t)prev &&
+             rcc_get_be32(in + 8) == (uint32_t)nranks;
   FUZZ_CHECK(ok == want);
   free(in);
   return 0;
