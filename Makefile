@@ -303,7 +303,7 @@ bench:
 	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/ringcc-bench $(BENCH_ARGS)
 
 # ringcc next to Open MPI and Gloo, interleaved, medians, table + plot under
-# bench/results/ (scripts/bench-compare.sh --help; docs/performance.md).
+# build/bench-results/ (scripts/bench-compare.sh --help; docs/performance.md).
 BENCH_COMPARE_ARGS ?=
 .PHONY: bench-compare
 bench-compare:
@@ -573,7 +573,7 @@ help:
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
 	@echo '  bench-compare  ringcc vs Open MPI and Gloo (scripts/bench-compare.sh $$BENCH_COMPARE_ARGS,'
-	@echo '                 e.g. "--quick", "--n 4 --sizes 8,64M --reps 5"; results in bench/results/)'
+	@echo '                 e.g. "--quick", "--n 4 --sizes 8,64M --reps 5"; results in build/bench-results/)'
 	@echo '  fuzz           build test/fuzz/fuzz_*.c with clang (libFuzzer, ASan, UBSan)'
 	@echo '                 -> $(FUZZ_OUT)/fuzz_NAME'
 	@echo '  fuzz-run       run each fuzz target $$FUZZ_SECONDS s on a copy of its corpus'
