@@ -174,9 +174,12 @@ TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
+# ringcc-bench is one backend of bench/bench_common.c, the measurement that
+# bench/mpi_bench.c and bench/gloo_bench.cc (make bench-compare) share.
+BENCH_COMMON_OBJ := $(OBJ)/bench/bench_common.o
 ALL_OBJ     := $(LIB_OBJ) $(TOOL_SRC:%.c=$(OBJ)/%.o) \
                $(EXAMPLE_SRC:%.c=$(OBJ)/%.o) $(TEST_SRC:%.c=$(OBJ)/%.o) \
-               $(TEST_HELPER_OBJ)
+               $(TEST_HELPER_OBJ) $(BENCH_COMMON_OBJ)
 
 # T=reduce, T=test_reduce or T="reduce bcast": the test binaries to run.
 T_NAMES     := $(patsubst test_%,%,$(basename $(notdir $(T))))
@@ -313,7 +316,7 @@ bench:
 	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/ringcc-bench $(BENCH_ARGS)
 
 # ringcc next to Open MPI and Gloo, interleaved, medians, table + plot under
-# bench/results/ (scripts/bench-compare.sh --help; docs/performance.md).
+# build/bench-results/ (scripts/bench-compare.sh --help; docs/performance.md).
 BENCH_COMPARE_ARGS ?=
 .PHONY: bench-compare
 bench-compare:
@@ -339,11 +342,16 @@ $(STATIC_LIB): $(LIB_OBJ)
 # ---- programs --------------------------------------------------------------------
 # Tools and examples link the shared library and find it through
 # $ORIGIN/../lib, both in the build tree and after make install.
+# A tool's further objects are listed as its prerequisites (ringcc-bench:
+# bench_common.o) and linked with it.
 $(BINOUT)/%: $(OBJ)/tools/%.o $(SO_REAL) $(SO_DEV) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< \
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $(filter $(OBJ)/%.o,$^) \
 	  $(if $(filter $*,$(TOOLS_STATIC)),$(STATIC_LIB) $(LIB_LIBS),-L$(LIBOUT) -lringcc $(RPATH) $(CUDA_LIBS)) \
 	  $(LDLIBS) -lm
+
+$(BINOUT)/ringcc-bench: $(BENCH_COMMON_OBJ)
+$(OBJ)/tools/ringcc-bench.o: RCC_CPPFLAGS += -iquote bench
 
 $(EXOUT)/%: $(OBJ)/examples/%.o $(SO_REAL) $(SO_DEV)
 	@mkdir -p $(@D)
@@ -579,7 +587,7 @@ help:
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
 	@echo '  bench-compare  ringcc vs Open MPI and Gloo (scripts/bench-compare.sh $$BENCH_COMPARE_ARGS,'
-	@echo '                 e.g. "--quick", "--n 4 --sizes 8,64M --reps 5"; results in bench/results/)'
+	@echo '                 e.g. "--quick", "--n 4 --sizes 8,64M --reps 5"; results in build/bench-results/)'
 	@echo '  fuzz           build test/fuzz/fuzz_*.c with clang (libFuzzer, ASan, UBSan)'
 	@echo '                 -> $(FUZZ_OUT)/fuzz_NAME'
 	@echo '  fuzz-run       run each fuzz target $$FUZZ_SECONDS s on a copy of its corpus'

@@ -1,16 +1,17 @@
 /*
- * bench_common.h - the measuring core shared by bench/mpi_bench.c and
- * bench/gloo_bench.cc.
+ * bench_common.h - the one measurement behind tools/ringcc-bench.c,
+ * bench/mpi_bench.c and bench/gloo_bench.cc.
  *
- * It follows tools/ringcc-bench.c step for step, so the three programs differ
- * only in the library they call: the same sizes (-e down by -f, plus -b), the
- * same inputs (float32, element i of rank q = (7i + 131q) mod 1021 - 510, so
- * any order of summation is exact), the same loop per size and placement
- * (fill, WARMUP calls, barrier, ITERS timed calls, per-call average, max over
+ * It owns everything but the library call: the options, the sizes (-e down
+ * by -f, plus -b), the inputs (element i of rank q from (7i + 131q) mod 1021,
+ * chosen per datatype and op so that any order of reduction gives the same,
+ * exactly representable, result), the loop per size and placement (fill,
+ * WARMUP calls, barrier, ITERS timed calls, per-call average, max over
  * ranks; with -C 1 fill again, one more call, every element checked and the
- * wrong ones summed over ranks), the same nccl-tests bus-bandwidth factors,
- * and the same output: ringcc-bench's text rows and, with --json FILE, its
- * JSON array. One parser (bench/summarize.py) reads all three.
+ * wrong ones summed over ranks), the nccl-tests bus-bandwidth factors, and
+ * the output: the text rows and, with --json FILE, the JSON array that
+ * bench/summarize.py reads. So the three programs differ only in the library
+ * they call, and their rows compare one for one.
  *
  * A program supplies a struct bc_backend: how to run one collective call and
  * the few helper collectives the loop needs.
@@ -30,72 +31,132 @@ extern "C" {
 #define BC_EXIT_USAGE 2
 #define BC_EXIT_WRONG 3 /* some result element was wrong */
 
-enum bc_coll { BC_ALLREDUCE, BC_REDUCE_SCATTER, BC_ALLGATHER, BC_NUM_COLLS };
+enum bc_coll {
+  BC_ALLREDUCE,
+  BC_REDUCE_SCATTER,
+  BC_ALLGATHER,
+  BC_BCAST,
+  BC_REDUCE,
+  BC_ALLTOALL,
+  BC_SENDRECV,
+  BC_NUM_COLLS
+};
+
+enum bc_dtype {
+  BC_INT8,
+  BC_UINT8,
+  BC_INT32,
+  BC_UINT32,
+  BC_INT64,
+  BC_UINT64,
+  BC_FLOAT16,
+  BC_BFLOAT16,
+  BC_FLOAT32,
+  BC_FLOAT64,
+  BC_NUM_DTYPES
+};
+
+enum bc_op { BC_SUM, BC_PROD, BC_MIN, BC_MAX, BC_AVG, BC_NUM_OPS };
 
 struct bc_options {
   enum bc_coll coll;
+  enum bc_dtype dtype;
+  enum bc_op op;
   size_t min_bytes, max_bytes, factor;
-  int iters, warmup, check;
-  double min_time; /* -m: seconds of timed iterations at least */
+  int iters, warmup, root, check;
+  double min_time;       /* -m: seconds of timed iterations at least */
   int in_place;          /* 1: also measure the in-place group */
   const char *json_path; /* NULL: no JSON */
-  int help;              /* -h: print bc_usage and exit 0 */
+  int help;              /* -h: the caller prints its usage and exits 0 */
+  bool device;           /* -G (BC_OPT_DEVICE) */
+  bool calibrate;        /* --calibrate (BC_OPT_CALIBRATE) */
   /* Only for programs that fork their own ranks (BC_OPT_FORK). */
   int nranks;
   int watchdog_s;
 };
 
-/* One size, as ringcc-bench plans it. */
+/* One size. */
 struct bc_plan {
   size_t requested; /* the size from -b/-e/-f */
   size_t bytes;     /* the nccl-tests "size": requested, rounded down */
-  size_t count;     /* bytes / 4 */
-  size_t arg;       /* the count argument of the call (per-rank block for
-                       reduce_scatter and allgather) */
-};
-
-struct bc_result {
-  bool valid; /* false: not measured (in-place group switched off) */
-  int iters;  /* timed iterations */
-  double time_us, algbw, busbw;
-  long long wrong; /* -1: not checked */
+  size_t count;     /* bytes / element size */
+  size_t arg;       /* the count argument of the call (per-rank block where
+                       the collective works in blocks) */
 };
 
 struct bc_backend {
-  const char *prog;    /* "mpi-bench" */
-  const char *library; /* "Open MPI v4.1.4" */
+  const char *prog;      /* "mpi-bench" */
+  const char *library;   /* "Open MPI v4.1.4" */
   const char *call_desc; /* one header line: what a call is */
   /* Where an in-place reduce_scatter leaves this rank's block: false = at the
    * start of recvbuf (MPI_IN_PLACE), true = at recvbuf + rank*recvcount. */
   bool rs_in_place_at_own_block;
   void *ctx;
-  /* One call of o->coll on plan p. sbuf/rbuf are the program's buffers; in
-   * place, the input is in rbuf. Returns 0, or -1 after printing why. */
-  int (*call)(void *ctx, enum bc_coll coll, const struct bc_plan *p,
-              bool in_place, float *sbuf, float *rbuf);
+  /* One call of o->coll on plan p. sbuf/rbuf are the host buffers; in place,
+   * the input is in rbuf. Returns 0, or -1 after printing why. */
+  int (*call)(void *ctx, const struct bc_options *o, const struct bc_plan *p,
+              bool in_place, void *sbuf, void *rbuf);
   void (*barrier)(void *ctx);
   double (*max_double)(void *ctx, double mine);
   long long (*sum_ll)(void *ctx, long long mine);
   /* every rank's `bytes` bytes of `mine`, in rank order, into `all` */
   void (*allgather_bytes)(void *ctx, const void *mine, void *all, size_t bytes);
   void (*abort_job)(void *ctx); /* never returns */
+  /* Optional (NULL: none), for calls on buffers other than the host ones
+   * (ringcc-bench -G): buffers of `bytes` for the calls, made once before
+   * the first size; the host inputs copied to them after each fill; the
+   * result copied back before a check; waiting until the calls issued have
+   * run, after the warm-up and after the timed loop. */
+  void (*alloc_buffers)(void *ctx, size_t bytes);
+  void (*stage_in)(void *ctx, const struct bc_plan *p, const void *sbuf,
+                   const void *rbuf);
+  void (*stage_out)(void *ctx, const struct bc_plan *p, void *rbuf);
+  void (*sync)(void *ctx);
 };
 
-/* Flags for bc_parse_options. */
-#define BC_OPT_FORK 1 /* accept -N NRANKS and -T SECONDS */
+/* Flags for bc_parse_options: what a program accepts beyond -c allreduce |
+ * reduce_scatter | allgather, -d float32, -o sum, -b -e -f -n -w -m -C
+ * --json -h. */
+#define BC_OPT_FORK 1      /* -N NRANKS and -T SECONDS */
+#define BC_OPT_IN_PLACE 2  /* -I 0|1 */
+#define BC_OPT_EVERY 4     /* every collective, datatype and op; -r ROOT */
+#define BC_OPT_DEVICE 8    /* -G, --device */
+#define BC_OPT_CALIBRATE 16 /* --calibrate */
 
 /* Parses argv into *o. Returns NULL, or the message of a usage error (put in
- * err). -h sets o->help (the caller prints bc_usage). */
+ * err). -h sets o->help and stops there. */
 const char *bc_parse_options(int argc, char **argv, int flags,
                              struct bc_options *o, char *err, size_t errlen);
+/* Usage errors that need the number of ranks (a root that is no rank,
+ * sendrecv alone). Returns NULL or the message (in err). */
+const char *bc_check_nranks(const struct bc_options *o, int nranks, char *err,
+                            size_t errlen);
+/* The usage text of the programs that take the flags BC_OPT_IN_PLACE and
+ * maybe BC_OPT_FORK (mpi-bench, gloo-bench). */
 void bc_usage(FILE *f, const char *prog, const char *launch, int flags);
 
 /* Runs every size on this rank; rank 0 prints. Returns the exit status
- * (0, BC_EXIT_FAILED or BC_EXIT_WRONG); every rank returns the same. */
+ * (0, BC_EXIT_FAILED, BC_EXIT_USAGE when the JSON file cannot be written,
+ * or BC_EXIT_WRONG); every rank returns the same. */
 int bc_run(const struct bc_backend *be, const struct bc_options *o, int rank,
            int nranks);
 
 const char *bc_coll_name(enum bc_coll coll);
+const char *bc_dtype_name(enum bc_dtype dt);
+size_t bc_dtype_size(enum bc_dtype dt);
+const char *bc_op_name(enum bc_op op);
+bool bc_coll_has_op(enum bc_coll coll);
+bool bc_coll_has_root(enum bc_coll coll);
+
+/* "(allreduce, 1024 bytes, float32, sum, in place)": what a failure message
+ * names. */
+void bc_call_context(const struct bc_options *o, const struct bc_plan *p,
+                     bool in_place, char *buf, size_t len);
+
+/* CLOCK_MONOTONIC seconds. */
+double bc_now_s(void);
+/* bytes (at least 64), page-aligned and touched; NULL with errno set. */
+void *bc_alloc_touched(size_t bytes);
 
 #ifdef __cplusplus
 }

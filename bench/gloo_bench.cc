@@ -12,9 +12,9 @@
 //   out of place: setInput(sendbuf) + setOutput(recvbuf);
 //   in place: setOutput(recvbuf) only.
 // The options of a size and placement are built once, before its warm-up, and
-// reused by every call. Everything else - sizes, inputs, the timed loop, the
-// check of every element, the columns and the JSON - is bench_common.c, which
-// follows tools/ringcc-bench.c step for step.
+// reused by every call. Everything else - options, sizes, inputs, the timed
+// loop, the check of every element, the columns and the JSON - is
+// bench_common.c, the measurement of tools/ringcc-bench.c too.
 //
 // The parent only waits: when a rank fails it stops the others; after -T
 // seconds (exit 124), or on SIGTERM/SIGINT/SIGHUP (exit 128+signal), it stops
@@ -95,11 +95,12 @@ T allreduce_one(GlooRank* g, T mine, ReduceFn fn, const char* what) {
   return out;
 }
 
-int gloo_call(void* ctx, enum bc_coll coll, const struct bc_plan* p,
-              bool in_place, float* sbuf, float* rbuf) {
+int gloo_call(void* ctx, const struct bc_options* o, const struct bc_plan* p,
+              bool in_place, void* sbuf_v, void* rbuf_v) {
   auto* g = static_cast<GlooRank*>(ctx);
-  (void)coll;  // allreduce only (main() refuses the others)
-  const float* in = in_place ? nullptr : sbuf;
+  (void)o;  // allreduce of float32 only (main() refuses the others)
+  const float* in = in_place ? nullptr : static_cast<float*>(sbuf_v);
+  float* rbuf = static_cast<float*>(rbuf_v);
   try {
     if (!g->opts || g->opts_in != in || g->opts_out != rbuf ||
         g->opts_count != p->arg) {
@@ -281,7 +282,8 @@ int main(int argc, char** argv) {
   struct bc_options o;
   char err[512];
   const char* usage_err =
-      bc_parse_options(argc, argv, BC_OPT_FORK, &o, err, sizeof err);
+      bc_parse_options(argc, argv, BC_OPT_FORK | BC_OPT_IN_PLACE, &o, err,
+                       sizeof err);
   if (usage_err == nullptr && o.coll != BC_ALLREDUCE) {
     snprintf(err, sizeof err, "-c %s: only allreduce is measured for Gloo",
              bc_coll_name(o.coll));
@@ -292,7 +294,7 @@ int main(int argc, char** argv) {
     return BC_EXIT_USAGE;
   }
   if (o.help) {
-    bc_usage(stdout, PROG_NAME, " -N NRANKS", BC_OPT_FORK);
+    bc_usage(stdout, PROG_NAME, " -N NRANKS", BC_OPT_FORK | BC_OPT_IN_PLACE);
     return 0;
   }
 

@@ -10,9 +10,9 @@
  *   allgather       MPI_Allgather(sendbuf, count, ..., recvbuf, count, ...)
  * In place, sendbuf is MPI_IN_PLACE (the input is in recvbuf; a
  * reduce_scatter leaves this rank's block at the start of recvbuf).
- * Everything else - sizes, inputs, the timed loop, the check of every
- * element, the columns and the JSON - is bench_common.c, which follows
- * tools/ringcc-bench.c step for step.
+ * Everything else - options, sizes, inputs, the timed loop, the check of
+ * every element, the columns and the JSON - is bench_common.c, the
+ * measurement of tools/ringcc-bench.c too.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -52,13 +52,14 @@ static void fail(struct mpi_ctx *c, const char *call, int rc) {
   MPI_Abort(MPI_COMM_WORLD, BC_EXIT_FAILED);
 }
 
-static int mpi_call(void *ctx, enum bc_coll coll, const struct bc_plan *p,
-                    bool in_place, float *sbuf, float *rbuf) {
+static int mpi_call(void *ctx, const struct bc_options *o,
+                    const struct bc_plan *p, bool in_place, void *sbuf,
+                    void *rbuf) {
   struct mpi_ctx *c = ctx;
   int count = (int)p->arg, rc;
   const char *call;
-  void *send = in_place ? MPI_IN_PLACE : (void *)sbuf;
-  switch (coll) {
+  void *send = in_place ? MPI_IN_PLACE : sbuf;
+  switch (o->coll) {
   case BC_ALLREDUCE:
     call = "MPI_Allreduce";
     rc = MPI_Allreduce(send, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -138,7 +139,8 @@ static int finish_early(int rank, const char *msg, int status) {
 int main(int argc, char **argv) {
   struct bc_options o;
   char err[512];
-  const char *usage_err = bc_parse_options(argc, argv, 0, &o, err, sizeof err);
+  const char *usage_err = bc_parse_options(argc, argv, BC_OPT_IN_PLACE, &o, err,
+                                           sizeof err);
   if (usage_err == NULL && o.max_bytes / sizeof(float) > (size_t)INT_MAX) {
     snprintf(err, sizeof err, "-e %zu: more than INT_MAX floats per call",
              o.max_bytes);
@@ -153,7 +155,8 @@ int main(int argc, char **argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (usage_err) return finish_early(ctx.rank, usage_err, BC_EXIT_USAGE);
   if (o.help) {
-    if (ctx.rank == 0) bc_usage(stdout, "mpirun -np N " PROG_NAME, "", 0);
+    if (ctx.rank == 0)
+      bc_usage(stdout, "mpirun -np N " PROG_NAME, "", BC_OPT_IN_PLACE);
     return finish_early(ctx.rank, NULL, 0);
   }
 

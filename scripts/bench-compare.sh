@@ -17,7 +17,8 @@
 #                    user's cache, else the built-in values) instead of
 #                    calibrating this machine first
 #   --timeout SEC    limit of every single run (default 300)
-#   --out DIR        results folder (default bench/results/DATE[-quick])
+#   --out DIR        results folder (default build/bench-results/DATE[-quick],
+#                    which git ignores and make clean removes)
 #   --build DIR      libringcc build tree (default build; as make's BUILD)
 #   --dry-run        print the plan (invocations, iterations, run count), exit
 #   -h, --help       this text
@@ -39,7 +40,9 @@
 #   gloo-tcp    gloo-bench -N N (ring, TCP on 127.0.0.1, FileStore)
 # Output in the results folder: table.md (medians, ratios, ceilings),
 # busbw.png, medians.csv, runs.tsv (every run: status, wall time), logs/
-# (every run's output and JSON), ceilings/, versions.txt.
+# (every run's output and JSON), ceilings/, versions.txt. The tree keeps one
+# current summary, docs/performance/summary.md and summary.png: a run that
+# replaces it copies its table.md and busbw.png there (docs/performance.md).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -162,7 +165,7 @@ if [ "$dry_run" = 1 ]; then
 fi
 
 if [ -z "$out" ]; then
-  out=bench/results/$(date +%Y-%m-%d-%H%M)$([ "$quick" = 1 ] && echo -quick)
+  out=build/bench-results/$(date +%Y-%m-%d-%H%M)$([ "$quick" = 1 ] && echo -quick)
 fi
 mkdir -p "$out/logs" "$out/ceilings" || die "cannot create $out"
 out=$(cd "$out" && pwd)
