@@ -8,7 +8,7 @@
  * beta the time per byte on that edge in one direction, gamma the time per
  * byte of a local reduction. Each algorithm states its terms for n ranks and
  * S bytes (nccl-tests' S) in the file of its schedule; the table has them
- * as text too (ringcc-model --formulas prints them all).
+ * as text too (ringcc-model prints them).
  *
  * alpha is the cost of one step of a rank, a message handed on and one
  * taken in: on a host-driven transport it is mostly the work of handling a
