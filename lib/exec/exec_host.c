@@ -7,7 +7,7 @@
  * outgoing slot, so a ring step touches each byte once.
  *
  * The executor knows FIFOs only. A connection whose other end is an engine
- * (the network proxy) has hooks (struct rcc_conn_ops, proto.h): the executor
+ * (a thread that moves the slots over a network) has hooks (struct rcc_conn_ops, proto.h): the executor
  * hands each published slot to it, waits through it, and, where the engine
  * offers it, lends it the user's buffers: a send leaves straight from them
  * when the bytes are there already (a plain send, or what a step just wrote
@@ -788,10 +788,11 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   return r;
 }
 
-/* The board is used only where every rank reads every rank's board; shm.c
- * maps them with its FIFOs, so a rank has them all when every edge is plain
- * shared memory. Agreed through the bootstrap, since a rank that used the
- * board while a peer used the FIFOs would wait forever. */
+/* The board is used only where every rank reads every rank's board (the
+ * shared-memory transport maps them with its FIFOs and sets comm->board, so
+ * a rank has them all when every edge is plain shared memory). Agreed
+ * through the bootstrap, since a rank that used the board while a peer used
+ * the FIFOs would wait forever. */
 ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
   int n = comm->nranks, ok = n > 1 && comm->board != NULL;
   for (int p = 0; p < n && ok; p++)
