@@ -255,6 +255,46 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream);
 
+/* ---- registered memory -------------------------------------------------
+ *
+ * Collectives on one host can read their peers' inputs and write their
+ * outputs in place, with no FIFO in between, when every rank's buffers are
+ * memory the others can map: memory from ringcc_mem_alloc, registered once
+ * with the communicator (docs/algorithms.md, "Zero-copy"). Calls on buffers
+ * that are not registered run as they always have. */
+
+/* A registration of memory with one communicator. */
+typedef struct ringcc_reg *ringcc_reg_t;
+
+/* size bytes (page-aligned, zeroed) that ranks on this host can map. With
+ * comm NULL, or a communicator whose rank uses no GPU: host memory, a shared
+ * segment with no name (nothing is left in /dev/shm, whatever happens to the
+ * process). With a communicator whose rank has a GPU: device memory of that
+ * GPU that peers can map (cuMemCreate), as NCCL's ncclMemAlloc. Not
+ * collective. */
+RINGCC_API ringcc_result_t ringcc_mem_alloc(ringcc_comm_t comm, size_t size,
+                                            void **ptr);
+/* Frees memory of ringcc_mem_alloc (ptr as it returned). Memory that is
+ * still registered may be freed: its registrations no longer count (calls
+ * on those addresses take the unregistered path) and their handles stay
+ * valid for ringcc_comm_deregister. */
+RINGCC_API ringcc_result_t ringcc_mem_free(void *ptr);
+/* Collective over comm: every rank registers size bytes at ptr, inside
+ * memory of ringcc_mem_alloc, and maps the ranges of the peers on its host,
+ * once, here rather than in each call. From then on a collective whose
+ * buffers all lie inside registered ranges, on every rank, may run
+ * zero-copy; where some rank's buffers are not registered, every rank takes
+ * the unregistered path. A rank whose ptr is not such memory makes every
+ * rank fail (INVALID_ARGUMENT there, INVALID_USAGE on the others, naming
+ * it); the communicator stays usable. */
+RINGCC_API ringcc_result_t ringcc_comm_register(ringcc_comm_t comm, void *ptr,
+                                                size_t size,
+                                                ringcc_reg_t *handle);
+/* Collective: every rank passes the handle of the same registration (the
+ * k-th of each rank's ringcc_comm_register calls still registered). */
+RINGCC_API ringcc_result_t ringcc_comm_deregister(ringcc_comm_t comm,
+                                                  ringcc_reg_t handle);
+
 /* Bytes of one element of dt, or 0 for an unknown datatype. */
 RINGCC_API size_t ringcc_datatype_size(ringcc_datatype_t dt);
 /* "float32", "sum", ... or NULL for an unknown value. */

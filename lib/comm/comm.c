@@ -32,6 +32,7 @@
 #include "error.h"
 #include "graph.h"
 #include "log.h"
+#include "registry.h"
 #include "report.h"
 #include "transport.h"
 #include "tuner.h"
@@ -315,6 +316,7 @@ static void adapt_waiting(struct ringcc_comm *comm) {
 
 static void comm_free(struct ringcc_comm *comm) {
   rcc_cuda_destroy(comm); /* first: kernels may still use the FIFOs */
+  rcc_registry_free(comm);
   rcc_transports_destroy(comm);
   rcc_cuda_free(comm);
   if (comm->boot)

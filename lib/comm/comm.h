@@ -17,6 +17,7 @@
 
 struct rcc_bootstrap;
 struct rcc_cuda;
+struct rcc_registry;
 struct rcc_transport;
 
 #define RCC_MAX_TRANSPORTS 4
@@ -133,6 +134,9 @@ struct ringcc_comm {
   size_t board_bytes;      /* data a region holds */
   int board_ok;            /* every rank has every board (agreed at init) */
   uint32_t board_seq;      /* calls made on the board */
+  /* Registered memory and the zero-copy flags (registry.h); NULL until the
+   * first ringcc_comm_register. */
+  struct rcc_registry *registry;
   volatile int aborted;
   /* Set once by a proxy thread when the network fails under a collective;
    * every wait checks it. */
