@@ -95,6 +95,9 @@ typedef enum {
                                    allgather AllReduce */
   RINGCC_ALGO_ONESHOT = 6, /* one-shot AllReduce (FIFOs or the shared board) */
   RINGCC_ALGO_CMA = 7, /* cross-memory attach (one host, from 256 KiB) */
+  RINGCC_ALGO_ZEROCOPY = 8, /* registered buffers read and written in place
+                               (ringcc_comm_register; one host, or per host
+                               with a ring between hosts for AllReduce) */
   RINGCC_NUM_ALGOS
 } ringcc_algo_t;
 
@@ -131,7 +134,7 @@ typedef struct {
   unsigned magic;   /* set by RINGCC_CONFIG_INIT */
   unsigned version; /* RINGCC_VERSION, set by RINGCC_CONFIG_INIT */
   int64_t timeout_ms;   /* RINGCC_TIMEOUT_MS; -1 unset; 0 = no deadline; default 600000 */
-  int algo;             /* RINGCC_ALGO (ring|tree|oneshot|recdoubling|rabenseifner|cma|direct); -1 unset; RINGCC_ALGO_AUTO */
+  int algo;             /* RINGCC_ALGO (ring|tree|oneshot|recdoubling|rabenseifner|cma|zerocopy|direct); -1 unset; RINGCC_ALGO_AUTO */
   int debug_level;      /* RINGCC_DEBUG (WARN|INFO|TRACE); -1 unset; process-wide */
   int64_t chunk_bytes;  /* RINGCC_CHUNK_BYTES; -1 unset; bytes per slot of
                            shared-memory FIFOs (the pipeline chunk), default 65536 */

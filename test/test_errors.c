@@ -306,6 +306,7 @@ Test(errors, algorithm_and_plugin_names, .timeout = 120) {
       {"RINGCC_ALGO", "oneshot", RINGCC_SUCCESS},
       {"RINGCC_ALGO", "CMA", RINGCC_SUCCESS},
       {"RINGCC_ALGO", "direct", RINGCC_SUCCESS},
+      {"RINGCC_ALGO", "zerocopy", RINGCC_SUCCESS},
       {"RINGCC_ALGO", "halving", RINGCC_ERR_INVALID_ARGUMENT},
       {"RINGCC_NET", "Socket", RINGCC_SUCCESS},
       {"RINGCC_NET", "socket", RINGCC_SUCCESS},

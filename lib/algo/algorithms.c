@@ -76,6 +76,91 @@ static const char *cma_why_not(const struct rcc_alg_context *c) {
   return NULL;
 }
 
+/* Registered buffers (ringcc_comm_register) read and written in place. */
+static const char *zc_why_not(const struct rcc_alg_context *c) {
+  if (c->device)
+    return "host buffers only";
+  if (c->registered != 1)
+    return "registered buffers, every rank on one host (ringcc_comm_register)";
+  if (c->nranks < 2 || c->bytes <= 0)
+    return "needs 2 ranks and a non-empty message";
+  return NULL;
+}
+
+static const char *hier_why_not(const struct rcc_alg_context *c) {
+  if (c->device)
+    return "host buffers only";
+  if (c->registered != 2)
+    return "registered buffers on several hosts with the same number (>= 2) "
+           "of ranks each";
+  if (c->bytes <= 0)
+    return "needs a non-empty message";
+  return NULL;
+}
+
+/* ---- zero-copy: its cost (its executor is exec_zc.c) ---------------------- */
+
+/* Two exchanges of one cache line with every peer (the arrival, the end),
+ * each priced as the one-shot board's exchange, (n-1)/2 alphas. Its bytes in
+ * the units of the schedule it replaces: beta is the time per byte that
+ * schedule sends over shared memory, and sending a byte through a FIFO
+ * costs that schedule several bytes of memory traffic (a slot written, read,
+ * the input read, the output written): (6n-4)/(2n-2) for the ring
+ * AllReduce (5 S of traffic for the 1.5 S it sends at n = 4),
+ * (3n-1)/(n-1) for the ring Reduce-Scatter and AllGather, 3 for the chains,
+ * (4n-2)/(n-1) for the pairwise AllToAll. Zero-copy reads and writes M bytes
+ * per rank: AllReduce S and S (the floor); Reduce-Scatter and Reduce S and
+ * S/n; AllGather S/n and S; Broadcast S/n and (n-1)/n S; AllToAll S and S;
+ * it counts M over that factor. */
+void rcc_zc_terms(int coll, int n, double S, double C,
+                  struct rcc_cost_terms *t) {
+  double f = n > 1 ? (n - 1.0) / n : 0, in_n = n > 0 ? S / n : 0;
+  double moved = 2 * S, reduced = 0, per_sent = 3;
+  (void)C;
+  if (n < 2) {
+    rcc_set_terms(t, 0, 0, 0, 0);
+    return;
+  }
+  switch (coll) {
+  case RCC_COLL_ALLREDUCE:
+    reduced = f * S;
+    per_sent = (6.0 * n - 4) / (2.0 * n - 2);
+    break;
+  case RCC_COLL_REDUCE_SCATTER:
+    moved = S + in_n;
+    reduced = f * S;
+    per_sent = (3.0 * n - 1) / (n - 1.0);
+    break;
+  case RCC_COLL_ALLGATHER:
+    moved = S + in_n;
+    per_sent = (3.0 * n - 1) / (n - 1.0);
+    break;
+  case RCC_COLL_REDUCE:
+    moved = S + in_n;
+    reduced = f * S;
+    break;
+  case RCC_COLL_BCAST:
+    moved = S;
+    break;
+  default: /* alltoall */
+    per_sent = (4.0 * n - 2) / (n - 1.0);
+    break;
+  }
+  rcc_set_terms(t, n - 1, moved / per_sent, reduced, f * S);
+}
+
+/* Several hosts, AllReduce: per host as above, then a ring over the network
+ * between the ranks of one index on every host, on their 1/L of the data,
+ * after a 4-byte agreement over the same ring. Priced as if every host had
+ * 2 ranks (H = n/2 hosts), the most a rank's ring then carries: with L
+ * ranks a host each rank's ring moves 2(H-1)/H * S/L. */
+void rcc_hier_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t) {
+  double h = n / 2.0, ring = h > 1 ? 2 * (h - 1) / h * S / 2 : 0;
+  (void)C, (void)coll;
+  rcc_set_terms(t, 4 * (h - 1) + 1, ring, S / 2 + ring / 2, ring);
+}
+
 /* ---- cross-memory attach: its cost (its executor is exec_cma.c) ---------- */
 
 /* A call all-gathers its buffers' addresses along the ring (n-1 steps) and
@@ -208,6 +293,35 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
                     [RCC_COLL_ALLGATHER] = "(n-1+2*ceil(log2 n))*alpha + "
                                            "(n-1)/n*S*beta"},
         .why_not = cma_why_not},
+    [RCC_ALG_ZEROCOPY] = {
+        .id = RCC_ALG_ZEROCOPY, .name = "zero-copy",
+        .setting = RINGCC_ALGO_ZEROCOPY,
+        .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
+                 RCC_COLL_BIT(RCC_COLL_ALLGATHER) |
+                 RCC_COLL_BIT(RCC_COLL_BCAST) | RCC_COLL_BIT(RCC_COLL_REDUCE) |
+                 RCC_COLL_BIT(RCC_COLL_ALLTOALL),
+        .exec = RCC_EXEC_ZC, .flags = RCC_ALG_ALL_EDGES,
+        .terms = rcc_zc_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] = "(n-1)*alpha + 2S*(2n-2)/(6n-4)"
+                                           "*beta + (n-1)/n*S*gamma",
+                    [RCC_COLL_REDUCE_SCATTER] = "(n-1)*alpha + (S+S/n)*(n-1)/"
+                                                "(3n-1)*beta + (n-1)/n*S*gamma",
+                    [RCC_COLL_ALLGATHER] = "(n-1)*alpha + (S+S/n)*(n-1)/"
+                                           "(3n-1)*beta",
+                    [RCC_COLL_BCAST] = "(n-1)*alpha + S/3*beta",
+                    [RCC_COLL_REDUCE] = "(n-1)*alpha + (S+S/n)/3*beta + "
+                                        "(n-1)/n*S*gamma",
+                    [RCC_COLL_ALLTOALL] = "(n-1)*alpha + 2S*(n-1)/(4n-2)*beta"},
+        .why_not = zc_why_not},
+    [RCC_ALG_HIER] = {
+        .id = RCC_ALG_HIER, .name = "hierarchical zero-copy",
+        .setting = RINGCC_ALGO_ZEROCOPY, .colls = REDUCING,
+        .exec = RCC_EXEC_ZC, .terms = rcc_hier_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] =
+                        "(4(H-1)+1)*alpha + 2(H-1)/H*S/2*beta + "
+                        "(S/2 + (H-1)/H*S/2)*gamma, H = n/2 (priced as 2 "
+                        "ranks a host)"},
+        .why_not = hier_why_not},
 };
 
 const char *rcc_alg_name(int alg) {
@@ -247,6 +361,7 @@ static const char *const settings[RINGCC_NUM_ALGOS] = {
     [RINGCC_ALGO_RABENSEIFNER] = "rabenseifner",
     [RINGCC_ALGO_ONESHOT] = "oneshot",
     [RINGCC_ALGO_CMA] = "cma",
+    [RINGCC_ALGO_ZEROCOPY] = "zerocopy",
 };
 
 const char *rcc_algo_setting_name(int setting) {

@@ -8,8 +8,9 @@
  * An algorithm's schedule and cost live in its own file (coll_ring.c,
  * coll_oneshot.c, ...), which opens with both; the executors that run the
  * schedules (exec_host.c, exec_cuda.cu) know nothing of algorithms, except
- * for the two that are not FIFO schedules: the one-shot board
- * (exec_host.c) and cross-memory attach (exec_cma.c).
+ * for those that are not FIFO schedules: the one-shot board (exec_host.c),
+ * cross-memory attach (exec_cma.c) and zero-copy on registered buffers
+ * (exec_zc.c).
  */
 #ifndef RCC_ALGORITHMS_H
 #define RCC_ALGORITHMS_H
@@ -37,6 +38,9 @@ enum rcc_exec_kind {
   RCC_EXEC_FIFO,  /* a plan of steps over the FIFOs (host or CUDA executor) */
   RCC_EXEC_BOARD, /* the one-shot board in shared memory (exec_host.c) */
   RCC_EXEC_CMA,   /* cross-memory attach (exec_cma.c) */
+  RCC_EXEC_ZC,    /* registered buffers in place (exec_zc.c); where some
+                     rank's buffers turn out not to be registered, every
+                     rank runs the tuner's unregistered choice instead */
 };
 
 /* What decides whether an algorithm can run a call; the same on every rank. */
@@ -51,6 +55,9 @@ struct rcc_alg_context {
   int cma;             /* cross-memory attach works between every pair */
   int device;          /* the buffers are in GPU memory */
   int forced;          /* RINGCC_ALGO (a ringcc_algo_t) */
+  int registered;      /* registered memory (enum rcc_zc_kind, registry.h):
+                          0 none; 1 every rank on one host; 2 several hosts
+                          with the same number (>= 2) of ranks each */
 };
 
 #define RCC_COLL_BIT(c) (1u << (c))
@@ -131,6 +138,10 @@ void rcc_rabenseifner_terms(int coll, int n, double S, double C,
                             struct rcc_cost_terms *t);
 void rcc_cma_terms(int coll, int n, double S, double C,
                    struct rcc_cost_terms *t);
+void rcc_zc_terms(int coll, int n, double S, double C,
+                  struct rcc_cost_terms *t);
+void rcc_hier_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t);
 
 /* Helpers for the terms. */
 static inline void rcc_set_terms(struct rcc_cost_terms *t, double a, double b,

@@ -49,6 +49,9 @@ enum rcc_alg {
   RCC_ALG_RECDOUBLING,   /* recursive-doubling allreduce */
   RCC_ALG_RABENSEIFNER,  /* recursive halving, then doubling */
   RCC_ALG_CMA,           /* cross-memory attach, one host, large messages */
+  RCC_ALG_ZEROCOPY,      /* registered buffers in place, one host (exec_zc.c) */
+  RCC_ALG_HIER,          /* registered buffers: zero-copy per host, a ring
+                            between hosts (exec_zc.c) */
   RCC_NUM_ALGS
 };
 

@@ -21,6 +21,7 @@
 #include "exec.h"
 #include "log.h"
 #include "tuner.h"
+#include "zc.h"
 
 struct call {
   const char *fn;          /* "ringcc_allreduce" */
@@ -266,6 +267,21 @@ static ringcc_result_t execute(const struct call *c) {
   choose(c, &tune);
   const struct rcc_algorithm *a = &rcc_algorithms[tune.alg];
   RCC_TRACE(comm->rank, "%s: %s", c->fn, a->name);
+  if (a->exec == RCC_EXEC_ZC) {
+    struct rcc_zc_call zc = {c->coll, src, c->recvbuf, c->count,
+                             (ringcc_datatype_t)c->dt, op,
+                             (c->uses & USES_ROOT) ? c->root : -1};
+    int ran = 0;
+    ringcc_result_t r = rcc_exec_zc(comm, &zc, &ran);
+    if (r != RINGCC_SUCCESS || ran)
+      return r;
+    /* Some rank's buffers are not registered: every rank saw that alike. */
+    rcc_tuner_choose_unregistered(comm, c->coll, c->count * esize,
+                                  (c->uses & ON_DEVICE) != 0, &tune);
+    a = &rcc_algorithms[tune.alg];
+    RCC_TRACE(comm->rank, "%s: not registered on every rank: %s", c->fn,
+              a->name);
+  }
   if (a->exec == RCC_EXEC_CMA)
     return run_cma(c, src);
   struct rcc_plan plan = {

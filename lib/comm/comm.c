@@ -119,7 +119,7 @@ static ringcc_result_t algo_setting(int field, int *out, char *err,
     if (found < 0)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                       "RINGCC_ALGO=%s is not one of auto, ring, tree, oneshot, "
-                      "recdoubling, rabenseifner, cma, direct",
+                      "recdoubling, rabenseifner, cma, zerocopy, direct",
                       env);
     *out = found;
   }

@@ -20,4 +20,16 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
                                     const void *src, void *dst,
                                     ringcc_datatype_t dt, ringcc_op_t op);
 
+/* For executors that synchronise through flags of their own (exec_zc.c):
+ * waits until *word is no longer old as a FIFO wait does (polls, yields,
+ * then sleeps on word as a futex, counting itself in *waiters), with the
+ * same checks after each sleep: abort, a dead peer (comm->progress names
+ * the peer waited for and the FIFO from it, whose dead word tells of a
+ * rank that died elsewhere), the deadline (*deadline, 0 until the call's
+ * first sleep) and the hang report. */
+ringcc_result_t rcc_exec_host_wait(struct ringcc_comm *comm,
+                                   const struct rcc_plan *plan, uint32_t *word,
+                                   uint32_t *waiters, uint32_t old,
+                                   int64_t *deadline);
+
 #endif /* RCC_EXEC_H */

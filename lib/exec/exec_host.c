@@ -807,3 +807,16 @@ ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
                             "that is not plain shared memory)");
   return RINGCC_SUCCESS;
 }
+
+/* ---- a wait for executors with flags of their own ----------------------------- */
+
+ringcc_result_t rcc_exec_host_wait(struct ringcc_comm *comm,
+                                   const struct rcc_plan *plan, uint32_t *word,
+                                   uint32_t *waiters, uint32_t old,
+                                   int64_t *deadline) {
+  struct exec x = {.comm = comm, .plan = plan, .at = &comm->progress,
+                   .deadline = *deadline};
+  int r = host_wait(&x, word, waiters, old);
+  *deadline = x.deadline;
+  return (ringcc_result_t)r;
+}

@@ -131,6 +131,7 @@ static void evaluate(const struct rcc_model_input *in,
       .cma = in->cma,
       .device = in->device,
       .forced = in->forced,
+      .registered = in->registered,
   };
   c->alg = a->id;
   c->why_not = a->why_not(&ctx);

@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "error.h"
 #include "log.h"
+#include "registry.h"
 #include "transport.h"
 #include "tuner.h"
 
@@ -219,20 +220,10 @@ static void log_choice(const struct ringcc_comm *comm,
   rcc_log(RINGCC_LOG_INFO, comm->rank, "%s", line);
 }
 
-void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
-                      int device, struct rcc_tuning *out) {
+static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
+                   int device, int registered, struct rcc_tuning *out) {
   const struct rcc_tuner *t = &comm->tuner;
   int logging = rcc_log_level >= RINGCC_LOG_INFO;
-  /* Training loops repeat the same calls: skip the model (about 5% of an
-   * 8-byte allreduce) when nothing would be logged. */
-  if (!logging && comm->tune_last.valid && comm->tune_last.coll == coll &&
-      comm->tune_last.bytes == count_bytes &&
-      comm->tune_last.device == device) {
-    out->alg = comm->tune_last.alg;
-    out->chunk_bytes = comm->tune_last.chunk_bytes;
-    out->channels = 1;
-    return;
-  }
   struct rcc_candidate cand[RCC_MAX_CANDIDATES];
   struct rcc_model_input in = {
       .coll = coll,
@@ -251,6 +242,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       .cma = comm->cma_ok,
       .device = device,
       .forced = comm->set.algo,
+      .registered = registered,
   };
   int winner, count = rcc_model_choose(&in, cand, &winner);
   const struct rcc_algorithm *a = &rcc_algorithms[cand[winner].alg];
@@ -259,12 +251,6 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   out->chunk_bytes = (a->flags & RCC_ALG_ALL_EDGES) ? comm->all_chunk_bytes
                                                     : comm->ring_chunk_bytes;
   out->channels = 1;
-  comm->tune_last.valid = 1;
-  comm->tune_last.coll = coll;
-  comm->tune_last.bytes = count_bytes;
-  comm->tune_last.device = device;
-  comm->tune_last.alg = out->alg;
-  comm->tune_last.chunk_bytes = out->chunk_bytes;
   if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);
   if (logging && in.forced != RINGCC_ALGO_AUTO &&
@@ -278,4 +264,32 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
              rcc_coll_name(coll), why[0] ? why : "it does not run it",
              a->name);
   }
+}
+
+void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
+                      int device, struct rcc_tuning *out) {
+  /* Training loops repeat the same calls: skip the model (about 5% of an
+   * 8-byte allreduce) when nothing would be logged. Registering or
+   * deregistering memory forgets the last choice (registry.c). */
+  if (rcc_log_level < RINGCC_LOG_INFO && comm->tune_last.valid &&
+      comm->tune_last.coll == coll && comm->tune_last.bytes == count_bytes &&
+      comm->tune_last.device == device) {
+    out->alg = comm->tune_last.alg;
+    out->chunk_bytes = comm->tune_last.chunk_bytes;
+    out->channels = 1;
+    return;
+  }
+  choose(comm, coll, count_bytes, device, rcc_registry_kind(comm), out);
+  comm->tune_last.valid = 1;
+  comm->tune_last.coll = coll;
+  comm->tune_last.bytes = count_bytes;
+  comm->tune_last.device = device;
+  comm->tune_last.alg = out->alg;
+  comm->tune_last.chunk_bytes = out->chunk_bytes;
+}
+
+void rcc_tuner_choose_unregistered(struct ringcc_comm *comm, int coll,
+                                   size_t count_bytes, int device,
+                                   struct rcc_tuning *out) {
+  choose(comm, coll, count_bytes, device, 0, out);
 }

@@ -98,6 +98,7 @@ struct rcc_model_input {
   int forced;              /* RINGCC_ALGO (a ringcc_algo_t) */
   int all_link_type;       /* enum rcc_link of all_link (0: shm) */
   int network_only;        /* 1: every edge crosses the network */
+  int registered;          /* registered memory (rcc_alg_context's) */
 };
 
 #define RCC_MAX_CANDIDATES RCC_NUM_ALGS
@@ -231,5 +232,11 @@ struct rcc_tuning {
  * candidate under RINGCC_DEBUG_SUBSYS=TUNING. Every rank picks alike. */
 void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
                       int device, struct rcc_tuning *out);
+/* The same as if nothing were registered: where the tuner chose zero-copy
+ * and some rank's buffers turned out not to be registered (every rank
+ * learns that alike, exec_zc.c). Not cached. */
+void rcc_tuner_choose_unregistered(struct ringcc_comm *comm, int coll,
+                                   size_t count_bytes, int device,
+                                   struct rcc_tuning *out);
 
 #endif /* RCC_TUNER_H */
