@@ -16,6 +16,10 @@
  * element against the exact expected value. Inputs are small integers, so
  * every result is exactly representable whatever the reduction order.
  *
+ * Registered device memory: ringcc_mem_alloc on a communicator with a GPU
+ * gives device memory (cuMemCreate), ringcc_comm_register maps every peer's
+ * on this GPU (each view read back and checked), and collectives run on it.
+ *
  * Also: allreduce with RINGCC_ALGO=ring and tree; host collectives on the
  * same communicator between device ones; mixed host/device buffers and a
  * stream with host buffers (INVALID_ARGUMENT naming the argument); the
@@ -40,6 +44,9 @@
 #include <unistd.h>
 
 #include "ringcc.h"
+/* Internal: the views registration maps (gpu_suite links libringcc.a). */
+#include "comm.h"
+#include "registry.h"
 
 #define MAX_RANKS 16
 #define MAX_REPORTS 8
@@ -595,6 +602,83 @@ static bool mixed_use(struct rank *k) {
   return true;
 }
 
+static void sync_ranks(struct rank *k);
+
+/* ringcc_mem_alloc on a communicator with a GPU: device memory; registered,
+ * every peer's is mapped here and holds what the peer wrote; collectives on
+ * it give the right results; then deregistered and freed. */
+static bool registered(struct rank *k) {
+  char *mem[2] = {NULL, NULL};
+  ringcc_reg_t reg[2] = {NULL, NULL};
+  char *keep_send = k->dsend, *keep_recv = k->drecv;
+  size_t probe = 1 << 20;
+  bool ok = true;
+  if (opt.host)
+    return true;
+  for (int b = 0; b < 2 && ok; b++) {
+    struct cudaPointerAttributes attr;
+    ringcc_result_t r = ringcc_mem_alloc(k->comm, k->cap, (void **)&mem[b]);
+    ok = r == RINGCC_SUCCESS &&
+         cuda_ok(k, cudaPointerGetAttributes(&attr, mem[b]),
+                 "cudaPointerGetAttributes") &&
+         attr.type == cudaMemoryTypeDevice && attr.device == k->device &&
+         cuda_ok(k, cudaMemset(mem[b], k->rank + 1 + b, probe), "cudaMemset");
+    if (ok && (r = ringcc_comm_register(k->comm, mem[b], k->cap, &reg[b])) !=
+                  RINGCC_SUCCESS)
+      ok = false;
+    if (!ok)
+      report(k->rank, "registered device memory %d: %s: %s", b,
+             ringcc_strerror(r), ringcc_comm_last_error(k->comm));
+  }
+  /* Every peer's first MiB, through this rank's mapping of it. */
+  char *host = malloc(probe);
+  for (int q = 0; q < k->nranks && ok && host != NULL; q++) {
+    const char *view = rcc_registry_peer(k->comm->registry, q, reg[0]->slot,
+                                         0, probe);
+    ok = view != NULL &&
+         cuda_ok(k, cudaMemcpy(host, view, probe, cudaMemcpyDeviceToHost),
+                 "cudaMemcpy from a peer's mapped memory");
+    for (size_t i = 0; i < probe && ok; i++)
+      if (host[i] != (char)(q + 1)) {
+        report(k->rank, "rank %d's registered memory, mapped here, holds %d "
+               "at byte %zu, expected %d", q, host[i], i, q + 1);
+        ok = false;
+      }
+    if (view == NULL)
+      report(k->rank, "rank %d's registered memory is not mapped here", q);
+  }
+  free(host);
+  sync_ranks(k);
+  if (ok) {
+    k->dsend = mem[0];
+    k->drecv = mem[1];
+    for (int dt = 0; dt < RINGCC_NUM_DATATYPES && ok; dt++)
+      ok = run_one(k, ALLREDUCE, dt, dt % RINGCC_NUM_OPS, 70001, dt % 3) &&
+           run_one(k, ALLGATHER, dt, RINGCC_SUM, 1000 + (size_t)dt, 0) &&
+           run_one(k, REDUCE_SCATTER, dt, RINGCC_MAX, 1000, 0);
+    sync_stream(k);
+    k->dsend = keep_send;
+    k->drecv = keep_recv;
+  }
+  sync_ranks(k);
+  for (int b = 0; b < 2; b++) {
+    if (reg[b] != NULL && ringcc_comm_deregister(k->comm, reg[b]) !=
+                              RINGCC_SUCCESS) {
+      report(k->rank, "ringcc_comm_deregister: %s",
+             ringcc_comm_last_error(k->comm));
+      ok = false;
+    }
+    if (mem[b] != NULL && ringcc_mem_free(mem[b]) != RINGCC_SUCCESS) {
+      report(k->rank, "ringcc_mem_free: %s", ringcc_comm_last_error(NULL));
+      ok = false;
+    }
+  }
+  if (ok && k->rank == 0)
+    printf("gpu_suite: registered device memory: mapped by every peer, "
+           "collectives on it right\n");
+  return ok;
+}
+
 /* ---- communicators ------------------------------------------------------------------------ */
 
 static ringcc_result_t make_comm(struct rank *k, int algo, int idx,
@@ -718,7 +802,8 @@ static bool run_rank(struct rank *k) {
     return false;
   }
   double t0 = now_s();
-  ok = matrix(k) && mixed_use(k) && (!opt.big || big_cases(k));
+  ok = matrix(k) && mixed_use(k) && registered(k) &&
+       (!opt.big || big_cases(k));
   /* allreduce again with the ring and the tree forced */
   ringcc_comm_t first = k->comm;
   for (int a = 0; a < 2 && ok; a++) {

@@ -19,6 +19,11 @@
  *              exchanges that exec_cma.c annotates for TSan; the small
  *              AllReduces run one-shot on the board (exec_host.c), whose
  *              regions each rank maps at an address of its own
+ *   registered 4 ranks whose buffers come from ringcc_mem_alloc and are
+ *              registered, with algo = zerocopy: every collective but
+ *              send/recv and barrier reads and writes its peers' buffers in
+ *              place (exec_zc.c; threads use each other's addresses),
+ *              ordered by the flags' seq words; a monitor reports meanwhile
  *
  * Exit status 0 when every phase passed; 1 on a wrong result or failed call;
  * TSan's exitcode (66 under make tsan-check) on a report.
@@ -46,6 +51,7 @@ struct phase {
   int ncomms;      /* communicators per rank, each with its own thread */
   int shm_disable;
   int monitor;     /* a thread calls ringcc_comm_report meanwhile */
+  int registered;  /* the buffers are registered (ringcc_mem_alloc) */
   int algo[MAX_COMMS]; /* config.algo of each communicator (0: auto) */
   ringcc_unique_id_t ids[MAX_COMMS];
   ringcc_comm_t comms[MAX_COMMS][NRANKS]; /* published for the monitor */
@@ -201,18 +207,38 @@ static void *worker_main(void *p) {
   atomic_fetch_add(&ph->ready, 1); /* release: the monitor may use comm */
 
   size_t max = counts[NCOUNTS - 1] * NRANKS;
-  int32_t *a = malloc(max * sizeof(*a)), *b = malloc(max * sizeof(*b));
-  float *f = malloc(max * sizeof(*f));
-  if (a == NULL || b == NULL || f == NULL) {
-    snprintf(w->msg, sizeof(w->msg), "out of memory");
-    w->failed = 1;
+  void *buf[3] = {NULL, NULL, NULL};
+  ringcc_reg_t reg[3] = {NULL, NULL, NULL};
+  for (int k = 0; k < 3 && !w->failed; k++) {
+    if (!ph->registered) {
+      buf[k] = malloc(max * sizeof(int32_t));
+      if (buf[k] == NULL) {
+        snprintf(w->msg, sizeof(w->msg), "out of memory");
+        w->failed = 1;
+      }
+      continue;
+    }
+    r = ringcc_mem_alloc(NULL, max * sizeof(int32_t), &buf[k]);
+    if (r == RINGCC_SUCCESS)
+      r = ringcc_comm_register(w->comm, buf[k], max * sizeof(int32_t),
+                               &reg[k]);
+    if (r != RINGCC_SUCCESS)
+      fail(w, "mem_alloc/comm_register", r);
   }
   for (int iter = 0; iter < ITERS && !w->failed; iter++)
-    if (round_of(w, iter, counts[iter % NCOUNTS], a, b, f) != 0)
+    if (round_of(w, iter, counts[iter % NCOUNTS], buf[0], buf[1], buf[2]) != 0)
       break;
-  free(a);
-  free(b);
-  free(f);
+  for (int k = 0; k < 3; k++) {
+    if (!ph->registered) {
+      free(buf[k]);
+      continue;
+    }
+    if (reg[k] != NULL && !w->failed &&
+        (r = ringcc_comm_deregister(w->comm, reg[k])) != RINGCC_SUCCESS)
+      fail(w, "comm_deregister", r);
+    if (buf[k] != NULL && (r = ringcc_mem_free(buf[k])) != RINGCC_SUCCESS)
+      fail(w, "mem_free", r);
+  }
   return NULL;
 }
 
@@ -306,6 +332,12 @@ int main(void) {
        .ncomms = 1,
        .shm_disable = 0,
        .algo = {RINGCC_ALGO_DIRECT}},
+      {.name = "registered",
+       .ncomms = 1,
+       .shm_disable = 0,
+       .monitor = 1,
+       .registered = 1,
+       .algo = {RINGCC_ALGO_ZEROCOPY}},
   };
   int failed = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
