@@ -183,7 +183,7 @@ static bool parse_seconds(const char *s, double *out) {
 /* The short options (getopt) and the long ones that a program with these
  * flags accepts; the others are unknown to it. */
 static void known_options(int flags, char optstring[64],
-                          struct option longopts[5]) {
+                          struct option longopts[6]) {
   int n = 0;
   snprintf(optstring, 64, ":c:b:e:f:d:o:n:w:m:C:h%s%s%s%s",
            flags & BC_OPT_EVERY ? "r:" : "",
@@ -195,6 +195,8 @@ static void known_options(int flags, char optstring[64],
     longopts[n++] = (struct option){"device", no_argument, NULL, 'G'};
   if (flags & BC_OPT_CALIBRATE)
     longopts[n++] = (struct option){"calibrate", no_argument, NULL, 'K'};
+  if (flags & BC_OPT_REGISTER)
+    longopts[n++] = (struct option){"register", no_argument, NULL, 'R'};
   longopts[n++] = (struct option){"help", no_argument, NULL, 'h'};
   longopts[n] = (struct option){NULL, 0, NULL, 0};
 }
@@ -209,7 +211,7 @@ const char *bc_parse_options(int argc, char **argv, int flags,
                            .nranks = 2, .watchdog_s = 600};
   bool every = flags & BC_OPT_EVERY;
   char optstring[64];
-  struct option longopts[5];
+  struct option longopts[6];
   int c, factor;
   known_options(flags, optstring, longopts);
   opterr = 0;
@@ -251,6 +253,7 @@ const char *bc_parse_options(int argc, char **argv, int flags,
     case 'G': o->device = true; break;
     case 'J': o->json_path = optarg; break;
     case 'K': o->calibrate = true; break;
+    case 'R': o->register_buffers = true; break;
     case 'h': o->help = 1; return NULL;
     case ':':
       snprintf(err, errlen, "option %s needs a value", argv[optind - 1]);
@@ -879,6 +882,8 @@ void *bc_alloc_touched(size_t bytes) {
 }
 
 static char *alloc_or_fail(const struct run *r, size_t bytes) {
+  if (r->be->alloc_host)
+    return r->be->alloc_host(r->be->ctx, bytes ? bytes : 64);
   char *p = bc_alloc_touched(bytes);
   if (p == NULL)
     fail(r, "cannot allocate %zu bytes: %s", bytes ? bytes : 64,
@@ -983,8 +988,13 @@ int bc_run(const struct bc_backend *be, const struct bc_options *o, int rank,
                        busbw_n ? busbw_sum / busbw_n : 0.0);
   fflush(stdout);
   fflush(stderr);
-  free(r.sbuf);
-  free(r.rbuf);
+  if (be->free_host) {
+    be->free_host(be->ctx, r.sbuf);
+    be->free_host(be->ctx, r.rbuf);
+  } else {
+    free(r.sbuf);
+    free(r.rbuf);
+  }
   if (total_wrong) return BC_EXIT_WRONG;
   /* rank 0's JSON failure is every rank's */
   return be->sum_ll(be->ctx, status) ? BC_EXIT_FAILED : 0;

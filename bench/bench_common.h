@@ -70,6 +70,7 @@ struct bc_options {
   int help;              /* -h: the caller prints its usage and exits 0 */
   bool device;           /* -G (BC_OPT_DEVICE) */
   bool calibrate;        /* --calibrate (BC_OPT_CALIBRATE) */
+  bool register_buffers; /* --register (BC_OPT_REGISTER) */
   /* Only for programs that fork their own ranks (BC_OPT_FORK). */
   int nranks;
   int watchdog_s;
@@ -112,6 +113,12 @@ struct bc_backend {
                    const void *rbuf);
   void (*stage_out)(void *ctx, const struct bc_plan *p, void *rbuf);
   void (*sync)(void *ctx);
+  /* Optional (NULL: page-aligned malloc'd memory, touched): the two host
+   * buffers of `bytes` each, made on every rank at once, before the first
+   * size (ringcc-bench --register: shared memory, registered); and how
+   * they go at the end. alloc_host does not return on failure. */
+  void *(*alloc_host)(void *ctx, size_t bytes);
+  void (*free_host)(void *ctx, void *p);
 };
 
 /* Flags for bc_parse_options: what a program accepts beyond -c allreduce |
@@ -122,6 +129,7 @@ struct bc_backend {
 #define BC_OPT_EVERY 4     /* every collective, datatype and op; -r ROOT */
 #define BC_OPT_DEVICE 8    /* -G, --device */
 #define BC_OPT_CALIBRATE 16 /* --calibrate */
+#define BC_OPT_REGISTER 32 /* --register */
 
 /* Parses argv into *o. Returns NULL, or the message of a usage error (put in
  * err). -h sets o->help and stops there. */

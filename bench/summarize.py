@@ -23,9 +23,11 @@ import re
 import statistics
 import sys
 
-CONFIGS = ["ringcc-shm", "ringcc-tcp", "mpi-vader", "mpi-tcp", "gloo-tcp"]
+CONFIGS = ["ringcc-shm", "ringcc-reg", "ringcc-tcp", "mpi-vader", "mpi-tcp",
+           "gloo-tcp"]
 LABELS = {
     "ringcc-shm": "ringcc shm",
+    "ringcc-reg": "ringcc registered",
     "ringcc-tcp": "ringcc tcp",
     "mpi-vader": "Open MPI vader",
     "mpi-tcp": "Open MPI tcp",
@@ -33,13 +35,23 @@ LABELS = {
 }
 # (ringcc configuration, peer) pairs whose ratio is shown.
 RATIOS = [("ringcc-shm", "mpi-vader"), ("ringcc-tcp", "mpi-tcp"),
-          ("ringcc-tcp", "gloo-tcp")]
+          ("ringcc-tcp", "gloo-tcp"), ("ringcc-reg", "mpi-vader"),
+          ("ringcc-reg", "ringcc-shm")]
 RATIO_HEAD = {("ringcc-shm", "mpi-vader"): "ratio shm/vader",
+              ("ringcc-reg", "mpi-vader"): "ratio registered/vader",
+              ("ringcc-reg", "ringcc-shm"): "ratio registered/shm",
               ("ringcc-tcp", "mpi-tcp"): "ratio tcp/MPI tcp",
               ("ringcc-tcp", "gloo-tcp"): "ratio tcp/Gloo"}
 BUSBW_FACTOR = {"allreduce": lambda n: 2.0 * (n - 1) / n,
                 "reduce_scatter": lambda n: (n - 1) / n,
                 "allgather": lambda n: (n - 1) / n}
+# The memory floor of a shared-memory collective, as busbw, for the machine's
+# copy bandwidth M (read + write): every input read once, every output
+# written once, the n ranks sharing M. AllReduce moves 2S per rank (busbw <=
+# M(n-1)/n^2); ReduceScatter and AllGather S + S/n (busbw <= M(n-1)/(n(n+1))).
+FLOOR = {"allreduce": lambda m, n: m * (n - 1) / n ** 2,
+         "reduce_scatter": lambda m, n: m * (n - 1) / (n * (n + 1)),
+         "allgather": lambda m, n: m * (n - 1) / (n * (n + 1))}
 KEY_SMALL, KEY_LARGE = 8, 64 << 20
 
 
@@ -243,19 +255,46 @@ def write_table(d, st, runs, wrong, ceil, ns, configs, sizes):
                  "size is the full input (reduce_scatter) or the gathered output "
                  "(allgather).")
         L.append("")
+        epairs = [p for p in (RATIOS[0], RATIOS[1], RATIOS[3])
+                  if p[0] in configs and p[1] in configs]
         head = ["collective", "n", "size"] + [LABELS[c] for c in ecfgs] + \
-               [RATIO_HEAD[p] for p in RATIOS[:2]]
+               [RATIO_HEAD[p] for p in epairs]
         rows = []
         for coll, n, size in extra:
             row = [coll, str(n), size_label(size)]
             for cfg in ecfgs:
                 s = get(coll, n, cfg, size)
                 row.append(f"{fmt_bw(s.busbw)} ({fmt_us(s.time)} µs)" if s else "–")
-            for a, b in (("ringcc-shm", "mpi-vader"), ("ringcc-tcp", "mpi-tcp")):
+            for a, b in epairs:
                 sa, sb = get(coll, n, a, size), get(coll, n, b, size)
                 row.append(fmt_ratio(sa.busbw, sb.busbw) if sa and sb else "–")
             rows.append(row)
         table(L, head, rows, ["---", "---:", "---:"] + ["---:"] * (len(head) - 3))
+
+    copy = [m for k, _, _, _, m in ceil["membw"] if k == "copy"]
+    shm = [c for c in ("ringcc-shm", "ringcc-reg", "mpi-vader") if c in configs]
+    if copy and shm:
+        m = copy[0]
+        L.append("## Against the memory floor (64 MiB)")
+        L.append("")
+        L.append(f"The floor as busbw for the copy median M = {m:.1f} GB/s of "
+                 "this run's `bench/membw` (every input read once, every output "
+                 "written once, the n ranks sharing M): AllReduce M(n-1)/n², "
+                 "ReduceScatter and AllGather M(n-1)/(n(n+1)). Each cell: "
+                 "busbw (share of the floor).")
+        L.append("")
+        head = ["collective", "n", "floor (GB/s)"] + [LABELS[c] for c in shm]
+        rows = []
+        for coll, n in sorted({(k[0], k[1]) for k in st if k[3] == KEY_LARGE}):
+            if coll not in FLOOR:
+                continue
+            f = FLOOR[coll](m, n)
+            row = [coll, str(n), f"{f:.2f}"]
+            for cfg in shm:
+                s = get(coll, n, cfg, KEY_LARGE)
+                row.append(f"{fmt_bw(s.busbw)} ({100 * s.busbw / f:.0f}%)" if s else "–")
+            rows.append(row)
+        table(L, head, rows, ["---", "---:", "---:"] + ["---:"] * len(shm))
 
     L.append("## Ceilings (measured at the start of this run)")
     L.append("")
@@ -325,6 +364,7 @@ def write_plot(d, st, ceil, ns, configs, sizes):
                 f.write(f"{size} " + " ".join(f"{v.busbw:.6g}" if v else "?" for v in vals)
                         + "\n")
     style = {"ringcc-shm": 'lw 2.5 lc rgb "#d62728" pt 7',
+             "ringcc-reg": 'lw 2.5 lc rgb "#9467bd" pt 6',
              "ringcc-tcp": 'lw 2.5 lc rgb "#ff7f0e" pt 5',
              "mpi-vader": 'lw 1.5 lc rgb "#1f77b4" pt 9 dt 2',
              "mpi-tcp": 'lw 1.5 lc rgb "#17becf" pt 11 dt 2',

@@ -10,7 +10,8 @@
 #   --n LIST         rank counts, e.g. 4 or 2,8 (default 2,4,8)
 #   --sizes LIST     explicit AllReduce sizes, e.g. 8,64M (K/M/G suffixes)
 #   --reps R         repetitions of every run; medians are reported (default 3)
-#   --configs LIST   subset of ringcc-shm,ringcc-tcp,mpi-vader,mpi-tcp,gloo-tcp
+#   --configs LIST   subset of ringcc-shm,ringcc-reg,ringcc-tcp,mpi-vader,
+#                    mpi-tcp,gloo-tcp
 #   --no-extra       skip ReduceScatter/AllGather at 64 MiB (ringcc vs Open MPI;
 #                    at every n, except with --quick)
 #   --no-calibrate   use the tuner file there is (RINGCC_TUNER_FILE, else the
@@ -34,6 +35,7 @@
 # noisy machine hit all of them. Every run is wrapped in `timeout`.
 # Configurations (allreduce, float32 sum; out of place is compared):
 #   ringcc-shm  ringcc-run -np N ringcc-bench               (shared memory)
+#   ringcc-reg  the same with --register (registered buffers: zero-copy)
 #   ringcc-tcp  the same with RINGCC_SHM_DISABLE=1 RINGCC_SOCKET_IFNAME==lo
 #   mpi-vader   mpirun ... --mca pml ob1 --mca btl self,vader  mpi-bench
 #   mpi-tcp     mpirun ... --mca btl self,tcp, btl/oob_tcp_if_include lo
@@ -48,8 +50,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 
-ALL_CONFIGS=(ringcc-shm ringcc-tcp mpi-vader mpi-tcp gloo-tcp)
-EXTRA_CONFIGS=(ringcc-shm ringcc-tcp mpi-vader mpi-tcp)
+ALL_CONFIGS=(ringcc-shm ringcc-reg ringcc-tcp mpi-vader mpi-tcp gloo-tcp)
+EXTRA_CONFIGS=(ringcc-shm ringcc-reg ringcc-tcp mpi-vader mpi-tcp)
 EXTRA_COLLS=(reduce_scatter allgather)
 EXTRA_SIZE=64M
 
@@ -216,6 +218,8 @@ command_for() {
   case "$cfg" in
     ringcc-shm) CMD=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix
                      "$BIN/ringcc-bench" "$@" --json "$json") ;;
+    ringcc-reg) CMD=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix
+                     "$BIN/ringcc-bench" --register "$@" --json "$json") ;;
     ringcc-tcp) CMD=(env RINGCC_SHM_DISABLE=1 RINGCC_SOCKET_IFNAME==lo "$BIN/ringcc-run"
                      -np "$n" --no-prefix "$BIN/ringcc-bench" "$@" --json "$json") ;;
     mpi-vader) CMD=("${MPIRUN[@]}" --mca btl "self,vader" -np "$n" "$BB/mpi-bench" "$@"

@@ -60,6 +60,8 @@ struct bench {
   int rank, nranks;
   char *dsbuf, *drbuf; /* -G: what the calls use; host buffers fill and check */
   void *stream;        /* -G: a cudaStream_t */
+  ringcc_reg_t regs[2]; /* --register: the two buffers' registrations */
+  void *reg_ptr[2];
 };
 
 /* ---- errors -------------------------------------------------------------- */
@@ -122,6 +124,9 @@ static void usage(FILE *f) {
 "  -C 0|1       check every element of every result (default 1)\n"
 "  -G, --device device buffers (cudaMalloc) on one stream; needs a CUDA\n"
 "               build and a GPU (RINGCC_CUDA_DEVICE picks it)\n"
+"  --register   host buffers from ringcc_mem_alloc, registered once with\n"
+"               ringcc_comm_register (outside the timed loops): collectives\n"
+"               on one host may then run zero-copy (docs/algorithms.md)\n"
 "  --json FILE  also write the rows to FILE as a JSON array (rank 0)\n"
 "  --calibrate  measure this machine for the tuner instead: alpha and beta of\n"
 "               shared memory and of TCP (communicators with shm_disable=1),\n"
@@ -293,6 +298,29 @@ static void dev_stage_out(void *ctx, const struct bc_plan *p, void *rbuf) {
 
 static void dev_sync_calls(void *ctx) {
   dev_sync(((struct bench *)ctx)->stream);
+}
+
+/* --register: the host buffers are shared memory every rank registers (all
+ * ranks allocate them at once, so the collective registrations match). */
+static void *reg_alloc_host(void *ctx, size_t bytes) {
+  struct bench *b = ctx;
+  int k = b->reg_ptr[0] != NULL;
+  void *p = NULL;
+  check_call(b, ringcc_mem_alloc(NULL, bytes, &p), "ringcc_mem_alloc", NULL);
+  memset(p, 0, bytes); /* first touch, outside the timed loops */
+  check_call(b, ringcc_comm_register(b->comm, p, bytes, &b->regs[k]),
+             "ringcc_comm_register", NULL);
+  b->reg_ptr[k] = p;
+  return p;
+}
+
+static void reg_free_host(void *ctx, void *p) {
+  struct bench *b = ctx;
+  int k = p == b->reg_ptr[1];
+  check_call(b, ringcc_comm_deregister(b->comm, b->regs[k]),
+             "ringcc_comm_deregister", NULL);
+  check_call(b, ringcc_mem_free(p), "ringcc_mem_free", NULL);
+  b->reg_ptr[k] = NULL;
 }
 
 /* ---- setup --------------------------------------------------------------- */
@@ -675,8 +703,9 @@ int main(int argc, char **argv) {
   struct bc_options o;
   char err[512], library[64];
   const char *usage_err = bc_parse_options(
-      argc, argv, BC_OPT_EVERY | BC_OPT_DEVICE | BC_OPT_CALIBRATE, &o, err,
-      sizeof err);
+      argc, argv,
+      BC_OPT_EVERY | BC_OPT_DEVICE | BC_OPT_CALIBRATE | BC_OPT_REGISTER, &o,
+      err, sizeof err);
   if (usage_err == NULL && o.help) {
     usage(stdout);
     exit(0);
@@ -711,7 +740,10 @@ int main(int argc, char **argv) {
       .library = library,
       .call_desc = o.device ? "device buffers (-G), one stream, synchronized "
                               "after the loop"
-                            : "host buffers, NULL stream",
+                   : o.register_buffers
+                       ? "registered host buffers (ringcc_mem_alloc + "
+                         "ringcc_comm_register, --register), NULL stream"
+                       : "host buffers, NULL stream",
       .rs_in_place_at_own_block = true,
       .ctx = b,
       .call = rcc_call,
@@ -721,6 +753,10 @@ int main(int argc, char **argv) {
       .allgather_bytes = rcc_allgather_bytes,
       .abort_job = rcc_abort_job,
   };
+  if (o.register_buffers && !o.device) {
+    be.alloc_host = reg_alloc_host;
+    be.free_host = reg_free_host;
+  }
   if (o.device) {
     be.alloc_buffers = dev_alloc_buffers;
     be.stage_in = dev_stage_in;
