@@ -518,7 +518,6 @@ static ringcc_result_t do_register(struct ringcc_comm *comm, void *ptr,
   r = exchange(comm, fn, all, r, "could not register its buffer",
                "registered");
   if (r == RINGCC_SUCCESS) {
-    h->owner = reg;
     h->block = block;
     h->base = ptr;
     h->bytes = size;
@@ -592,8 +591,10 @@ static ringcc_result_t do_deregister(struct ringcc_comm *comm,
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "%s on rank %d: out of memory", fn, comm->rank);
   struct reg_record *mine = &all[comm->rank];
-  int found = handle != NULL && reg != NULL && handle->owner == reg &&
-              handle->slot < reg->nslots && reg->slots[handle->slot] == handle;
+  /* Found by its address among the slots: a stale handle is never read. */
+  int found = 0;
+  for (uint32_t k = 0; reg != NULL && handle != NULL && k < reg->nslots; k++)
+    found |= reg->slots[k] == handle;
   mine->slot = found ? (int32_t)handle->slot : -1;
   if (!found) {
     snprintf(mine->why, WHY_LEN, "argument 'handle' (%p) is not a "

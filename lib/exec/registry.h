@@ -62,7 +62,6 @@ struct rcc_zc_ctl {
 
 /* A registration (the public ringcc_reg_t points at one). */
 struct ringcc_reg {
-  struct rcc_registry *owner;
   uint32_t slot;
   struct rcc_mem_block *block; /* this rank's memory, a reference held */
   char *base;                  /* the registered range here */
