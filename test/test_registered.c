@@ -1103,3 +1103,42 @@ Test(tuner, zero_copy_where_registered) {
   cr_expect(alg != RCC_ALG_HIER && alg != RCC_ALG_ZEROCOPY && !c.runnable,
             "allgather on several hosts: %s", rcc_alg_name(alg));
 }
+
+/* Ranks of one host that disagree about a call: they fail at once, and so
+ * do the other hosts' ranks (they learn it from the agreement between
+ * hosts), instead of waiting for their deadline. */
+static int body_multihost_mismatch(h_ctx_t *h) {
+  region_t region;
+  if (!region_make(h, h->comm, &region, 4 * PART_BYTES))
+    return 1;
+  float *f = (float *)region.base;
+  size_t count = PART_COUNT + (h->rank == h->nranks - 1 ? 64 : 0);
+  double t0 = h_now_s();
+  ringcc_result_t r = ringcc_allreduce(f, f + 2 * PART_COUNT, count,
+                                       RINGCC_FLOAT32, RINGCC_SUM, h->comm,
+                                       NULL);
+  int rc = expect_error(h, h->comm, r, RINGCC_ERR_INVALID_USAGE,
+                        "allreduce with another count on the last rank",
+                        (const char *const[]){"another call", NULL});
+  if (h_now_s() - t0 > 5)
+    rc |= h_fail(h, "the mismatch took %.1f s to fail", h_now_s() - t0);
+  return rc;
+}
+
+Test(multihost, mismatch_fails_every_host_2x2, .timeout = 120) {
+  char why[600];
+  int host_of[NS_MAX_RANKS];
+  if (!ns_supported(why, sizeof why))
+    cr_skip_test("%s", why);
+  ns_cleanup_stale();
+  if (!ns_net_create(&g_net, 2, why, sizeof why))
+    cr_skip_test("cannot build 2 virtual hosts: %s", why);
+  ns_layout(2, 2, false, host_of);
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.timeout_ms = 30000;
+  cfg.algo = RINGCC_ALGO_ZEROCOPY;
+  ns_run_opts_t o = {.net = &g_net, .nranks = 4, .host_of = host_of,
+                     .body = body_multihost_mismatch, .config = &cfg,
+                     .timeout_s = 60, .name = "registered 2x2 mismatch"};
+  cr_assert(ns_run(&o, NULL), "a mismatch on one host: see the ranks above");
+}

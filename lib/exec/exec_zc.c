@@ -356,6 +356,16 @@ static void arrive(struct zc *z, struct rcc_zc_flag *f) {
   publish(f, z->seq);
 }
 
+static const char *dt_name(int dt) {
+  const char *s = ringcc_datatype_name((ringcc_datatype_t)dt);
+  return s != NULL ? s : "?";
+}
+
+static const char *op_name(int op) {
+  const char *s = ringcc_op_name((ringcc_op_t)op);
+  return s != NULL ? s : "?";
+}
+
 static ringcc_result_t mismatch(struct zc *z, int peer,
                                 const struct rcc_zc_flag *f) {
   struct ringcc_comm *comm = z->comm;
@@ -363,14 +373,13 @@ static ringcc_result_t mismatch(struct zc *z, int peer,
   return rcc_comm_error(
       comm, RINGCC_ERR_INVALID_USAGE,
       "%s (seq %llu) on rank %d: rank %d makes another call (%s, count %llu, "
-      "datatype %d, op %d, root %d) than this rank (count %zu, datatype %d, "
-      "op %d, root %d) (do all ranks call the same collective with the same "
-      "arguments?)",
+      "%s, %s, root %d) than this rank (count %zu, %s, %s, root %d) (do all "
+      "ranks call the same collective with the same arguments?)",
       rcc_coll_name(z->c->coll), (unsigned long long)comm->seq, comm->rank,
       peer, rcc_coll_name((int)(f->what & 0xff)),
-      (unsigned long long)f->count, (int)(f->what >> 8 & 0xff),
-      (int)(f->what >> 16 & 0xff), f->root, z->c->count, (int)z->c->dt,
-      (int)z->c->op, z->c->root);
+      (unsigned long long)f->count, dt_name((int)(f->what >> 8 & 0xff)),
+      op_name((int)(f->what >> 16 & 0xff)), f->root, z->c->count,
+      dt_name(z->c->dt), op_name(z->c->op), z->c->root);
 }
 
 /* Step 2: every peer's arrival; *all_usable: every rank's buffers are
