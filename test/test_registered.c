@@ -1142,3 +1142,59 @@ Test(multihost, mismatch_fails_every_host_2x2, .timeout = 120) {
                      .timeout_s = 60, .name = "registered 2x2 mismatch"};
   cr_assert(ns_run(&o, NULL), "a mismatch on one host: see the ranks above");
 }
+
+/* A rank that never makes the call: the others' wait ends at the deadline,
+ * naming the rank they wait for; a report taken meanwhile from another
+ * thread says which zero-copy call that is. */
+typedef struct {
+  ringcc_comm_t comm;
+  char report[1024];
+} watch_t;
+
+static void *watch(void *p) {
+  watch_t *w = p;
+  usleep(500000);
+  ringcc_comm_report(w->comm, w->report, sizeof w->report);
+  return NULL;
+}
+
+static int body_silent_rank(h_ctx_t *h) {
+  region_t region;
+  if (!region_make(h, h->comm, &region, 4 * PART_BYTES))
+    return 1;
+  if (h->rank == h->nranks - 1) {
+    h_sleep_ms(4000); /* past the others' deadline, then leave */
+    return 0;
+  }
+  float *f = (float *)region.base;
+  watch_t w = {.comm = h->comm};
+  pthread_t t;
+  pthread_create(&t, NULL, watch, &w);
+  double t0 = h_now_s();
+  ringcc_result_t r = ringcc_allreduce(f, f + 2 * PART_COUNT, PART_COUNT,
+                                       RINGCC_FLOAT32, RINGCC_SUM, h->comm,
+                                       NULL);
+  double took = h_now_s() - t0;
+  pthread_join(t, NULL);
+  char who[48];
+  snprintf(who, sizeof who, "the arrival of rank %d", h->nranks - 1);
+  int rc = expect_error(h, h->comm, r, RINGCC_ERR_TIMEOUT,
+                        "allreduce a rank never calls",
+                        (const char *const[]){who, "timed out", NULL});
+  if (took < 1.0 || took > 3.9)
+    rc |= h_fail(h, "the deadline of 1.5 s ended the wait after %.2f s", took);
+  if (strstr(w.report, "zero-copy board of rank") == NULL ||
+      strstr(w.report, "waits for call 1") == NULL)
+    rc |= h_fail(h, "the report taken during the wait does not say so: %s",
+                 w.report);
+  return rc;
+}
+
+Test(lifecycle, silent_rank_times_out_n3, .timeout = 60) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.timeout_ms = 1500;
+  cfg.algo = RINGCC_ALGO_ZEROCOPY;
+  h_run_opts_t o = {.nranks = 3, .body = body_silent_rank, .config = &cfg,
+                    .timeout_s = 30, .name = "silent rank"};
+  cr_assert(h_run(&o), "a rank that never calls: see the ranks above");
+}

@@ -92,8 +92,10 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
   const uint32_t *board = RCC_GET(at->board_seq);
   if (peer >= 0 && board && off >= 0 && (size_t)off < len) {
     snprintf(buf + off, len - (size_t)off,
-             "\n    board of rank %d: holds its call %u, this rank waits for "
-             "call %u", peer, __atomic_load_n(board, __ATOMIC_ACQUIRE),
+             "\n    %sboard of rank %d: holds its call %u, this rank waits for "
+             "call %u",
+             alg == RCC_ALG_ZEROCOPY || alg == RCC_ALG_HIER ? "zero-copy " : "",
+             peer, __atomic_load_n(board, __ATOMIC_ACQUIRE),
              RCC_GET(at->board_want));
     return;
   }
