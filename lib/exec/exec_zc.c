@@ -481,6 +481,9 @@ static ringcc_result_t run_per_host(struct zc *z) {
     put(z, mine + o, z->reg->tmp, k * z->esize);
   }
   char *block = mine + off * z->esize;
+  /* The network engine's thread may send the block straight from here:
+   * the non-temporal stores must be visible to it first. */
+  store_fence();
   ringcc_result_t r = rail_allreduce(z, block, block, len, c->dt,
                                      c->op == RINGCC_AVG ? RINGCC_SUM : c->op);
   if (r != RINGCC_SUCCESS)
