@@ -146,6 +146,13 @@ def _one_list(lists, name):
     return lists[0]
 
 
+def _tensors(value):
+    """The tensors in a future's value (a tensor or nested lists)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for v in (value or []) for t in _tensors(v)]
+
+
 def _tournament(n, rank):
     """The peers of `rank` round by round in a round-robin tournament of n
     players (one idle round for each player when n is odd): every round
@@ -200,6 +207,17 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     def getSize(self):
         return self._comm.size
 
+    # torch's Python code asks a group for its per-device backend
+    # (batch_isend_irecv: supports_coalescing; FSDP: supports_tensor_alloc).
+    # This group is its own backend for every device.
+    supports_coalescing = False
+
+    def _get_backend(self, device=None):
+        return self
+
+    def supports_tensor_alloc(self, device=None):
+        return False
+
     def __repr__(self):
         return f"<ProcessGroupRingcc rank {self.rank()} of {self.size()}>"
 
@@ -208,7 +226,32 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     def _submit(self, run, outputs, args=()):
         if any(a.cuda for a in args):
             return self._submit_cuda(run, outputs, args)
-        return work_for(self._worker.submit(run, outputs))
+        return self._work(self._worker.submit(run, outputs))
+
+    def _work(self, future):
+        if self._coalesced is not None:
+            self._coalesced.append(future)
+        return work_for(future)
+
+    # ---- coalescing (torch's _coalescing_manager) ---------------------------
+    # Operations issued between start and end run as they are issued (in
+    # order, on the worker); end_coalescing's Work completes when all have.
+
+    _coalesced = None
+
+    def start_coalescing(self, device=None):
+        if self._coalesced is not None:
+            raise RuntimeError("ringcc: start_coalescing while coalescing")
+        self._coalesced = []
+
+    def end_coalescing(self, device=None):
+        if self._coalesced is None:
+            raise RuntimeError("ringcc: end_coalescing without "
+                               "start_coalescing")
+        futures, self._coalesced = self._coalesced, None
+        return work_for(torch.futures.collect_all(futures).then(
+            lambda all_done: [t for f in all_done.value()
+                              for t in _tensors(f.value())]))
 
     def _submit_cuda(self, run, outputs, args):
         """Device tensors: the worker enqueues the library calls (and any
@@ -230,7 +273,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         event.record(stream)
         if self._cuda_done is None:
             self._cuda_done = Worker(f"ringcc-cuda-rank{self.rank()}")
-        return work_for(self._cuda_done.submit(event.synchronize, outputs))
+        return self._work(self._cuda_done.submit(event.synchronize, outputs))
 
     _cuda_done = None
 
@@ -620,11 +663,11 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def send(self, tensors, dstRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
-        return work_for(self._channel("send", dstRank).send(t, tag))
+        return self._work(self._channel("send", dstRank).send(t, tag))
 
     def recv(self, tensors, srcRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
-        return work_for(self._channel("recv", srcRank).recv(t, tag))
+        return self._work(self._channel("recv", srcRank).recv(t, tag))
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("ringcc: recv from any source is not supported "

@@ -20,7 +20,37 @@ import collections
 import threading
 
 import torch
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import Work
+
+
+def _value(source):
+    return source.value()  # raises the source's exception
+
+
+class Completion:
+    """A future for torch, and the means to complete it.
+
+    torch.futures.Future.set_exception() completes a future *successfully*
+    with the exception object as its value (Python unwraps it on wait());
+    C++ consumers such as DDP's reducer then read that object as the output
+    tensors and crash. So the future handed out is a then() of a private
+    source: an exception set on the source makes the callback raise, and
+    torch marks the handed-out future as failed in C++ (setError), which
+    every consumer, Python or C++, sees as an error with the message."""
+
+    __slots__ = ("_source", "future")
+
+    def __init__(self):
+        self._source = torch.futures.Future()
+        self.future = self._source.then(_value)
+
+    def set_result(self, outputs):
+        self._source.set_result(outputs)
+
+    def set_exception(self, exc):
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
+            exc = RuntimeError(f"ringcc: operation interrupted: {exc!r}")
+        self._source.set_exception(exc)
 
 
 class Worker:
@@ -37,13 +67,13 @@ class Worker:
     def submit(self, run, outputs):
         """Queues `run()`; returns a Future that completes with `outputs`
         (a list of tensors) once run() returned, or with its exception."""
-        future = torch.futures.Future()
+        done = Completion()
         with self._cond:
             if self._closed:
                 raise RuntimeError("ringcc: this process group was shut down")
-            self._tasks.append((run, outputs, future))
+            self._tasks.append((run, outputs, done))
             self._cond.notify()
-        return future
+        return done.future
 
     def _loop(self):
         while True:
@@ -52,13 +82,13 @@ class Worker:
                     self._cond.wait()
                 if not self._tasks:
                     return
-                run, outputs, future = self._tasks.popleft()
+                run, outputs, done = self._tasks.popleft()
             try:
                 run()
             except BaseException as e:  # noqa: B036 - handed to the waiter
-                future.set_exception(e)
+                done.set_exception(e)
             else:
-                future.set_result(outputs)
+                done.set_result(outputs)
 
     def close(self, join=True):
         """Stops accepting tasks; the thread ends after the queued ones."""
@@ -69,20 +99,60 @@ class Worker:
             self._thread.join()
 
 
+class RingccWork(Work):
+    """A c10d Work over a Completion's future: wait() blocks (without the
+    GIL) until the operation ran and raises its error, is_completed() says
+    whether it ran, get_future() is the future itself. (torch's
+    _create_work_from_future makes a Work whose wait() returns normally
+    after a failure, so errors would only reach those who read the
+    future.)"""
+
+    def __init__(self, future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout=None):
+        self._future.wait()  # raises the operation's error
+        return True
+
+    def is_completed(self):
+        return self._future.done()
+
+    def is_success(self):
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:  # noqa: BLE001 - a failed operation
+            return False
+        return True
+
+    def exception(self):
+        if not self._future.done():
+            return None
+        try:
+            self._future.value()
+        except Exception as e:  # noqa: BLE001
+            return e
+        return None
+
+    def result(self):
+        return self._future.wait()
+
+    def get_future(self):
+        return self._future
+
+    def synchronize(self):
+        self._future.wait()
+
+
 def work_for(future):
-    """A c10d Work whose wait()/is_completed()/get_future() follow `future`."""
-    return _create_work_from_future(future)
+    """A Work whose wait()/is_completed()/get_future() follow `future`."""
+    return RingccWork(future)
 
 
 def completed_work(outputs):
     """A Work that is already complete with `outputs`."""
-    future = torch.futures.Future()
-    future.set_result(outputs)
-    return _create_work_from_future(future)
-
-
-def failed_work(exc):
-    """A Work that is already complete with exception `exc`."""
-    future = torch.futures.Future()
-    future.set_exception(exc)
-    return _create_work_from_future(future)
+    done = Completion()
+    done.set_result(outputs)
+    return RingccWork(done.future)

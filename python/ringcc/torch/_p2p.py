@@ -32,7 +32,7 @@ import torch
 import ringcc
 from ringcc._lib import Datatype
 
-from ._engine import Worker
+from ._engine import Completion, Worker
 
 _HEADER_ELEMS = 2  # int64: tag, payload bytes
 
@@ -78,13 +78,13 @@ class SendChannel:
 
 
 class _Posted:
-    __slots__ = ("tensor", "tag", "nbytes", "future")
+    __slots__ = ("tensor", "tag", "nbytes", "done")
 
     def __init__(self, tensor, tag):
         self.tensor = tensor
         self.tag = tag
         self.nbytes = tensor.numel() * tensor.element_size()
-        self.future = torch.futures.Future()
+        self.done = Completion()
 
 
 def _size_error(peer, tag, sent, posted):
@@ -116,25 +116,25 @@ class RecvChannel:
         req = _Posted(tensor, tag)
         with self._lock:
             if self._error is not None:
-                req.future.set_exception(self._error)
-                return req.future
+                req.done.set_exception(self._error)
+                return req.done.future
             kept = self._unexpected.get(tag)
             if kept:
                 payload = kept.popleft()
                 self._deliver_copy(req, payload)
-                return req.future
+                return req.done.future
             self._posted.append(req)
             self._lock.notify()
-        return req.future
+        return req.done.future
 
     def _deliver_copy(self, req, payload):
         if payload.numel() != req.nbytes:
-            req.future.set_exception(_size_error(self._peer, req.tag,
+            req.done.set_exception(_size_error(self._peer, req.tag,
                                                  payload.numel(), req.nbytes))
             return
         if req.nbytes:
             req.tensor.view(-1).view(torch.uint8).copy_(payload)
-        req.future.set_result([req.tensor])
+        req.done.set_result([req.tensor])
 
     def _match(self, tag):
         for i, req in enumerate(self._posted):
@@ -159,7 +159,7 @@ class RecvChannel:
                     failed, self._posted = list(self._posted), \
                         collections.deque()
                 for req in failed:
-                    req.future.set_exception(e)
+                    req.done.set_exception(e)
                 return
 
     def _receive_one(self, header):
@@ -176,14 +176,14 @@ class RecvChannel:
             if nbytes:
                 self._comm._run("ringcc_recv", req.tensor.data_ptr(), nbytes,
                                 Datatype.UINT8, 0, h, None)
-            req.future.set_result([req.tensor])
+            req.done.set_result([req.tensor])
             return
         payload = torch.empty(nbytes, dtype=torch.uint8)
         if nbytes:
             self._comm._run("ringcc_recv", payload.data_ptr(), nbytes,
                             Datatype.UINT8, 0, h, None)
         if req is not None:  # the tag matched, the size did not
-            req.future.set_exception(_size_error(self._peer, tag, nbytes,
+            req.done.set_exception(_size_error(self._peer, tag, nbytes,
                                                  req.nbytes))
             return
         with self._lock:  # a receive may have been posted meanwhile
