@@ -207,6 +207,23 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     def getSize(self):
         return self._comm.size
 
+    # Name and description: torch sets them after creation; a Python group
+    # without per-device backends keeps them itself (DeviceMesh reads them).
+    _group_name = ""
+    _group_desc = ""
+
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
     # torch's Python code asks a group for its per-device backend
     # (batch_isend_irecv: supports_coalescing; FSDP: supports_tensor_alloc).
     # This group is its own backend for every device.
