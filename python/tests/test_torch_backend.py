@@ -42,7 +42,10 @@ def test_rank_lost_mid_training(mode, timeout):
         assert took < timeout + 5, out
         if mode == "stop":
             assert took > timeout * 0.8, out
-            assert "RINGCC_ERR_TIMEOUT" in raised[0], out
+            # Rank 0 reaches its deadline; another rank may instead see
+            # rank 0 leave (it exits after killing the stopped rank).
+            assert "RINGCC_ERR_TIMEOUT" in raised[0] or (
+                rank > 0 and "RINGCC_ERR_PEER_FAILED" in raised[0]), out
         else:
             assert "RINGCC_ERR_PEER_FAILED" in raised[0] and "died" in \
                 raised[0], out

@@ -243,12 +243,13 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     def _submit(self, run, outputs, args=()):
         if any(a.cuda for a in args):
             return self._submit_cuda(run, outputs, args)
-        return self._work(self._worker.submit(run, outputs))
+        future, task = self._worker.submit(run, outputs)
+        return self._work(future, self._worker, task)
 
-    def _work(self, future):
+    def _work(self, future, worker=None, task=None):
         if self._coalesced is not None:
             self._coalesced.append(future)
-        return work_for(future)
+        return work_for(future, worker, task)
 
     # ---- coalescing (torch's _coalescing_manager) ---------------------------
     # Operations issued between start and end run as they are issued (in
@@ -285,12 +286,13 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                     run()
             finally:
                 self._tls.stream = None
-        self._worker.submit(enqueue, outputs).wait()
+        self._worker.submit(enqueue, outputs)[0].wait()
         event = torch.cuda.Event()
         event.record(stream)
         if self._cuda_done is None:
             self._cuda_done = Worker(f"ringcc-cuda-rank{self.rank()}")
-        return self._work(self._cuda_done.submit(event.synchronize, outputs))
+        return self._work(self._cuda_done.submit(event.synchronize,
+                                                 outputs)[0])
 
     _cuda_done = None
 
@@ -695,22 +697,15 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     # ---- teardown -------------------------------------------------------------------------
 
     def shutdown(self):
-        """Stops the threads and frees the communicators (after the queued
-        operations). Called by destroy_process_group."""
+        """Lets the queued operations finish, stops the threads and frees
+        the communicators. Called by destroy_process_group."""
         with self._channels_lock:
             if self._shut:
                 return
             self._shut = True
             channels = list(self._channels.values())
-        for ch in channels:
-            ch.close()
         self._worker.close()
-        if self._cuda_done is not None:
-            self._cuda_done.close()
-        comms = [ch._comm for ch in channels if ch._comm is not None]
-        for comm in comms:
-            comm.abort()
-        self._comm.destroy()
+        self._stop(channels)
 
     def abort(self):
         """Makes blocked calls return (RINGCC_ERR_ABORTED) and frees the
@@ -718,14 +713,25 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         with self._channels_lock:
             self._shut = True
             channels = list(self._channels.values())
+        self._worker.close(join=False)
+        self._comm.abort()
+        self._stop(channels)
+
+    def _stop(self, channels):
+        """Stops the channels' and CUDA threads (a receive that waits is
+        aborted), joins every thread, frees the communicators."""
         for ch in channels:
             ch.close()
             if ch._comm is not None:
                 ch._comm.abort()
-        self._worker.close(join=False)
         if self._cuda_done is not None:
             self._cuda_done.close(join=False)
-        self._comm.abort()
+        for ch in channels:
+            ch.join(timeout=5.0)
+        if self._cuda_done is not None:
+            self._cuda_done.join(timeout=5.0)
+        self._worker.join(timeout=5.0)
+        self._comm.destroy()
 
 
 def create(store, rank, size, timeout):

@@ -32,7 +32,7 @@ import torch
 import ringcc
 from ringcc._lib import Datatype
 
-from ._engine import Completion, Worker
+from ._engine import Completion, Worker, track
 
 _HEADER_ELEMS = 2  # int64: tag, payload bytes
 
@@ -71,10 +71,13 @@ class SendChannel:
             if nbytes:
                 self._comm._run("ringcc_send", tensor.data_ptr(), nbytes,
                                 Datatype.UINT8, 1, h, None)
-        return self._worker.submit(run, [tensor])
+        return self._worker.submit(run, [tensor])[0]
 
     def close(self):
         self._worker.close(join=False)
+
+    def join(self, timeout):
+        self._worker.join(timeout)
 
 
 class _Posted:
@@ -108,6 +111,7 @@ class RecvChannel:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"ringcc-recv-{peer}")
+        track(self._thread, self.close)
         self._thread.start()
 
     def recv(self, tensor, tag):
@@ -197,3 +201,7 @@ class RecvChannel:
         with self._lock:
             self._closed = True
             self._lock.notify()
+
+    def join(self, timeout):
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
