@@ -77,8 +77,12 @@ def worker(args):
     groups = {"ringcc": dist.group.WORLD,
               "gloo": dist.new_group(list(range(n)), backend="gloo")}
     results = {"n": n, "sizes": [], "ddp": {}, "layer": {}}
-    size = parse_size(args.min)
-    while size <= parse_size(args.max):
+    sizes, size = [], parse_size(args.min)
+    while size < parse_size(args.max):
+        sizes.append(size)
+        size *= args.factor
+    sizes.append(parse_size(args.max))  # the largest size always runs
+    for size in sizes:
         count = max(size // 4, 1)
         iters = int(min(300, max(3, (32 << 20) // max(size, 1))))
         samples = {"ringcc": [], "gloo": []}
@@ -96,7 +100,6 @@ def worker(args):
             "bytes": count * 4, "iters": iters,
             **{name: statistics.median(v) for name, v in samples.items()},
             **{name + "_all": v for name, v in samples.items()}})
-        size *= args.factor
 
     # DDP: ~25 M parameters, a small batch, steps alternating backends.
     torch.manual_seed(0)
@@ -104,7 +107,7 @@ def worker(args):
     def mlp():
         return nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(),
                              nn.Linear(4096, 2048), nn.ReLU(),
-                             nn.Linear(2048, 2048))
+                             nn.Linear(2048, 4096))
     models = {name: nn.parallel.DistributedDataParallel(
         mlp(), process_group=groups[name]) for name in groups}
     params = sum(p.numel() for p in models["gloo"].parameters())
