@@ -315,6 +315,43 @@ bench:
 	  { echo "make bench: needs tools/ringcc-run.c and tools/ringcc-bench.c" >&2; exit 1; }
 	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/ringcc-bench $(BENCH_ARGS)
 
+# ---- Python: the ringcc package and the torch backend (python/, docs/python.md) ----
+# make test-python: a venv in $(PY_VENV) with numpy, torch, pytest and
+# ml_dtypes (pip's cache keeps the torch download between runs), the package
+# installed from ./python (its setup.py runs make lib), then pytest on
+# python/tests. PY_TEST_ARGS adds pytest arguments (e.g. -k numpy, -x).
+# make python-bench: torch all_reduce ringcc vs gloo (python/benchmarks/).
+# Neither is part of make test, which needs no Python.
+PYTHON      ?= python3
+PY_VENV     ?= build/venv
+PY_PACKAGES ?= numpy torch pytest ml_dtypes setuptools wheel
+PY_TEST_ARGS ?=
+PY_BENCH_ARGS ?=
+
+.PHONY: python-venv test-python python-bench
+python-venv: $(PY_VENV)/.installed
+
+$(PY_VENV)/.installed:
+	@$(DEPS_SCRIPT) --python
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PY_VENV)/bin/python -m pip install -q $(PY_PACKAGES)
+	@touch $@
+
+test-python: python-venv
+	$(PY_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps \
+	  --force-reinstall ./python
+	@$(PY_VENV)/bin/python -c 'import numpy, torch, ringcc; print("test-python:", \
+	  "python", __import__("sys").version.split()[0], "numpy", numpy.__version__, \
+	  "torch", torch.__version__, "ringcc", ringcc.__version__, ringcc.library_path)'
+	cd python && env -u RINGCC_LIBRARY $(abspath $(PY_VENV))/bin/python -m pytest \
+	  -p no:cacheprovider -ra $(PY_TEST_ARGS) tests
+
+python-bench: python-venv
+	$(PY_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps \
+	  --force-reinstall ./python
+	$(PY_VENV)/bin/python python/benchmarks/torch_allreduce.py $(PY_BENCH_ARGS)
+
 # ringcc next to Open MPI and Gloo, interleaved, medians, table + plot under
 # build/bench-results/ (scripts/bench-compare.sh --help; docs/performance.md).
 BENCH_COMPARE_ARGS ?=
@@ -586,6 +623,9 @@ help:
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
+	@echo '  test-python    venv $(PY_VENV) (numpy, torch, pytest), pip install ./python,'
+	@echo '                 pytest python/tests (PY_TEST_ARGS=...; docs/python.md)'
+	@echo '  python-bench   torch all_reduce and a DDP step, ringcc vs gloo (PY_BENCH_ARGS=...)'
 	@echo '  bench-compare  ringcc vs Open MPI and Gloo (scripts/bench-compare.sh $$BENCH_COMPARE_ARGS,'
 	@echo '                 e.g. "--quick", "--n 4 --sizes 8,64M --reps 5"; results in build/bench-results/)'
 	@echo '  fuzz           build test/fuzz/fuzz_*.c with clang (libFuzzer, ASan, UBSan)'

@@ -6,12 +6,14 @@
 #   scripts/install-deps.sh --bench  also what make bench-compare needs
 #   scripts/install-deps.sh --sanitize  also what make fuzz, fuzz-run and
 #                                    valgrind-check need (CI runs them)
+#   scripts/install-deps.sh --python also what make test-python needs
 #
 # Needs: gcc, make, ar and nm (binutils), pkg-config, Criterion (header +
 # library), Open MPI (mpirun, mpicc), iproute2 (ip), python3 (the layer
 # check); with --bench also g++, Gloo (libgloo-dev) and gnuplot
-# (gnuplot-nox); with --sanitize also clang
-# with libFuzzer (clang, libclang-rt-dev) and valgrind. Silent and fast (no apt)
+# (gnuplot-nox); with --sanitize also clang with libFuzzer (clang,
+# libclang-rt-dev) and valgrind; with --python, python3 with venv and
+# ensurepip (python3-venv). Silent and fast (no apt)
 # when all of it is present, so make test and make bench call it every time.
 # Installing: as root apt-get directly; otherwise through sudo -n when that
 # works without a password; otherwise it prints the command and exits 1.
@@ -20,12 +22,14 @@ set -euo pipefail
 check_only=0
 bench=0
 sanitize=0
+python=0
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=1 ;;
     --bench) bench=1 ;;
     --sanitize) sanitize=1 ;;
-    -h|--help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --python) python=1 ;;
+    -h|--help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -76,6 +80,10 @@ missing_packages() {
     have_gloo || echo libgloo-dev
     have gnuplot || echo gnuplot-nox
     have python3 || echo python3
+  fi
+  if [ "$python" = 1 ]; then
+    have python3 || echo python3
+    python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || echo python3-venv
   fi
   if [ "$sanitize" = 1 ]; then
     have clang || echo clang
