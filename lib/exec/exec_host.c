@@ -219,7 +219,8 @@ static int wait_failed(struct exec *x) {
         rcc_coll_name(x->plan->coll), (unsigned long long)comm->seq,
         comm->rank, (long long)comm->set.timeout_ms,
         (unsigned long long)x->at->step,
-        (unsigned long long)x->plan->nsteps, x->at->waiting_for, x->at->peer);
+        (unsigned long long)RCC_GET(x->at->nsteps), x->at->waiting_for,
+        x->at->peer);
   }
   return RINGCC_SUCCESS;
 }
