@@ -3,14 +3,15 @@
  * hosts, joined by a network plugin (net.h) and the proxy thread
  * (net_proxy.c).
  *
- * For every peer it serves and every connection kind, a rank owns a send FIFO
- * (the executor fills slots, the proxy sends them) and a receive FIFO (the
- * proxy receives into free slots, the executor consumes them), both in local
- * memory registered with the plugin. Setup: listen and publish the handle;
+ * For every peer it serves and every FIFO set (connection kind and channel,
+ * comm.h), a rank owns a send FIFO (the executor fills slots, the proxy
+ * sends them) and a receive FIFO (the proxy receives into free slots, the
+ * executor consumes them), both in local memory registered with the
+ * plugin. Setup: listen and publish the handle;
  * connect to every peer (the hello carries the communicator's secret, our
- * rank and the connection kind) and accept every peer's connections, refusing
+ * rank and the FIFO set) and accept every peer's connections, refusing
  * anything that does not present the secret. Where the plugin can use a link
- * both ways (reverse), only the lower rank of a pair connects, once per kind,
+ * both ways (reverse), only the lower rank of a pair connects, once per set,
  * and both ends take their send and receive connections from that link: each
  * message then carries the acknowledgement of the last one that came the
  * other way, where one-way links cost an ACK packet per message.
@@ -37,7 +38,7 @@ struct net_hello {
   uint8_t secret[16];
   uint32_t magic;
   int32_t rank;
-  int32_t kind;
+  int32_t kind;   /* the FIFO set: (connection kind, channel), comm.h */
   int32_t nranks;
 };
 _Static_assert(sizeof(struct net_hello) <= RCC_NET_HELLO_BYTES, "hello size");
@@ -45,9 +46,10 @@ _Static_assert(sizeof(struct net_hello) <= RCC_NET_HELLO_BYTES, "hello size");
 struct net_state {
   const struct rcc_net_plugin *plugin;
   void *listen_comm;
-  struct rcc_proxy_conn *conns; /* [2 * kinds * npeers]: send, recv pairs */
+  struct rcc_proxy_conn *conns; /* [2 * sets * npeers]: send, recv pairs */
   int nconns;
-  int nkinds;   /* comm->nkinds: host kinds, and device kinds (staged) */
+  int nsets;    /* FIFO sets (kinds x channels, comm.h) of comm->nkinds
+                   kinds: host kinds, and device kinds (staged) */
   int duplex;   /* one link per pair and kind, used both ways (reverse) */
   struct rcc_proxy *proxy;
   char describe[96];
@@ -213,10 +215,10 @@ int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
   *kind = h.kind;
   return diff == 0 && h.magic == HELLO_MAGIC && h.nranks == nranks &&
          h.rank >= 0 && h.rank < nranks && h.rank != my_rank &&
-         h.kind >= 0 && h.kind < RCC_MAX_CONN_KINDS;
+         h.kind >= 0 && h.kind < RCC_NET_MAX_SETS;
 }
 
-/* The receive connection slot for (peer, kind), or NULL if not ours (or
+/* The receive connection slot for (peer, set), or NULL if not ours (or
  * taken, or, both ways, a peer that should not connect to us). */
 static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
                                         int peer, int kind) {
@@ -224,7 +226,7 @@ static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
     return NULL;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
-    if (!c->is_send && c->peer == peer && (i / 2) % st->nkinds == kind)
+    if (!c->is_send && c->peer == peer && (i / 2) % st->nsets == kind)
       return c->net_comm ? NULL : c;
   }
   return NULL;
@@ -235,8 +237,8 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
                                    int npeers, const char *all_blobs) {
   char err[RCC_ERRLEN];
   for (int i = 0; i < npeers; i++)
-    for (int k = 0; k < st->nkinds; k++) {
-      struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nkinds + k)];
+    for (int k = 0; k < st->nsets; k++) {
+      struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
       if (st->duplex && peers[i] < comm->rank)
         continue; /* the lower rank connects; we accept */
       struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
@@ -309,8 +311,8 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   ringcc_result_t r;
   if (npeers == 0)
     return RINGCC_SUCCESS;
-  st->nkinds = comm->nkinds;
-  st->nconns = 2 * st->nkinds * npeers;
+  st->nsets = rcc_fifo_sets(comm, comm->nkinds);
+  st->nconns = 2 * st->nsets * npeers;
   st->duplex = st->plugin->reverse != NULL;
   int lower = 0; /* peers that connect to us */
   for (int i = 0; i < npeers; i++)
@@ -320,12 +322,12 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: out of memory", comm->rank);
   for (int i = 0; i < st->nconns; i++)
-    if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * st->nkinds)],
+    if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * st->nsets)],
                         i % 2 == 0)) != RINGCC_SUCCESS)
       return r;
   if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
       (r = accept_all(comm, st,
-                      st->duplex ? lower * st->nkinds : st->nconns / 2)) !=
+                      st->duplex ? lower * st->nsets : st->nconns / 2)) !=
           RINGCC_SUCCESS)
     return r;
   for (int i = 0; i < st->nconns; i++) {
@@ -336,7 +338,7 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     if (r != RINGCC_SUCCESS)
       return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
   }
-  int links = st->duplex ? st->nkinds : 2 * st->nkinds;
+  int links = st->duplex ? st->nsets : 2 * st->nsets;
   RCC_INFO(comm->rank, "net: %d peer%s, %d link%s per peer%s", npeers,
            npeers == 1 ? "" : "s", links, links == 1 ? "" : "s",
            st->duplex ? ", each used both ways (the lower rank connects)"
@@ -346,9 +348,10 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     return r;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
-    int kind = (i / 2) % st->nkinds;
-    rcc_proxy_bind(c->is_send ? &comm->send_conn[kind][c->peer]
-                              : &comm->recv_conn[kind][c->peer],
+    int kind, ch;
+    rcc_fifo_set_kind(comm, (i / 2) % st->nsets, &kind, &ch);
+    rcc_proxy_bind(c->is_send ? rcc_send_conn(comm, kind, ch, c->peer)
+                              : rcc_recv_conn(comm, kind, ch, c->peer),
                    c);
   }
   return RINGCC_SUCCESS;

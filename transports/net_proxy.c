@@ -756,6 +756,10 @@ static void op_notify(struct rcc_conn *end) {
   ring(engine(end)->proxy->doorbell);
 }
 
+static void op_release(struct rcc_conn *end) {
+  drive(engine(end)->proxy, 0);
+}
+
 /* The executor writes from[] before the tail that publishes the slot, and
  * the proxy reads it only after loading that tail (acquire). */
 static void op_lend(struct rcc_conn *end, const char *p) {
@@ -785,6 +789,7 @@ static const struct rcc_conn_ops net_conn_ops = {
     .published = op_published,
     .wait = op_wait,
     .notify = op_notify,
+    .release = op_release,
     .lend = op_lend,
     .land = op_land,
     .landed = op_landed,

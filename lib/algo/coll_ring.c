@@ -66,9 +66,9 @@ RCC_HD static inline int mod_n(long v, int n) {
 
 RCC_HD static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+RCC_HD static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
-void rcc_plan_ring(struct rcc_plan *p) {
+RCC_HD void rcc_plan_ring(struct rcc_plan *p) {
   int n = p->nranks;
   uint64_t nloops;
 

@@ -246,7 +246,7 @@ static void choose(const struct call *c, struct rcc_tuning *tune) {
   struct ringcc_comm *comm = c->comm;
   size_t esize = ringcc_datatype_size(c->dt);
   tune->chunk_bytes = step_bytes(c);
-  tune->channels = 1;
+  tune->channels = 1; /* point-to-point, one rank */
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
     tune->alg = RCC_ALG_P2P;
   else if (comm->nranks == 1)
@@ -268,22 +268,31 @@ static ringcc_result_t execute(const struct call *c) {
   RCC_TRACE(comm->rank, "%s: %s", c->fn, a->name);
   if (a->exec == RCC_EXEC_CMA)
     return run_cma(c, src);
+  /* The call's plan; the executors split it over its channels. */
   struct rcc_plan plan = {
+      .alg = a->id,
       .coll = c->coll,
       .nranks = comm->nranks,
       .rank = comm->rank,
       .pos = comm->ring_pos,
       .ring = comm->ring,
+      .nchannels = tune.channels,
+      .granule = esize < 64 ? 64 / esize : 1, /* 64-byte aligned shares */
+      .ring_rev = comm->ring_rev,
+      .pos_rev = comm->ring_pos_rev,
       .count = c->count,
       .chunk_elems = tune.chunk_bytes / esize,
       .root = (c->uses & USES_PEER) ? c->peer : c->root,
       .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
-  a->plan(&plan);
-  plan.alg = a->id; /* the board runs the one-shot's plan */
-  if (a->exec == RCC_EXEC_BOARD) /* its regions hold the input: no staging */
-    return rcc_exec_host_board(comm, &plan, src, c->recvbuf,
+  if (a->exec == RCC_EXEC_BOARD) { /* its regions hold the input: no staging */
+    struct rcc_plan whole;
+    rcc_plan_channel(&plan, 0, &whole); /* one channel: the whole call */
+    a->plan(&whole);
+    whole.alg = a->id; /* the one-shot's plan, on the board */
+    return rcc_exec_host_board(comm, &whole, src, c->recvbuf,
                                (ringcc_datatype_t)c->dt, op);
+  }
   if ((a->flags & RCC_ALG_STAGE_IN_PLACE) && src == c->recvbuf &&
       c->count > 0) {
     size_t bytes = c->count * esize *
@@ -295,8 +304,8 @@ static ringcc_result_t execute(const struct call *c) {
   if (c->uses & ON_DEVICE)
     return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
                          (ringcc_datatype_t)c->dt, op, c->stream);
-  return rcc_exec_host(comm, &plan, src, c->recvbuf, (ringcc_datatype_t)c->dt,
-                       op);
+  return rcc_exec_host_channels(comm, &plan, src, c->recvbuf,
+                                (ringcc_datatype_t)c->dt, op);
 }
 
 /* ---- RINGCC_CHECK: do all ranks make the same call? ------------------- */

@@ -200,6 +200,21 @@ int rcc_cuda_kinds(const struct ringcc_comm *comm) {
   return RCC_MAX_CONN_KINDS;
 }
 
+int rcc_cuda_channels(const struct ringcc_comm *comm) {
+  int best = 2; /* staged through host memory, or the network */
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++) {
+      struct rcc_edge_topo e;
+      rcc_topo_edge(&comm->peers[a], &comm->peers[b], &e);
+      int path = rcc_topo_device_path(&e);
+      if (path == RCC_PATH_P2P_NVLINK || path == RCC_PATH_P2P_SAME_GPU)
+        best = 16;
+      else if (path == RCC_PATH_P2P_PCIE && best < 4)
+        best = 4;
+    }
+  return best;
+}
+
 /* ---- device FIFO tables (connect) ---------------------------------------- */
 
 static ringcc_result_t register_fifo(struct ringcc_comm *comm,
@@ -638,6 +653,11 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
 int rcc_cuda_kinds(const struct ringcc_comm *comm) {
   (void)comm;
   return RCC_NUM_CONN_KINDS;
+}
+
+int rcc_cuda_channels(const struct ringcc_comm *comm) {
+  (void)comm;
+  return 1; /* no device collectives */
 }
 
 ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {

@@ -77,10 +77,10 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
   }
   int alg = RCC_GET(at->alg), peer = RCC_GET(at->peer);
   off = snprintf(buf, len,
-                 "  rank %d: %s seq %llu, %s, step %llu of %llu: %s block %d, "
-                 "%zu elements",
+                 "  rank %d: %s seq %llu, %s, channel %d, step %llu of %llu: "
+                 "%s block %d, %zu elements",
                  comm->rank, rcc_coll_name(RCC_GET(at->coll)), seq,
-                 rcc_alg_name(alg),
+                 rcc_alg_name(alg), RCC_GET(at->channel),
                  (unsigned long long)RCC_GET(at->step),
                  (unsigned long long)RCC_GET(at->nsteps),
                  rcc_step_kind_name(RCC_GET(at->kind)), RCC_GET(at->block),

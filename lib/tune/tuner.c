@@ -163,11 +163,34 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
     links_text(t->all_links, every, sizeof(every));
     RCC_INFO(comm->rank,
              "tuner: ring edges %s, all edges %s; chunk = one FIFO slot "
-             "(ring %zu B, all edges %zu B); channels 1; RINGCC_ALGO %s",
+             "(ring %zu B, all edges %zu B); channels up to %d (%s); "
+             "RINGCC_ALGO %s",
              ring, every, comm->ring_chunk_bytes, comm->all_chunk_bytes,
+             comm->kind_channels[RCC_CONN_COLL],
+             comm->set.nchannels > 0 ? "RINGCC_NCHANNELS: every call"
+                                     : "one per 64 KiB",
              rcc_algo_setting_name(comm->set.algo));
   }
   return RINGCC_SUCCESS;
+}
+
+/* Channels of a call: RINGCC_NCHANNELS exactly where it is set (every call
+ * then exercises every channel, shares of nothing included), else as many
+ * as give each at least CHANNEL_MIN_BYTES, up to the FIFOs there are. The
+ * board, cross-memory attach and the barrier run as one. */
+#define CHANNEL_MIN_BYTES (64 << 10)
+
+static int channels(const struct ringcc_comm *comm,
+                    const struct rcc_algorithm *a, double bytes, int device) {
+  int have = comm->kind_channels[device ? RCC_CONN_DEVICE + RCC_CONN_COLL
+                                        : RCC_CONN_COLL];
+  if (a->exec != RCC_EXEC_FIFO || have <= 1 ||
+      a->id == RCC_ALG_DISSEMINATION) /* no data to split */
+    return 1;
+  if (comm->set.nchannels > 0)
+    return have;
+  double want = floor(bytes / CHANNEL_MIN_BYTES);
+  return want < 1 ? 1 : want > have ? have : (int)want;
 }
 
 /* S in nccl-tests' convention from the call's count argument. */
@@ -213,7 +236,7 @@ static void log_choice(const struct ringcc_comm *comm,
              rcc_algo_setting_name(in->forced));
   if (off < (int)sizeof(line))
     snprintf(line + off, sizeof(line) - (size_t)off,
-             " -> %s%s%s, chunk %zu B, %d channel", rcc_alg_name(cand[winner].alg),
+             " -> %s%s%s, chunk %zu B, %d channel(s)", rcc_alg_name(cand[winner].alg),
              count == 1 ? " (its only schedule)" : "", forced,
              out->chunk_bytes, out->channels);
   rcc_log(RINGCC_LOG_INFO, comm->rank, "%s", line);
@@ -230,7 +253,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       comm->tune_last.device == device) {
     out->alg = comm->tune_last.alg;
     out->chunk_bytes = comm->tune_last.chunk_bytes;
-    out->channels = 1;
+    out->channels = comm->tune_last.channels;
     return;
   }
   struct rcc_candidate cand[RCC_MAX_CANDIDATES];
@@ -258,13 +281,14 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   out->alg = a->id;
   out->chunk_bytes = (a->flags & RCC_ALG_ALL_EDGES) ? comm->all_chunk_bytes
                                                     : comm->ring_chunk_bytes;
-  out->channels = 1;
+  out->channels = channels(comm, a, in.bytes, device);
   comm->tune_last.valid = 1;
   comm->tune_last.coll = coll;
   comm->tune_last.bytes = count_bytes;
   comm->tune_last.device = device;
   comm->tune_last.alg = out->alg;
   comm->tune_last.chunk_bytes = out->chunk_bytes;
+  comm->tune_last.channels = out->channels;
   if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);
   if (logging && in.forced != RINGCC_ALGO_AUTO &&

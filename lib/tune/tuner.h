@@ -224,7 +224,8 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline);
 struct rcc_tuning {
   int alg;            /* enum rcc_alg: an entry of rcc_algorithms[] */
   size_t chunk_bytes; /* bytes per step: one FIFO slot of the edges used */
-  int channels;       /* always 1 for now */
+  int channels;       /* the call's data over this many channels, each on
+                         FIFOs of its own (RINGCC_NCHANNELS) */
 };
 /* Picks for coll (enum rcc_coll) on count_bytes = the call's count times
  * the datatype size, on host (device 0) or device buffers; logs every
