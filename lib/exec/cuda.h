@@ -48,16 +48,22 @@ struct rcc_cuda_status {
   uint32_t got_bytes; /* meta mismatch: what arrived */
   uint32_t want_bytes;
   uint32_t got_last;  /* ... and its "last piece" flag */
-  uint32_t pad;
+  uint32_t blocks_done; /* kernel: blocks of the running kernel that ended
+                           (the last one reports done and resets it) */
 };
 
 /* Everything one collective kernel needs, by value. */
 struct rcc_cuda_args {
-  struct rcc_plan plan;         /* plan.ring points to device memory */
+  struct rcc_plan plan;         /* the call's plan, not split: block c runs
+                                   channel c (rcc_plan_channel); plan.ring
+                                   and ring_rev point to device memory */
   const void *src;
   void *dst;
-  struct rcc_conn *send_conns;  /* device: [RCC_NUM_CONN_KINDS][nranks] */
+  struct rcc_conn *send_conns;  /* device: [set][nranks], sets the device
+                                   collective kind's channels, then the
+                                   device point-to-point kind */
   struct rcc_conn *recv_conns;
+  int32_t coll_channels;        /* channels of the collective kind */
   struct rcc_cuda_status *status; /* device view of the mapped status */
   uint64_t timeout_ns;          /* each wait; 0: none */
   uint64_t seq;                 /* the collective's sequence number */
@@ -70,7 +76,7 @@ struct rcc_cuda_args {
  * cudaStream_t). Returns 0, or a cudaError_t with err filled in. */
 int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream, char *err,
                     size_t errlen);
-/* Threads per collective kernel (one block). */
+/* Threads per block; a collective kernel has one block per channel. */
 #define RCC_CUDA_THREADS 512
 
 /* The core's side. Without CUDA (cuda.c's other half) they are stubs: one
