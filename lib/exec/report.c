@@ -75,16 +75,15 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
              comm->rank, seq);
     return;
   }
-  int alg = RCC_GET(at->alg), peer = RCC_GET(at->peer);
-  off = snprintf(buf, len,
-                 "  rank %d: %s seq %llu, %s, step %llu of %llu: %s block %d, "
-                 "%zu elements",
-                 comm->rank, rcc_coll_name(RCC_GET(at->coll)), seq,
-                 rcc_alg_name(alg),
-                 (unsigned long long)RCC_GET(at->step),
-                 (unsigned long long)RCC_GET(at->nsteps),
-                 rcc_step_kind_name(RCC_GET(at->kind)), RCC_GET(at->block),
-                 RCC_GET(at->nelem));
+  int peer = RCC_GET(at->peer);
+  struct rcc_step_label step = {
+      .coll = RCC_GET(at->coll), .seq = seq, .alg = RCC_GET(at->alg),
+      .step = RCC_GET(at->step), .nsteps = RCC_GET(at->nsteps),
+      .kind = RCC_GET(at->kind), .block = RCC_GET(at->block),
+      .nelem = RCC_GET(at->nelem)};
+  off = snprintf(buf, len, "  rank %d: ", comm->rank);
+  if (off >= 0 && (size_t)off < len)
+    off += rcc_step_describe(buf + off, len - (size_t)off, &step);
   if (peer >= 0 && off >= 0 && (size_t)off < len)
     off += snprintf(buf + off, len - (size_t)off, "; waiting for %s rank %d",
                     RCC_GET(at->waiting_for), peer);
