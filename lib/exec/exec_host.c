@@ -57,6 +57,8 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #include "log.h"
 #include "reduce.h"
 #include "report.h"
+#include "stats.h"
+#include "trace.h"
 
 #define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
 #define ZC_MAX 32 /* sends from user buffers tracked at once */
@@ -98,6 +100,10 @@ struct exec {
   int land;           /* network receives may land in dst */
   int nland;
   struct land *lands; /* LAND_MAX entries, nland in use */
+  struct rcc_stats *stats; /* bytes per edge; waits when timing */
+  int timing;              /* waits are timed (stats.h) */
+  int64_t wait_recv_ns;    /* the current step's waits, when timing */
+  int64_t wait_send_ns;
 };
 
 /* Records what this rank is about to wait for (the hang report reads it). */
@@ -201,6 +207,8 @@ static int wait_failed(struct exec *x) {
     rcc_report_format(comm, report, sizeof(report));
     rcc_log(RINGCC_LOG_WARN, comm->rank, "report on request:\n%s", report);
   }
+  if (comm->trace != NULL) /* the same signal writes the trace */
+    rcc_trace_poll_signal(comm);
   /* The deadline counts from this rank's first sleep in the call (a call
    * that never sleeps cannot hang), which saves reading the clock on every
    * call; the first sleep comes within a few microseconds of waiting. */
@@ -227,8 +235,8 @@ static int wait_failed(struct exec *x) {
 /* An engine's wait runs these checks after each sleep. */
 static int wait_check(void *ctx) { return wait_failed(ctx); }
 
-static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
-                     uint32_t old) {
+static int wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
+                           uint32_t old) {
   struct rcc_conn *conn = (struct rcc_conn *)x->at->conn;
   if (conn != NULL && conn->ops != NULL)
     return conn->ops->wait(conn, word, old, wait_check, x);
@@ -261,6 +269,25 @@ static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
     if (r != RINGCC_SUCCESS)
       return r;
   }
+}
+
+/* Where timing is on, a wait is timed and charged to the step (the trace)
+ * and to the edge waited on (stats); waits happen only when data or a slot
+ * is not there yet, so a call that never waits reads no clock here. */
+static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
+                     uint32_t old) {
+  if (!x->timing)
+    return wait_for_change(x, word, waiters, old);
+  int64_t t0 = rcc_now_ns();
+  int r = wait_for_change(x, word, waiters, old);
+  int64_t ns = rcc_now_ns() - t0;
+  int send = RCC_GET(x->at->waiting_send);
+  if (send)
+    x->wait_send_ns += ns;
+  else
+    x->wait_recv_ns += ns;
+  rcc_stats_waited(x->stats, RCC_GET(x->at->peer), send, ns);
+  return r;
 }
 
 #include "proto.h"
@@ -595,6 +622,8 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
     return r;
   copy_bytes(dst, in, bytes);
   rcc_proto_recv_end(rc);
+  rcc_stats_sent(x->stats, s->send_peer, bytes);
+  rcc_stats_received(x->stats, s->recv_peer, bytes);
   return RINGCC_SUCCESS;
 }
 
@@ -640,9 +669,49 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
   step_data(x, s, in, out);
   if (sc && (r = send_publish(x, sc, zc, bytes, meta_of(s, bytes))) != 0)
     return r;
-  if (rc)
+  if (sc)
+    rcc_stats_sent(x->stats, s->send_peer, bytes);
+  if (rc) {
     rcc_proto_recv_end(rc);
+    rcc_stats_received(x->stats, s->recv_peer, bytes);
+  }
   return RINGCC_SUCCESS;
+}
+
+/* A step with RINGCC_TRACE on: run, timed, and recorded (also when it
+ * failed: the step where a call stopped is what a reader looks for). */
+static ringcc_result_t traced_step(struct exec *x, const struct rcc_step *s,
+                                   uint64_t i) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_trace_event e;
+  memset(&e, 0, sizeof(e));
+  e.type = RCC_TRACE_STEP;
+  e.kind = s->kind;
+  e.coll = (uint8_t)x->plan->coll;
+  e.alg = (uint8_t)x->plan->alg;
+  e.conn_kind = s->conn_kind;
+  e.seq = comm->seq;
+  e.step = i;
+  e.nsteps = x->plan->nsteps;
+  e.nelem = s->nelem;
+  e.bytes = s->nelem * x->esize;
+  e.block = s->block;
+  e.send_peer = step_sends(s->kind) || s->kind == RCC_STEP_SEND_RECV
+                    ? s->send_peer : -1;
+  e.recv_peer = receives(s->kind) ? s->recv_peer : -1;
+  e.send_msg = e.recv_msg = UINT32_MAX;
+  if (e.send_peer >= 0)
+    e.send_msg = comm->send_conn[s->conn_kind][e.send_peer].step;
+  if (e.recv_peer >= 0)
+    e.recv_msg = comm->recv_conn[s->conn_kind][e.recv_peer].step;
+  x->wait_recv_ns = x->wait_send_ns = 0;
+  e.start_ns = rcc_now_ns();
+  ringcc_result_t r = run_step(x, s, i);
+  e.end_ns = rcc_now_ns();
+  e.wait_recv_ns = x->wait_recv_ns;
+  e.wait_send_ns = x->wait_send_ns;
+  rcc_trace_record(comm, &e);
+  return r;
 }
 
 ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
@@ -670,7 +739,10 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
               plan->coll != RCC_COLL_RECV &&
               plan->chunk_elems * ringcc_datatype_size(dt) >= LAND_MIN_BYTES,
       .lands = lands,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
   };
+  int traced = comm->trace != NULL;
   ringcc_result_t r = RINGCC_SUCCESS;
 
   RCC_PUT(x.at->coll, plan->coll);
@@ -685,7 +757,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     RCC_PUT(x.at->kind, (int)cur.kind);
     RCC_PUT(x.at->block, cur.block);
     RCC_PUT(x.at->nelem, cur.nelem);
-    r = run_step(&x, &cur, i);
+    r = traced ? traced_step(&x, &cur, i) : run_step(&x, &cur, i);
   }
   if (r == RINGCC_SUCCESS && x.nzc > 0)
     r = zc_wait(&x, NULL, 0);
@@ -715,6 +787,30 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
  * peer each way. A failed call leaves the communicator unusable (coll.c),
  * so the sequence numbers never disagree between calls that succeed. */
 
+/* Step k of the board (reading rank k's region), for the trace. */
+static void board_traced(struct exec *x, int k, int64_t t0, size_t bytes) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_trace_event e;
+  memset(&e, 0, sizeof(e));
+  e.type = RCC_TRACE_STEP;
+  e.kind = k == 0 ? RCC_STEP_RECV : RCC_STEP_RECV_REDUCE_COPY;
+  e.coll = (uint8_t)x->plan->coll;
+  e.alg = RCC_ALG_BOARD;
+  e.seq = comm->seq;
+  e.step = (uint64_t)k;
+  e.nsteps = (uint64_t)comm->nranks;
+  e.nelem = x->plan->count;
+  e.bytes = bytes;
+  e.block = k;
+  e.send_peer = -1;
+  e.recv_peer = k == comm->rank ? -1 : k;
+  e.send_msg = e.recv_msg = UINT32_MAX; /* no FIFO: no message numbers */
+  e.start_ns = t0;
+  e.end_ns = rcc_now_ns();
+  e.wait_recv_ns = x->wait_recv_ns;
+  rcc_trace_record(comm, &e);
+}
+
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
                                     const struct rcc_plan *plan,
                                     const void *src, void *dst,
@@ -726,6 +822,8 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
       .dt = dt,
       .reduce = rcc_reduce_get(dt, op),
       .at = &comm->progress,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
   };
   int n = comm->nranks;
   size_t bytes = plan->count * x.esize;
@@ -756,6 +854,8 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   for (int k = 0; k < n && r == RINGCC_SUCCESS; k++) {
     const struct rcc_board *b = rcc_board_region(comm, k, seq);
     uint32_t now;
+    int64_t t0 = comm->trace ? rcc_now_ns() : 0;
+    x.wait_recv_ns = 0;
     RCC_PUT(x.at->step, (uint64_t)k);
     /* The FIFO from rank k: where it writes the news of a dead rank. */
     waiting_on(&x, "data from", k, &comm->recv_conn[RCC_CONN_COLL][k], 0);
@@ -780,7 +880,14 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
       memcpy(dst, in, bytes);
     else
       x.reduce(dst, dst, in, plan->count);
+    if (k != comm->rank)
+      rcc_stats_received(x.stats, k, bytes);
+    if (comm->trace)
+      board_traced(&x, k, t0, bytes);
   }
+  for (int k = 0; k < n && r == RINGCC_SUCCESS; k++)
+    if (k != comm->rank) /* each peer read this rank's region */
+      rcc_stats_sent(x.stats, k, bytes);
   if (r == RINGCC_SUCCESS && plan->postop)
     rcc_reduce_avg_finish(dt, dst, dst, plan->count, n);
   RCC_PUT(x.at->board_seq, NULL);

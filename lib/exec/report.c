@@ -56,6 +56,8 @@ void rcc_report_signal_setup(void) {
             name);
 }
 
+int rcc_report_signals(void) { return report_generation; }
+
 int rcc_report_requested(struct ringcc_comm *comm) {
   int gen = report_generation;
   if (gen == comm->report_seen)
