@@ -476,3 +476,96 @@ Test(trace, clock_offsets_measured_across_hosts, .timeout = 60) {
   unsetenv("RINGCC_TRACE");
   remove_tree(dir);
 }
+
+/* ---- ringcc-run --trace and ringcc-trace -------------------------------------------- */
+
+Test(tools, ringcc_run_merges_the_ranks_files, .timeout = 120) {
+  char dir[128], cmd[1024], stale[256], merged[256];
+  static char out[1 << 16];
+  make_tmpdir(dir, sizeof dir);
+  /* A former run's file: removed, not merged. */
+  snprintf(stale, sizeof stale, "%s/ringcc-trace-00000000deadbeef-r7.json",
+           dir);
+  FILE *f = fopen(stale, "w");
+  cr_assert_not_null(f);
+  fputs("{\"traceEvents\":[\n", f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "RINGCC_ALGO=ring %s/ringcc-run -np 3 --timeout "
+           "60 --trace %s %s/../examples/allreduce", bin_dir(), dir,
+           bin_dir());
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  snprintf(merged, sizeof merged, "%s/trace.json", dir);
+  cr_expect(strstr(out, "3 rank files (1 communicator) merged into") != NULL,
+            "%s", out);
+  cr_expect(access(stale, F_OK) != 0, "the stale file is still there");
+  /* Valid JSON with a process row per rank and every rank's steps. */
+  snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; d=json.load(open("
+           "sys.argv[1])); e=d[\"traceEvents\"]; print(sorted(x[\"args\"]"
+           "[\"name\"] for x in e if x.get(\"name\")==\"process_name\")); "
+           "print(sorted({x[\"pid\"] for x in e if x.get(\"cat\")==\"step\"}))"
+           "' %s", merged);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  cr_expect_str_eq(out, "['rank 0', 'rank 1', 'rank 2']\n[0, 1, 2]\n");
+  remove_tree(dir);
+}
+
+Test(tools, ringcc_run_merges_split_communicators, .timeout = 120) {
+  char dir[128], cmd[1024], merged[256];
+  static char out[1 << 16];
+  make_tmpdir(dir, sizeof dir);
+  snprintf(cmd, sizeof cmd, "%s/ringcc-run -np 4 --timeout 90 --trace %s "
+           "%s/../examples/parallel_groups", bin_dir(), dir, bin_dir());
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  const char *said = strstr(out, "rank files (");
+  int comms = 0;
+  cr_assert_not_null(said, "%s", out);
+  cr_assert_eq(sscanf(said, "rank files (%d communicators)", &comms), 1, "%s",
+               said);
+  cr_expect_gt(comms, 1, "%s", said);
+  snprintf(merged, sizeof merged, "%s/trace.json", dir);
+  /* Every (communicator, rank) its own process row: unique pids, the
+   * largest communicator's ranks 0..3 first. */
+  snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; d=json.load(open("
+           "sys.argv[1])); n=[(x[\"pid\"],x[\"args\"][\"name\"]) for x in "
+           "d[\"traceEvents\"] if x.get(\"name\")==\"process_name\"]; p=[a for "
+           "a,b in n]; print(len(p)==len(set(p)), sorted(n)[:4]==[(i,\"rank "
+           "%%d\"%%i) for i in range(4)], all(b.startswith(\"comm \") for a,b "
+           "in n if a>=4))' %s", merged);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  cr_expect_str_eq(out, "True True True\n");
+  remove_tree(dir);
+}
+
+Test(tools, ringcc_trace_draws_and_lists, .timeout = 120) {
+  char dir[128], cmd[1024], png[256];
+  static char out[1 << 16];
+  make_tmpdir(dir, sizeof dir);
+  snprintf(cmd, sizeof cmd, "RINGCC_ALGO=ring %s/ringcc-run -np 4 --timeout "
+           "60 --trace %s %s/../examples/allreduce", bin_dir(), dir,
+           bin_dir());
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  snprintf(png, sizeof png, "%s/ring.png", dir);
+  snprintf(cmd, sizeof cmd, "%s/ringcc-trace %s/trace.json --coll allreduce "
+           "--png %s", bin_dir(), dir, png);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  /* examples/allreduce: one allreduce of 2^20 floats; the ring at n = 4
+   * with 64 KiB slots runs 16 loops of 7 steps per rank, 6 of them sending
+   * a message. */
+  cr_expect(strstr(out, "448 steps of 4 ranks, 384 messages") != NULL, "%s",
+            out);
+  char *bytes = read_text(png);
+  cr_assert_not_null(bytes, "no %s", png);
+  cr_expect(memcmp(bytes, "\x89PNG", 4) == 0, "%s is not a PNG", png);
+  free(bytes);
+  snprintf(cmd, sizeof cmd, "%s/ringcc-trace %s/trace.json --coll allreduce "
+           "--steps", bin_dir(), dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  cr_expect(strstr(out, "rank 2 seq 1 step 1 recvReduceSend from 1 to 3 bytes "
+                        "65536\n") != NULL, "%.2000s", out);
+  snprintf(cmd, sizeof cmd, "%s/ringcc-trace %s/nothing.json", bin_dir(), dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  snprintf(cmd, sizeof cmd, "%s/ringcc-trace --help", bin_dir());
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 0);
+  cr_expect(strstr(out, "--png") != NULL && strstr(out, "--steps") != NULL);
+  remove_tree(dir);
+}
