@@ -14,7 +14,8 @@
  *             former run's), also of split communicators; ringcc-trace
  *             draws a PNG and prints the steps
  *   tutorial  examples/tutorial_ring under ringcc-run -np 4: its ring over
- *             ringcc_send/ringcc_recv matches ringcc_allreduce
+ *             ringcc_send/ringcc_recv matches ringcc_allreduce, and its
+ *             trace shows the sends and receives of its ring
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -567,5 +568,60 @@ Test(tools, ringcc_trace_draws_and_lists, .timeout = 120) {
   snprintf(cmd, sizeof cmd, "%s/ringcc-trace --help", bin_dir());
   cr_expect_eq(run_cmd(cmd, out, sizeof out), 0);
   cr_expect(strstr(out, "--png") != NULL && strstr(out, "--steps") != NULL);
+  remove_tree(dir);
+}
+
+/* ---- the tutorial ---------------------------------------------------------------------- */
+
+Test(tutorial, ring_over_send_recv_matches_the_library, .timeout = 300) {
+  char cmd[1024];
+  static char out[1 << 16];
+  snprintf(cmd, sizeof cmd, "%s/ringcc-run -np 4 --timeout 240 "
+           "%s/../examples/tutorial_ring 1M 3", bin_dir(), bin_dir());
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  cr_expect(strstr(out, "[0] tutorial_ring: every result matches "
+                        "ringcc_allreduce") != NULL, "%s", out);
+  /* One row per size, 4 KiB to 1 MiB, each "ok". */
+  int rows = 0;
+  for (const char *p = out; (p = strstr(p, "  ok\n")) != NULL; p++)
+    rows++;
+  cr_expect_eq(rows, 5, "%s", out);
+}
+
+Test(tutorial, its_trace_is_the_ring_of_the_tutorial, .timeout = 120) {
+  char dir[128], cmd[1024];
+  static char out[1 << 18];
+  make_tmpdir(dir, sizeof dir);
+  /* 4 KiB, one timed call: two hand-written allreduces (the check, the
+   * timed one), each 2(n-1) = 6 sends of one 256-float block to the next
+   * rank and 6 receives from the previous. */
+  snprintf(cmd, sizeof cmd, "%s/ringcc-run -np 4 --timeout 60 --trace %s "
+           "%s/../examples/tutorial_ring 4K 1", bin_dir(), dir, bin_dir());
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  snprintf(cmd, sizeof cmd, "%s/ringcc-trace %s/trace.json --coll send,recv "
+           "--steps", bin_dir(), dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  for (int r = 0; r < 4; r++) {
+    char send[96], recv[96];
+    int sends = 0, recvs = 0, lines = 0;
+    snprintf(send, sizeof send, "rank %d seq ", r);
+    for (const char *p = out; (p = strstr(p, send)) != NULL; p++)
+      lines++;
+    snprintf(send, sizeof send, " send from - to %d bytes 1024\n", (r + 1) % 4);
+    snprintf(recv, sizeof recv, " recv from %d to - bytes 1024\n", (r + 3) % 4);
+    for (const char *line = out; (line = strstr(line, "rank ")) != NULL;
+         line++) {
+      int rank;
+      if (sscanf(line, "rank %d ", &rank) != 1 || rank != r)
+        continue;
+      const char *nl = strchr(line, '\n');
+      const char *s = strstr(line, send), *v = strstr(line, recv);
+      sends += s != NULL && s < nl;
+      recvs += v != NULL && v < nl;
+    }
+    cr_expect(sends == 12 && recvs == 12 && lines == 24,
+              "rank %d: %d sends to %d, %d receives from %d, %d steps",
+              r, sends, (r + 1) % 4, recvs, (r + 3) % 4, lines);
+  }
   remove_tree(dir);
 }

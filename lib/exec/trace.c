@@ -214,17 +214,18 @@ static void write_call(FILE *f, const struct ringcc_comm *comm,
                        const struct rcc_trace *t,
                        const struct rcc_trace_event *e) {
   const char *alg = e->alg < RCC_NUM_ALGS ? rcc_alg_name(e->alg) : "none";
+  const char *result = ringcc_strerror((ringcc_result_t)e->result);
   head(f, comm, 0, "X", "call");
   fprintf(f, "\"name\":\"%s\",\"ts\":", rcc_coll_name(e->coll));
   put_us(f, t, e->start_ns);
   fprintf(f, ",\"dur\":%lld.%03lld,\"args\":{\"collective\":\"%s\",\"seq\":%llu,"
-          "\"algorithm\":\"%s\",\"bytes\":%llu,\"result\":\"%s\",\"label\":"
+          "\"algorithm\":\"%s\",\"bytes\":%llu,\"result\":\"%.*s\",\"label\":"
           "\"%s seq %llu, %s, %llu bytes\"}}",
           (long long)((e->end_ns - e->start_ns) / 1000),
           (long long)((e->end_ns - e->start_ns) % 1000),
           rcc_coll_name(e->coll), (unsigned long long)e->seq, alg,
-          (unsigned long long)e->bytes,
-          ringcc_strerror((ringcc_result_t)e->result), rcc_coll_name(e->coll),
+          (unsigned long long)e->bytes, (int)strcspn(result, ":"), result,
+          rcc_coll_name(e->coll),
           (unsigned long long)e->seq, alg, (unsigned long long)e->bytes);
 }
 
