@@ -25,11 +25,13 @@
 #include "error.h"
 #include "log.h"
 
-static volatile sig_atomic_t report_generation;
+/* Signals received: counted by the handler, read by the threads that run
+ * collectives (lock-free atomics are async-signal-safe). */
+static int report_generation;
 
 static void on_signal(int sig) {
   (void)sig;
-  report_generation++;
+  __atomic_fetch_add(&report_generation, 1, __ATOMIC_RELAXED);
 }
 
 void rcc_report_signal_setup(void) {
@@ -56,10 +58,12 @@ void rcc_report_signal_setup(void) {
             name);
 }
 
-int rcc_report_signals(void) { return report_generation; }
+int rcc_report_signals(void) {
+  return __atomic_load_n(&report_generation, __ATOMIC_RELAXED);
+}
 
 int rcc_report_requested(struct ringcc_comm *comm) {
-  int gen = report_generation;
+  int gen = rcc_report_signals();
   if (gen == comm->report_seen)
     return 0;
   comm->report_seen = gen;
