@@ -158,6 +158,45 @@ Test(stats, exact_counts_for_known_calls, .timeout = 60) {
   cr_assert(h_run(&o));
 }
 
+/* The one-shot board: a call's region is read by every peer, and this
+ * rank reads every peer's: 8 bytes each way per peer and call. */
+static int board_body(h_ctx_t *ctx) {
+  float x[2] = {1, 2};
+  for (int i = 0; i < 4; i++)
+    if (!h_ok(ctx, ringcc_allreduce(RINGCC_IN_PLACE, x, 2, RINGCC_FLOAT32,
+                                    RINGCC_SUM, ctx->comm, NULL), "allreduce"))
+      return 1;
+  ringcc_stats_edge_t edges[3];
+  ringcc_comm_stats_t s = RINGCC_COMM_STATS_INIT;
+  s.edges = edges;
+  s.edges_len = 3;
+  if (!h_ok(ctx, ringcc_comm_stats(ctx->comm, &s), "ringcc_comm_stats") ||
+      expect_row(ctx, &s, "allreduce", "one-shot board", 4, 32, 64))
+    return 1;
+  for (int p = 0; p < 3; p++) {
+    uint64_t want = p == ctx->rank ? 0 : 32;
+    if (edges[p].sent_bytes != want || edges[p].received_bytes != want)
+      return h_fail(ctx, "edge %d: sent %llu, received %llu; expected %llu",
+                    p, (unsigned long long)edges[p].sent_bytes,
+                    (unsigned long long)edges[p].received_bytes,
+                    (unsigned long long)want);
+  }
+  if (s.sent_bytes != 64 || s.received_bytes != 64 || s.ntransports != 1 ||
+      s.transports[0].sent_bytes != 64 || s.transports[0].edges != 2)
+    return h_fail(ctx, "totals: sent %llu, received %llu",
+                  (unsigned long long)s.sent_bytes,
+                  (unsigned long long)s.received_bytes);
+  return 0;
+}
+
+Test(stats, one_shot_board_counts_every_edge, .timeout = 60) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = RINGCC_ALGO_ONESHOT; /* the board, where every edge is shm */
+  h_run_opts_t o = {.nranks = 3, .body = board_body, .config = &cfg,
+                    .timeout_s = 60, .name = "board"};
+  cr_assert(h_run(&o));
+}
+
 /* ---- timing ------------------------------------------------------------------------ */
 
 static int timed_body(h_ctx_t *ctx) {

@@ -235,8 +235,9 @@ static int wait_failed(struct exec *x) {
 /* An engine's wait runs these checks after each sleep. */
 static int wait_check(void *ctx) { return wait_failed(ctx); }
 
-static int wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
-                           uint32_t old) {
+static inline __attribute__((always_inline)) int
+wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
+                uint32_t old) {
   struct rcc_conn *conn = (struct rcc_conn *)x->at->conn;
   if (conn != NULL && conn->ops != NULL)
     return conn->ops->wait(conn, word, old, wait_check, x);
@@ -851,11 +852,15 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   if (__atomic_load_n(&mine->waiters, __ATOMIC_RELAXED) != 0)
     futex(&mine->seq, FUTEX_WAKE, INT_MAX, NULL);
 
+  int traced = comm->trace != NULL;
   for (int k = 0; k < n && r == RINGCC_SUCCESS; k++) {
     const struct rcc_board *b = rcc_board_region(comm, k, seq);
     uint32_t now;
-    int64_t t0 = comm->trace ? rcc_now_ns() : 0;
-    x.wait_recv_ns = 0;
+    int64_t t0 = 0;
+    if (traced) {
+      t0 = rcc_now_ns();
+      x.wait_recv_ns = 0;
+    }
     RCC_PUT(x.at->step, (uint64_t)k);
     /* The FIFO from rank k: where it writes the news of a dead rank. */
     waiting_on(&x, "data from", k, &comm->recv_conn[RCC_CONN_COLL][k], 0);
@@ -880,14 +885,12 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
       memcpy(dst, in, bytes);
     else
       x.reduce(dst, dst, in, plan->count);
-    if (k != comm->rank)
-      rcc_stats_received(x.stats, k, bytes);
-    if (comm->trace)
+    if (traced)
       board_traced(&x, k, t0, bytes);
   }
-  for (int k = 0; k < n && r == RINGCC_SUCCESS; k++)
-    if (k != comm->rank) /* each peer read this rank's region */
-      rcc_stats_sent(x.stats, k, bytes);
+  if (r == RINGCC_SUCCESS) /* each peer read this rank's region, and it
+                              each peer's */
+    rcc_stats_board(x.stats, bytes, n);
   if (r == RINGCC_SUCCESS && plan->postop)
     rcc_reduce_avg_finish(dt, dst, dst, plan->count, n);
   RCC_PUT(x.at->board_seq, NULL);

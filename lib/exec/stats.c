@@ -60,29 +60,16 @@ void rcc_stats_start(struct ringcc_comm *comm) {
   st->live = 1;
 }
 
-void rcc_stats_begin(struct ringcc_comm *comm, struct rcc_stats_mark *m) {
-  struct rcc_stats *st = comm->stats;
-  m->sent = st->sent_total;
-  if (st->timing) {
-    m->wait = st->wait_total;
-    m->t0 = rcc_now_ns();
-  } else {
-    m->wait = 0;
-    m->t0 = 0;
-  }
+void rcc_stats_time_begin(struct rcc_stats *st, struct rcc_stats_mark *m) {
+  m->wait = st->wait_total;
+  m->t0 = rcc_now_ns();
 }
 
-int64_t rcc_stats_end(struct ringcc_comm *comm, int coll, int alg,
-                      uint64_t bytes, const struct rcc_stats_mark *m) {
-  struct rcc_stats *st = comm->stats;
-  int64_t t1 = st->timing ? rcc_now_ns() : 0;
-  if (alg < 0 || alg >= RCC_NUM_ALGS || coll < 0 || coll >= RCC_NUM_COLLS)
-    return t1;
-  struct rcc_stats_row *row = &st->row[coll][alg];
-  rcc_stats_add(&row->calls, 1);
-  rcc_stats_add(&row->bytes, bytes);
-  rcc_stats_add(&row->sent, st->sent_total - m->sent);
-  if (st->timing) {
+int64_t rcc_stats_time_end(struct rcc_stats *st, int coll, int alg,
+                           const struct rcc_stats_mark *m) {
+  int64_t t1 = rcc_now_ns();
+  if (alg >= 0 && alg < RCC_NUM_ALGS && coll >= 0 && coll < RCC_NUM_COLLS) {
+    struct rcc_stats_row *row = &st->row[coll][alg];
     rcc_stats_add(&row->time_ns, (uint64_t)(t1 - m->t0));
     rcc_stats_add(&row->wait_ns, st->wait_total - m->wait);
   }
@@ -118,11 +105,14 @@ static void collect(const struct ringcc_comm *comm, ringcc_comm_stats_t *out,
       if (out->nrows < RINGCC_STATS_MAX_ROWS)
         out->rows[out->nrows++] = r;
     }
+  uint64_t board = GET(st->board);
   for (int p = 0; p < comm->nranks; p++) {
     const struct rcc_stats_edge *e = &st->edge[p];
     const struct rcc_transport *tr = comm->edge_transport[p];
     ringcc_stats_edge_t one = {p, NULL, GET(e->sent), GET(e->received),
                                GET(e->send_wait_ns), GET(e->recv_wait_ns)};
+    if (p != comm->rank) /* the board: each peer read, and was read, alike */
+      one.sent_bytes += board, one.received_bytes += board;
     out->sent_bytes += one.sent_bytes;
     out->received_bytes += one.received_bytes;
     if (p != comm->rank && tr != NULL) {

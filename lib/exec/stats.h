@@ -48,6 +48,10 @@ struct rcc_stats {
   int live;            /* init finished: counting the user's calls */
   uint64_t sent_total; /* all edges: a call's share is the difference */
   uint64_t wait_total; /* ns, all waits */
+  uint64_t board;      /* bytes of one-shot board calls: every peer read
+                          that many from this rank's region, and this rank
+                          as many from each peer's (added to every edge
+                          when read, so a call costs one addition) */
   struct rcc_stats_row row[RCC_NUM_COLLS][RCC_NUM_ALGS];
   struct rcc_stats_edge *edge; /* [nranks] */
 };
@@ -90,16 +94,36 @@ void rcc_stats_start(struct ringcc_comm *comm);
  * communicator whose init finished). Then frees. */
 void rcc_stats_destroy(struct ringcc_comm *comm);
 
-/* Around one call (coll.c): begin takes a mark, end adds the call to the
- * row of (coll, alg) (alg < 0: the call ran no algorithm; not counted). */
+/* A one-shot AllReduce of bytes on the board, n ranks. */
+static inline void rcc_stats_board(struct rcc_stats *st, uint64_t bytes,
+                                   int n) {
+  rcc_stats_add(&st->board, bytes);
+  rcc_stats_add(&st->sent_total, bytes * (uint64_t)(n - 1));
+}
+
+/* Around one call (coll.c): a mark before it, then the call counted in the
+ * row of (coll, alg) (alg < 0: the call ran no algorithm; not counted).
+ * Inline: an 8-byte call pays a few loads and additions. */
 struct rcc_stats_mark {
-  int64_t t0; /* 0 unless timing */
-  uint64_t sent, wait;
+  uint64_t sent; /* sent_total before the call */
+  int64_t t0;    /* timing only: the clock before it */
+  uint64_t wait; /* timing only: wait_total before it */
 };
-void rcc_stats_begin(struct ringcc_comm *comm, struct rcc_stats_mark *m);
-/* Returns the call's end time (0 unless timing). */
-int64_t rcc_stats_end(struct ringcc_comm *comm, int coll, int alg,
-                      uint64_t bytes, const struct rcc_stats_mark *m);
+static inline void rcc_stats_count(struct rcc_stats *st, int coll, int alg,
+                                   uint64_t bytes,
+                                   const struct rcc_stats_mark *m) {
+  if (alg < 0)
+    return;
+  struct rcc_stats_row *row = &st->row[coll][alg];
+  rcc_stats_add(&row->calls, 1);
+  rcc_stats_add(&row->bytes, bytes);
+  rcc_stats_add(&row->sent, st->sent_total - m->sent);
+}
+/* Timing: the mark's clock and wait (begin), then the call's time and wait
+ * added to its row; returns the end time. */
+void rcc_stats_time_begin(struct rcc_stats *st, struct rcc_stats_mark *m);
+int64_t rcc_stats_time_end(struct rcc_stats *st, int coll, int alg,
+                           const struct rcc_stats_mark *m);
 
 /* The summary as text: "12 calls, ...; allreduce/ring ...", lines ending in
  * '\n', for the INFO log and tests. */
