@@ -430,10 +430,11 @@ static ringcc_result_t run(struct call *c) {
   struct rcc_stats *st = comm->stats;
   r = RINGCC_SUCCESS;
   mark.sent = st->sent_total;
-  if (st->timing) /* RINGCC_STATS=time, RINGCC_TRACE, RINGCC_DEBUG=INFO */
+  if (st->timing) { /* RINGCC_STATS=time, RINGCC_TRACE, RINGCC_DEBUG=INFO */
     rcc_stats_time_begin(st, &mark);
-  if (comm->trace != NULL)
-    rcc_trace_poll_signal(comm);
+    if (comm->trace != NULL) /* a trace implies timing */
+      rcc_trace_poll_signal(comm);
+  }
   if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
     r = check_agreement(c, &mismatch);
   if (r == RINGCC_SUCCESS)
