@@ -585,7 +585,7 @@ help:
 	@echo '  all (default)  $(BUILD)/lib/libringcc.so.$(VERSION) (+ .so.$(VERSION_MAJOR), .so links),'
 	@echo '                 $(BUILD)/lib/libringcc.a, tools and examples'
 	@echo '  lib            the shared and static library only'
-	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME'
+	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME; scripts (tools/ringcc-trace) copied there'
 	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
 	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
 	@echo '  test           deps, build, scripts/check-layers.py (no file calls up a layer,'

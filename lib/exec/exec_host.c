@@ -868,8 +868,11 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
     while (r == RINGCC_SUCCESS &&
            (now = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE)) != seq)
       r = host_wait(&x, (uint32_t *)&b->seq, (uint32_t *)&b->waiters, now);
-    if (r != RINGCC_SUCCESS)
+    if (r != RINGCC_SUCCESS) {
+      if (traced) /* the step where the call stopped */
+        board_traced(&x, k, t0, bytes);
       break;
+    }
     if (b->bytes != bytes) {
       r = rcc_comm_error(
           comm, RINGCC_ERR_INVALID_USAGE,
