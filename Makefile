@@ -82,6 +82,8 @@ VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
 LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
+# Tools that are scripts (no .c, no .h: tools/ringcc-trace) are copied.
+TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard test/test_*.c))
 TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
@@ -170,7 +172,8 @@ STATIC_LIB  := $(LIBOUT)/libringcc.a
 PC_FILE     := $(LIBOUT)/pkgconfig/ringcc.pc
 
 LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o) $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
-TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%)
+TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%) \
+               $(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
@@ -388,6 +391,10 @@ $(BINOUT)/%: $(OBJ)/tools/%.o $(SO_REAL) $(SO_DEV) $(STATIC_LIB)
 	  $(LDLIBS) -lm
 
 $(BINOUT)/ringcc-bench: $(BENCH_COMMON_OBJ)
+
+$(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%): $(BINOUT)/%: tools/%
+	@mkdir -p $(@D)
+	install -m 755 $< $@
 $(OBJ)/tools/ringcc-bench.o: RCC_CPPFLAGS += -iquote bench
 
 $(EXOUT)/%: $(OBJ)/examples/%.o $(SO_REAL) $(SO_DEV)
@@ -615,7 +622,7 @@ help:
 	@echo '  all (default)  $(BUILD)/lib/libringcc.so.$(VERSION) (+ .so.$(VERSION_MAJOR), .so links),'
 	@echo '                 $(BUILD)/lib/libringcc.a, tools and examples'
 	@echo '  lib            the shared and static library only'
-	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME'
+	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME; scripts (tools/ringcc-trace) copied there'
 	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
 	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
 	@echo '  test           deps, build, scripts/check-layers.py (no file calls up a layer,'

@@ -10,10 +10,10 @@
 #
 # Needs: gcc, make, ar and nm (binutils), pkg-config, Criterion (header +
 # library), Open MPI (mpirun, mpicc), iproute2 (ip), python3 (the layer
-# check); with --bench also g++, Gloo (libgloo-dev) and gnuplot
-# (gnuplot-nox); with --sanitize also clang with libFuzzer (clang,
-# libclang-rt-dev) and valgrind; with --python, python3 with venv and
-# ensurepip (python3-venv). Silent and fast (no apt)
+# check, ringcc-trace), gnuplot (gnuplot-nox: ringcc-trace --png); with
+# --bench also g++ and Gloo (libgloo-dev); with --sanitize also clang with
+# libFuzzer (clang, libclang-rt-dev) and valgrind; with --python, python3
+# with venv and ensurepip (python3-venv). Silent and fast (no apt)
 # when all of it is present, so make test and make bench call it every time.
 # Installing: as root apt-get directly; otherwise through sudo -n when that
 # works without a password; otherwise it prints the command and exits 1.
@@ -75,6 +75,7 @@ missing_packages() {
   have ip || echo iproute2
   have nm || echo binutils
   have python3 || echo python3
+  have gnuplot || echo gnuplot-nox
   if [ "$bench" = 1 ]; then
     have g++ || echo g++
     have_gloo || echo libgloo-dev

@@ -17,6 +17,8 @@
 
 struct rcc_bootstrap;
 struct rcc_cuda;
+struct rcc_stats;
+struct rcc_trace;
 struct rcc_transport;
 
 #define RCC_MAX_TRANSPORTS 4
@@ -34,6 +36,7 @@ struct rcc_peer_info {
   int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
   int32_t shm_disable;
   uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
+  uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
   uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
   char hostname[RCC_HOSTNAME_LEN];
@@ -132,6 +135,8 @@ struct ringcc_comm {
 
   uint64_t seq;            /* collectives issued on this communicator */
   struct rcc_progress progress;
+  struct rcc_stats *stats; /* counters (stats.c); set from init's end */
+  struct rcc_trace *trace; /* RINGCC_TRACE's steps (trace.c); NULL: off */
   int report_seen;         /* report signals handled (report.c) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;

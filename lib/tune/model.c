@@ -112,7 +112,30 @@ struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
     beta = link->beta_mem_us_per_byte;
   p.latency_us = t->alpha_count * link->alpha_us;
   p.reduce_us = t->gamma_bytes * gamma_us_per_byte;
-  p.bandwidth_us = t->beta_bytes * beta + p.reduce_us;
+  p.wire_us = t->beta_bytes * beta;
+  p.bandwidth_us = p.wire_us + p.reduce_us;
+  return p;
+}
+
+struct rcc_prediction rcc_model_hierarchical(int hosts, int per_host, double S,
+                                             const struct rcc_link_cost *intra,
+                                             const struct rcc_link_cost *inter,
+                                             double inter_share,
+                                             double gamma_us_per_byte,
+                                             double *sent) {
+  double G = per_host, H = hosts;
+  double in = G > 1 ? (G - 1) / G * S : 0;          /* RS or AG inside */
+  double shard = S / G;                             /* across hosts */
+  double out = H > 1 ? 2 * (H - 1) / H * shard : 0; /* that ring's bytes */
+  struct rcc_prediction p;
+  memset(&p, 0, sizeof(p));
+  p.latency_us = 2 * (G - 1) * intra->alpha_us + 2 * (H - 1) * inter->alpha_us;
+  p.wire_us = 2 * in * intra->beta_us_per_byte +
+              out * inter->beta_us_per_byte / (inter_share > 0 ? inter_share : 1);
+  p.reduce_us = (in + (H > 1 ? (H - 1) / H * shard : 0)) * gamma_us_per_byte;
+  p.bandwidth_us = p.wire_us + p.reduce_us;
+  if (sent != NULL)
+    *sent = 2 * in + out;
   return p;
 }
 

@@ -65,12 +65,14 @@ const char *rcc_model_formula(int coll, int alg);
 int rcc_model_in_memory(const struct rcc_cost_terms *t, double cache_bytes);
 
 /* A predicted time, split into its latency and bandwidth terms; the
- * bandwidth term includes the reduction (gamma) part, also given alone. */
+ * bandwidth term includes the reduction (gamma) part, also given alone,
+ * beside the wire's (beta) part. */
 struct rcc_prediction {
-  double latency_us;
-  double bandwidth_us;
-  double reduce_us; /* the part of bandwidth_us that is gamma's */
-  int in_memory;    /* beta_mem was used */
+  double latency_us;   /* alpha's term */
+  double bandwidth_us; /* wire_us + reduce_us */
+  double wire_us;      /* beta's term: bytes over the link / bandwidth */
+  double reduce_us;    /* gamma's term: bytes reduced / reduction rate */
+  int in_memory;       /* beta_mem was used */
 };
 struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
                                         const struct rcc_link_cost *link,
@@ -79,6 +81,26 @@ struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
 static inline double rcc_prediction_total(struct rcc_prediction p) {
   return p.latency_us + p.bandwidth_us;
 }
+
+/* A hierarchical AllReduce over hosts x per_host ranks (docs/tuning.md):
+ * a reduce-scatter inside every host (a ring over its per_host ranks, on
+ * the intra link), then per_host concurrent ring AllReduces across the
+ * hosts, each of one 1/per_host shard (on the inter link, each getting
+ * inter_share of one link's bandwidth: the host's NICs split among the
+ * per_host rings), then an allgather inside every host:
+ *
+ *   T = 2(G-1)*a_in + 2(G-1)/G*S*b_in + 2(H-1)*a_net
+ *       + 2(H-1)/H*S/G*b_net/share + ((G-1)/G + (H-1)/(H*G))*S*gamma
+ *
+ * (H hosts, G ranks per host). libringcc runs one flat ring or tree today;
+ * this is the model ringcc-model --hosts compares them with. *sent: the
+ * bytes each rank sends (may be NULL). */
+struct rcc_prediction rcc_model_hierarchical(int hosts, int per_host, double S,
+                                             const struct rcc_link_cost *intra,
+                                             const struct rcc_link_cost *inter,
+                                             double inter_share,
+                                             double gamma_us_per_byte,
+                                             double *sent);
 
 /* What the tuner chooses from. */
 struct rcc_model_input {
