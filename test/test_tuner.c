@@ -356,6 +356,81 @@ Test(model, predictions_by_hand) {
   expect_near(p.bandwidth_us, 1.5 * 4194304 / 4000.0, "no beta_mem");
 }
 
+Test(model, channels_by_hand) {
+  struct rcc_cost_terms t;
+  /* Ring allreduce, n = 4, 1 MiB on the hand link: 12 us + 393.216 us on
+   * the wire + 98.304 us reducing, on one channel. */
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RING, 4, 1 << 20, 65536, &t);
+  struct rcc_prediction one = rcc_model_predict(&t, &hand_link, hand_gamma, 0);
+  expect_near(one.wire_us, 1.5 * 1048576 / 4000.0, "one channel's wire");
+  cr_expect_eq(one.channels, 1);
+  /* One thread runs 4 channels in turn: 4x the steps, the same bytes. */
+  struct rcc_channel_model host = {.max = 4, .serial = 1};
+  struct rcc_prediction p = rcc_model_channels(one, &t, 4, &host);
+  expect_near(p.latency_us, 4 * 12.0, "serial channels' latency");
+  expect_near(p.bandwidth_us, one.bandwidth_us, "serial channels' bandwidth");
+  cr_expect_eq(p.channels, 4);
+  /* Engines of a quarter of the link's rate each, running at once: one is
+   * 4x slower than the wire, two 2x, four keep up, eight no faster. */
+  struct rcc_channel_model dev = {
+      .max = 8, .beta_us_per_byte = 4 * hand_link.beta_us_per_byte};
+  p = rcc_model_channels(one, &t, 1, &dev);
+  expect_near(p.engine_us, 4 * one.wire_us, "one engine");
+  expect_near(p.bandwidth_us, 4 * one.wire_us + one.reduce_us, "one engine bw");
+  expect_near(p.latency_us, one.latency_us, "parallel channels' latency");
+  p = rcc_model_channels(one, &t, 2, &dev);
+  expect_near(p.bandwidth_us, 2 * one.wire_us + one.reduce_us, "two engines");
+  p = rcc_model_channels(one, &t, 4, &dev);
+  expect_near(p.bandwidth_us, one.bandwidth_us, "four engines keep up");
+  p = rcc_model_channels(one, &t, 8, &dev);
+  expect_near(p.bandwidth_us, one.bandwidth_us, "eight: the wire bounds");
+}
+
+/* The channels the choice gives the winner of an allreduce of S bytes at
+ * n = 4 on the hand link (shared memory, host or device buffers). */
+static int channels_of(double S, struct rcc_channel_model ch, int device,
+                       int *alg) {
+  struct rcc_candidate cand[RCC_MAX_CANDIDATES];
+  struct rcc_model_input in = {
+      .coll = RCC_COLL_ALLREDUCE, .nranks = 4, .bytes = S,
+      .ring_link = hand_link, .all_link = hand_link,
+      .gamma_us_per_byte = hand_gamma, .chunk_bytes = 65536,
+      .slot_bytes = 65536, .board_bytes = device ? 0 : 65536,
+      .device = device, .forced = RINGCC_ALGO_AUTO, .channels = ch};
+  int w;
+  rcc_model_choose(&in, cand, &w);
+  *alg = cand[w].alg;
+  return cand[w].pred.channels;
+}
+
+Test(choice, channels) {
+  int alg;
+  /* Host buffers: one thread; more channels only add steps. */
+  struct rcc_channel_model host = {.max = 8, .serial = 1,
+                                   .min_bytes = 65536};
+  cr_expect_eq(channels_of(64 << 20, host, 0, &alg), 1);
+  cr_expect_eq(alg, RCC_ALG_RING);
+  /* RINGCC_NCHANNELS: every FIFO call on all of them, the board on one. */
+  host.exact = 1;
+  cr_expect_eq(channels_of(64 << 20, host, 0, &alg), 8);
+  cr_expect_eq(channels_of(8, host, 0, &alg), 1);
+  cr_expect_eq(alg, RCC_ALG_BOARD);
+  /* Device buffers, 16 blocks that together keep up with the link (as the
+   * tuner assumes): one channel per 64 KiB, up to 16. */
+  struct rcc_channel_model dev = {
+      .max = 16, .beta_us_per_byte = 16 * hand_link.beta_us_per_byte,
+      .min_bytes = 65536};
+  cr_expect_eq(channels_of(8, dev, 1, &alg), 1);
+  cr_expect_eq(channels_of(65536, dev, 1, &alg), 1);
+  cr_expect_eq(channels_of(256 << 10, dev, 1, &alg), 4);
+  cr_expect_eq(channels_of(1 << 20, dev, 1, &alg), 16);
+  cr_expect_eq(channels_of(64 << 20, dev, 1, &alg), 16);
+  cr_expect_eq(alg, RCC_ALG_RING);
+  /* Blocks as fast as the link: one is enough; ties go to fewer. */
+  dev.beta_us_per_byte = hand_link.beta_us_per_byte;
+  cr_expect_eq(channels_of(64 << 20, dev, 1, &alg), 1);
+}
+
 /* ---- the choice ---------------------------------------------------------------------- */
 
 static int winner_on(double bytes, int n, int forced, double slot,

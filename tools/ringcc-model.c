@@ -144,6 +144,8 @@ struct options {
   const char *net_name, *net_bw_arg, *net_lat_arg;
   int net_bidir;
   const char *reduce_arg, *slot_arg;
+  int channels;                /* --channels; 0: the tuner's choice */
+  const char *channel_bw_arg;  /* --channel-bw */
   int hosts, per_host, nics;
   int explain;
 };
@@ -152,7 +154,7 @@ static void usage(FILE *f) {
   fprintf(f,
 "Usage: " PROG_NAME " -c COLL -n RANKS[,RANKS...] -s SIZE (--link NAME | --bw BW\n"
 "                    [--lat US] [--bidir]) [--reduce-bw BW|GPU|cpu|none]\n"
-"                    [--slot SIZE]\n"
+"                    [--slot SIZE] [--channels C] [--channel-bw BW]\n"
 "       " PROG_NAME " -s SIZE --hosts H --per-host G [--link NAME | --bw BW ...]\n"
 "                    [--net NAME | --net-bw BW [--net-lat US] [--net-bidir]]\n"
 "                    [--nics K] [--reduce-bw ...]\n"
@@ -196,6 +198,18 @@ static void usage(FILE *f) {
 "                      and tcp, none for a network preset or --bw\n"
 "  --slot SIZE         FIFO slot: the largest one-shot message and the\n"
 "                      pipeline chunk (default 64KiB, 256KiB for --link tcp)\n"
+"  --channels C        split every call over exactly C channels (1 to %d), as\n"
+"                      RINGCC_NCHANNELS does; default: the tuner's choice, up\n"
+"                      to 16 over NVLink and 4 over PCIe (device buffers: one\n"
+"                      GPU block each, running at once, one per 64 KiB of\n"
+"                      the call) and 1 elsewhere (host buffers: one thread\n"
+"                      runs the channels in turn, each adding its steps)\n"
+"  --channel-bw BW     what one channel's engine (a GPU block) moves per\n"
+"                      second; channels then run at once, up to --channels\n"
+"                      or %d. Default for the GPU presets: the link's\n"
+"                      bandwidth over its channels (16 or 4), the assumption\n"
+"                      the library sizes them by; measure it with make\n"
+"                      gpu-check\n"
 "  --hosts H           a hierarchical job of H hosts ...\n"
 "  --per-host G        ... of G ranks each (n = H x G): compares the flat\n"
 "                      ring and tree libringcc runs with a hierarchical\n"
@@ -216,7 +230,7 @@ static void usage(FILE *f) {
 "Times are the model's, not measurements: alpha*steps on the critical path +\n"
 "beta*bytes over one link + gamma*bytes reduced (docs/tuning.md walks through\n"
 "an example).\n",
-          RCC_EXPLAIN_MAX_RANKS);
+          RCC_MAX_CHANNELS, RCC_MAX_CHANNELS, RCC_EXPLAIN_MAX_RANKS);
 }
 
 __attribute__((noreturn, format(printf, 1, 2))) static void usage_error(
@@ -280,7 +294,7 @@ static int parse_count(const char *opt, const char *arg, int lo) {
 
 static void parse_args(int argc, char **argv, struct options *o) {
   enum { LINK = 256, BW, LAT, BIDIR, REDUCE, SLOT, EXPLAIN, LIST, HOSTS,
-         PERHOST, NET, NETBW, NETLAT, NETBIDIR, NICS };
+         PERHOST, NET, NETBW, NETLAT, NETBIDIR, NICS, CHANNELS, CHANNELBW };
   static const struct option longopts[] = {
       {"coll", required_argument, NULL, 'c'},
       {"nranks", required_argument, NULL, 'n'},
@@ -291,6 +305,8 @@ static void parse_args(int argc, char **argv, struct options *o) {
       {"bidir", no_argument, NULL, BIDIR},
       {"reduce-bw", required_argument, NULL, REDUCE},
       {"slot", required_argument, NULL, SLOT},
+      {"channels", required_argument, NULL, CHANNELS},
+      {"channel-bw", required_argument, NULL, CHANNELBW},
       {"explain", no_argument, NULL, EXPLAIN},
       {"list-links", no_argument, NULL, LIST},
       {"hosts", required_argument, NULL, HOSTS},
@@ -333,6 +349,13 @@ static void parse_args(int argc, char **argv, struct options *o) {
     case BIDIR: o->bidir = 1; break;
     case REDUCE: o->reduce_arg = optarg; break;
     case SLOT: o->slot_arg = optarg; break;
+    case CHANNELS:
+      o->channels = parse_count("--channels", optarg, 1);
+      if (o->channels > RCC_MAX_CHANNELS)
+        usage_error("--channels %d: at most %d", o->channels,
+                    RCC_MAX_CHANNELS);
+      break;
+    case CHANNELBW: o->channel_bw_arg = optarg; break;
     case EXPLAIN: o->explain = 1; break;
     case LIST: list_links(); exit(0);
     case HOSTS: o->hosts = parse_count("--hosts", optarg, 1); break;
@@ -589,23 +612,27 @@ static void term_row(const char *name, double sent, double S,
   char a[32], w[32], l[32], r[32], t[32], col[48];
   snprintf(col, sizeof col, "%s (%.4g S)", rcc_format_bytes(sent, 0, a, sizeof a),
            S > 0 ? sent / S : 0.0);
-  printf("  %-19s %18s %13s %11s %11s %12s%s%s\n", name, col,
-         rcc_format_us(p.wire_us, w, sizeof w),
+  int engine = p.engine_us > p.wire_us; /* the channels bound it */
+  rcc_format_us(engine ? p.engine_us : p.wire_us, w, sizeof w);
+  if (engine)
+    strcat(w, "+");
+  printf("  %-19s %18s %13s %11s %11s %12s %3d%s%s\n", name, col, w,
          rcc_format_us(p.latency_us, l, sizeof l),
          rcc_format_us(p.reduce_us, r, sizeof r),
-         rcc_format_us(rcc_prediction_total(p), t, sizeof t),
+         rcc_format_us(rcc_prediction_total(p), t, sizeof t), p.channels,
          note ? "   " : "", note ? note : "");
 }
 
 static void term_header(void) {
-  printf("  %-19s %18s %13s %11s %11s %12s\n", "algorithm", "sends/rank",
-         "wire", "latency", "reduction", "total");
+  printf("  %-19s %18s %13s %11s %11s %12s %3s\n", "algorithm", "sends/rank",
+         "wire", "latency", "reduction", "total", "ch");
 }
 
 static void term_legend(void) {
-  printf("  (wire: bytes over the busiest link / bandwidth; latency: steps x "
-         "alpha;\n   reduction: bytes reduced / reduction rate; total: their "
-         "sum)\n");
+  printf("  (wire: bytes over the busiest link / bandwidth, + where the "
+         "channels'\n   engines are slower than the link and bound it "
+         "instead; latency: steps x alpha;\n   reduction: bytes reduced / "
+         "reduction rate; total: their sum; ch: channels)\n");
 }
 
 /* ---- one link, one or several rank counts -------------------------------------------- */
@@ -613,7 +640,54 @@ static void term_legend(void) {
 struct single {
   struct link l;
   struct reduction red;
+  struct rcc_channel_model ch;
+  char ch_note[600];
 };
+
+/* The channels the tuner may use (tuner.c, channel_model): device buffers
+ * over a GPU preset get up to rcc_cuda_channels' figure for the link (16
+ * over NVLink, 4 over PCIe), one block each, running at once, each taken to
+ * move the link's bandwidth over that many; host buffers one, run by one
+ * thread. --channels and --channel-bw change both. */
+static void resolve_channels(const struct options *o, struct single *m) {
+  const struct link *l = &m->l;
+  int device = l->gpu != NULL, given_bw = o->channel_bw_arg != NULL;
+  int max = device ? (strncmp(l->name, "nvlink", 6) == 0 ? 16 : 4) : 1;
+  char why[300] = "", a[32];
+  double bw = 0;
+  if (given_bw &&
+      (rcc_parse_bandwidth(o->channel_bw_arg, &bw, why, sizeof why) != 0 ||
+       bw <= 0))
+    usage_error("--channel-bw: %s", bw <= 0 && why[0] == 0 ? "must be > 0"
+                                                             : why);
+  if (given_bw && !device && o->channels == 0)
+    max = RCC_MAX_CHANNELS;
+  m->ch = (struct rcc_channel_model){
+      .max = o->channels > 0 ? o->channels : max,
+      .exact = o->channels > 0,
+      .serial = !device && !given_bw,
+      .min_bytes = 64 << 10,
+  };
+  if (given_bw)
+    m->ch.beta_us_per_byte = 1e6 / bw;
+  else if (device)
+    m->ch.beta_us_per_byte = l->cost.beta_us_per_byte * max;
+  int off = snprintf(m->ch_note, sizeof m->ch_note, "%s %d",
+                     m->ch.exact ? "exactly" : "up to", m->ch.max);
+  if (m->ch.serial)
+    snprintf(m->ch_note + off, sizeof m->ch_note - (size_t)off,
+             " (host buffers: one thread runs the channels in turn, each\n"
+             "  adding its steps' alphas and no bandwidth)");
+  else
+    snprintf(m->ch_note + off, sizeof m->ch_note - (size_t)off,
+             "%s%s, running at once,\n  each moving at most %s/s (%s)",
+             m->ch.exact ? "" : ", one per 64 KiB of the call",
+             device ? " (device buffers: a GPU block each)" : "",
+             rcc_format_bytes(1e6 / m->ch.beta_us_per_byte, 0, a, sizeof a),
+             given_bw ? "--channel-bw"
+                      : "the link's bandwidth over its channels: an "
+                        "assumption;\n  make gpu-check measures it");
+}
 
 static int choose(const struct options *o, const struct single *m, int n,
                   struct rcc_candidate cand[RCC_MAX_CANDIDATES], int *winner) {
@@ -629,7 +703,7 @@ static int choose(const struct options *o, const struct single *m, int n,
       .board_bytes = host_shm ? fmin(m->l.slot_bytes, RCC_BOARD_MAX_BYTES) : 0,
       .cma = host_shm, .device = m->l.gpu != NULL,
       .forced = RINGCC_ALGO_AUTO, .all_link_type = m->l.type,
-      .network_only = m->l.type == RCC_LINK_TCP};
+      .network_only = m->l.type == RCC_LINK_TCP, .channels = m->ch};
   int count = rcc_model_choose(&in, cand, winner), kept = 0;
   /* The one-shot board and cross-memory attach run on this machine's
    * shared memory only: elsewhere they are no candidates worth a line. */
@@ -653,8 +727,9 @@ static void predict_one(const struct options *o, const struct single *m) {
   printf("%s of S = %s over %d ranks\n", o->coll_name, size, n);
   print_link("link", &m->l);
   print_reduction(o->coll, &m->red);
-  printf("slot (pipeline chunk, largest one-shot message): %s\n\n",
+  printf("slot (pipeline chunk, largest one-shot message): %s\n",
          rcc_format_bytes(m->l.slot_bytes, 1, c, sizeof c));
+  printf("channels: %s\n\n", m->ch_note);
 
   printf("the terms of each algorithm:\n");
   term_header();
@@ -672,8 +747,9 @@ static void predict_one(const struct options *o, const struct single *m) {
   for (int i = 0; i < count; i++)
     printf("  %-19s %s\n", rcc_alg_name(cand[i].alg),
            rcc_model_formula(o->coll, cand[i].alg));
-  printf("\nwinner: %s (the tuner's choice: the fastest that libringcc runs "
-         "at this size)\n", rcc_alg_name(cand[winner].alg));
+  printf("\nwinner: %s on %d channel%s (the tuner's choice: the fastest "
+         "that libringcc runs at this size)\n", rcc_alg_name(cand[winner].alg),
+         cand[winner].pred.channels, cand[winner].pred.channels == 1 ? "" : "s");
   if (o->coll == RCC_COLL_ALLREDUCE)
     printf("tree: the double binary tree (Sanders, Speck and Traeff 2009; "
            "NCCL 2.4): each rank sends about 2S; 2*ceil(log2 n) messages deep,\n"
@@ -699,6 +775,7 @@ static void predict_table(const struct options *o, const struct single *m) {
   printf("%s of S = %s, by rank count\n", o->coll_name, size);
   print_link("link", &m->l);
   print_reduction(o->coll, &m->red);
+  printf("channels: %s\n", m->ch_note);
   count = choose(o, m, o->nlist[0], cand, &winner);
   printf("\ntotal time of each algorithm (* libringcc does not run it at "
          "this size):\n  %7s %20s", "n", "ring sends/rank");
@@ -719,10 +796,11 @@ static void predict_table(const struct options *o, const struct single *m) {
                cand[i].runnable ? " " : "*");
       printf(" %14s", cell);
     }
-    printf("   %s\n", rcc_alg_name(cand[winner].alg));
+    printf("   %s x%d\n", rcc_alg_name(cand[winner].alg),
+           cand[winner].pred.channels);
   }
-  printf("(sends/rank: the ring's; columns by RINGCC_ALGO spelling; for the "
-         "terms of one rank count, give -n alone)\n");
+  printf("(sends/rank: the ring's; columns by RINGCC_ALGO spelling; winner x "
+         "its channels; for the terms of one rank count, give -n alone)\n");
 }
 
 /* ---- hierarchical ------------------------------------------------------------------- */
@@ -898,8 +976,9 @@ int main(int argc, char **argv) {
       usage_error("-n with --hosts: the ranks are --hosts x --per-host");
     if (o.coll != RCC_COLL_ALLREDUCE)
       usage_error("--hosts models an allreduce (-c %s)", o.coll_name);
-    if (o.slot_arg)
-      usage_error("--slot does not apply to --hosts");
+    if (o.slot_arg || o.channels || o.channel_bw_arg)
+      usage_error("--slot, --channels and --channel-bw do not apply to "
+                  "--hosts");
     predict_hier(&o);
     return 0;
   }
@@ -918,6 +997,7 @@ int main(int argc, char **argv) {
     usage_error("--slot: %s", m.l.slot_bytes < 1 ? "must be at least 1 byte"
                                                   : why);
   resolve_reduction(&o, &m.l, &m.red);
+  resolve_channels(&o, &m);
   if (o.nn == 1)
     predict_one(&o, &m);
   else

@@ -107,6 +107,9 @@ enum rcc_acc {
                          operand of a rank's first combine) */
 };
 
+/* Channels of a call (and of a kind's FIFOs), at most. */
+#define RCC_MAX_CHANNELS 32
+
 struct rcc_plan {
   int alg;            /* enum rcc_alg */
   int coll;           /* enum rcc_coll */

@@ -86,8 +86,6 @@ struct rcc_progress {
 };
 #define RCC_PUT(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
 
-/* Channels of a kind's FIFOs, at most. */
-#define RCC_MAX_CHANNELS 32
 #define RCC_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
 struct ringcc_comm {

@@ -73,6 +73,10 @@ struct rcc_prediction {
   double wire_us;      /* beta's term: bytes over the link / bandwidth */
   double reduce_us;    /* gamma's term: bytes reduced / reduction rate */
   int in_memory;       /* beta_mem was used */
+  int channels;        /* the call's data over this many channels */
+  double engine_us;    /* the channels' own term (rcc_model_channels);
+                          where it exceeds wire_us it replaces it in
+                          bandwidth_us */
 };
 struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
                                         const struct rcc_link_cost *link,
@@ -81,6 +85,33 @@ struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
 static inline double rcc_prediction_total(struct rcc_prediction p) {
   return p.latency_us + p.bandwidth_us;
 }
+
+/* Channels (algorithms.md): a call's data split over C copies of its
+ * schedule, each with FIFOs of its own. What C changes in a prediction:
+ *
+ *   - where one thread runs the channels in turn (the host executor), each
+ *     channel's steps cost their alpha: the latency term times C; where
+ *     they run at once (the CUDA executor's blocks), it stays;
+ *   - each channel's engine (a GPU block) moves at most 1/beta_channel
+ *     bytes/s, so C of them need beta_bytes * beta_channel / C; the
+ *     bandwidth term is the larger of that and the wire's. 0: no limit per
+ *     channel (the host: its one thread is priced by the link's beta).
+ *
+ * A channel gets at least min_bytes of the call (one share of every block
+ * of it), so small calls run on fewer. */
+struct rcc_channel_model {
+  int max;                  /* channels there are FIFOs for (>= 1) */
+  int exact;                /* 1: every FIFO call uses max (RINGCC_NCHANNELS
+                               set), the model only prices it */
+  int serial;               /* 1: one thread runs them in turn */
+  double beta_us_per_byte;  /* of one channel's engine; 0: no limit */
+  double min_bytes;         /* of S per channel */
+};
+/* The one-channel prediction `one` of terms t over C channels. */
+struct rcc_prediction rcc_model_channels(struct rcc_prediction one,
+                                         const struct rcc_cost_terms *t,
+                                         int channels,
+                                         const struct rcc_channel_model *m);
 
 /* A hierarchical AllReduce over hosts x per_host ranks (docs/tuning.md):
  * a reduce-scatter inside every host (a ring over its per_host ranks, on
@@ -120,6 +151,7 @@ struct rcc_model_input {
   int forced;              /* RINGCC_ALGO (a ringcc_algo_t) */
   int all_link_type;       /* enum rcc_link of all_link (0: shm) */
   int network_only;        /* 1: every edge crosses the network */
+  struct rcc_channel_model channels; /* max 0: one channel */
 };
 
 #define RCC_MAX_CANDIDATES RCC_NUM_ALGS
@@ -133,7 +165,9 @@ struct rcc_candidate {
 };
 
 /* The algorithms of the table (algorithms.h) that run in->coll, each with
- * its prediction and whether it can run (why_not), in table order, and the
+ * its prediction (on the channels that make it fastest, the fewest of
+ * equals; one for algorithms that run without FIFOs or have no data) and
+ * whether it can run (why_not), in table order, and the
  * one the tuner picks (*winner, an index into cand): the fastest runnable
  * one (a tie goes to the earlier); with RINGCC_ALGO set, the fastest
  * runnable one it forces, and where none of those can run, the first
