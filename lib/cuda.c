@@ -199,7 +199,11 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
                                      const struct rcc_conn *host,
                                      struct rcc_conn *dev) {
   struct rcc_cuda *cu = comm->cuda;
-  size_t bytes = RCC_FIFO_DATA_OFFSET + (size_t)host->nslots * host->slot_bytes;
+  /* Slots away from the header are in GPU memory already (GPUDirect RDMA,
+   * net.c): only the header needs mapping. */
+  int gdr = host->data != (char *)host->fifo + RCC_FIFO_DATA_OFFSET;
+  size_t bytes = RCC_FIFO_DATA_OFFSET +
+                 (gdr ? 0 : (size_t)host->nslots * host->slot_bytes);
   void *base = host->fifo, *dbase = NULL;
   cudaError_t e = cudaHostRegister(base, bytes, cudaHostRegisterMapped |
                                                     cudaHostRegisterPortable);
@@ -210,7 +214,8 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
     return cuda_error(comm, "cudaHostGetDevicePointer", e);
   *dev = *host;
   dev->fifo = dbase;
-  dev->data = (char *)dbase + (host->data - (char *)host->fifo);
+  dev->data = gdr ? host->data
+                  : (char *)dbase + (host->data - (char *)host->fifo);
   dev->doorbell = -1; /* kernels cannot ring; the proxy polls (rcc_cuda_busy) */
   return RINGCC_SUCCESS;
 }
@@ -240,9 +245,12 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
     }
   struct rcc_edge_topo e;
   rcc_topo_edge(&comm->peers[comm->rank], &comm->peers[p], &e);
+  const struct rcc_conn *rh = &comm->recv_conn[RCC_CONN_DEVICE][p];
   if (comm->edge_transport[p] == &rcc_transport_net)
-    RCC_INFO(comm->rank, "device edge %d -> %d via %s/staged", comm->rank, p,
-             rcc_edge_name(comm, p));
+    RCC_INFO(comm->rank, "device edge %d -> %d via %s/%s", comm->rank, p,
+             rcc_edge_name(comm, p),
+             rh->data != (char *)rh->fifo + RCC_FIFO_DATA_OFFSET ? "GDR"
+                                                                 : "staged");
   else
     RCC_INFO(comm->rank, "device edge %d -> %d via %s", comm->rank, p,
              rcc_topo_path_name(rcc_topo_device_path(&e)));

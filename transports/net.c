@@ -13,14 +13,26 @@
  * and both ends take their send and receive connections from that link: each
  * message then carries the acknowledgement of the last one that came the
  * other way, where one-way links cost an ACK packet per message.
+ *
+ * The plugin: RINGCC_NET (IB or Socket) forces one; RINGCC_IB_DISABLE=1
+ * leaves verbs out; otherwise the first of plugins[] whose init succeeds
+ * (verbs where a port is active, else TCP). Its name travels in the blob,
+ * so ranks that chose differently fail with a sentence, not a hang. Where
+ * the plugin registers GPU memory (gdr), device-kind FIFOs keep their slots
+ * in GPU memory (GPUDirect RDMA); else in host memory, staged.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "comm.h"
 #include "net.h"
 #include "wire.h"
+
+#if RINGCC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #define HELLO_MAGIC 0x52434e48u /* "RCNH" */
 
@@ -37,14 +49,24 @@ struct net_state {
   const struct rcc_net_plugin *plugin;
   void *listen_comm;
   struct rcc_proxy_conn *conns; /* [2 * kinds * npeers]: send, recv pairs */
+  char **gpu_data;              /* [nconns] slots in GPU memory, or NULL */
   int nconns;
-  int nkinds;   /* comm->nkinds: host kinds, and device kinds (staged) */
+  int nkinds;   /* comm->nkinds: host kinds, and device kinds */
   int duplex;   /* one link per pair and kind, used both ways (reverse) */
+  int gdr;      /* device kinds' slots in GPU memory (GPUDirect RDMA) */
   struct rcc_proxy *proxy;
   char describe[96];
 };
 
-static const struct rcc_net_plugin *const plugins[] = {&rcc_net_socket};
+/* The order of preference; the first whose init succeeds is used. */
+static const struct rcc_net_plugin *const plugins[] = {&rcc_net_ib,
+                                                       &rcc_net_socket};
+#define NPLUGINS ((int)(sizeof(plugins) / sizeof(*plugins)))
+/* After the plugin's handle in a blob: the plugin's name. */
+#define BLOB_NAME_OFFSET RCC_NET_HANDLE_BYTES
+#define BLOB_NAME_BYTES 16
+_Static_assert(BLOB_NAME_OFFSET + BLOB_NAME_BYTES <= RCC_TRANSPORT_BLOB_BYTES,
+               "net blob size");
 
 static int net_can_connect(const struct ringcc_comm *comm,
                            const struct rcc_peer_info *me,
@@ -62,6 +84,72 @@ static const char *ifname_spec(const struct ringcc_comm *comm) {
                                     : rcc_getenv("RINGCC_SOCKET_IFNAME");
 }
 
+/* For a plugin's locate(): this rank's place on its host and its GPU. */
+static void locality(const struct ringcc_comm *comm,
+                     struct rcc_net_locality *where) {
+  const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  memset(where, 0, sizeof(*where));
+  for (int p = 0; p < comm->nranks; p++)
+    if (comm->peers[p].host_hash == me->host_hash) {
+      where->local_rank += p < comm->rank;
+      where->local_size++;
+    }
+  uint64_t b = me->gpu.bus_id;
+  if (me->gpu.device >= 0 && b != 0)
+    snprintf(where->gpu_pci, sizeof(where->gpu_pci), "%04x:%02x:%02x.%x",
+             (unsigned)(b >> 32), (unsigned)(b >> 16) & 0xff,
+             (unsigned)(b >> 8) & 0xff, (unsigned)b & 0xff);
+}
+
+/* RINGCC_NET forces a plugin (by name, any case); RINGCC_IB_DISABLE=1
+ * leaves IB out; otherwise the first plugin whose init succeeds. Both
+ * variables are read here only. */
+static ringcc_result_t pick_plugin(struct ringcc_comm *comm,
+                                   struct net_state *st) {
+  char err[RCC_ERRLEN], tried[2 * RCC_ERRLEN] = "";
+  const char *force = rcc_getenv("RINGCC_NET");
+  const char *off = rcc_getenv("RINGCC_IB_DISABLE");
+  int ib_off = off != NULL && strcmp(off, "0") != 0;
+  int named = 0;
+  for (int i = 0; i < NPLUGINS; i++)
+    named |= force != NULL && strcasecmp(force, plugins[i]->name) == 0;
+  if (force != NULL && !named)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: RINGCC_NET=\"%s\" names no network "
+                          "plugin (IB or Socket)", comm->rank, force);
+  if (force != NULL && ib_off && strcasecmp(force, "IB") == 0)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: RINGCC_NET=%s but RINGCC_IB_DISABLE"
+                          "=%s", comm->rank, force, off);
+  struct rcc_net_locality where;
+  locality(comm, &where);
+  for (int i = 0; i < NPLUGINS; i++) {
+    const struct rcc_net_plugin *p = plugins[i];
+    if ((force != NULL && strcasecmp(force, p->name) != 0) ||
+        (p == &rcc_net_ib && ib_off && force == NULL))
+      continue;
+    if (p->locate)
+      p->locate(&where);
+    ringcc_result_t r = p->init(ifname_spec(comm), err, sizeof(err));
+    if (r == RINGCC_SUCCESS) {
+      st->plugin = p;
+      if (tried[0] != '\0')
+        RCC_INFO(comm->rank, "net: %s; using NET/%s", tried, p->name);
+      return RINGCC_SUCCESS;
+    }
+    if (force != NULL)
+      return rcc_comm_error(comm, r, "net on rank %d: RINGCC_NET=%s, but: %s",
+                            comm->rank, force, err);
+    size_t len = strlen(tried);
+    snprintf(tried + len, sizeof(tried) - len, "%sNET/%s is not usable (%s)",
+             len ? "; " : "", p->name, err);
+  }
+  if (ib_off && force == NULL)
+    RCC_INFO(comm->rank, "net: NET/IB left out (RINGCC_IB_DISABLE=%s)", off);
+  return rcc_comm_error(comm, RINGCC_ERR_NETWORK, "net on rank %d: no network "
+                        "plugin is usable: %s", comm->rank, tried);
+}
+
 static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
   char err[RCC_ERRLEN];
@@ -73,27 +161,78 @@ static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
                           "net on rank %d: out of memory", comm->rank);
   if (npeers == 0)
     return RINGCC_SUCCESS;
-  st->plugin = plugins[0];
-  ringcc_result_t r = st->plugin->init(ifname_spec(comm), err, sizeof(err));
-  if (r == RINGCC_SUCCESS)
-    r = st->plugin->listen(blob, &st->listen_comm, err, sizeof(err));
+  ringcc_result_t r = pick_plugin(comm, st);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = st->plugin->listen(blob, &st->listen_comm, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
+  snprintf((char *)blob + BLOB_NAME_OFFSET, BLOB_NAME_BYTES, "%s",
+           st->plugin->name);
   snprintf(st->describe, sizeof(st->describe), "NET/%s/%s", st->plugin->name,
            st->plugin->device());
   return RINGCC_SUCCESS;
 }
 
+/* Device kinds over a plugin that registers GPU memory: slots in GPU memory
+ * (the FIFO header, which the proxy reads, stays in host memory). */
+static void gdr_decide(struct ringcc_comm *comm, struct net_state *st) {
+  struct rcc_net_locality where;
+  char why[300] = "the plugin cannot register GPU memory";
+  if (comm->nkinds != RCC_MAX_CONN_KINDS)
+    return; /* host buffers only */
+  locality(comm, &where);
+#if RINGCC_HAVE_CUDA
+  st->gdr = st->plugin->gdr != NULL && where.gpu_pci[0] != '\0' &&
+            st->plugin->gdr(where.gpu_pci, why, sizeof(why));
+#else
+  snprintf(why, sizeof(why), "built without CUDA");
+#endif
+  RCC_INFO(comm->rank, "net: device FIFOs %s: %s",
+           st->gdr ? "in GPU memory" : "staged through host memory", why);
+}
+
+/* The slots of a GPUDirect RDMA FIFO, in this rank's GPU. */
+static ringcc_result_t alloc_gpu_slots(struct ringcc_comm *comm, size_t bytes,
+                                       char **out) {
+#if RINGCC_HAVE_CUDA
+  int dev = comm->peers[comm->rank].gpu.device, prev = -1;
+  void *p = NULL;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e == cudaSuccess && prev != dev)
+    e = cudaSetDevice(dev);
+  if (e == cudaSuccess)
+    e = cudaMalloc(&p, bytes);
+  if (prev >= 0 && prev != dev)
+    cudaSetDevice(prev);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                          "net on rank %d: cudaMalloc of %zu bytes of FIFO "
+                          "slots on GPU %d failed: %s", comm->rank, bytes, dev,
+                          cudaGetErrorString(e));
+  }
+  *out = p;
+  return RINGCC_SUCCESS;
+#else
+  (void)bytes, (void)out;
+  return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
+                        "net on rank %d: GPU FIFO slots without CUDA",
+                        comm->rank);
+#endif
+}
+
 static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
                                   const struct net_state *st,
                                   struct rcc_proxy_conn *c, int peer,
-                                  int is_send) {
-  char err[RCC_ERRLEN];
+                                  int is_send, int device_kind, char **gpu) {
   size_t data = (size_t)comm->set.nslots * net_slot_bytes(comm);
   void *mem = NULL;
+  int on_gpu = device_kind && st->gdr;
   /* Whole pages: device kinds are registered with CUDA (cuda.c), and two
    * FIFOs must never share a page. */
-  size_t bytes = (RCC_FIFO_DATA_OFFSET + data + 4095) & ~(size_t)4095;
+  size_t bytes = (RCC_FIFO_DATA_OFFSET + (on_gpu ? 0 : data) + 4095) &
+                 ~(size_t)4095;
   if (posix_memalign(&mem, 4096, bytes) != 0)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: no memory for a %zu-byte FIFO",
@@ -105,8 +244,12 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
   c->slot_bytes = net_slot_bytes(comm);
   c->is_send = is_send;
   c->peer = peer;
-  (void)st, (void)err;
-  return RINGCC_SUCCESS;
+  if (!on_gpu)
+    return RINGCC_SUCCESS;
+  ringcc_result_t r = alloc_gpu_slots(comm, data, gpu);
+  if (r == RINGCC_SUCCESS)
+    c->data = *gpu; /* cuda.c sees slots away from the header: GDR */
+  return r;
 }
 
 int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
@@ -153,9 +296,19 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
       uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
       memcpy(hello.secret, comm->secret, 16);
       memcpy(wire, &hello, sizeof(hello));
-      ringcc_result_t r = st->plugin->connect(
-          all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES, wire,
-          &c->net_comm, comm->init_deadline, err, sizeof(err));
+      const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
+      if (strncmp(blob + BLOB_NAME_OFFSET, st->plugin->name,
+                  BLOB_NAME_BYTES) != 0)
+        return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
+                              "net on rank %d: rank %d (host %s) uses "
+                              "NET/%.*s but this rank NET/%s: set RINGCC_NET "
+                              "alike on every rank (IB or Socket)",
+                              comm->rank, peers[i],
+                              comm->peers[peers[i]].hostname, BLOB_NAME_BYTES,
+                              blob + BLOB_NAME_OFFSET, st->plugin->name);
+      ringcc_result_t r = st->plugin->connect(blob, wire, &c->net_comm,
+                                              comm->init_deadline, err,
+                                              sizeof(err));
       if (r == RINGCC_SUCCESS && st->duplex)
         r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
       if (r != RINGCC_SUCCESS)
@@ -210,6 +363,29 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
+/* Where the plugin finishes setups apart (ready): the send connections,
+ * whose peers answered in accept(), then the receive ones. */
+static ringcc_result_t ready_all(struct ringcc_comm *comm,
+                                 struct net_state *st) {
+  char err[RCC_ERRLEN];
+  if (st->plugin->ready == NULL)
+    return RINGCC_SUCCESS;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < st->nconns; i++) {
+      struct rcc_proxy_conn *c = &st->conns[i];
+      if (c->is_send != (pass == 0) || c->net_comm == NULL)
+        continue;
+      ringcc_result_t r = st->plugin->ready(c->net_comm, comm->init_deadline,
+                                            err, sizeof(err));
+      if (r != RINGCC_SUCCESS)
+        return rcc_comm_error(comm, r, "net on rank %d: the connection %s "
+                              "rank %d (host %s): %s", comm->rank,
+                              c->is_send ? "to" : "from", c->peer,
+                              comm->peers[c->peer].hostname, err);
+    }
+  return RINGCC_SUCCESS;
+}
+
 static void bind_conn(struct rcc_conn *e, struct rcc_proxy_conn *c,
                       struct rcc_proxy *proxy) {
   e->fifo = c->fifo;
@@ -238,17 +414,21 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   for (int i = 0; i < npeers; i++)
     lower += peers[i] < comm->rank;
   st->conns = calloc((size_t)st->nconns, sizeof(*st->conns));
-  if (st->conns == NULL)
+  st->gpu_data = calloc((size_t)st->nconns, sizeof(*st->gpu_data));
+  if (st->conns == NULL || st->gpu_data == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: out of memory", comm->rank);
+  gdr_decide(comm, st);
   for (int i = 0; i < st->nconns; i++)
     if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * st->nkinds)],
-                        i % 2 == 0)) != RINGCC_SUCCESS)
+                        i % 2 == 0, (i / 2) % st->nkinds >= RCC_CONN_DEVICE,
+                        &st->gpu_data[i])) != RINGCC_SUCCESS)
       return r;
   if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
       (r = accept_all(comm, st,
                       st->duplex ? lower * st->nkinds : st->nconns / 2)) !=
-          RINGCC_SUCCESS)
+          RINGCC_SUCCESS ||
+      (r = ready_all(comm, st)) != RINGCC_SUCCESS)
     return r;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
@@ -297,10 +477,15 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
         st->plugin->close_recv(c->net_comm);
     }
     free(c->fifo);
+#if RINGCC_HAVE_CUDA
+    if (st->gpu_data && st->gpu_data[i])
+      cudaFree(st->gpu_data[i]);
+#endif
   }
   if (st->listen_comm)
     st->plugin->close_listen(st->listen_comm);
   free(st->conns);
+  free(st->gpu_data);
   free(st);
 }
 
