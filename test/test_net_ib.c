@@ -36,6 +36,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -248,7 +250,7 @@ static void use_fake(const char *fault) {
 /* A real device, or skip: init must succeed with libibverbs.so.1. */
 static void use_real(void) {
   char err[RCC_ERRLEN];
-  unset_ib_env();
+  unsetenv("RINGCC_IBVERBS_LIB");
   if (P.init(NULL, err, sizeof err) != RINGCC_SUCCESS)
     cr_skip_test("no usable RDMA device here: %s", err);
 }
@@ -597,11 +599,29 @@ static void t_redirect(void) {
   pair_close(&p);
 }
 
-/* Registrations beyond RINGCC_IB_REG_CACHE_MB leave once unused. */
+/* RINGCC_IB_REG_CACHE_MB=0: a registration lasts as long as its send. */
+static void t_no_cache(void) {
+  pair_t p;
+  struct rcc_ib_cache_stats st;
+  pair_open(&p);
+  char *buf = malloc(1 << 20);
+  cr_assert_not_null(buf);
+  for (int i = 0; i < 3; i++)
+    one_message(&p, buf, SLOT, p.rfifo, FIFO_BYTES, (uint32_t)i,
+                350 + (uint64_t)i);
+  rcc_net_ib_cache_stats(&st);
+  cr_assert(st.misses == 3 && st.hits == 0 && st.entries == 0,
+            "misses %llu, hits %llu, %llu left registered",
+            (unsigned long long)st.misses, (unsigned long long)st.hits,
+            (unsigned long long)st.entries);
+  free(buf);
+  pair_close(&p);
+}
+
+/* Registrations beyond RINGCC_IB_REG_CACHE_MB (4 here) leave once unused. */
 static void t_cache_eviction(void) {
   pair_t p;
   struct rcc_ib_cache_stats st;
-  setenv("RINGCC_IB_REG_CACHE_MB", "4", 1);
   pair_open(&p);
   char *buf[6];
   for (int i = 0; i < 6; i++) {
@@ -759,28 +779,38 @@ static void t_setup_timeout(void) {
   pair_close(&p);
 }
 
-#define BOTH(name, timeout_s, body)                                            \
+/* Each test on both devices; var=value (or NULL) is set before init. */
+static void setting(const char *var, const char *value) {
+  if (var)
+    setenv(var, value, 1);
+}
+
+#define BOTH(name, timeout_s, var, value, body)                                \
   Test(ib_fake, name, .timeout = timeout_s) {                                  \
     use_fake(NULL);                                                            \
+    setting(var, value);                                                       \
     body;                                                                      \
   }                                                                            \
   Test(ib_real, name, .timeout = timeout_s) {                                  \
+    unset_ib_env();                                                            \
+    setting(var, value);                                                       \
     use_real();                                                                \
     body;                                                                      \
   }
 
-BOTH(messages, 60, t_messages())
-BOTH(stream, 120, t_stream(300))
-BOTH(stream_3qps, 120, (setenv("RINGCC_IB_QPS_PER_CONN", "3", 1), t_stream(300)))
-BOTH(zero_copy_send, 60, t_zero_copy_send())
-BOTH(redirect, 60, t_redirect())
-BOTH(cache_eviction, 60, t_cache_eviction())
-BOTH(freed_memory, 60, t_freed_memory())
-BOTH(flush, 60, t_flush())
-BOTH(sender_closes, 60, t_sender_closes())
-BOTH(receiver_closes, 60, t_receiver_closes())
-BOTH(stranger, 60, t_stranger())
-BOTH(setup_timeout, 60, t_setup_timeout())
+BOTH(messages, 60, NULL, NULL, t_messages())
+BOTH(stream, 120, NULL, NULL, t_stream(300))
+BOTH(stream_3qps, 120, "RINGCC_IB_QPS_PER_CONN", "3", t_stream(300))
+BOTH(zero_copy_send, 60, NULL, NULL, t_zero_copy_send())
+BOTH(redirect, 60, NULL, NULL, t_redirect())
+BOTH(cache_eviction, 60, "RINGCC_IB_REG_CACHE_MB", "4", t_cache_eviction())
+BOTH(no_cache, 60, "RINGCC_IB_REG_CACHE_MB", "0", t_no_cache())
+BOTH(freed_memory, 60, NULL, NULL, t_freed_memory())
+BOTH(flush, 60, NULL, NULL, t_flush())
+BOTH(sender_closes, 60, NULL, NULL, t_sender_closes())
+BOTH(receiver_closes, 60, NULL, NULL, t_receiver_closes())
+BOTH(stranger, 60, NULL, NULL, t_stranger())
+BOTH(setup_timeout, 60, NULL, NULL, t_setup_timeout())
 
 /* ==== error paths on the fake device ========================================= */
 
@@ -1089,3 +1119,324 @@ Test(ib_fake, gdr_disabled) {
   cr_assert_eq(P.gdr("0000:17:00.0", why, sizeof why), 0);
   cr_assert_str_eq(why, "RINGCC_NET_GDR_DISABLE=1");
 }
+
+/* ==== collectives over NET/IB on a real device ================================ */
+
+/* An ACTIVE port in sysfs (without opening the device: the ranks are forked
+ * and must each open it themselves). */
+static bool rdma_port_active(void) {
+  glob_t g;
+  bool active = false;
+  if (glob("/sys/class/infiniband/*/ports/*/state", 0, NULL, &g) != 0)
+    return false;
+  for (size_t i = 0; i < g.gl_pathc && !active; i++) {
+    char buf[64] = "";
+    FILE *f = fopen(g.gl_pathv[i], "r");
+    if (f != NULL) {
+      active = fgets(buf, sizeof buf, f) != NULL && strstr(buf, "ACTIVE");
+      fclose(f);
+    }
+  }
+  globfree(&g);
+  return active;
+}
+
+static void coll_env(void) {
+  if (!rdma_port_active())
+    cr_skip_test("no ACTIVE RDMA port here (make ib-check runs this on "
+                 "Soft-RoCE in a VM)");
+  unset_ib_env();
+  setenv("RINGCC_NET", "IB", 1);
+  setenv("RINGCC_SHM_DISABLE", "1", 1);
+}
+
+enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_REDUCE, C_ALLGATHER, C_BCAST,
+       C_ALLTOALL, C_SENDRECV, C_BARRIER, C_NUM };
+static const char *const coll_names[C_NUM] = {
+    "allreduce", "reduce_scatter", "reduce", "allgather",
+    "bcast",     "alltoall",       "sendrecv", "barrier"};
+static const size_t coll_counts[] = {0, 1, 1031, 70001};
+#define MAX_COUNT 70001
+#define MAX_N 4
+
+typedef struct {
+  char *s, *r, *e;
+} bufs_t;
+
+static bool ok(h_ctx_t *ctx, ringcc_result_t r, const char *what) {
+  return h_ok(ctx, r, what);
+}
+
+/* One call of coll, checked element by element; 0 or 1. */
+static int run_case(h_ctx_t *ctx, bufs_t *b, int coll, ringcc_datatype_t dt,
+                    ringcc_op_t op, size_t count) {
+  ringcc_comm_t comm = ctx->comm;
+  int n = ctx->nranks, me = ctx->rank;
+  size_t es = h_dt_size(dt);
+  uint64_t salt = h_hash3((uint64_t)coll, (uint64_t)dt * 8 + (uint64_t)op,
+                          count);
+  int root = (int)(salt % (uint64_t)n);
+  char what[160];
+  snprintf(what, sizeof what, "%s %s %s count %zu", coll_names[coll],
+           h_dt_name(dt), h_op_name(op), count);
+  memset(b->r, 0xee, (size_t)MAX_COUNT * MAX_N * 8);
+  switch (coll) {
+  case C_ALLREDUCE:
+    h_fill_input(dt, op, me, 0, salt, b->s, count);
+    if (!ok(ctx, ringcc_allreduce(b->s, b->r, count, dt, op, comm, NULL), what))
+      return 1;
+    h_fill_expected(dt, op, n, 0, salt, b->e, count);
+    return !h_check_elems(ctx, what, dt, b->r, b->e, count);
+  case C_REDUCE_SCATTER:
+    h_fill_input(dt, op, me, 0, salt, b->s, count * (size_t)n);
+    if (!ok(ctx, ringcc_reduce_scatter(b->s, b->r, count, dt, op, comm, NULL),
+            what))
+      return 1;
+    h_fill_expected(dt, op, n, (size_t)me * count, salt, b->e, count);
+    return !h_check_elems(ctx, what, dt, b->r, b->e, count);
+  case C_REDUCE:
+    h_fill_input(dt, op, me, 0, salt, b->s, count);
+    if (!ok(ctx, ringcc_reduce(b->s, b->r, count, dt, op, root, comm, NULL),
+            what))
+      return 1;
+    if (me != root)
+      return 0;
+    h_fill_expected(dt, op, n, 0, salt, b->e, count);
+    return !h_check_elems(ctx, what, dt, b->r, b->e, count);
+  case C_ALLGATHER:
+    h_fill_pattern(dt, (uint64_t)me, 0, salt, b->s, count);
+    if (!ok(ctx, ringcc_allgather(b->s, b->r, count, dt, comm, NULL), what))
+      return 1;
+    for (int j = 0; j < n; j++)
+      h_fill_pattern(dt, (uint64_t)j, 0, salt, b->e + (size_t)j * count * es,
+                     count);
+    return !h_check_elems(ctx, what, dt, b->r, b->e, count * (size_t)n);
+  case C_BCAST:
+    if (me == root)
+      h_fill_pattern(dt, (uint64_t)root, 0, salt, b->r, count);
+    if (!ok(ctx, ringcc_bcast(b->r, count, dt, root, comm, NULL), what))
+      return 1;
+    h_fill_pattern(dt, (uint64_t)root, 0, salt, b->e, count);
+    return !h_check_elems(ctx, what, dt, b->r, b->e, count);
+  case C_ALLTOALL:
+    for (int j = 0; j < n; j++) {
+      h_fill_pattern(dt, (uint64_t)(me * n + j), 0, salt,
+                     b->s + (size_t)j * count * es, count);
+      h_fill_pattern(dt, (uint64_t)(j * n + me), 0, salt,
+                     b->e + (size_t)j * count * es, count);
+    }
+    if (!ok(ctx, ringcc_alltoall(b->s, b->r, count, dt, comm, NULL), what))
+      return 1;
+    return !h_check_elems(ctx, what, dt, b->r, b->e, count * (size_t)n);
+  case C_SENDRECV: {
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    h_fill_pattern(dt, (uint64_t)me, 0, salt, b->s, count);
+    for (int step = 0; step < 2; step++)
+      if ((step == 0) == (me % 2 == 0)) {
+        if (!ok(ctx, ringcc_send(b->s, count, dt, next, comm, NULL), what))
+          return 1;
+      } else if (!ok(ctx, ringcc_recv(b->r, count, dt, prev, comm, NULL),
+                     what)) {
+        return 1;
+      }
+    h_fill_pattern(dt, (uint64_t)prev, 0, salt, b->e, count);
+    return !h_check_elems(ctx, what, dt, b->r, b->e, count);
+  }
+  default:
+    return !ok(ctx, ringcc_barrier(comm, NULL), what);
+  }
+}
+
+static int matrix_body(h_ctx_t *ctx) {
+  bufs_t b;
+  size_t bytes = (size_t)MAX_COUNT * MAX_N * 8;
+  b.s = malloc(bytes);
+  b.r = malloc(bytes);
+  b.e = malloc(bytes);
+  if (!b.s || !b.r || !b.e)
+    return h_fail(ctx, "out of memory");
+  int bad = 0, calls = 0;
+  double t0 = h_now_s();
+  for (int coll = 0; coll < C_NUM && !bad; coll++)
+    for (int d = 0; d < RINGCC_NUM_DATATYPES && !bad; d++)
+      for (int o = 0; o < RINGCC_NUM_OPS && !bad; o++) {
+        int reduces = coll <= C_REDUCE;
+        if ((!reduces && o > 0) || (coll == C_BARRIER && d > 0))
+          continue;
+        for (size_t k = 0; k < sizeof coll_counts / sizeof *coll_counts && !bad;
+             k++, calls++)
+          bad = run_case(ctx, &b, coll, h_all_dtypes[d], h_all_ops[o],
+                         coll_counts[k]);
+      }
+  if (ctx->rank == 0 && !bad)
+    fprintf(stderr, "ib_coll: n = %d, %d calls checked in %.1f s\n",
+            ctx->nranks, calls, h_now_s() - t0);
+  free(b.s);
+  free(b.r);
+  free(b.e);
+  return bad;
+}
+
+static void matrix(int n) {
+  coll_env();
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.net_chunk_bytes = 16384; /* 70001 float32 are 17 slots */
+  cfg.nslots = 4;
+  h_run_opts_t o = {.nranks = n, .body = matrix_body, .config = &cfg,
+                    .timeout_s = 1500, .name = "ib_coll matrix"};
+  cr_assert(h_run(&o), "every collective x datatype x op over NET/IB at "
+            "n = %d", n);
+}
+
+TestSuite(ib_coll);
+Test(ib_coll, matrix_n2, .timeout = 1600) { matrix(2); }
+Test(ib_coll, matrix_n3, .timeout = 1600) { matrix(3); }
+Test(ib_coll, matrix_n4, .timeout = 1600) { matrix(4); }
+
+/* Large calls with the default slots: sends from and receives into the
+ * user's buffers, through the registration cache. */
+static int zero_copy_body(h_ctx_t *ctx) {
+  size_t count = 1 << 19; /* 2 MiB of float32 */
+  float *s = malloc(count * 4), *r = malloc(count * 4 * MAX_N);
+  float *e = malloc(count * 4 * MAX_N);
+  if (!s || !r || !e)
+    return h_fail(ctx, "out of memory");
+  for (int it = 0; it < 4; it++) {
+    uint64_t salt = 77 + (uint64_t)it;
+    h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, ctx->rank, 0, salt, s, count);
+    if (!h_ok(ctx, ringcc_allreduce(s, r, count, RINGCC_FLOAT32, RINGCC_SUM,
+                                    ctx->comm, NULL), "allreduce"))
+      return 1;
+    h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, ctx->nranks, 0, salt, e, count);
+    if (!h_check_elems(ctx, "allreduce", RINGCC_FLOAT32, r, e, count))
+      return 1;
+    h_fill_pattern(RINGCC_FLOAT32, (uint64_t)ctx->rank, 0, salt, s, count);
+    if (!h_ok(ctx, ringcc_allgather(s, r, count, RINGCC_FLOAT32, ctx->comm,
+                                    NULL), "allgather"))
+      return 1;
+    for (int j = 0; j < ctx->nranks; j++)
+      h_fill_pattern(RINGCC_FLOAT32, (uint64_t)j, 0, salt, e + (size_t)j * count,
+                     count);
+    if (!h_check_elems(ctx, "allgather", RINGCC_FLOAT32, r, e,
+                       count * (size_t)ctx->nranks))
+      return 1;
+  }
+  struct rcc_ib_cache_stats st;
+  rcc_net_ib_cache_stats(&st);
+  fprintf(stderr, "ib_coll zero copy: rank %d: registrations %llu made, "
+          "%llu reused, %llu outdated, %llu evicted; %llu receives landed in "
+          "the user's buffer\n", ctx->rank, (unsigned long long)st.misses,
+          (unsigned long long)st.hits, (unsigned long long)st.stale,
+          (unsigned long long)st.evictions, (unsigned long long)st.landed);
+  if (st.hits == 0)
+    return h_fail(ctx, "no registration of a user buffer was reused");
+  if (st.landed == 0)
+    return h_fail(ctx, "no receive landed in the user's buffer");
+  free(s);
+  free(r);
+  free(e);
+  return 0;
+}
+
+Test(ib_coll, zero_copy, .timeout = 600) {
+  coll_env();
+  setenv("RINGCC_NET_ZEROCOPY", "1", 1);
+  h_run_opts_t o = {.nranks = 3, .body = zero_copy_body, .timeout_s = 500,
+                    .name = "ib_coll zero copy"};
+  cr_assert(h_run(&o));
+}
+
+/* ---- a rank killed with SIGKILL in the middle of a stream of calls --------- */
+
+typedef struct {
+  int code[MAX_N];
+  char message[MAX_N][RCC_ERRLEN];
+  double failed_at[MAX_N];
+  double killed_at;
+  int calls[MAX_N];
+  ringcc_unique_id_t id;
+  int id_ready;
+} kill_area_t;
+
+static void *suicide(void *arg) {
+  kill_area_t *a = arg;
+  usleep(2000 + (useconds_t)(h_mix64((uint64_t)getpid()) % 20000));
+  a->killed_at = h_now_s();
+  raise(SIGKILL);
+  return NULL;
+}
+
+static void kill_rank_main(kill_area_t *a, int rank, int n, int victim) {
+  ringcc_comm_t comm;
+  while (!__atomic_load_n(&a->id_ready, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  if (ringcc_comm_init(&comm, n, &a->id, rank, NULL) != RINGCC_SUCCESS)
+    _exit(2);
+  size_t count = 1 << 16;
+  float *s = calloc(count, 4), *r = calloc(count, 4);
+  for (int it = 0; it < 100000; it++) {
+    if (rank == victim && it == 20) {
+      pthread_t t;
+      pthread_create(&t, NULL, suicide, a); /* dies inside the next call */
+    }
+    ringcc_result_t res = ringcc_allreduce(s, r, count, RINGCC_FLOAT32,
+                                           RINGCC_SUM, comm, NULL);
+    a->calls[rank] = it + 1;
+    if (res != RINGCC_SUCCESS) {
+      a->failed_at[rank] = h_now_s();
+      a->code[rank] = res;
+      snprintf(a->message[rank], RCC_ERRLEN, "%s",
+               ringcc_comm_last_error(comm));
+      ringcc_comm_destroy(comm);
+      _exit(0);
+    }
+  }
+  _exit(3); /* never noticed */
+}
+
+static void kill_one(int n) {
+  coll_env();
+  kill_area_t *a = h_shared_alloc(sizeof *a);
+  pid_t pid[MAX_N];
+  int victim = n - 1, status[MAX_N];
+  for (int r = 0; r < n; r++)
+    if ((pid[r] = fork()) == 0)
+      kill_rank_main(a, r, n, victim);
+  cr_assert_eq(ringcc_get_unique_id(&a->id), RINGCC_SUCCESS);
+  __atomic_store_n(&a->id_ready, 1, __ATOMIC_RELEASE);
+  double until = h_now_s() + 120;
+  for (int r = 0; r < n; r++) {
+    while (waitpid(pid[r], &status[r], WNOHANG) == 0) {
+      if (h_now_s() > until) {
+        for (int k = 0; k < n; k++)
+          kill(pid[k], SIGKILL);
+        cr_assert_fail("n = %d: ranks still running 120 s after the start "
+                       "(rank %d at call %d)", n, r, a->calls[r]);
+      }
+      usleep(10000);
+    }
+  }
+  cr_assert(WIFSIGNALED(status[victim]) && WTERMSIG(status[victim]) == SIGKILL,
+            "the victim was not killed (status 0x%x, %d calls)",
+            status[victim], a->calls[victim]);
+  char name[32];
+  snprintf(name, sizeof name, "rank %d", victim);
+  for (int r = 0; r < n; r++) {
+    if (r == victim)
+      continue;
+    cr_assert(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0,
+              "survivor rank %d: status 0x%x", r, status[r]);
+    cr_assert_eq(a->code[r], RINGCC_ERR_PEER_FAILED, "survivor rank %d: %s",
+                 r, a->message[r]);
+    cr_assert(strstr(a->message[r], name) != NULL, "survivor rank %d does "
+              "not name %s: %s", r, name, a->message[r]);
+    double delay = a->failed_at[r] - a->killed_at;
+    cr_assert(delay < 10, "survivor rank %d took %.1f s", r, delay);
+    fprintf(stderr, "ib_coll kill n = %d: rank %d failed %.3f s after the "
+            "kill: %s\n", n, r, delay, a->message[r]);
+  }
+  h_shared_free(a, sizeof *a);
+}
+
+Test(ib_coll, sigkill_n3, .timeout = 200) { kill_one(3); }
+Test(ib_coll, sigkill_n4, .timeout = 200) { kill_one(4); }

@@ -70,6 +70,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1515,13 +1516,49 @@ static void cache_flush_locked(void) {
  * around it where that is mapped (one registration serves the neighbouring
  * pieces of the same buffer), else just its pages; read-only memory
  * (a send from a constant) without write access. */
+/* 1 if every page of [a, b) is mapped. */
+static int mapped(uintptr_t a, uintptr_t b) {
+  static unsigned char vec[REG_WINDOW / 4096]; /* under g_ib.lock */
+  return b <= a || (b - a <= REG_WINDOW &&
+                    mincore((void *)a, b - a, vec) == 0);
+}
+
+/* Extends [lo, hi) (page aligned) down to floor and up to ceil while the
+ * pages are mapped, so a registration never asks for a hole. */
+static void mapped_extent(uintptr_t *lo, uintptr_t *hi, uintptr_t floor,
+                          uintptr_t ceil) {
+  uintptr_t in = *lo, out = floor; /* the lowest mapped start in [out, in] */
+  while (in - out > 4096) {
+    uintptr_t mid = (out + (in - out) / 2) & ~(uintptr_t)4095;
+    if (mapped(mid, *lo))
+      in = mid;
+    else
+      out = mid;
+  }
+  if (mapped(out, *lo))
+    in = out;
+  *lo = in;
+  in = *hi, out = ceil; /* the highest mapped end in [in, out] */
+  while (out - in > 4096) {
+    uintptr_t mid = (in + (out - in) / 2) & ~(uintptr_t)4095;
+    if (mapped(*hi, mid))
+      in = mid;
+    else
+      out = mid;
+  }
+  if (mapped(*hi, out))
+    in = out;
+  *hi = in;
+}
+
 static struct ibv_mr *reg_host(const char *p, size_t len, int writable,
                                int *got_writable, int *e) {
   uintptr_t a = (uintptr_t)p;
-  uintptr_t spans[2][2] = {
-      {a & ~(uintptr_t)(REG_WINDOW - 1),
-       (a + len + REG_WINDOW - 1) & ~(uintptr_t)(REG_WINDOW - 1)},
-      {a & ~(uintptr_t)4095, (a + len + 4095) & ~(uintptr_t)4095}};
+  uintptr_t lo = a & ~(uintptr_t)4095, hi = (a + len + 4095) & ~(uintptr_t)4095;
+  uintptr_t wlo = lo, whi = hi;
+  mapped_extent(&wlo, &whi, a & ~(uintptr_t)(REG_WINDOW - 1),
+                (a + len + REG_WINDOW - 1) & ~(uintptr_t)(REG_WINDOW - 1));
+  uintptr_t spans[2][2] = {{wlo, whi}, {lo, hi}};
   struct ibv_mr *mr = NULL;
   for (int i = 0; i < 2 && mr == NULL; i++) {
     mr = IBV->reg_mr(g_ib.dev.pd, (void *)spans[i][0],
@@ -2481,6 +2518,9 @@ static void handle_wc(struct ib_comm *c, const struct ibv_wc *wc) {
   struct ib_req *r = idx < MAX_REQ ? &c->reqs[idx] : NULL;
   if (type == WR_DATA || type == WR_CTS)
     c->sq_out[q < MAX_QPS ? q : 0]--;
+  if (type == WR_DATA && (r == NULL || r->state != REQ_ISSUED ||
+                          (uint32_t)r->seq != seq))
+    return; /* a write given up on (side_gone): nobody waits for it */
   if (wc->status != IBV_WC_SUCCESS) {
     wc_fail(c, wc);
     return;
@@ -2759,12 +2799,14 @@ static void side_gone(struct ib_comm *c) {
   if (c->error != RINGCC_SUCCESS || c->tail == c->head)
     return;
   if (c->kind == COMM_SEND && c->side_end == 2) {
-    while (c->head < c->tail && c->head == c->next &&
-           c->queue[c->head % MAX_REQ]->bytes == 0) {
+    /* Empty messages (a goodbye) to a receiver that closed cleanly are done,
+     * written or not: a write it took may just not be acknowledged yet. */
+    while (c->head < c->tail && c->queue[c->head % MAX_REQ]->bytes == 0) {
       struct ib_req *r = c->queue[c->head % MAX_REQ];
       r->state = REQ_DONE;
+      if (c->next == c->head)
+        c->next++;
       c->head++;
-      c->next++;
     }
     if (c->tail == c->head)
       return;
