@@ -1153,7 +1153,6 @@ struct ib_comm {
   int side_end;    /* the peer's side channel: 0 open, 1 EOF or error, 2 CLOSE */
   char side_err[128];
   int hinted;      /* the caller reports the fds poll() finds ready */
-  int side_ready;  /* ... and the side channel was, since we last read it */
   int64_t deadline;
   int64_t next_side_check, next_async_check;
   uint8_t wire[WIRE_BYTES];
@@ -2849,10 +2848,9 @@ static void progress(struct ib_comm *c) {
       return;
   }
   poll_cq(c);
-  if (c->side_end == 0 && c->tail > c->head &&
-      (c->hinted ? c->side_ready : now >= c->next_side_check)) {
+  if (c->side_end == 0 && !c->hinted && c->tail > c->head &&
+      now >= c->next_side_check) { /* hinted: readable() reads it */
     side_read(c);
-    c->side_ready = 0;
     c->next_side_check = now + SIDE_CHECK_NS;
   }
   if (c->kind == COMM_SEND)
@@ -3123,8 +3121,8 @@ static void ib_readable(void *comm, int fd) {
     drain_chan(c);
   else if (fd == g_ib.dev.async_fd)
     async_drain();
-  else if (fd == c->fd)
-    c->side_ready = 1;
+  else if (fd == c->fd) /* read now: a closed channel must leave fds() */
+    side_read(c);
 }
 
 static void ib_close(void *comm) {
