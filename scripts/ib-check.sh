@@ -10,10 +10,12 @@
 # emulation; IB_CHECK_ACCEL=kvm to try KVM) and, in the guest, brings up a
 # dummy interface with an address and rxe0 on it, then runs:
 #   1. ibv_devinfo, and ibv_rc_pingpong between two processes (verbs work)
-#   2. build/test/test_net_ib with RINGCC_SHM_DISABLE=1 RINGCC_NET=IB: the
+#   2. with RINGCC_SHM_DISABLE=1 RINGCC_NET=IB: build/test/test_net_ib (the
 #      unit tests, the fake-verbs error paths, and on rxe0 the plugin's data
 #      path and every collective x datatype x op at n = 2, 3, 4, zero copy,
-#      the registration cache, a rank killed mid-collective
+#      the registration cache, a rank killed mid-collective), and the TCP
+#      variants of test_faults and test_collectives' transport suite, which
+#      then run over NET/IB
 #   3. a 3-rank allreduce at RINGCC_DEBUG=INFO: the IB edges and the GID
 #   4. with IB_CHECK_BENCH=1: ib_write_bw and ringcc-bench AllReduce at 1 MiB
 #      and 64 MiB on rxe0 (busbw next to the link's, as a ratio)
@@ -22,8 +24,8 @@
 # is kept in $IBVM/guest.log.
 #
 # Variables: IBVM (default build/ibvm), IB_CHECK_TIMEOUT (seconds for the
-# guest, default 1500), IB_CHECK_BENCH=1, IB_CHECK_FILTER (a Criterion
-# --filter for step 2), IB_CHECK_ACCEL (tcg; or kvm, kvm:tcg), IB_CHECK_CPUS
+# guest, default 1500), IB_CHECK_BENCH=1, IB_CHECK_FILTER (step 2 runs only
+# test_net_ib with this Criterion --filter), IB_CHECK_ACCEL (tcg; or kvm, kvm:tcg), IB_CHECK_CPUS
 # (2), IB_CHECK_ONLY (a shell command run in the guest instead of the steps).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -71,9 +73,8 @@ VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -n 1)
 
 # ---- what runs in the guest: a build without CUDA ----------------------------
 say "building the library, tools and tests without CUDA in $HOST"
-tests=
-[ -f test/test_net_ib.c ] && tests="$HOST/test/test_net_ib"
-$MAKE --no-print-directory CUDA=0 BUILD="$HOST" all $tests \
+$MAKE --no-print-directory CUDA=0 BUILD="$HOST" all "$HOST/test/test_net_ib" \
+  "$HOST/test/test_faults" "$HOST/test/test_collectives" \
   >"$IBVM/build.log" 2>&1 || { tail -n 30 "$IBVM/build.log"; die "build failed"; }
 
 # ---- the initramfs ------------------------------------------------------------
@@ -172,7 +173,7 @@ if [ "$done_line" = 0 ]; then
   say "the guest did not finish its run (qemu exit $rc): see $LOG"
   failed=$((failed + 1))
 fi
-tr -d '\r' <"$LOG" | sed -n 's/^IBCHECK \(PASS\|FAIL\) /  \1 /p'
+tr -d '\r' <"$LOG" | sed -n 's/^IBCHECK \(PASS\|FAIL\|SUITE\) /  \1 /p'
 say "total $(( $(date +%s) - START ))s, guest ${secs}s"
 say "$passed passed, $failed failed"
 [ "$failed" = 0 ]

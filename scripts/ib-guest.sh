@@ -97,27 +97,45 @@ pingpong() {
 }
 step "ibv_rc_pingpong -g $GID" 30 pingpong
 
-# ---- 2. the test suite on rxe0 -----------------------------------------------
-echo "=== test_net_ib (RINGCC_SHM_DISABLE=1 RINGCC_NET=IB)"
-cd /ringcc/test
-t0=$(date +%s)
+# ---- 2. the test suites on rxe0 ----------------------------------------------
+# suite BINARY [FILTER]: a Criterion binary with RINGCC_SHM_DISABLE=1
+# RINGCC_NET=IB; its cases count towards the totals.
+CASES_PASSED=0
+CASES_FAILED=0
+suite() {
+  bin=$1 filter=$2
+  echo "=== $bin ${filter:+--filter=$filter} (RINGCC_SHM_DISABLE=1 RINGCC_NET=IB)"
+  t0=$(date +%s)
+  cd /ringcc/test
+  if [ -n "$filter" ]; then
+    RINGCC_SHM_DISABLE=1 RINGCC_NET=IB "./$bin" --jobs=1 --filter="$filter" >/tmp/t.log 2>&1
+  else
+    RINGCC_SHM_DISABLE=1 RINGCC_NET=IB "./$bin" --jobs=1 >/tmp/t.log 2>&1
+  fi
+  rc=$?
+  cd /
+  cat /tmp/t.log
+  syn=$(grep 'Synthesis:' /tmp/t.log | tail -n 1)
+  tested=$(echo "$syn" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
+  passing=$(echo "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+  if [ -z "$tested" ]; then
+    fail "$bin printed no synthesis (exit $rc)"
+    return
+  fi
+  echo "IBCHECK SUITE $bin: $passing of $tested passed, $(grep -c '^\[SKIP\]' /tmp/t.log) skipped ($(( $(date +%s) - t0 ))s)"
+  CASES_PASSED=$((CASES_PASSED + passing))
+  CASES_FAILED=$((CASES_FAILED + tested - passing))
+}
 if [ -n "$IB_CHECK_FILTER" ]; then
-  RINGCC_SHM_DISABLE=1 RINGCC_NET=IB ./test_net_ib --jobs=1 --filter="$IB_CHECK_FILTER" >/tmp/t.log 2>&1
+  suite test_net_ib "$IB_CHECK_FILTER"
 else
-  RINGCC_SHM_DISABLE=1 RINGCC_NET=IB ./test_net_ib --jobs=1 >/tmp/t.log 2>&1
+  suite test_net_ib
+  # The TCP variants of the fault tests and the no-shm collectives run over
+  # NET/IB here (RINGCC_NET=IB).
+  suite test_faults '*tcp*'
+  suite test_collectives 'transport/*'
 fi
-rc=$?
-cat /tmp/t.log
-syn=$(grep 'Synthesis:' /tmp/t.log | tail -n 1)
-tested=$(echo "$syn" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
-passing=$(echo "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
-skipped=$(grep -c '^\[SKIP\]' /tmp/t.log)
-if [ -n "$tested" ]; then
-  echo "IBCHECK CASES passed=$passing failed=$((tested - passing)) skipped=$skipped ($(( $(date +%s) - t0 ))s)"
-else
-  fail "test_net_ib printed no synthesis (exit $rc)"
-fi
-cd /
+echo "IBCHECK CASES passed=$CASES_PASSED failed=$CASES_FAILED"
 
 # ---- 3. what RINGCC_DEBUG=INFO says about the IB edges -----------------------
 info() {
