@@ -633,6 +633,9 @@ void rcc_proxy_settle(struct rcc_proxy *px) {
 
 void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
   int nfds = 0;
+  /* What a send connection waits for: room in a socket, or news. */
+  short send_events = px->plugin->send_events ? px->plugin->send_events
+                                              : POLLOUT;
   pthread_mutex_lock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
@@ -651,7 +654,7 @@ void rcc_proxy_poll(struct rcc_proxy *px, int timeout_ms) {
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
       px->xconn[nfds] = i;
       px->xfds[nfds++] = (struct pollfd){
-          .fd = fds[j], .events = c->is_send ? POLLOUT : POLLIN};
+          .fd = fds[j], .events = c->is_send ? send_events : POLLIN};
     }
   }
   pthread_mutex_unlock(&px->lock);

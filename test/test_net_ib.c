@@ -919,7 +919,9 @@ static void rtr_timeout(const char *hint) {
                RINGCC_SUCCESS, "%s", err);
   cr_assert_eq(P.accept(p.listen, got, &p.recv, dl, err, sizeof err),
                RINGCC_ERR_NETWORK);
-  const char *pre = "NET/IB: moving queue pair 0x101 of the connection from ";
+  char pre[100]; /* the fake's second queue pair in this process */
+  snprintf(pre, sizeof pre, "NET/IB: moving queue pair 0x%x of the "
+           "connection from ", 0x101u + ((unsigned)(getpid() % 4096) << 12));
   char post[600];
   snprintf(post, sizeof post, " on fake0:1 to RTR (ready to receive) failed: "
            "Connection timed out%s", hint);
@@ -1440,3 +1442,120 @@ static void kill_one(int n) {
 
 Test(ib_coll, sigkill_n3, .timeout = 200) { kill_one(3); }
 Test(ib_coll, sigkill_n4, .timeout = 200) { kill_one(4); }
+
+/* ==== the plugin under the core, on the fake device =========================== */
+
+/* What rank r's init and first allreduce said, for the parent to check. */
+typedef struct {
+  int init_code[2], call_code[2];
+  char message[2][RCC_ERRLEN];
+} lib_area_t;
+
+static int lib_body(h_ctx_t *ctx) {
+  lib_area_t *a = ctx->arg;
+  ringcc_comm_t comm;
+  ringcc_result_t r = ringcc_comm_init(&comm, ctx->nranks, ctx->id, ctx->rank,
+                                       NULL);
+  a->init_code[ctx->rank] = r;
+  if (r != RINGCC_SUCCESS) {
+    snprintf(a->message[ctx->rank], RCC_ERRLEN, "%s",
+             ringcc_comm_last_error(NULL));
+    return 0;
+  }
+  float x[1024] = {0}, y[1024];
+  r = ringcc_allreduce(x, y, 1024, RINGCC_FLOAT32, RINGCC_SUM, comm, NULL);
+  a->call_code[ctx->rank] = r;
+  snprintf(a->message[ctx->rank], RCC_ERRLEN, "%s",
+           r == RINGCC_SUCCESS ? "" : ringcc_comm_last_error(comm));
+  ringcc_comm_destroy(comm);
+  return 0;
+}
+
+static lib_area_t *lib_run(void) {
+  lib_area_t *a = h_shared_alloc(sizeof *a);
+  cr_assert_not_null(a);
+  setenv("RINGCC_SHM_DISABLE", "1", 1);
+  setenv("RINGCC_TIMEOUT_MS", "20000", 1);
+  h_run_opts_t o = {.nranks = 2, .body = lib_body, .arg = a,
+                    .skip_init = true, .timeout_s = 60, .name = "lib"};
+  cr_assert(h_run(&o));
+  return a;
+}
+
+/* A completion with IBV_WC_RETRY_EXC_ERR under a collective: the call fails
+ * with RINGCC_ERR_NETWORK, naming the ranks, the host, the device and the
+ * status in words. */
+Test(ib_fake, library_retry_exceeded, .timeout = 90) {
+  char host[256];
+  use_fake("retry_exceeded");
+  setenv("RINGCC_NET", "IB", 1);
+  cr_assert_eq(gethostname(host, sizeof host), 0);
+  lib_area_t *a = lib_run();
+  for (int r = 0; r < 2; r++) {
+    cr_assert_eq(a->init_code[r], RINGCC_SUCCESS, "rank %d: %s", r,
+                 a->message[r]);
+    cr_assert_eq(a->call_code[r], RINGCC_ERR_NETWORK, "rank %d: %d: %s", r,
+                 a->call_code[r], a->message[r]);
+    char ranks[400], where[300], peer[32];
+    snprintf(ranks, sizeof ranks, "(host %s): NET/IB: RDMA write of ", host);
+    snprintf(peer, sizeof peer, "rank %d", 1 - r);
+    snprintf(where, sizeof where, "on fake0:1 failed: transport retry "
+             "counter exceeded (IBV_WC_RETRY_EXC_ERR, status 12, vendor "
+             "error 0x81)");
+    cr_assert(strstr(a->message[r], ranks) && strstr(a->message[r], where) &&
+                  strstr(a->message[r], peer),
+              "rank %d: %s", r, a->message[r]);
+    fprintf(stderr, "library_retry_exceeded: rank %d: %s\n", r,
+            a->message[r]);
+  }
+  h_shared_free(a, sizeof *a);
+}
+
+Test(ib_fake, library_forced_ib_without_port, .timeout = 90) {
+  use_fake(NULL);
+  setenv("FAKE_IBV_PORT_STATE", "down", 1);
+  setenv("RINGCC_NET", "ib", 1);
+  lib_area_t *a = lib_run();
+  for (int r = 0; r < 2; r++) {
+    char want[300];
+    snprintf(want, sizeof want, "net on rank %d: RINGCC_NET=ib, but: NET/IB: "
+             "no ACTIVE port to use; found: fake0:1 (InfiniBand, port DOWN)",
+             r);
+    cr_assert_eq(a->init_code[r], RINGCC_ERR_UNSUPPORTED, "rank %d: %s", r,
+                 a->message[r]);
+    cr_assert(strstr(a->message[r], want), "rank %d: %s", r, a->message[r]);
+  }
+  h_shared_free(a, sizeof *a);
+}
+
+Test(ib_fake, library_choice_errors, .timeout = 90) {
+  use_fake(NULL);
+  setenv("RINGCC_NET", "Verbs", 1);
+  lib_area_t *a = lib_run();
+  cr_assert_eq(a->init_code[0], RINGCC_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(a->message[0], "net on rank 0: RINGCC_NET=\"Verbs\" names "
+                                  "no network plugin (IB or Socket)"),
+            "%s", a->message[0]);
+  h_shared_free(a, sizeof *a);
+  setenv("RINGCC_NET", "IB", 1);
+  setenv("RINGCC_IB_DISABLE", "1", 1);
+  a = lib_run();
+  cr_assert_eq(a->init_code[1], RINGCC_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(a->message[1], "net on rank 1: RINGCC_NET=IB but "
+                                  "RINGCC_IB_DISABLE=1"), "%s", a->message[1]);
+  unsetenv("RINGCC_IB_DISABLE");
+  h_shared_free(a, sizeof *a);
+}
+
+/* Without RINGCC_NET: IB where it works (the fake's ports cannot reach
+ * another process, so here it is left out), TCP otherwise. */
+Test(ib_fake, library_disabled_uses_tcp, .timeout = 90) {
+  use_fake(NULL);
+  setenv("RINGCC_IB_DISABLE", "1", 1);
+  lib_area_t *a = lib_run();
+  for (int r = 0; r < 2; r++)
+    cr_assert(a->init_code[r] == RINGCC_SUCCESS &&
+                  a->call_code[r] == RINGCC_SUCCESS,
+              "rank %d over TCP: %s", r, a->message[r]);
+  h_shared_free(a, sizeof *a);
+}

@@ -125,9 +125,12 @@ static ringcc_result_t pick_plugin(struct ringcc_comm *comm,
   locality(comm, &where);
   for (int i = 0; i < NPLUGINS; i++) {
     const struct rcc_net_plugin *p = plugins[i];
-    if ((force != NULL && strcasecmp(force, p->name) != 0) ||
-        (p == &rcc_net_ib && ib_off && force == NULL))
+    if (force != NULL && strcasecmp(force, p->name) != 0)
       continue;
+    if (p == &rcc_net_ib && ib_off) {
+      RCC_INFO(comm->rank, "net: NET/IB left out (RINGCC_IB_DISABLE=%s)", off);
+      continue;
+    }
     if (p->locate)
       p->locate(&where);
     ringcc_result_t r = p->init(ifname_spec(comm), err, sizeof(err));
@@ -144,8 +147,6 @@ static ringcc_result_t pick_plugin(struct ringcc_comm *comm,
     snprintf(tried + len, sizeof(tried) - len, "%sNET/%s is not usable (%s)",
              len ? "; " : "", p->name, err);
   }
-  if (ib_off && force == NULL)
-    RCC_INFO(comm->rank, "net: NET/IB left out (RINGCC_IB_DISABLE=%s)", off);
   return rcc_comm_error(comm, RINGCC_ERR_NETWORK, "net on rank %d: no network "
                         "plugin is usable: %s", comm->rank, tried);
 }

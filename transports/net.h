@@ -124,6 +124,10 @@ struct rcc_net_plugin {
    * isend/irecv/test completes the setup. */
   ringcc_result_t (*ready)(void *comm, int64_t deadline_ns, char *err,
                            size_t errlen);
+  /* The poll() events that say a send comm's fds() have news while a send
+   * is pending; 0: POLLOUT (a socket with room to write). The verbs
+   * plugin's fds are completion channels: POLLIN. */
+  short send_events;
 };
 
 /* For locate(): this rank among the ranks of its host, and its GPU. */

@@ -1817,6 +1817,8 @@ static void qps_to_error(struct ib_comm *c) {
       IBV->modify_qp(c->qps[q], &a, IBV_QP_STATE);
 }
 
+static void req_release(struct ib_req *r);
+
 static void comm_free(struct ib_comm *c) {
   if (c == NULL)
     return;
@@ -1825,13 +1827,9 @@ static void comm_free(struct ib_comm *c) {
       IBV->destroy_qp(c->qps[q]);
   if (c->flush_qp)
     IBV->destroy_qp(c->flush_qp);
-  for (int i = 0; i < MAX_REQ; i++) { /* the NIC no longer reads them */
-    struct ib_req *r = &c->reqs[i];
-    if (r->state == REQ_QUEUED || r->state == REQ_ISSUED) {
-      cache_put(r->reg);
-      cache_put(r->treg);
-    }
-  }
+  for (int i = 0; i < MAX_REQ; i++) /* the NIC no longer reads them */
+    if (c->reqs[i].state != REQ_FREE)
+      req_release(&c->reqs[i]);
   if (c->cq)
     IBV->destroy_cq(c->cq);
   if (c->chan)
@@ -3175,4 +3173,5 @@ const struct rcc_net_plugin rcc_net_ib = {
     .locate = ib_locate,
     .gdr = ib_gdr,
     .ready = ib_ready,
+    .send_events = POLLIN, /* completion channels, event fds, never POLLOUT */
 };

@@ -11,7 +11,9 @@
  * write with immediate takes a posted receive of the remote queue pair (or
  * waits for one, as a NIC retrying RNR would); completion channels and the
  * async event fd are pipes. Keys, bounds and access rights are checked as a
- * NIC would.
+ * NIC would. Queue pair numbers are 0x100 + (pid mod 4096) * 0x1000 upwards,
+ * so that ranks in other processes are never reached (their writes find no
+ * queue pair: IBV_WC_RETRY_EXC_ERR).
  *
  * What it pretends, from the environment:
  *   FAKE_IBV_DEVICES    device names, comma-separated (default "fake0")
@@ -89,7 +91,19 @@ static struct ibv_device *dev_list[MAX_DEVS + 1];
 static int ndevs = -1;
 static struct fqp *qps[MAX_QPS];
 static struct ibv_mr *mrs[MAX_MRS];
-static uint32_t next_qpn = 0x100, next_key = 0x1000;
+/* Queue pair numbers and keys start at a base of this process's (pid mod
+ * 4096, shifted), so that another process's numbers, which a test's ranks
+ * exchange, never name something here: a write to them finds nobody. */
+static uint32_t next_qpn, next_key;
+static pid_t numbered_for;
+
+static void number_once(void) {
+  if (numbered_for == getpid())
+    return;
+  numbered_for = getpid();
+  next_qpn = 0x100 + ((uint32_t)(getpid() % 4096) << 12);
+  next_key = 0x1000 + ((uint32_t)(getpid() % 65536) << 16);
+}
 static size_t locked_bytes;
 static struct fctx *ctxs[64];
 static int nctx;
@@ -501,6 +515,7 @@ API struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
   m->addr = addr;
   m->length = length;
   m->handle = (uint32_t)access;
+  number_once();
   m->lkey = next_key++;
   m->rkey = next_key++;
   mrs[slot] = m;
@@ -603,6 +618,7 @@ API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
   q->qp.pd = pd;
   q->qp.send_cq = a->send_cq;
   q->qp.recv_cq = a->recv_cq;
+  number_once();
   q->qp.qp_num = next_qpn++;
   q->qp.state = IBV_QPS_RESET;
   q->qp.qp_type = a->qp_type;
