@@ -223,7 +223,7 @@ static void unset_ib_env(void) {
       "RINGCC_IB_RETRY_CNT", "RINGCC_IB_QPS_PER_CONN", "RINGCC_IB_REG_CACHE_MB",
       "FAKE_IBV_DEVICES",    "FAKE_IBV_LINK",          "FAKE_IBV_PORT_STATE",
       "FAKE_IBV_FAULT",      "RINGCC_NET_GDR_LEVEL",   "RINGCC_NET_GDR_DISABLE",
-      "RINGCC_DEBUG"};
+      "RINGCC_DEBUG",        "RINGCC_NET",             "RINGCC_IB_DISABLE"};
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
     unsetenv(vars[i]);
 }
