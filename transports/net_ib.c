@@ -103,7 +103,6 @@
 #define REG_WINDOW ((size_t)2 << 20)     /* cache registrations: 2 MiB aligned */
 #define REG_MAX_AGE_NS (30 * 1000000000LL)
 #define REBASE_WAIT_NS (2 * 1000000000LL)
-#define GPU_PAGE ((uintptr_t)65536)
 
 _Static_assert(sizeof(struct rcc_ib_hca_spec) < 4096, "hca spec size");
 
