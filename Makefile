@@ -7,6 +7,7 @@
 #   make install PREFIX=/opt/ringcc
 #   make test SANITIZE=address,undefined, make tsan-check, make fuzz-run,
 #   make valgrind-check  the sanitizer, fuzzing and valgrind checks (CI runs all)
+#   make ib-check        the verbs plugin on Soft-RoCE in a qemu guest
 #   make help            every target and variable
 #
 # Sources are found by wildcard, so a new file in a folder of lib/, in
@@ -238,7 +239,7 @@ endif
 
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
-        gpu-tests gpu-check \
+        gpu-tests gpu-check ib-check \
         clean distclean help fuzz fuzz-run tsan-check valgrind-check
 
 all: lib tools examples
@@ -548,6 +549,25 @@ endif
 	echo "valgrind-check: $$pass passed, $$fail failed"; \
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
 
+# ---- the verbs plugin (transports/net_ib.c) ------------------------------------------
+# test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
+# RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
+# make ib-check runs scripts/ib-check.sh: the plugin on real verbs, Soft-RoCE
+# (rdma_rxe) in a qemu guest; prints "ib-check: N passed, N failed".
+FAKE_IBV    := $(TESTOUT)/libfakeibverbs.so
+
+$(TESTOUT)/test_net_ib: $(FAKE_IBV)
+
+$(FAKE_IBV): test/ibverbs/fake_ibverbs.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -shared -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
+
+-include $(FAKE_IBV:.so=.d)
+
+ib-check:
+	@MAKE="$(MAKE)" scripts/ib-check.sh
+
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
 # make gpu-check runs scripts/gpu-check.sh: it builds gpu-tests, then runs the
 # device-buffer suite (test/gpu/gpu_suite.c) at 1, 2 and 4 ranks, the
@@ -643,6 +663,8 @@ help:
 	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'
+	@echo '  ib-check       scripts/ib-check.sh: the verbs plugin on Soft-RoCE in a qemu'
+	@echo '                 guest (installs qemu etc.; kernel kept in build/ibvm/deb)'
 	@echo '  gpu-tests      build the GPU checks (test/gpu) -> $(GPU_OUT)/ (CUDA=1)'
 	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1, 2, 4 ranks,'
 	@echo '                 reduction throughput, ringcc-bench -G; exit 77 without a GPU'
