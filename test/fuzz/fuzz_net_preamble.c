@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rcc_net_hello_parse(hello, sizeof(hello), secret, 1, 4, &peer, &kind)) {
       FUZZ_CHECK(memcmp(hello, secret, sizeof(secret)) == 0);
       FUZZ_CHECK(peer >= 0 && peer < 4 && peer != 1);
-      FUZZ_CHECK(kind >= 0 && kind < RCC_MAX_CONN_KINDS);
+      FUZZ_CHECK(kind >= 0 && kind < RCC_NET_MAX_SETS);
     }
   }
   return 0;
