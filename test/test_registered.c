@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -1107,6 +1108,32 @@ Test(tuner, zero_copy_where_registered) {
 /* Ranks of one host that disagree about a call: they fail at once, and so
  * do the other hosts' ranks (they learn it from the agreement between
  * hosts), instead of waiting for their deadline. */
+
+/* Where each rank, its call returned, leaves a file, and then waits for
+ * every other rank's: a rank that exits while the others still run their
+ * agreement between hosts would fail them with PEER_FAILED instead (an
+ * exit is a death to the ranks still talking). Set before the ranks fork. */
+static char g_returned_dir[96];
+
+static int wait_all_returned(h_ctx_t *h) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%d", g_returned_dir, h->rank);
+  FILE *f = fopen(path, "w");
+  if (f == NULL)
+    return h_fail(h, "cannot create %s", path);
+  fclose(f);
+  for (double t0 = h_now_s(); h_now_s() - t0 < 30; h_sleep_ms(10)) {
+    int seen = 0;
+    for (int r = 0; r < h->nranks; r++) {
+      snprintf(path, sizeof path, "%s/%d", g_returned_dir, r);
+      seen += access(path, F_OK) == 0;
+    }
+    if (seen == h->nranks)
+      return 0;
+  }
+  return h_fail(h, "the other ranks' calls did not return within 30 s");
+}
+
 static int body_multihost_mismatch(h_ctx_t *h) {
   region_t region;
   if (!region_make(h, h->comm, &region, 4 * PART_BYTES))
@@ -1122,7 +1149,7 @@ static int body_multihost_mismatch(h_ctx_t *h) {
                         (const char *const[]){"another call", NULL});
   if (h_now_s() - t0 > 5)
     rc |= h_fail(h, "the mismatch took %.1f s to fail", h_now_s() - t0);
-  return rc;
+  return rc | wait_all_returned(h);
 }
 
 Test(multihost, mismatch_fails_every_host_2x2, .timeout = 120) {
@@ -1140,7 +1167,17 @@ Test(multihost, mismatch_fails_every_host_2x2, .timeout = 120) {
   ns_run_opts_t o = {.net = &g_net, .nranks = 4, .host_of = host_of,
                      .body = body_multihost_mismatch, .config = &cfg,
                      .timeout_s = 60, .name = "registered 2x2 mismatch"};
-  cr_assert(ns_run(&o, NULL), "a mismatch on one host: see the ranks above");
+  snprintf(g_returned_dir, sizeof g_returned_dir,
+           "/tmp/ringcc-test-mismatch-%d", (int)getpid());
+  cr_assert(mkdir(g_returned_dir, 0700) == 0, "mkdir %s", g_returned_dir);
+  bool ok = ns_run(&o, NULL);
+  char path[128];
+  for (int r = 0; r < 4; r++) {
+    snprintf(path, sizeof path, "%s/%d", g_returned_dir, r);
+    unlink(path);
+  }
+  rmdir(g_returned_dir);
+  cr_assert(ok, "a mismatch on one host: see the ranks above");
 }
 
 /* A rank that never makes the call: the others' wait ends at the deadline,
