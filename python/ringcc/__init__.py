@@ -9,12 +9,15 @@
 Buffers: NumPy arrays, objects with __dlpack__ (torch tensors, CuPy, ...)
 and objects with the buffer protocol, C-contiguous, of the ten datatypes
 (bfloat16 NumPy arrays through ml_dtypes). `import ringcc.torch` registers
-the torch.distributed backend "ringcc". docs/python.md has the whole API.
+the torch.distributed backend "ringcc". `ringcc.empty(shape, dtype, comm)`
+gives an array in registered memory, on which collectives among the ranks
+of one host run zero-copy. docs/python.md has the whole API.
 """
 
 from . import _lib
 from ._buffers import datatype_of
 from ._lib import Algo, Datatype, Op, Result
+from ._memory import empty
 from .comm import (HOST, IN_PLACE, Comm, RingccError, UniqueId, get_unique_id,
                    op_of)
 
@@ -36,6 +39,7 @@ def version():
 
 __all__ = [
     "Comm", "UniqueId", "get_unique_id", "RingccError", "IN_PLACE", "HOST",
+    "empty",
     "Op", "Datatype", "Result", "Algo", "op_of", "datatype_of", "version",
     "library_path", "SUM", "PROD", "MIN", "MAX", "AVG", "INT8", "UINT8",
     "INT32", "UINT32", "INT64", "UINT64", "FLOAT16", "BFLOAT16", "FLOAT32",

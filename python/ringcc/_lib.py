@@ -81,6 +81,9 @@ class Algo(enum.IntEnum):
     DIRECT = 3
     RECDOUBLING = 4
     RABENSEIFNER = 5
+    ONESHOT = 6
+    CMA = 7
+    ZEROCOPY = 8
 
 
 IN_PLACE_ADDRESS = 1          # RINGCC_IN_PLACE is ((const void *)1)
@@ -179,6 +182,10 @@ _PROTOTYPES = {
     "ringcc_send": (_R, [_P, _Z, _I, _I, _P, _P]),
     "ringcc_recv": (_R, [_P, _Z, _I, _I, _P, _P]),
     "ringcc_barrier": (_R, [_P, _P]),
+    "ringcc_mem_alloc": (_R, [_P, _Z, ctypes.POINTER(_P)]),
+    "ringcc_mem_free": (_R, [_P]),
+    "ringcc_comm_register": (_R, [_P, _P, _Z, ctypes.POINTER(_P)]),
+    "ringcc_comm_deregister": (_R, [_P, _P]),
 }
 
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():
