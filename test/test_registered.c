@@ -57,6 +57,19 @@ static uint64_t zc_ran(ringcc_comm_t comm) {
   return comm->registry != NULL ? comm->registry->ran : 0;
 }
 
+/* Calls of this rank that ringcc_comm_stats counts as zero-copy (either
+ * entry); UINT64_MAX if it fails. */
+static uint64_t stats_zc_calls(ringcc_comm_t comm) {
+  ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
+  if (ringcc_comm_stats(comm, &st) != RINGCC_SUCCESS)
+    return UINT64_MAX;
+  uint64_t calls = 0;
+  for (int i = 0; i < st.nrows; i++)
+    if (strstr(st.rows[i].algorithm, "zero-copy") != NULL)
+      calls += st.rows[i].calls;
+  return calls;
+}
+
 static void *xmalloc(size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
   if (p == NULL) {
@@ -453,6 +466,11 @@ static int body_every(h_ctx_t *h) {
               return h_fail(h, "stopping after %d failed cases", failed);
           }
         }
+  if (stats_zc_calls(h->comm) != zc_ran(h->comm))
+    failed = h_fail(h, "ringcc_comm_stats counts %llu zero-copy calls where "
+                       "%llu ran zero-copy",
+                    (unsigned long long)stats_zc_calls(h->comm),
+                    (unsigned long long)zc_ran(h->comm));
   if (h->rank == 0) {
     *e->ncases = t.ncase;
     fprintf(stderr, "registered n=%d%s: %d cases passed on every rank%s\n",
@@ -507,10 +525,12 @@ static int checked_allreduce(h_ctx_t *h, ringcc_comm_t comm, float *send,
   h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, h->rank, 0, count, send, count);
   h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, 0, count, want,
                   count);
-  uint64_t before = zc_ran(comm);
+  uint64_t before = zc_ran(comm), counted = stats_zc_calls(comm);
   ringcc_result_t r = ringcc_allreduce(send, recv, count, RINGCC_FLOAT32,
                                        RINGCC_SUM, comm, NULL);
   uint64_t after = zc_ran(comm);
+  /* The statistics count what ran, also where the call fell back. */
+  counted = stats_zc_calls(comm) - counted;
   int rc = 0;
   if (r != RINGCC_SUCCESS)
     rc = h_fail(h, "%s: ringcc_allreduce returned %d (%s): %s", what, (int)r,
@@ -520,6 +540,10 @@ static int checked_allreduce(h_ctx_t *h, ringcc_comm_t comm, float *send,
   else if ((after - before == 1) != ran)
     rc = h_fail(h, "%s: expected the call %s zero-copy, it %s", what,
                 ran ? "to run" : "not to run", ran ? "did not" : "did");
+  else if (counted != after - before)
+    rc = h_fail(h, "%s: ringcc_comm_stats counted %llu zero-copy calls, "
+                   "%llu ran", what, (unsigned long long)counted,
+                (unsigned long long)(after - before));
   free(want);
   return rc;
 }
