@@ -187,14 +187,18 @@ static const void *source_buffer(const struct call *c) {
   return c->recvbuf;
 }
 
-/* Bytes per step: one slot of the edges the schedule uses. */
+/* Bytes per step: one slot of the edges the schedule uses (device calls:
+ * of the device FIFOs, whose P2P slots are larger). */
 static size_t step_bytes(const struct call *c) {
   struct ringcc_comm *comm = c->comm;
+  int device = (c->uses & ON_DEVICE) != 0;
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
-    return comm->send_conn[RCC_CONN_P2P][c->peer].slot_bytes;
+    return rcc_send_conn(comm, device ? RCC_CONN_DEVICE + RCC_CONN_P2P
+                                      : RCC_CONN_P2P, 0, c->peer)
+        ->slot_bytes;
   if (c->coll <= RCC_COLL_REDUCE)
-    return comm->ring_chunk_bytes;
-  return comm->all_chunk_bytes;
+    return device ? comm->dev_ring_chunk_bytes : comm->ring_chunk_bytes;
+  return device ? comm->dev_all_chunk_bytes : comm->all_chunk_bytes;
 }
 
 static ringcc_result_t run_cma(const struct call *c, const void *src) {

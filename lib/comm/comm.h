@@ -30,6 +30,7 @@ struct rcc_peer_info {
   uint64_t pid_space;  /* boot id + pid namespace: pids comparable if equal */
   int64_t chunk_bytes; /* must agree across ranks */
   int64_t net_chunk_bytes; /* must agree across ranks */
+  int64_t device_chunk_bytes; /* RINGCC_DEVICE_CHUNK_BYTES or -1: must agree */
   int32_t nslots;      /* must agree across ranks */
   int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
   int32_t shm_disable;
@@ -45,6 +46,9 @@ struct rcc_settings {
   int algo;
   int64_t chunk_bytes;     /* shared-memory slots */
   int64_t net_chunk_bytes; /* network slots */
+  int64_t device_chunk_bytes; /* CUDA P2P device FIFO slots
+                                 (RINGCC_DEVICE_CHUNK_BYTES); -1: by the
+                                 memory they take (p2p.c) */
   int nslots;
   int nchannels;   /* RINGCC_NCHANNELS: channels of collective FIFOs; -1:
                       by kind (host 1, device by link: rcc_cuda_channels) */
@@ -120,6 +124,11 @@ struct ringcc_comm {
    * and the whole communicator's (for schedules that use every edge). */
   size_t ring_chunk_bytes;
   size_t all_chunk_bytes;
+  /* The same for device collectives, over the device FIFOs (CUDA P2P ones
+   * have slots of their own, RINGCC_DEVICE_CHUNK_BYTES; staged ones the
+   * host transports' slots). */
+  size_t dev_ring_chunk_bytes;
+  size_t dev_all_chunk_bytes;
   struct rcc_tuner tuner;  /* the cost model, the same on every rank */
   struct {                 /* the last choice (tuner.c), reused by a call of
                               the same collective, size and buffers */

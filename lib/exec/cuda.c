@@ -297,6 +297,12 @@ static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
   for (int p = 0; p < n && r == RINGCC_SUCCESS; p++)
     if (p != comm->rank)
       r = device_edge(comm, p, table);
+  RCC_INFO(comm->rank, "device FIFOs: %d channel(s), CUDA P2P slots of %zu "
+           "KiB (RINGCC_DEVICE_CHUNK_BYTES%s); device steps: ring %zu B, all "
+           "edges %zu B", comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL],
+           rcc_p2p_device_slot_bytes(comm) >> 10,
+           comm->set.device_chunk_bytes > 0 ? "" : " unset: by memory",
+           comm->dev_ring_chunk_bytes, comm->dev_all_chunk_bytes);
   if (r == RINGCC_SUCCESS &&
       (e = cudaMalloc((void **)&cu->conns_dev, nconns * sizeof(*table))) !=
           cudaSuccess)

@@ -185,6 +185,7 @@ RCC_HD inline int dev_wait(dev_ctx *x, uint32_t *word, uint32_t old) {
 #define RCC_PROTO_WAIT(ctx, word, waiters, old)                                \
   dev_wait((dev_ctx *)(ctx), (word), (old))
 #define RCC_PROTO_WAKE(conn, word, waiters) ((void)0)
+#define RCC_PROTO_HEAD_MIRROR 1 /* P2P FIFOs: head in the sender's memory */
 #include "proto.h"
 
 /* ---- one step ------------------------------------------------------------------ */
