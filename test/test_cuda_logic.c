@@ -4,7 +4,10 @@
  *
  *  - device FIFO slots: RINGCC_DEVICE_CHUNK_BYTES, and the rule that keeps
  *    one rank's device FIFOs within their memory budget however many
- *    channels and peers there are; host FIFOs keep their own slots.
+ *    channels and peers there are; host FIFOs keep their own slots;
+ *  - the vector words of the reduction and copy kernels (vec_split.h): for
+ *    every alignment of the pointers and every tail, which elements go one
+ *    by one and which as 16-, 8- or 4-byte words.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -15,6 +18,7 @@
 #include "comm.h"
 #include "cuda.h"
 #include "transport.h"
+#include "vec_split.h"
 
 /* ---- a communicator as init would leave it, without transports ------------- */
 
@@ -89,4 +93,76 @@ Test(cuda_logic, device_slots_within_the_memory_budget, .timeout = 10) {
       cr_expect_eq(rcc_transport_p2p.device_slot_bytes(&f->comm), got);
   }
   free(f);
+}
+
+/* ---- vector words of reduce.cuh (vec_split.h) ----------------------------------- */
+
+/* The widest word every pointer agrees on and that holds whole elements. */
+static unsigned widest(const uintptr_t *p, int np, size_t esize) {
+  for (unsigned w = 16; w >= 4; w /= 2) {
+    int ok = w % esize == 0 && p[0] % esize == 0;
+    for (int i = 1; i < np && ok; i++)
+      ok = (p[i] - p[0]) % w == 0;
+    if (ok)
+      return w;
+  }
+  return 0;
+}
+
+/* Every alignment of up to four pointers (a, b, dst, dst2) within 32 bytes
+ * and every count up to 70 (and some larger): the split covers [0, n)
+ * exactly once, its words start aligned in every pointer, it uses the
+ * widest word possible, and the tail is less than one word. */
+Test(cuda_logic, vector_words_for_every_alignment_and_tail, .timeout = 60) {
+  static const size_t esizes[] = {1, 2, 4, 8};
+  static const size_t big[] = {1000, 4097, 65536 + 3};
+  long checked = 0;
+  for (size_t ei = 0; ei < 4; ei++) {
+    size_t es = esizes[ei];
+    for (int np = 1; np <= 4; np++)
+      for (unsigned code = 0; code < (1u << (5 * np)); code++) {
+        uintptr_t p[4], mix = 0;
+        for (int i = 0; i < np; i++) {
+          p[i] = 0x10000 + ((code >> (5 * i)) & 31);
+          mix |= p[i] ^ p[0];
+        }
+        if (p[0] % es != 0)
+          continue; /* element pointers are aligned (coll.c checks) */
+        int skip = 0;
+        for (int i = 1; i < np; i++)
+          skip |= p[i] % es != 0;
+        if (skip)
+          continue;
+        unsigned want_word = widest(p, np, es);
+        for (size_t n = 0; n < 70 + 3; n++) {
+          size_t count = n < 70 ? n : big[n - 70];
+          struct rcc_vec_split sp = rcc_vec_split(mix, p[0], count, es);
+          checked++;
+          cr_assert_eq(sp.word, want_word, "esize %zu, pointers %u: word %u, "
+                       "want %u", es, code, sp.word, want_word);
+          cr_assert(sp.head <= count && sp.tail_from <= count);
+          if (sp.word == 0) {
+            cr_assert(sp.head == count && sp.nvec == 0);
+            continue;
+          }
+          size_t per = sp.word / es;
+          cr_assert_eq(sp.head + sp.nvec * per, sp.tail_from);
+          cr_assert(count - sp.tail_from < per || sp.nvec == 0,
+                    "tail of %zu elements holds a whole word",
+                    count - sp.tail_from);
+          if (sp.nvec > 0)
+            for (int i = 0; i < np; i++)
+              cr_assert_eq((p[i] + sp.head * es) % sp.word, 0,
+                           "pointer %d not aligned at the first word", i);
+          /* The head stops at the first boundary (or the end). */
+          cr_assert(sp.head * es < sp.word);
+          if (sp.head < count)
+            cr_assert_eq((p[0] + sp.head * es) % sp.word, 0);
+          /* Without a whole word after the head, the tail takes the rest. */
+          if (sp.nvec == 0)
+            cr_assert((count - sp.head) * es < sp.word);
+        }
+      }
+  }
+  cr_log_info("%ld splits checked", checked);
 }
