@@ -95,7 +95,19 @@ TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 # library loads and runs host collectives where there is no GPU or driver.
 # CUDA=0 builds without CUDA (a non-NULL stream is then
 # RINGCC_ERR_UNSUPPORTED). make gpu-check runs the checks that need a GPU.
+#
+# Another toolkit: make CUDA_HOME=/usr/local/cuda-12.4 (its nvcc, headers and
+# static runtime; the build records the flags, so everything is rebuilt).
+# A CUDA 13 build needs NVIDIA driver R580 or newer on the GPU nodes, a CUDA
+# 12.x build R525 or newer (minor-version compatibility); docs/cuda.md.
 CUDA_HOME   ?= /usr/local/cuda
+ifeq ($(origin CUDA_HOME),command line)
+ifeq ($(wildcard $(CUDA_HOME)/bin/nvcc),)
+ifneq ($(CUDA),0)
+$(error CUDA_HOME=$(CUDA_HOME) has no bin/nvcc: give the toolkit's root (e.g. /usr/local/cuda-12.4), or CUDA=0)
+endif
+endif
+endif
 NVCC        ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) \
                            $(shell command -v nvcc 2>/dev/null))
 ifeq ($(CUDA),auto)
@@ -115,7 +127,11 @@ CUDA_LIBS   := -L$(CUDA_ROOT)/lib64 -lcudart_static -ldl -lrt
 # so the library needs no libstdc++; device code uncompressed (--no-compress)
 # so test_cuda_build can read each kernel's name in the cubins.
 NVCC_WERROR := $(if $(filter-out 0,$(WERROR)),-Werror all-warnings)
-NVCC_COMPILE = $(NVCC) -std=c++17 $(OPT) $(CUDA_ARCHS) --no-compress -t 0 \
+# --no-compress is newer than some CUDA 12 nvcc; the fatbinary option says
+# the same there.
+NVCC_NO_COMPRESS := $(shell $(NVCC) --help 2>/dev/null | grep -q -- '--no-compress' \
+                      && echo --no-compress || echo -Xfatbin=-compress=false)
+NVCC_COMPILE = $(NVCC) -std=c++17 $(OPT) $(CUDA_ARCHS) $(NVCC_NO_COMPRESS) -t 0 \
                $(NVCC_WERROR) -Iinclude $(addprefix -I,$(LIB_DIRS)) -DRINGCC_HAVE_CUDA=1 \
                -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions \
                -Xcompiler -fno-threadsafe-statics,-Wall,-Wextra$(if $(WERROR_FLAG),$(comma)-Werror) \
@@ -655,6 +671,8 @@ help:
 	@echo '  WERROR=$(WERROR)       0 drops -Werror'
 	@echo '  CUDA=$(CUDA)         1: kernels (lib/*/*.cu) by nvcc, CUDA runtime linked statically;'
 	@echo '                 0: host only; default auto (1 where nvcc is found: $(NVCC))'
+	@echo '  CUDA_HOME=$(CUDA_HOME)  the toolkit (e.g. /usr/local/cuda-12.4); CUDA 13 needs'
+	@echo '                 driver R580+, CUDA 12.x R525+ on the GPU nodes'
 	@echo '  TEST_JOBS=$(TEST_JOBS)    Criterion --jobs for each test binary'
 	@echo '  TEST_TIMEOUT=$(TEST_TIMEOUT) seconds per test binary before it counts as failed'
 	@echo '  TEST_ARGS=$(TEST_ARGS)     extra Criterion arguments (e.g. --verbose, --filter=...)'

@@ -288,6 +288,7 @@ static void fake_peer(struct rcc_peer_info *p, int rank, uint64_t host,
 
 static void can_reach(struct rcc_peer_info *p, uint64_t bus, int nvlink) {
   p->gpu.peer_bus[p->gpu.npeer] = bus;
+  p->gpu.peer_p2p[p->gpu.npeer] = 1;
   p->gpu.peer_nvlink[p->gpu.npeer] = (uint8_t)nvlink;
   p->gpu.npeer++;
 }

@@ -7,7 +7,12 @@
  *    channels and peers there are; host FIFOs keep their own slots;
  *  - the vector words of the reduction and copy kernels (vec_split.h): for
  *    every alignment of the pointers and every tail, which elements go one
- *    by one and which as 16-, 8- or 4-byte words.
+ *    by one and which as 16-, 8- or 4-byte words;
+ *  - P2P decided by PCI bus id from the ranks' NVML records (one visible GPU
+ *    per process), and the sentence that says why an edge between two GPUs
+ *    of one host is staged through host memory;
+ *  - the driver too old for the runtime: the versions the WARN names;
+ *  - device channels where ranks share one GPU (every block must fit).
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -17,6 +22,7 @@
 
 #include "comm.h"
 #include "cuda.h"
+#include "gpu.h"
 #include "transport.h"
 #include "vec_split.h"
 
@@ -165,4 +171,155 @@ Test(cuda_logic, vector_words_for_every_alignment_and_tail, .timeout = 60) {
       }
   }
   cr_log_info("%ld splits checked", checked);
+}
+
+/* ---- P2P by PCI bus id, and why an edge is staged (topo.c) ------------------------ */
+
+/* Rank r on GPU bus (its own UUID), NUMA node numa, probed with NVML. */
+static void nvml_gpu(struct rcc_peer_info *p, int rank, uint64_t bus, int numa) {
+  memset(p, 0, sizeof(*p));
+  p->rank = rank;
+  p->host_hash = 42;
+  p->gpu.device = 0; /* each process sees only its own GPU */
+  p->gpu.bus_id = bus;
+  p->gpu.numa = numa;
+  p->gpu.probe = RCC_PROBE_NVML;
+  memset(p->gpu.uuid, (int)(bus >> 16), sizeof(p->gpu.uuid));
+}
+
+/* What NVML told p about the GPU at bus. */
+static void nvml_sees(struct rcc_peer_info *p, uint64_t bus, int status,
+                      int nvlink, int level) {
+  int i = p->gpu.npeer++;
+  p->gpu.peer_bus[i] = bus;
+  p->gpu.peer_p2p[i] = status == RCC_P2P_OK;
+  p->gpu.peer_nvlink[i] = (uint8_t)nvlink;
+  p->gpu.peer_status[i] = (uint8_t)status;
+  p->gpu.peer_level[i] = (uint8_t)level;
+}
+
+static int path(const struct rcc_peer_info *a, const struct rcc_peer_info *b) {
+  struct rcc_edge_topo e;
+  rcc_topo_edge(a, b, &e);
+  return rcc_topo_device_path(&e);
+}
+
+Test(cuda_logic, p2p_by_pci_bus_id_and_why_staged, .timeout = 10) {
+  struct rcc_peer_info a, b;
+  char why[512], bus[32];
+  uint64_t ba = rcc_topo_bus_id("0000:3b:00.0"), bb = rcc_topo_bus_id("0000:86:00.0");
+  cr_assert_str_eq(rcc_topo_bus_name(ba, bus, sizeof(bus)), "0000:3b:00.0");
+  cr_assert_eq(rcc_topo_bus_id("00000000:86:00.0"), bb, "NVML's 8-digit domain");
+
+  /* One GPU per process (CUDA_VISIBLE_DEVICES): NVML still finds NVLink. */
+  nvml_gpu(&a, 0, ba, 0);
+  nvml_gpu(&b, 1, bb, 0);
+  nvml_sees(&a, bb, RCC_P2P_OK, 1, RCC_TOPO_LEVEL_BOARD);
+  nvml_sees(&b, ba, RCC_P2P_OK, 1, RCC_TOPO_LEVEL_BOARD);
+  cr_expect_eq(path(&a, &b), RCC_PATH_P2P_NVLINK);
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 0, "%s", why);
+  cr_expect_str_eq(why, "");
+
+  /* Across sockets: no P2P, staged, and the log says why and where. */
+  nvml_gpu(&a, 0, ba, 0);
+  nvml_gpu(&b, 1, bb, 1);
+  nvml_sees(&a, bb, RCC_P2P_TOPOLOGY, 0, RCC_TOPO_LEVEL_SYSTEM);
+  nvml_sees(&b, ba, RCC_P2P_TOPOLOGY, 0, RCC_TOPO_LEVEL_SYSTEM);
+  cr_expect_eq(path(&a, &b), RCC_PATH_SHM_STAGED);
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 1);
+  cr_expect(strstr(why, "GPU 0000:3b:00.0 (NUMA 0)") && strstr(why, "GPU 0000:86:00.0 (NUMA 1)") &&
+                strstr(why, "PCIe topology") && strstr(why, "interconnect"),
+            "%s", why);
+
+  /* Disabled by the variable, on either rank. */
+  nvml_gpu(&a, 0, ba, 0);
+  nvml_gpu(&b, 3, bb, 0);
+  nvml_sees(&a, bb, RCC_P2P_OK, 0, RCC_TOPO_LEVEL_SWITCH);
+  nvml_sees(&b, ba, RCC_P2P_OK, 0, RCC_TOPO_LEVEL_SWITCH);
+  cr_expect_eq(path(&a, &b), RCC_PATH_P2P_PCIE);
+  b.gpu.p2p_disable = 1;
+  cr_expect_eq(path(&a, &b), RCC_PATH_SHM_STAGED);
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 1);
+  cr_expect(strstr(why, "RINGCC_P2P_DISABLE=1 on rank 3"), "%s", why);
+  b.gpu.p2p_disable = 0;
+  a.shm_disable = 1;
+  cr_expect_eq(path(&a, &b), RCC_PATH_NET);
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 1);
+  cr_expect(strstr(why, "RINGCC_SHM_DISABLE=1 on rank 0"), "%s", why);
+
+  /* No NVML and one visible GPU: nothing to probe with, and it says so. */
+  nvml_gpu(&a, 0, ba, -1);
+  nvml_gpu(&b, 1, bb, -1);
+  a.gpu.probe = b.gpu.probe = RCC_PROBE_CUDA;
+  cr_expect_eq(path(&a, &b), RCC_PATH_SHM_STAGED);
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 1);
+  cr_expect(strstr(why, "could not be probed") && strstr(why, "CUDA_VISIBLE_DEVICES"),
+            "%s", why);
+
+  /* Not staged edges: the same GPU, another host, a rank without GPU. */
+  nvml_gpu(&b, 1, ba, 0);
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 0);
+  nvml_gpu(&b, 1, bb, 0);
+  b.host_hash = 7;
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 0);
+  b.host_hash = 42;
+  b.gpu.device = -1;
+  cr_expect_eq(rcc_topo_staged_why(&a, &b, why, sizeof(why)), 0);
+}
+
+/* ---- the driver against the runtime (gpu.c) ---------------------------------------- */
+
+Test(cuda_logic, driver_too_old_names_both_versions, .timeout = 10) {
+  char msg[512];
+  cr_expect_eq(rcc_gpu_min_driver_branch(13000), 580);
+  cr_expect_eq(rcc_gpu_min_driver_branch(13010), 580);
+  cr_expect_eq(rcc_gpu_min_driver_branch(12080), 525);
+  cr_expect_eq(rcc_gpu_min_driver_branch(11080), 450);
+  cr_expect_eq(rcc_gpu_min_driver_branch(10020), 0);
+  /* An H100 node on R535 (CUDA 12.2) with this CUDA 13.0 build. */
+  rcc_gpu_driver_message(13000, 12020, "535.104.05", msg, sizeof(msg));
+  cr_expect(strstr(msg, "CUDA 13.0 runtime") && strstr(msg, "R580 or newer") &&
+                strstr(msg, "535.104.05") && strstr(msg, "CUDA up to 12.2") &&
+                strstr(msg, "CUDA_HOME"),
+            "%s", msg);
+  rcc_gpu_driver_message(12040, 0, "", msg, sizeof(msg));
+  cr_expect(strstr(msg, "CUDA 12.4 runtime") && strstr(msg, "R525") &&
+                strstr(msg, "cannot run it"),
+            "%s", msg);
+}
+
+/* ---- device channels where ranks share a GPU (cuda.c) -------------------------------- */
+
+Test(cuda_logic, device_channels_fit_a_shared_gpu, .timeout = 10) {
+  if (!RINGCC_HAVE_CUDA)
+    cr_skip_test("no CUDA in this build: no device channels");
+  struct fake *f = malloc(sizeof(*f));
+  cr_assert(f != NULL);
+  struct { int n, sms, want; } cases[] = {
+      {2, 132, 16}, {4, 132, 16}, {8, 132, 16}, /* 128 blocks on 132 SMs */
+      {8, 108, 13}, {16, 132, 8}, {64, 132, 2},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    fake_comm(f, cases[i].n, 1);
+    for (int r = 0; r < cases[i].n; r++)
+      f->peers[r].gpu.sm_count = cases[i].sms;
+    cr_expect_eq(rcc_cuda_channels(&f->comm), cases[i].want,
+                 "%d ranks on one GPU of %d SMs: %d channels, want %d",
+                 cases[i].n, cases[i].sms, rcc_cuda_channels(&f->comm),
+                 cases[i].want);
+  }
+  /* Ranks on GPUs of their own (NVLink): 16, however many SMs. */
+  fake_comm(f, 8, 1);
+  for (int r = 0; r < 8; r++) {
+    f->peers[r].gpu.sm_count = 20;
+    memset(f->peers[r].gpu.uuid, r + 1, 16);
+    f->peers[r].gpu.bus_id = 0x1000u * (unsigned)(r + 1);
+  }
+  for (int r = 0; r < 8; r++)
+    for (int q = 0; q < 8; q++)
+      if (q != r)
+        nvml_sees(&f->peers[r], 0x1000u * (unsigned)(q + 1), RCC_P2P_OK, 1,
+                  RCC_TOPO_LEVEL_BOARD);
+  cr_expect_eq(rcc_cuda_channels(&f->comm), 16);
+  free(f);
 }

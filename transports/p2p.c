@@ -50,6 +50,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "gpu.h"
 #include "transport.h"
 
 #define DEVICE_CHUNK_DEFAULT ((size_t)512 << 10)
@@ -199,21 +200,33 @@ static ringcc_result_t cuda_fail(struct ringcc_comm *comm, const char *what,
                         what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* Makes the rank's GPU current (gpu.c: put back as found by leave). */
+static ringcc_result_t enter(struct ringcc_comm *comm, struct p2p_state *st,
+                             struct rcc_gpu_scope *scope) {
+  char why[256];
+  if (rcc_gpu_enter(st->device, scope, why, sizeof(why)) == 0)
+    return RINGCC_SUCCESS;
+  return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                        "p2p on rank %d: cannot make GPU %d current: %s",
+                        comm->rank, st->device, why);
+}
+
 static void p2p_destroy(struct ringcc_comm *comm, void *state) {
   struct p2p_state *st = state;
-  int prev = 0;
+  struct rcc_gpu_scope scope;
+  char why[256];
   if (st == NULL)
     return;
   /* Host-only communicators never touch CUDA here. */
-  if ((st->own || st->ipc_open) && cudaGetDevice(&prev) == cudaSuccess &&
-      cudaSetDevice(st->device) == cudaSuccess) {
+  if ((st->own || st->ipc_open) &&
+      rcc_gpu_enter(st->device, &scope, why, sizeof(why)) == 0) {
     for (int p = 0; st->ipc_open && p < comm->nranks; p++)
       if (st->ipc_open[p])
         cudaIpcCloseMemHandle(st->peer_map[p]);
     if (st->own)
       cudaFree(st->own);
-    cudaSetDevice(prev);
     cudaGetLastError();
+    rcc_gpu_leave(&scope);
   }
   rcc_transport_shm.destroy(comm, st->shm);
   free(st->peer_map);
@@ -252,7 +265,7 @@ static ringcc_result_t make_own(struct ringcc_comm *comm, struct p2p_state *st,
 static ringcc_result_t p2p_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
   struct p2p_state *st = calloc(1, sizeof(*st));
-  int prev = 0;
+  struct rcc_gpu_scope scope;
   *state = st;
   if (st == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
@@ -270,13 +283,10 @@ static ringcc_result_t p2p_setup(struct ringcc_comm *comm, const int *peers,
   if (st->peer_map == NULL || st->ipc_open == NULL || st->path == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "p2p on rank %d: out of memory", comm->rank);
-  cudaError_t e = cudaGetDevice(&prev);
-  if (e == cudaSuccess)
-    e = cudaSetDevice(st->device);
-  if (e != cudaSuccess)
-    return cuda_fail(comm, "cudaSetDevice", -1, e);
+  if ((r = enter(comm, st, &scope)) != RINGCC_SUCCESS)
+    return r;
   r = make_own(comm, st, (struct p2p_blob *)((char *)blob + P2P_BLOB_OFFSET));
-  cudaSetDevice(prev);
+  rcc_gpu_leave(&scope);
   return r;
 }
 
@@ -357,16 +367,13 @@ static ringcc_result_t p2p_connect(struct ringcc_comm *comm, void *state,
                                    const int *peers, int npeers,
                                    const char *all_blobs) {
   struct p2p_state *st = state;
-  int prev = 0;
+  struct rcc_gpu_scope scope;
   ringcc_result_t r = rcc_transport_shm.connect(comm, st->shm, peers, npeers,
                                                 all_blobs);
   if (r != RINGCC_SUCCESS || npeers == 0)
     return r;
-  cudaError_t e = cudaGetDevice(&prev);
-  if (e == cudaSuccess)
-    e = cudaSetDevice(st->device);
-  if (e != cudaSuccess)
-    return cuda_fail(comm, "cudaSetDevice", -1, e);
+  if ((r = enter(comm, st, &scope)) != RINGCC_SUCCESS)
+    return r;
   for (int i = 0; i < npeers && r == RINGCC_SUCCESS; i++) {
     int p = peers[i];
     const struct p2p_blob *b =
@@ -376,7 +383,7 @@ static ringcc_result_t p2p_connect(struct ringcc_comm *comm, void *state,
     if (r == RINGCC_SUCCESS)
       connect_edge(comm, st, p);
   }
-  cudaSetDevice(prev);
+  rcc_gpu_leave(&scope);
   return r;
 }
 

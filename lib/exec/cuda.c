@@ -32,12 +32,12 @@
 #include "comm.h"
 #include "cuda.h"
 #include "error.h"
+#include "gpu.h"
 #include "log.h"
 #include "transport.h"
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #define DESTROY_GRACE_MS 10000 /* after the deadline, before forcing an abort */
 
@@ -74,107 +74,129 @@ static ringcc_result_t cuda_error(struct ringcc_comm *comm, const char *what,
                         cudaGetErrorName(e));
 }
 
-/* Makes dev current for this thread; *prev gets the previous device. */
-static cudaError_t enter_device(int dev, int *prev) {
-  cudaError_t e = cudaGetDevice(prev);
-  if (e != cudaSuccess)
-    return e;
-  return *prev == dev ? cudaSuccess : cudaSetDevice(dev);
+/* Makes dev current for this thread through its primary context; leave()
+ * puts back whatever the thread had (gpu.c: no cudaSetDevice, so no context
+ * appears on a GPU this process does not use). */
+static ringcc_result_t enter(struct ringcc_comm *comm, int dev,
+                             struct rcc_gpu_scope *scope) {
+  char why[256];
+  if (rcc_gpu_enter(dev, scope, why, sizeof(why)) == 0)
+    return RINGCC_SUCCESS;
+  return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                        "CUDA on rank %d: cannot make GPU %d current: %s",
+                        comm->rank, dev, why);
 }
 
-static void leave_device(int dev, int prev) {
-  if (prev != dev)
-    cudaSetDevice(prev);
-}
+static void leave(struct rcc_gpu_scope *scope) { rcc_gpu_leave(scope); }
 
 /* ---- which GPU (init) --------------------------------------------------- */
 
-/* NVML, when it can be loaded: is the link between two GPUs NVLink? */
-typedef int (*nvml_init_fn)(void);
-typedef int (*nvml_handle_fn)(const char *, void **);
-typedef int (*nvml_p2p_fn)(void *, void *, int, int *);
-#define NVML_P2P_CAPS_INDEX_NVLINK 2
-#define NVML_P2P_STATUS_OK 0
-
-struct nvml {
-  void *lib;
-  nvml_handle_fn handle;
-  nvml_p2p_fn p2p;
-};
-
-static int nvml_open(struct nvml *n) {
-  memset(n, 0, sizeof(*n));
-  n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (n->lib == NULL)
-    return 0;
-  nvml_init_fn init = (nvml_init_fn)dlsym(n->lib, "nvmlInit_v2");
-  n->handle = (nvml_handle_fn)dlsym(n->lib, "nvmlDeviceGetHandleByPciBusId_v2");
-  n->p2p = (nvml_p2p_fn)dlsym(n->lib, "nvmlDeviceGetP2PStatus");
-  if (init == NULL || n->handle == NULL || n->p2p == NULL || init() != 0) {
-    dlclose(n->lib);
-    n->lib = NULL;
-    return 0;
+/* Why no device is usable, at the level it deserves: a GPU whose driver is
+ * too old for this build's runtime is a WARN naming both versions. */
+static void no_usable_device(const struct ringcc_comm *comm, int asked,
+                             cudaError_t e) {
+  char msg[RCC_ERRLEN], release[64];
+  if (e == cudaErrorInsufficientDriver && rcc_gpu_present()) {
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    cudaGetLastError();
+    rcc_gpu_driver_release(release, sizeof(release));
+    rcc_gpu_driver_message(runtime, driver, release, msg, sizeof(msg));
+    RCC_WARN(comm->rank, "%s: host buffers only", msg);
+  } else if (asked >= 0) {
+    RCC_WARN(comm->rank, "RINGCC_CUDA_DEVICE / config 'cuda_device' is %d, "
+                         "but no CUDA device is usable (%s): host buffers "
+                         "only", asked,
+             e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+  } else {
+    RCC_INFO(comm->rank, "no usable CUDA device (cudaGetDeviceCount: %s): "
+             "host buffers only",
+             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
   }
-  return 1;
 }
 
-static int nvml_nvlink(const struct nvml *n, const char *a, const char *b) {
-  void *da, *db;
-  int status = -1;
-  if (n->lib == NULL || n->handle(a, &da) != 0 || n->handle(b, &db) != 0 ||
-      n->p2p(da, db, NVML_P2P_CAPS_INDEX_NVLINK, &status) != 0)
-    return 0;
-  return status == NVML_P2P_STATUS_OK;
-}
-
-/* The GPUs dev can access with peer access, both ways, and how. */
+/* The GPUs dev reaches: NVML's view of every GPU of the node, by PCI bus id
+ * (so ranks that each see one GPU still find their NVLink peers); without
+ * NVML, peer access among the GPUs this process sees. */
 static void probe_peers(int dev, int count, const char *my_bus,
                         struct rcc_gpu_info *me) {
-  struct nvml nvml;
-  int have_nvml = nvml_open(&nvml);
+  if (rcc_gpu_nvml_probe(my_bus, me))
+    return;
+  me->probe = RCC_PROBE_CUDA;
   for (int d = 0; d < count && me->npeer < RCC_TOPO_MAX_PEER_GPUS; d++) {
     int there = 0, back = 0;
     char bus[32];
     if (d == dev || cudaDeviceCanAccessPeer(&there, dev, d) != cudaSuccess ||
-        cudaDeviceCanAccessPeer(&back, d, dev) != cudaSuccess || !there ||
-        !back || cudaDeviceGetPCIBusId(bus, sizeof(bus), d) != cudaSuccess)
+        cudaDeviceCanAccessPeer(&back, d, dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(bus, sizeof(bus), d) != cudaSuccess)
       continue;
-    me->peer_bus[me->npeer] = rcc_topo_bus_id(bus);
-    me->peer_nvlink[me->npeer] = (uint8_t)nvml_nvlink(&nvml, my_bus, bus);
-    me->npeer++;
+    int i = me->npeer++;
+    me->peer_bus[i] = rcc_topo_bus_id(bus);
+    me->peer_p2p[i] = there && back;
+    me->peer_nvlink[i] = 0; /* unknown without NVML: reported as PCIe */
+    me->peer_status[i] = there && back ? RCC_P2P_OK : RCC_P2P_NOT_SUPPORTED;
+    me->peer_level[i] = RCC_TOPO_LEVEL_UNKNOWN;
   }
   cudaGetLastError();
-  if (have_nvml)
-    dlclose(nvml.lib); /* nvmlShutdown is not needed for these queries */
+}
+
+/* Whether the device side can start on dev: its context, a little device
+ * memory and mapped host memory. "" when it can, else why. */
+static void try_device(int dev, char *why, size_t len) {
+  struct rcc_gpu_scope scope;
+  void *d = NULL, *h = NULL;
+  cudaError_t e = cudaSuccess;
+  const char *what = "";
+  why[0] = '\0';
+  if (rcc_gpu_enter(dev, &scope, why, len) != 0)
+    return;
+  if ((e = cudaMalloc(&d, 4096)) != cudaSuccess)
+    what = "cudaMalloc";
+  else if ((e = cudaHostAlloc(&h, 64, cudaHostAllocMapped |
+                                          cudaHostAllocPortable)) != cudaSuccess)
+    what = "cudaHostAlloc (mapped)";
+  if (d)
+    cudaFree(d);
+  if (h)
+    cudaFreeHost(h);
+  if (e != cudaSuccess)
+    snprintf(why, len, "%s: %s (%s)", what, cudaGetErrorString(e),
+             cudaGetErrorName(e));
+  cudaGetLastError();
+  leave(&scope);
 }
 
 ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
                               struct rcc_gpu_info *me) {
-  int count = 0, dev = comm->set.cuda_device;
-  char bus[32];
+  int count = 0, dev = comm->set.cuda_device, asked = dev >= 0;
+  char bus[32], why[RCC_ERRLEN];
   struct cudaDeviceProp prop;
 
   me->device = -1;
+  me->numa = -1;
   me->p2p_disable = comm->set.p2p_disable;
   if (dev == -2) {
     RCC_INFO(comm->rank, "RINGCC_CUDA_DEVICE=none: host buffers only");
     return RINGCC_SUCCESS;
   }
+  /* Unasked, only a rank whose thread uses CUDA gets a device side: a
+   * host-only program on a GPU node creates no context and no device
+   * FIFOs. */
+  if (!asked && !rcc_gpu_thread_has_context()) {
+    RCC_INFO(comm->rank, "no current CUDA context in the thread that calls "
+             "init: host buffers only (for device buffers make the rank's "
+             "GPU current first, e.g. cudaSetDevice, or set "
+             "RINGCC_CUDA_DEVICE / config 'cuda_device')");
+    return RINGCC_SUCCESS;
+  }
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     cudaGetLastError();
-    if (dev >= 0)
-      RCC_WARN(comm->rank, "RINGCC_CUDA_DEVICE / config 'cuda_device' is %d, "
-                           "but no CUDA device is usable (%s): host buffers "
-                           "only", dev,
-               e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    else /* no driver reads "driver version is insufficient" */
-      RCC_INFO(comm->rank, "no usable CUDA device (cudaGetDeviceCount: %s): "
-               "host buffers only",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    no_usable_device(comm, asked ? dev : -1, e);
     return RINGCC_SUCCESS;
   }
-  if (dev < 0 && (e = cudaGetDevice(&dev)) != cudaSuccess)
+  if (!asked && (e = cudaGetDevice(&dev)) != cudaSuccess)
     return cuda_error(comm, "cudaGetDevice", e);
   if (dev >= count)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
@@ -186,12 +208,35 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
     return cuda_error(comm, "cudaDeviceGetPCIBusId", e);
   if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
     return cuda_error(comm, "cudaGetDeviceProperties", e);
+  try_device(dev, why, sizeof(why));
+  if (why[0] && asked)
+    return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                          "init on rank %d: GPU %d (PCI %s) was asked for "
+                          "(RINGCC_CUDA_DEVICE / config 'cuda_device') but "
+                          "cannot be used: %s", comm->rank, dev, bus, why);
+  if (why[0]) {
+    RCC_WARN(comm->rank, "GPU %d (PCI %s) cannot be used: %s; host buffers "
+                         "only", dev, bus, why);
+    return RINGCC_SUCCESS;
+  }
   me->device = dev;
   me->bus_id = rcc_topo_bus_id(bus);
+  me->numa = rcc_gpu_pci_numa(bus);
+  me->sm_count = prop.multiProcessorCount;
+  snprintf(me->name, sizeof(me->name), "%.*s", (int)sizeof(me->name) - 1,
+           prop.name);
   memcpy(me->uuid, prop.uuid.bytes, sizeof(me->uuid));
   probe_peers(dev, count, bus, me);
-  RCC_INFO(comm->rank, "GPU %d: %s, PCI %s, peer access to %d other GPU%s",
-           dev, prop.name, bus, me->npeer, me->npeer == 1 ? "" : "s");
+  int reach = 0, nvlink = 0;
+  for (int i = 0; i < me->npeer; i++)
+    reach += me->peer_p2p[i], nvlink += me->peer_nvlink[i];
+  RCC_INFO(comm->rank, "GPU %d: %s, PCI %s, NUMA node %d, %d SMs; P2P to %d "
+           "other GPU%s of this host (%d over NVLink), probed with %s",
+           dev, me->name, bus, me->numa, me->sm_count, reach,
+           reach == 1 ? "" : "s", nvlink,
+           me->probe == RCC_PROBE_NVML ? "NVML, by PCI bus id"
+                                       : "CUDA among the visible GPUs (no "
+                                         "NVML: NVLink unknown)");
   return RINGCC_SUCCESS;
 }
 
@@ -203,8 +248,10 @@ int rcc_cuda_kinds(const struct ringcc_comm *comm) {
 }
 
 int rcc_cuda_channels(const struct ringcc_comm *comm) {
-  int best = 2; /* staged through host memory, or the network */
-  for (int a = 0; a < comm->nranks; a++)
+  int best = 2, share = 1, sms = 0; /* 2: staged, or the network */
+  for (int a = 0; a < comm->nranks; a++) {
+    const struct rcc_gpu_info *g = &comm->peers[a].gpu;
+    int same = 1;
     for (int b = a + 1; b < comm->nranks; b++) {
       struct rcc_edge_topo e;
       rcc_topo_edge(&comm->peers[a], &comm->peers[b], &e);
@@ -213,7 +260,17 @@ int rcc_cuda_channels(const struct ringcc_comm *comm) {
         best = 16;
       else if (path == RCC_PATH_P2P_PCIE && best < 4)
         best = 4;
+      same += e.same_host && e.same_gpu;
     }
+    share = same > share ? same : share;
+    if (g->sm_count > 0 && (sms == 0 || g->sm_count < sms))
+      sms = g->sm_count;
+  }
+  /* Ranks sharing a GPU run their kernels at once (threads, MPS): every
+   * block of all of them must fit, one per SM, or a kernel could wait for a
+   * peer's block that never gets an SM. */
+  if (share > 1 && sms > 0 && best * share > sms)
+    best = sms / share > 0 ? sms / share : 1;
   return best;
 }
 
@@ -268,6 +325,7 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
         return r;
     }
   struct rcc_edge_topo e;
+  char why[RCC_ERRLEN];
   rcc_topo_edge(&comm->peers[comm->rank], &comm->peers[p], &e);
   if (flags & RCC_TRANSPORT_NETWORK)
     RCC_INFO(comm->rank, "device edge %d -> %d via %s/staged", comm->rank, p,
@@ -275,6 +333,12 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
   else
     RCC_INFO(comm->rank, "device edge %d -> %d via %s", comm->rank, p,
              rcc_topo_path_name(rcc_topo_device_path(&e)));
+  /* Two GPUs of one host whose data goes through host memory: the first
+   * thing to know when bandwidth is low. */
+  if (rcc_topo_staged_why(&comm->peers[comm->rank], &comm->peers[p], why,
+                          sizeof(why)))
+    RCC_WARN(comm->rank, "device edge %d -> %d is staged through host "
+             "memory (%s): %s", comm->rank, p, rcc_edge_name(comm, p), why);
   return RINGCC_SUCCESS;
 }
 
@@ -343,7 +407,7 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
 }
 
 ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
-  int prev = 0;
+  struct rcc_gpu_scope scope;
   if (comm->nkinds != RCC_MAX_CONN_KINDS)
     return RINGCC_SUCCESS; /* some rank has no GPU: host buffers only */
   struct rcc_cuda *cu = calloc(1, sizeof(*cu));
@@ -353,13 +417,13 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
   cu->device = comm->peers[comm->rank].gpu.device;
   __atomic_store_n(&comm->cuda, cu, __ATOMIC_RELEASE); /* see cuda_busy */
   __atomic_store_n(&comm->device_busy, cuda_busy, __ATOMIC_RELEASE);
-  cudaError_t e = enter_device(comm->cuda->device, &prev);
-  if (e != cudaSuccess)
-    return cuda_error(comm, "cudaSetDevice", e);
-  ringcc_result_t r = connect_status(comm);
+  ringcc_result_t r = enter(comm, cu->device, &scope);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = connect_status(comm);
   if (r == RINGCC_SUCCESS)
     r = connect_tables(comm);
-  leave_device(comm->cuda->device, prev);
+  leave(&scope);
   return r;
 }
 
@@ -391,8 +455,9 @@ static void wait_kernels(struct ringcc_comm *comm) {
 
 void rcc_cuda_destroy(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
-  int prev = 0;
-  if (cu == NULL || enter_device(cu->device, &prev) != cudaSuccess)
+  struct rcc_gpu_scope scope;
+  char why[256];
+  if (cu == NULL || rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
     return;
   wait_kernels(comm);
   for (int i = 0; i < cu->nregistered; i++)
@@ -409,7 +474,7 @@ void rcc_cuda_destroy(struct ringcc_comm *comm) {
   cu->last = NULL;
   cu->have_last = 0;
   cudaGetLastError();
-  leave_device(cu->device, prev);
+  leave(&scope);
 }
 
 void rcc_cuda_free(struct ringcc_comm *comm) {
@@ -465,11 +530,12 @@ void rcc_cuda_poll(struct ringcc_comm *comm) {
     return;
   }
   if (cu->have_last) {
-    int prev = 0;
-    if (enter_device(cu->device, &prev) != cudaSuccess)
+    struct rcc_gpu_scope scope;
+    char why[256];
+    if (rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
       return;
     cudaError_t e = cudaEventQuery(cu->last);
-    leave_device(cu->device, prev);
+    leave(&scope);
     if (e != cudaSuccess && e != cudaErrorNotReady)
       comm->fatal = rcc_comm_error(
           comm, RINGCC_ERR_CUDA,
@@ -572,15 +638,16 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
 ringcc_result_t rcc_cuda_stage(struct ringcc_comm *comm, const void *src,
                                size_t bytes, void *stream, const void **copy) {
   struct rcc_cuda *cu = comm->cuda;
-  int prev = 0;
+  struct rcc_gpu_scope scope;
   void *p = NULL;
-  cudaError_t e = enter_device(cu->device, &prev);
-  if (e == cudaSuccess)
-    e = cudaMallocAsync(&p, bytes, (cudaStream_t)stream);
+  ringcc_result_t r = enter(comm, cu->device, &scope);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  cudaError_t e = cudaMallocAsync(&p, bytes, (cudaStream_t)stream);
   if (e == cudaSuccess)
     e = cudaMemcpyAsync(p, src, bytes, cudaMemcpyDeviceToDevice,
                         (cudaStream_t)stream);
-  leave_device(cu->device, prev);
+  leave(&scope);
   if (e != cudaSuccess) {
     if (p)
       cudaFreeAsync(p, (cudaStream_t)stream);
@@ -627,7 +694,8 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
                               void *stream) {
   struct rcc_cuda *cu = comm->cuda;
-  int n = comm->nranks, prev = 0;
+  struct rcc_gpu_scope scope;
+  int n = comm->nranks;
   struct rcc_cuda_args a = {
       .plan = *plan,
       .src = src,
@@ -648,15 +716,15 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
   a.plan.ring_rev = cu->ring_dev + n;
   if (a.plan.nchannels < 1)
     a.plan.nchannels = 1;
-  cudaError_t e = enter_device(cu->device, &prev);
-  if (e != cudaSuccess)
-    return cuda_error(comm, "cudaSetDevice", e);
-  ringcc_result_t r = launch(comm, &a, stream);
+  ringcc_result_t r = enter(comm, cu->device, &scope);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = launch(comm, &a, stream);
   if (cu->stage) {
     cudaFreeAsync(cu->stage, (cudaStream_t)cu->stage_stream);
     cu->stage = NULL;
   }
-  leave_device(cu->device, prev);
+  leave(&scope);
   return r;
 }
 

@@ -93,8 +93,9 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
 int rcc_cuda_kinds(const struct ringcc_comm *comm);
 /* After the exchange: the channels device collectives want, by the links
  * between this communicator's GPUs: 16 where some same-host pair has
- * NVLink, 4 for PCIe peer access, 2 for staging through host memory or the
- * network (the same on every rank). */
+ * NVLink (or shares a GPU), 4 for PCIe peer access, 2 for staging through
+ * host memory or the network; where ranks share a GPU, no more than its
+ * SMs hold with one block per SM for every rank (the same on every rank). */
 int rcc_cuda_channels(const struct ringcc_comm *comm);
 /* After the transports connected: makes the device-kind FIFOs usable by
  * kernels (registers staged host FIFOs, uploads the connection tables),
