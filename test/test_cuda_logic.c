@@ -12,19 +12,30 @@
  *    per process), and the sentence that says why an edge between two GPUs
  *    of one host is staged through host memory;
  *  - the driver too old for the runtime: the versions the WARN names;
- *  - device channels where ranks share one GPU (every block must fit).
+ *  - device channels where ranks share one GPU (every block must fit);
+ *  - failures reaching the kernels: the word failure.c and error.c write,
+ *    the watchdog (a status record in plain memory stands for the mapped
+ *    one) that records a killed same-host peer and wakes the network engine
+ *    only when a kernel starts, and the sentence for each kernel failure.
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "cuda.h"
+#include "error.h"
+#include "failure.h"
 #include "gpu.h"
+#include "harness.h"
 #include "transport.h"
 #include "vec_split.h"
+#include "watchdog.h"
 
 /* ---- a communicator as init would leave it, without transports ------------- */
 
@@ -322,4 +333,188 @@ Test(cuda_logic, device_channels_fit_a_shared_gpu, .timeout = 10) {
                   RCC_TOPO_LEVEL_BOARD);
   cr_expect_eq(rcc_cuda_channels(&f->comm), 16);
   free(f);
+}
+
+/* ---- failures reach the kernels: the word, the watchdog, the message ------------------ */
+
+/* failure.c and error.c write the kernels' word; the first failure wins. */
+Test(cuda_logic, dead_rank_and_network_error_reach_the_word, .timeout = 10) {
+  struct fake *f = malloc(sizeof(*f));
+  cr_assert(f != NULL);
+  fake_comm(f, 4, 1);
+  f->comm.nkinds = 0; /* no FIFOs to poison here */
+  uint32_t word = 0;
+  rcc_comm_tell_kernels(&f->comm, RINGCC_ERR_PEER_FAILED);
+  cr_expect_eq(word, 0, "no word registered: nothing written");
+  f->comm.fail_word = &word;
+  rcc_peer_dead(&f->comm, 2, 0);
+  cr_expect_eq(word, RINGCC_ERR_PEER_FAILED);
+  cr_expect_eq(rcc_dead_rank(&f->comm, NULL), 2);
+  rcc_comm_set_async_error(&f->comm, RINGCC_ERR_NETWORK, "socket to rank 3 "
+                           "reset");
+  cr_expect_eq(word, RINGCC_ERR_PEER_FAILED, "the first failure stays");
+  fake_comm(f, 4, 1);
+  f->comm.nkinds = 0;
+  word = 0;
+  f->comm.fail_word = &word;
+  rcc_comm_set_async_error(&f->comm, RINGCC_ERR_NETWORK, "socket to rank 3 "
+                           "reset");
+  cr_expect_eq(word, RINGCC_ERR_NETWORK);
+  free(f);
+}
+
+/* The sentence for each failure a kernel reports (a status record in plain
+ * memory, as the kernel leaves it). */
+Test(cuda_logic, kernel_failures_as_sentences, .timeout = 10) {
+  struct rcc_cuda_status st;
+  char msg[512];
+  memset(&st, 0, sizeof(st));
+  st.coll = RCC_COLL_ALLREDUCE;
+  st.seq = 12;
+  st.step = 3;
+  st.nsteps = 14;
+  st.peer = 1;
+  st.code = RINGCC_ERR_PEER_FAILED;
+  rcc_cuda_status_message(&st, 0, 2, "rank 3 (pid 99 on host n1) died (rank 1 "
+                          "passed the news on)", NULL, msg, sizeof(msg));
+  cr_expect(strstr(msg, "allreduce (seq 12) on rank 0, device kernel on GPU 2") &&
+                strstr(msg, "stopped at step 3 of 14 waiting for data from rank 1") &&
+                strstr(msg, "rank 3 (pid 99 on host n1) died"),
+            "%s", msg);
+  st.code = RINGCC_ERR_NETWORK;
+  st.waiting_send = 1;
+  rcc_cuda_status_message(&st, 0, 2, "", "rank 5: connection reset", msg,
+                          sizeof(msg));
+  cr_expect(strstr(msg, "a free slot to send to rank 1: rank 5: connection reset"),
+            "%s", msg);
+  st.code = RINGCC_ERR_TIMEOUT;
+  rcc_cuda_status_message(&st, 0, 2, NULL, NULL, msg, sizeof(msg));
+  cr_expect(strstr(msg, "timed out") && strstr(msg, "same call"), "%s", msg);
+  st.code = RINGCC_ERR_INVALID_USAGE;
+  st.got_bytes = 100;
+  st.want_bytes = 64;
+  st.got_last = 1;
+  rcc_cuda_status_message(&st, 0, 2, NULL, NULL, msg, sizeof(msg));
+  cr_expect(strstr(msg, "rank 1 sent 100 bytes (last piece) where 64 were "
+                        "expected"), "%s", msg);
+  st.code = RINGCC_ERR_ABORTED;
+  st.peer = -1;
+  st.captured = 1;
+  rcc_cuda_status_message(&st, 0, 2, NULL, NULL, msg, sizeof(msg));
+  cr_expect(strstr(msg, "(seq 12, from a CUDA graph)") &&
+                strstr(msg, "was aborted") && strstr(msg, "before its first step"),
+            "%s", msg);
+}
+
+/* A fake network engine: counts the watchdog's notifications. */
+static int engine_notified;
+static void fake_notify(struct rcc_conn *c) {
+  (void)c;
+  __atomic_fetch_add(&engine_notified, 1, __ATOMIC_RELAXED);
+}
+
+static int wait_for(const uint32_t *word, uint32_t want, int ms) {
+  for (int i = 0; i < ms; i++) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == want)
+      return 1;
+    usleep(1000);
+  }
+  return 0;
+}
+
+/* The engine sleeps while a kernel only waits in its stream and joins when
+ * it starts; idle, the watchdog does nothing. */
+Test(cuda_logic, watchdog_wakes_the_engine_when_a_kernel_starts,
+     .timeout = 20) {
+  struct fake *f = malloc(sizeof(*f));
+  cr_assert(f != NULL);
+  fake_comm(f, 1, 1); /* no peers to look at */
+  static struct rcc_conn_ops ops = {.notify = fake_notify};
+  struct rcc_conn engine = {.ops = &ops};
+  struct rcc_cuda_status st;
+  struct rcc_watchdog w;
+  memset(&st, 0, sizeof(st));
+  engine_notified = 0;
+  cr_assert_eq(rcc_watchdog_start(&w, &f->comm, &st.started, &st.done,
+                                  &engine), 0);
+  usleep(50000);
+  cr_expect_eq(__atomic_load_n(&w.checks, __ATOMIC_RELAXED), 0,
+               "idle: no looks");
+  rcc_watchdog_kick(&w); /* a kernel queued behind compute */
+  cr_expect(rcc_watchdog_pending(&w));
+  usleep(30000);
+  cr_expect_eq(__atomic_load_n(&engine_notified, __ATOMIC_RELAXED), 0,
+               "not started: the engine sleeps");
+  __atomic_store_n(&st.started, 1, __ATOMIC_RELEASE); /* it starts */
+  int woke = 0;
+  for (int i = 0; i < 500 && !woke; i++, usleep(1000))
+    woke = __atomic_load_n(&engine_notified, __ATOMIC_RELAXED) > 0;
+  cr_expect(woke, "the engine was not told the kernel started");
+  __atomic_store_n(&st.done, 1, __ATOMIC_RELEASE); /* it ends */
+  for (int i = 0; i < 100 && rcc_watchdog_pending(&w); i++)
+    usleep(1000);
+  cr_expect(!rcc_watchdog_pending(&w));
+  uint32_t checks = __atomic_load_n(&w.checks, __ATOMIC_RELAXED);
+  usleep(60000);
+  cr_expect_eq(__atomic_load_n(&w.checks, __ATOMIC_RELAXED), checks,
+               "idle again: no more looks");
+  rcc_watchdog_stop(&w);
+  free(f);
+}
+
+/* Ranks as processes; the last one dies while the others' (fake) kernels
+ * wait: each survivor's watchdog records it within the host executor's
+ * bounds and the kernels' word says RINGCC_ERR_PEER_FAILED. */
+static int watchdog_sees_a_death(h_ctx_t *ctx) {
+  struct ringcc_comm *comm = ctx->comm;
+  int victim = ctx->nranks - 1;
+  if (ringcc_barrier(ctx->comm, NULL) != RINGCC_SUCCESS)
+    return h_fail(ctx, "barrier: %s", ringcc_comm_last_error(ctx->comm));
+  if (ctx->rank == victim) {
+    usleep(100000);
+    raise(SIGKILL);
+  }
+  struct rcc_cuda_status st;
+  struct rcc_watchdog w;
+  memset(&st, 0, sizeof(st));
+  comm->fail_word = &st.failed; /* as cuda.c registers the mapped word */
+  if (rcc_watchdog_start(&w, comm, &st.started, &st.done, NULL) != 0)
+    return h_fail(ctx, "rcc_watchdog_start failed");
+  rcc_watchdog_kick(&w);
+  st.started = 1; /* a kernel waits */
+  double t0 = h_now_s();
+  int seen = wait_for(&st.failed, RINGCC_ERR_PEER_FAILED, 5000);
+  double took = h_now_s() - t0;
+  st.done = 1;
+  rcc_watchdog_stop(&w);
+  comm->fail_word = NULL;
+  int told = -1, dead = rcc_dead_rank(comm, &told);
+  if (!seen || dead != victim)
+    return h_fail(ctx, "after %.2f s: word %u, dead rank %d (want %d)", took,
+                  st.failed, dead, victim);
+  if (took > 2.0)
+    return h_fail(ctx, "the death took %.2f s to reach the kernels' word",
+                  took);
+  char why[256];
+  rcc_dead_describe(comm, why, sizeof(why));
+  printf("rank %d: word set after %.3f s: %s\n", ctx->rank, took, why);
+  return 0;
+}
+
+Test(cuda_logic, watchdog_records_a_dead_peer_for_the_kernels,
+     .timeout = 60) {
+  h_run_opts_t o = {.nranks = 3, .body = watchdog_sees_a_death,
+                    .timeout_s = 30, .name = "watchdog"};
+  /* The victim's death is the point: h_run reports it as a failed rank, so
+   * the survivors' verdicts are checked from their output. */
+  cr_redirect_stdout();
+  h_run(&o);
+  fflush(stdout);
+  char out[4096] = "";
+  FILE *so = cr_get_redirected_stdout();
+  size_t n = fread(out, 1, sizeof(out) - 1, so);
+  out[n] = '\0';
+  cr_expect(strstr(out, "rank 0: word set after") &&
+                strstr(out, "rank 1: word set after"),
+            "survivors did not both see rank 2 die: %s", out);
 }

@@ -405,8 +405,9 @@ static ringcc_result_t run(struct call *c) {
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "%s: argument 'comm' is NULL", c->fn);
   rcc_cuda_poll(comm); /* a device collective that failed since */
-  if (comm->aborted || comm->fatal != RINGCC_SUCCESS) {
-    ringcc_result_t code = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
+  if (comm->aborted || rcc_comm_fatal(comm) != RINGCC_SUCCESS) {
+    ringcc_result_t code =
+        comm->aborted ? RINGCC_ERR_ABORTED : rcc_comm_fatal(comm);
     RCC_WARN(comm->rank, "%s on rank %d: the communicator is unusable after "
                          "an earlier failure: %s", c->fn, comm->rank,
              comm->last_error);
@@ -436,7 +437,7 @@ static ringcc_result_t run(struct call *c) {
    * the communicator stays usable. Any other failure leaves FIFOs in an
    * unknown state. */
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !mismatch)
-    comm->fatal = r;
+    rcc_comm_set_fatal(comm, r);
   __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
   return r;
 }

@@ -68,8 +68,10 @@ RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "ringcc_comm_get_async_error: argument 'result' is "
                           "NULL");
-  rcc_cuda_poll(comm); /* failures of device collectives that ended */
-  *result = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
+  /* Any thread may ask while calls run in another (a framework's watchdog):
+   * what it writes is the sticky failure (atomic) and last_error (locked). */
+  rcc_cuda_poll(comm); /* failures of device collectives */
+  *result = comm->aborted ? RINGCC_ERR_ABORTED : rcc_comm_fatal(comm);
   return RINGCC_SUCCESS;
 }
 
@@ -345,6 +347,7 @@ static void comm_free(struct ringcc_comm *comm) {
   free(comm->ring_rev);
   free(comm->peers);
   free(comm->scratch);
+  pthread_mutex_destroy(&comm->error_lock);
   free(comm);
 }
 
@@ -483,8 +486,10 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
   comm->rank = rank;
   comm->nranks = nranks;
   comm->config = *config;
+  pthread_mutex_init(&comm->error_lock, NULL);
   if ((r = resolve_settings(config, &comm->set, err, sizeof(err))) !=
       RINGCC_SUCCESS) {
+    pthread_mutex_destroy(&comm->error_lock);
     free(comm);
     return rcc_thread_error(r, "ringcc_comm_init on rank %d: %s", rank, err);
   }

@@ -6,6 +6,7 @@
 #ifndef RCC_COMM_H
 #define RCC_COMM_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -160,12 +161,21 @@ struct ringcc_comm {
    * every wait checks it. */
   volatile int async_error;
   char async_message[RCC_ERRLEN];
+  /* Set by cuda.c where kernels may run: a host-mapped word the kernels
+   * poll in their waits. The first failure this rank learns of (a dead
+   * rank, failure.c; a network error, error.c) is stored there as a
+   * ringcc_result_t, so waiting kernels leave (rcc_comm_tell_kernels). */
+  uint32_t *fail_word;
   /* The first rank known dead (failure.c): 1 + rank in the low 32 bits,
    * 1 + the rank that told this one in the high 32; 0 while none is. */
   uint64_t dead;
   struct rcc_spin spin;    /* how waits poll, adapted as they go (spin.h) */
   int busy;                /* a call is running on this communicator */
-  ringcc_result_t fatal;   /* sticky: the communicator is unusable */
+  /* Sticky: the communicator is unusable. Written and read with atomics
+   * (rcc_comm_set_fatal, rcc_comm_fatal): ringcc_comm_get_async_error may
+   * run in another thread (a framework's watchdog) during a call. */
+  ringcc_result_t fatal;
+  pthread_mutex_t error_lock; /* last_error's writers (error.c) */
   char last_error[RCC_ERRLEN];
 };
 

@@ -16,9 +16,18 @@
  * so the device FIFOs see collectives in the order they were called.
  *
  * Errors a kernel meets (a timeout, a peer that sends the wrong size, an
- * abort) land in a mapped status record; rcc_cuda_poll turns the first one
- * into the communicator's last error and makes it unusable, as a failed host
- * collective does. ringcc_comm_get_async_error and every later call poll.
+ * abort, a failure this rank learned of) land in a mapped status record;
+ * rcc_cuda_poll turns the first one into the communicator's last error and
+ * makes it unusable, as a failed host collective does. Any thread may poll
+ * (ringcc_comm_get_async_error from a framework's watchdog, while the owner
+ * makes calls): the record is read under the lock of struct rcc_cuda.
+ *
+ * Failures reach the kernels: the status record's 'failed' word is
+ * comm->fail_word, where failure.c stores RINGCC_ERR_PEER_FAILED when a rank
+ * is known dead and error.c the network's error; every kernel wait polls it
+ * with the abort flag. While kernels may run a watchdog thread (watchdog.c)
+ * looks at the same-host peers every 20 ms, as a waiting host executor
+ * would, and wakes the network engine when a kernel starts.
  *
  * Without CUDA (RINGCC_HAVE_CUDA 0) the second half of this file gives the
  * core stubs: no GPU, host FIFOs only, a non-NULL stream is unsupported.
@@ -28,13 +37,55 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algorithms.h"
 #include "clock.h"
 #include "comm.h"
 #include "cuda.h"
 #include "error.h"
+#include "failure.h"
 #include "gpu.h"
 #include "log.h"
 #include "transport.h"
+#include "watchdog.h"
+
+/* ---- the failure a kernel reported, as one sentence (both builds) --------- */
+
+void rcc_cuda_status_message(const struct rcc_cuda_status *st, int rank,
+                             int device, const char *dead, const char *async,
+                             char *buf, size_t len) {
+  char where[300];
+  uint32_t code = st->code;
+  const char *why = code == RINGCC_ERR_TIMEOUT       ? "timed out"
+                    : code == RINGCC_ERR_ABORTED     ? "was aborted"
+                    : code == RINGCC_ERR_PEER_FAILED ? "stopped"
+                    : code == RINGCC_ERR_INVALID_USAGE ? "failed"
+                                                       : "stopped";
+  if (code == RINGCC_ERR_INVALID_USAGE)
+    snprintf(where, sizeof(where), "rank %d sent %u bytes%s where %u were "
+             "expected (do all ranks make the same calls with the same "
+             "counts and datatypes?)", st->peer, st->got_bytes,
+             st->got_last ? " (last piece)" : "", st->want_bytes);
+  else if (st->peer >= 0)
+    snprintf(where, sizeof(where), "waiting for %s rank %d",
+             st->waiting_send ? "a free slot to send to" : "data from",
+             st->peer);
+  else
+    snprintf(where, sizeof(where), "before its first step");
+  const char *cause = "";
+  if (code == RINGCC_ERR_PEER_FAILED && dead && *dead)
+    cause = dead;
+  else if (code != RINGCC_ERR_TIMEOUT && code != RINGCC_ERR_ABORTED &&
+           code != RINGCC_ERR_INVALID_USAGE && async && *async)
+    cause = async;
+  snprintf(buf, len, "%s (seq %llu%s) on rank %d, device kernel on GPU %d, "
+           "%s at step %llu of %llu %s%s%s%s",
+           rcc_coll_name(st->coll), (unsigned long long)st->seq,
+           st->captured ? ", from a CUDA graph" : "", rank, device, why,
+           (unsigned long long)st->step, (unsigned long long)st->nsteps, where,
+           *cause ? ": " : "", cause,
+           code == RINGCC_ERR_TIMEOUT ? " (did every rank make the same call?)"
+                                      : "");
+}
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -50,14 +101,17 @@ struct rcc_cuda {
                                          then point-to-point */
   int *ring_dev;                      /* the ring, then the ring reversed */
   cudaEvent_t last;                   /* the last kernel of this comm */
-  int have_last;
-  uint32_t launches;                  /* kernels enqueued (read by engines) */
+  int have_last;                      /* atomic: polled from any thread */
   void **registered;                  /* host FIFOs registered for kernels */
   int nregistered;
   struct rcc_conn *engine_conn;       /* a host FIFO of the network engine:
                                          notified when a kernel starts */
+  struct rcc_watchdog watch;          /* peers and the engine, while
+                                         kernels may run */
   void *stage;                        /* staged input of the pending call */
   void *stage_stream;
+  pthread_mutex_t lock;               /* rcc_cuda_poll's, any thread */
+  ringcc_result_t failure;            /* the first failure found */
 };
 
 static int cuda_busy(struct ringcc_comm *comm);
@@ -415,6 +469,7 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "init on rank %d: out of memory", comm->rank);
   cu->device = comm->peers[comm->rank].gpu.device;
+  pthread_mutex_init(&cu->lock, NULL);
   __atomic_store_n(&comm->cuda, cu, __ATOMIC_RELEASE); /* see cuda_busy */
   __atomic_store_n(&comm->device_busy, cuda_busy, __ATOMIC_RELEASE);
   ringcc_result_t r = enter(comm, cu->device, &scope);
@@ -424,19 +479,32 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
   if (r == RINGCC_SUCCESS)
     r = connect_tables(comm);
   leave(&scope);
-  return r;
+  if (r != RINGCC_SUCCESS)
+    return r;
+  /* From here failure.c and error.c reach the kernels. */
+  __atomic_store_n(&comm->fail_word, &cu->status->failed, __ATOMIC_RELEASE);
+  if (rcc_dead_rank(comm, NULL) >= 0)
+    rcc_comm_tell_kernels(comm, RINGCC_ERR_PEER_FAILED);
+  int e = rcc_watchdog_start(&cu->watch, comm, &cu->status->started,
+                             &cu->status->done, cu->engine_conn);
+  if (e != 0)
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "init on rank %d: cannot start the CUDA watchdog "
+                          "thread: %s", comm->rank, strerror(e));
+  return RINGCC_SUCCESS;
 }
 
 /* ---- teardown, abort, errors -------------------------------------------- */
 
-/* Waits for the last kernel; past the deadline, aborts it (it leaves its
- * next wait) rather than freeing memory under it. */
+/* Waits for this communicator's kernels; past the deadline, aborts them
+ * (they leave their next wait) rather than freeing memory under them. A
+ * dead peer ends them sooner: the watchdog runs until they are done. */
 static void wait_kernels(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   int64_t ms = comm->set.timeout_ms > 0 ? comm->set.timeout_ms : 0;
   int64_t deadline = rcc_deadline_after_ms(ms > 0 ? ms + DESTROY_GRACE_MS : 0);
   int aborted = 0;
-  if (!cu->have_last)
+  if (!__atomic_load_n(&cu->have_last, __ATOMIC_ACQUIRE))
     return;
   for (;;) {
     cudaError_t e = cudaEventQuery(cu->last);
@@ -459,7 +527,9 @@ void rcc_cuda_destroy(struct ringcc_comm *comm) {
   char why[256];
   if (cu == NULL || rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
     return;
-  wait_kernels(comm);
+  if (cu->last)
+    wait_kernels(comm);
+  rcc_watchdog_stop(&cu->watch);
   for (int i = 0; i < cu->nregistered; i++)
     cudaHostUnregister(cu->registered[i]);
   cu->nregistered = 0;
@@ -472,7 +542,7 @@ void rcc_cuda_destroy(struct ringcc_comm *comm) {
   cu->conns_dev = NULL;
   cu->ring_dev = NULL;
   cu->last = NULL;
-  cu->have_last = 0;
+  __atomic_store_n(&cu->have_last, 0, __ATOMIC_RELEASE);
   cudaGetLastError();
   leave(&scope);
 }
@@ -481,78 +551,98 @@ void rcc_cuda_free(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   if (cu == NULL)
     return;
+  /* The network engine (stopped by now) and failure.c no longer look. */
+  __atomic_store_n(&comm->fail_word, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->cuda, NULL, __ATOMIC_RELEASE);
   if (cu->status)
     cudaFreeHost(cu->status);
   cudaGetLastError();
+  pthread_mutex_destroy(&cu->lock);
   free(cu->registered);
   free(cu);
 }
 
 void rcc_cuda_abort(struct ringcc_comm *comm) {
-  if (comm->cuda && comm->cuda->status)
-    __atomic_store_n(&comm->cuda->status->abort, 1, __ATOMIC_RELEASE);
+  struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+  if (cu && cu->status)
+    __atomic_store_n(&cu->status->abort, 1, __ATOMIC_RELEASE);
 }
 
-static const char *status_where(const struct rcc_cuda_status *st, char *buf,
-                                size_t len) {
-  if (st->code == RINGCC_ERR_INVALID_USAGE)
-    snprintf(buf, len, "rank %d sent %u bytes%s where %u were expected (do "
-                       "all ranks make the same calls with the same counts "
-                       "and datatypes?)", st->peer, st->got_bytes,
-             st->got_last ? " (last piece)" : "", st->want_bytes);
-  else
-    snprintf(buf, len, "waiting for %s rank %d",
-             st->waiting_send ? "a free slot to send to" : "data from",
-             st->peer);
-  return buf;
-}
-
-void rcc_cuda_poll(struct ringcc_comm *comm) {
-  struct rcc_cuda *cu = comm->cuda;
-  char where[200];
-  if (cu == NULL || comm->fatal != RINGCC_SUCCESS)
-    return;
-  uint32_t code = __atomic_load_n(&cu->status->code, __ATOMIC_ACQUIRE);
+/* The first failure of the device side, as a code and one sentence, or
+ * RINGCC_SUCCESS: a kernel's report, a failure told to the kernels after
+ * they all ended, or a CUDA error of the last kernel. Under cu->lock. */
+static ringcc_result_t find_failure(struct ringcc_comm *comm,
+                                    struct rcc_cuda *cu, char *msg,
+                                    size_t len) {
+  char dead[256] = "";
+  const struct rcc_cuda_status *st = cu->status;
+  uint32_t code = __atomic_load_n(&st->code, __ATOMIC_ACQUIRE);
+  uint32_t failed = __atomic_load_n(&st->failed, __ATOMIC_ACQUIRE);
+  int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  rcc_dead_describe(comm, dead, sizeof(dead));
   if (code != 0) {
-    const struct rcc_cuda_status *st = cu->status;
-    const char *why = code == RINGCC_ERR_TIMEOUT   ? "timed out"
-                      : code == RINGCC_ERR_ABORTED ? "was aborted"
-                                                   : "failed";
-    comm->fatal = rcc_comm_error(
-        comm, (ringcc_result_t)code,
-        "%s (seq %llu) on rank %d, device kernel on GPU %d, %s at step %llu "
-        "of %llu: %s%s", rcc_coll_name(st->coll), (unsigned long long)st->seq,
-        comm->rank, cu->device, why, (unsigned long long)st->step,
-        (unsigned long long)st->nsteps, status_where(st, where, sizeof(where)),
-        code == RINGCC_ERR_TIMEOUT ? " (did every rank make the same call?)"
-                                   : "");
-    return;
+    rcc_cuda_status_message(st, comm->rank, cu->device, dead,
+                            async > 0 ? comm->async_message : NULL, msg, len);
+    return (ringcc_result_t)code;
   }
-  if (cu->have_last) {
+  if (failed != 0 && !rcc_watchdog_pending(&cu->watch)) {
+    snprintf(msg, len, "rank %d (GPU %d): %.300s; no device collective "
+             "was waiting", comm->rank, cu->device,
+             failed == RINGCC_ERR_PEER_FAILED && dead[0] ? dead
+             : async > 0 ? comm->async_message : "the communicator failed");
+    return (ringcc_result_t)failed;
+  }
+  if (__atomic_load_n(&cu->have_last, __ATOMIC_ACQUIRE)) {
     struct rcc_gpu_scope scope;
     char why[256];
     if (rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
-      return;
+      return RINGCC_SUCCESS;
     cudaError_t e = cudaEventQuery(cu->last);
     leave(&scope);
-    if (e != cudaSuccess && e != cudaErrorNotReady)
-      comm->fatal = rcc_comm_error(
-          comm, RINGCC_ERR_CUDA,
-          "a device collective on rank %d (GPU %d) failed: %s (%s)",
-          comm->rank, cu->device, cudaGetErrorString(e), cudaGetErrorName(e));
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+      snprintf(msg, len, "a device collective on rank %d (GPU %d) failed: %s "
+               "(%s)", comm->rank, cu->device, cudaGetErrorString(e),
+               cudaGetErrorName(e));
+      return RINGCC_ERR_CUDA;
+    }
   }
+  return RINGCC_SUCCESS;
+}
+
+void rcc_cuda_poll(struct ringcc_comm *comm) {
+  struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+  char msg[RCC_ERRLEN];
+  if (cu == NULL || cu->status == NULL ||
+      rcc_comm_fatal(comm) != RINGCC_SUCCESS)
+    return;
+  pthread_mutex_lock(&cu->lock);
+  ringcc_result_t code = cu->failure;
+  if (code == RINGCC_SUCCESS) {
+    code = find_failure(comm, cu, msg, sizeof(msg));
+    if (code != RINGCC_SUCCESS) {
+      cu->failure = code;
+      RCC_WARN(comm->rank, "%s", msg);
+      /* The message first, then the code (release): whoever sees the code
+       * reads the message. */
+      if (rcc_comm_fatal(comm) == RINGCC_SUCCESS)
+        rcc_comm_set_last_error(comm, msg);
+      rcc_comm_set_fatal(comm, code);
+    }
+  }
+  pthread_mutex_unlock(&cu->lock);
 }
 
 /* comm->device_busy: called by the network engine's thread, also while
  * init is still filling comm->cuda in and until the engine stops
- * (rcc_cuda_free comes after). */
+ * (rcc_cuda_free comes after). 1 while a kernel runs (it started and has
+ * not ended): the engine polls then, and sleeps while kernels only wait in
+ * a stream (the watchdog rings it when one starts). */
 static int cuda_busy(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
   struct rcc_cuda_status *st =
       cu ? __atomic_load_n(&cu->status, __ATOMIC_ACQUIRE) : NULL;
-  return st != NULL && __atomic_load_n(&st->done, __ATOMIC_ACQUIRE) !=
-                           __atomic_load_n(&cu->launches, __ATOMIC_ACQUIRE);
+  return st != NULL && __atomic_load_n(&st->started, __ATOMIC_ACQUIRE) !=
+                           __atomic_load_n(&st->done, __ATOMIC_ACQUIRE);
 }
 
 /* ---- where are the buffers? ------------------------------------------------ */
@@ -670,10 +760,8 @@ static ringcc_result_t launch(struct ringcc_comm *comm,
     e = cudaStreamWaitEvent((cudaStream_t)stream, cu->last, 0);
   if (e != cudaSuccess)
     return cuda_error(comm, "cudaStreamWaitEvent", e);
-  __atomic_store_n(&cu->launches, a->launch, __ATOMIC_RELEASE);
   int rc = rcc_cuda_launch(a, stream, err, sizeof(err));
   if (rc != 0) {
-    __atomic_store_n(&cu->launches, a->launch - 1, __ATOMIC_RELEASE);
     cudaGetLastError();
     return rcc_comm_error(comm, RINGCC_ERR_CUDA,
                           "%s (seq %llu) on rank %d (GPU %d): launching the "
@@ -681,11 +769,10 @@ static ringcc_result_t launch(struct ringcc_comm *comm,
                           (unsigned long long)a->seq, comm->rank, cu->device,
                           err);
   }
+  rcc_watchdog_kick(&cu->watch); /* peers, and the engine when it starts */
   if ((e = cudaEventRecord(cu->last, (cudaStream_t)stream)) != cudaSuccess)
     return cuda_error(comm, "cudaEventRecord", e);
-  cu->have_last = 1;
-  if (cu->engine_conn != NULL) /* from now on the engine polls */
-    cu->engine_conn->ops->notify(cu->engine_conn);
+  __atomic_store_n(&cu->have_last, 1, __ATOMIC_RELEASE);
   return RINGCC_SUCCESS;
 }
 
@@ -708,7 +795,6 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                         ? (uint64_t)comm->set.timeout_ms * 1000000u
                         : 0,
       .seq = comm->seq,
-      .launch = cu->launches + 1,
       .dt = dt,
       .op = op,
   };

@@ -34,11 +34,19 @@ extern "C" {
 struct ringcc_comm;
 
 /* Host memory the kernels see (cudaHostAlloc, mapped): how the host stops a
- * kernel, and how a kernel reports what went wrong and that it finished. */
+ * kernel, and how a kernel reports what went wrong, that it started and
+ * that it ended. The counters are counts of kernels, kept by the kernels
+ * themselves (a kernel replayed from a CUDA graph counts too). */
 struct rcc_cuda_status {
   uint32_t abort;     /* host -> kernels: leave every wait (comm abort) */
+  uint32_t failed;    /* host -> kernels: leave every wait with this
+                         ringcc_result_t - a dead rank, a network error
+                         (comm->fail_word points here); 0: none */
   uint32_t code;      /* kernel -> host: first failure, a ringcc_result_t */
-  uint32_t done;      /* kernel -> host: seq of the last kernel that ended */
+  uint32_t started;   /* kernels that started (the first block of each) */
+  uint32_t done;      /* kernels that ended (the last block of each) */
+  uint32_t blocks_started; /* blocks of the running kernel that started */
+  uint32_t blocks_done;    /* ... and ended (the last resets both) */
   int32_t coll;       /* the failure: collective (enum rcc_coll) */
   uint64_t seq;       /* ... its sequence number on the communicator */
   uint64_t step;      /* ... the step */
@@ -48,11 +56,13 @@ struct rcc_cuda_status {
   uint32_t got_bytes; /* meta mismatch: what arrived */
   uint32_t want_bytes;
   uint32_t got_last;  /* ... and its "last piece" flag */
-  uint32_t blocks_done; /* kernel: blocks of the running kernel that ended
-                           (the last one reports done and resets it) */
+  uint32_t captured;  /* ... the kernel was launched from a CUDA graph */
 };
 
-/* Everything one collective kernel needs, by value. */
+/* Everything one collective kernel needs, by value. Nothing in it changes
+ * from one launch to the next of the same call, so a kernel captured into a
+ * CUDA graph replays as it was recorded (positions in the FIFOs live in
+ * device memory, the counters in the status record). */
 struct rcc_cuda_args {
   struct rcc_plan plan;         /* the call's plan, not split: block c runs
                                    channel c (rcc_plan_channel); plan.ring
@@ -67,7 +77,7 @@ struct rcc_cuda_args {
   struct rcc_cuda_status *status; /* device view of the mapped status */
   uint64_t timeout_ns;          /* each wait; 0: none */
   uint64_t seq;                 /* the collective's sequence number */
-  uint32_t launch;              /* kernel count, reported back in done */
+  uint32_t captured;            /* launched into a CUDA graph capture */
   int32_t dt;                   /* ringcc_datatype_t */
   int32_t op;                   /* ringcc_op_t */
 };
@@ -108,9 +118,19 @@ void rcc_cuda_destroy(struct ringcc_comm *comm);
 void rcc_cuda_free(struct ringcc_comm *comm);
 /* ringcc_comm_abort: makes every waiting kernel of comm leave. */
 void rcc_cuda_abort(struct ringcc_comm *comm);
-/* Picks up failures of kernels that ended (a timeout, a mismatch, a CUDA
- * error): records the message and makes the communicator unusable. */
+/* Picks up failures of device collectives (a timeout, a dead peer, a
+ * network error, a mismatch, a CUDA error): the first becomes the
+ * communicator's sticky failure and last error. Any thread, at any time
+ * (ringcc_comm_get_async_error calls it from a framework's watchdog while
+ * the owning thread makes calls). */
 void rcc_cuda_poll(struct ringcc_comm *comm);
+/* The sentence for a failure a kernel reported in st on rank/GPU, into buf
+ * (dead: "rank 3 (pid ...) died", for RINGCC_ERR_PEER_FAILED; async: the
+ * network error's message; either may be NULL). Pure: the tests give it a
+ * status record in plain memory. */
+void rcc_cuda_status_message(const struct rcc_cuda_status *st, int rank,
+                             int device, const char *dead, const char *async,
+                             char *buf, size_t len);
 
 /* Where a collective's buffers are. send/recv: the buffers the call reads
  * and writes (NULL where it has none); names as in the error messages.

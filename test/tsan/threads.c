@@ -13,6 +13,12 @@
  *   tcp        4 ranks with shm_disable = 1: the TCP plugin and its proxy
  *              thread
  *
+ *   async-error  4 ranks over shared memory; rank 3 withholds the last
+ *              allreduce, so the others' calls time out (3 s) while the
+ *              monitor thread calls ringcc_comm_get_async_error on every
+ *              communicator (as PyTorch's watchdog does): the failing calls
+ *              write the sticky error and the message while it reads them
+ *
  *   direct     4 ranks with algo = direct: the large calls take the
  *              cross-memory-attach path (exec_cma.c), which with ranks as
  *              threads reads peers' buffers with memcpy, ordered by FIFO
@@ -45,7 +51,11 @@ struct phase {
   const char *name;
   int ncomms;      /* communicators per rank, each with its own thread */
   int shm_disable;
-  int monitor;     /* a thread calls ringcc_comm_report meanwhile */
+  int monitor;     /* a thread calls ringcc_comm_report and
+                      ringcc_comm_get_async_error meanwhile */
+  int withhold;    /* 1 + the rank that skips the last allreduce; 0: none */
+  int64_t timeout_ms; /* 0: TIMEOUT_MS */
+  int iters;          /* rounds; 0: ITERS */
   int algo[MAX_COMMS]; /* config.algo of each communicator (0: auto) */
   ringcc_unique_id_t ids[MAX_COMMS];
   ringcc_comm_t comms[MAX_COMMS][NRANKS]; /* published for the monitor */
@@ -182,11 +192,28 @@ static int round_of(struct worker *w, int iter, size_t count, int32_t *a,
   return 0;
 }
 
+/* The allreduce one rank withholds: it must time out, and the async error
+ * (read by the monitor meanwhile) must say so afterwards. */
+static void withheld_call(struct worker *w, int32_t *a, int32_t *b) {
+  ringcc_result_t r = ringcc_allreduce(a, b, 16, RINGCC_INT32, RINGCC_SUM,
+                                       w->comm, NULL);
+  ringcc_result_t async = RINGCC_SUCCESS;
+  ringcc_result_t q = ringcc_comm_get_async_error(w->comm, &async);
+  if (r != RINGCC_ERR_TIMEOUT || q != RINGCC_SUCCESS ||
+      async != RINGCC_ERR_TIMEOUT) {
+    snprintf(w->msg, sizeof(w->msg), "%s rank %d: the withheld allreduce "
+             "returned %s, then the async error %s (want RINGCC_ERR_TIMEOUT "
+             "twice): %s", w->ph->name, w->rank, ringcc_strerror(r),
+             ringcc_strerror(async), ringcc_comm_last_error(w->comm));
+    w->failed = 1;
+  }
+}
+
 static void *worker_main(void *p) {
   struct worker *w = p;
   struct phase *ph = w->ph;
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
-  cfg.timeout_ms = TIMEOUT_MS;
+  cfg.timeout_ms = ph->timeout_ms > 0 ? ph->timeout_ms : TIMEOUT_MS;
   cfg.shm_disable = ph->shm_disable;
   cfg.algo = ph->algo[w->which];
   ringcc_result_t r = ringcc_comm_init(&w->comm, NRANKS, &ph->ids[w->which],
@@ -207,9 +234,12 @@ static void *worker_main(void *p) {
     snprintf(w->msg, sizeof(w->msg), "out of memory");
     w->failed = 1;
   }
-  for (int iter = 0; iter < ITERS && !w->failed; iter++)
+  int iters = ph->iters > 0 ? ph->iters : ITERS;
+  for (int iter = 0; iter < iters && !w->failed; iter++)
     if (round_of(w, iter, counts[iter % NCOUNTS], a, b, f) != 0)
       break;
+  if (ph->withhold && !w->failed && w->rank != ph->withhold - 1)
+    withheld_call(w, a, b);
   free(a);
   free(b);
   free(f);
@@ -223,17 +253,30 @@ static void *monitor_main(void *p) {
   char buf[1024];
   while (atomic_load(&ph->ready) < nworkers)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
-  unsigned long reports = 0;
+  unsigned long reports = 0, asks = 0, errors = 0;
   while (!atomic_load(&ph->done)) {
     for (int c = 0; c < ph->ncomms; c++)
-      for (int r = 0; r < NRANKS; r++)
-        if (ph->comms[c][r] != NULL &&
-            ringcc_comm_report(ph->comms[c][r], buf, sizeof(buf)) ==
-                RINGCC_SUCCESS)
+      for (int r = 0; r < NRANKS; r++) {
+        ringcc_comm_t comm = ph->comms[c][r];
+        ringcc_result_t async = RINGCC_SUCCESS;
+        if (comm == NULL)
+          continue;
+        if (ringcc_comm_report(comm, buf, sizeof(buf)) == RINGCC_SUCCESS)
           reports++;
+        if (ringcc_comm_get_async_error(comm, &async) == RINGCC_SUCCESS)
+          asks++;
+        if (async != RINGCC_SUCCESS) {
+          errors++;
+          /* The message is complete before the code is visible. */
+          if (strstr(ringcc_comm_last_error(comm), "timed out") == NULL)
+            printf("  monitor: async %s with the message \"%s\"\n",
+                   ringcc_strerror(async), ringcc_comm_last_error(comm));
+        }
+      }
     nanosleep(&(struct timespec){0, 2000000}, NULL);
   }
-  printf("  monitor: %lu reports taken while collectives ran\n", reports);
+  printf("  monitor: %lu reports and %lu async-error queries (%lu saw an "
+         "error) while collectives ran\n", reports, asks, errors);
   return NULL;
 }
 
@@ -251,7 +294,7 @@ static int run_phase(struct phase *ph) {
 
   printf("== phase %s: %d ranks x %d communicator%s, shm_disable=%d, %d "
          "rounds\n", ph->name, NRANKS, ph->ncomms, ph->ncomms > 1 ? "s" : "",
-         ph->shm_disable, ITERS);
+         ph->shm_disable, ph->iters > 0 ? ph->iters : ITERS);
   fflush(stdout);
   for (int c = 0; c < ph->ncomms; c++) {
     ringcc_result_t r = ringcc_get_unique_id(&ph->ids[c]);
@@ -302,6 +345,13 @@ int main(void) {
        .shm_disable = 0,
        .algo = {RINGCC_ALGO_TREE, RINGCC_ALGO_AUTO}},
       {.name = "tcp", .ncomms = 1, .shm_disable = 1, .monitor = 1},
+      {.name = "async-error",
+       .ncomms = 1,
+       .shm_disable = 0,
+       .monitor = 1,
+       .withhold = NRANKS, /* rank 3 */
+       .timeout_ms = 3000,
+       .iters = 2},
       {.name = "direct",
        .ncomms = 1,
        .shm_disable = 0,
