@@ -16,7 +16,10 @@
  *  - failures reaching the kernels: the word failure.c and error.c write,
  *    the watchdog (a status record in plain memory stands for the mapped
  *    one) that records a killed same-host peer and wakes the network engine
- *    only when a kernel starts, and the sentence for each kernel failure.
+ *    only when a kernel starts, and the sentence for each kernel failure;
+ *  - the order of a device collective's CUDA work: the staging copy of an
+ *    in-place input after the wait for the previous collective; inside a
+ *    graph capture no event waited for or recorded, a host node instead.
  */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -517,4 +520,54 @@ Test(cuda_logic, watchdog_records_a_dead_peer_for_the_kernels,
   cr_expect(strstr(out, "rank 0: word set after") &&
                 strstr(out, "rank 1: word set after"),
             "survivors did not both see rank 2 die: %s", out);
+}
+
+/* ---- the order of a collective's CUDA work (cuda.c) -------------------------------- */
+
+static int index_of(const int *steps, int n, int step) {
+  for (int i = 0; i < n; i++)
+    if (steps[i] == step)
+      return i;
+  return -1;
+}
+
+/* The staging copy of an in-place input comes after the wait for the
+ * communicator's previous kernel (which may still be writing that buffer on
+ * another stream); a capture neither waits for nor records the
+ * communicator's event, and tells the watchdog from a host node. */
+Test(cuda_logic, enqueue_order_for_staging_and_capture, .timeout = 10) {
+  int steps[RCC_CUDA_MAX_STEPS];
+  for (int have_last = 0; have_last < 2; have_last++)
+    for (int capture = 0; capture < 2; capture++)
+      for (int stage = 0; stage < 2; stage++) {
+        int n = rcc_cuda_recipe(have_last, capture, stage, steps);
+        int wait = index_of(steps, n, RCC_CUDA_WAIT_LAST);
+        int alloc = index_of(steps, n, RCC_CUDA_STAGE_ALLOC);
+        int copy = index_of(steps, n, RCC_CUDA_STAGE_COPY);
+        int kick = index_of(steps, n, RCC_CUDA_HOST_KICK);
+        int kernel = index_of(steps, n, RCC_CUDA_KERNEL);
+        int record = index_of(steps, n, RCC_CUDA_RECORD_LAST);
+        int free_ = index_of(steps, n, RCC_CUDA_STAGE_FREE);
+        const char *c = capture ? "captured" : "eager";
+        cr_assert(kernel >= 0, "%s: no kernel", c);
+        cr_expect_eq(wait >= 0, have_last && !capture,
+                     "%s, have_last %d: wait %d", c, have_last, wait);
+        cr_expect_eq(record >= 0, !capture, "%s: record %d", c, record);
+        cr_expect_eq(kick >= 0, capture, "%s: host node %d", c, kick);
+        cr_expect_eq(copy >= 0, stage);
+        if (stage) {
+          cr_expect(alloc < copy && copy < kernel && kernel < free_,
+                    "%s: alloc %d copy %d kernel %d free %d", c, alloc, copy,
+                    kernel, free_);
+          if (wait >= 0)
+            cr_expect(wait < copy, "the staging copy (%d) must come after "
+                      "the wait for the previous collective (%d)", copy, wait);
+        }
+        if (wait >= 0)
+          cr_expect(wait < kernel);
+        if (record >= 0)
+          cr_expect(kernel < record);
+        if (kick >= 0)
+          cr_expect(kick < kernel && kick > copy);
+      }
 }

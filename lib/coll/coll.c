@@ -226,13 +226,12 @@ static ringcc_result_t run_cma(const struct call *c, const void *src) {
 }
 
 /* Copies an in-place input aside for an algorithm that writes dst before it
- * has read all of src (RCC_ALG_STAGE_IN_PLACE): a device copy ordered on
- * the stream, or host scratch. */
+ * has read all of src (RCC_ALG_STAGE_IN_PLACE), into host scratch; device
+ * calls stage on the stream instead (rcc_exec_cuda, after the previous
+ * collective of the communicator). */
 static ringcc_result_t stage_input(const struct call *c, size_t bytes,
                                    const void **src) {
   struct ringcc_comm *comm = c->comm;
-  if (c->uses & ON_DEVICE)
-    return rcc_cuda_stage(comm, *src, bytes, c->stream, src);
   void *copy = scratch(comm, bytes);
   if (copy == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
@@ -297,17 +296,19 @@ static ringcc_result_t execute(const struct call *c) {
     return rcc_exec_host_board(comm, &whole, src, c->recvbuf,
                                (ringcc_datatype_t)c->dt, op);
   }
+  size_t stage = 0;
   if ((a->flags & RCC_ALG_STAGE_IN_PLACE) && src == c->recvbuf &&
-      c->count > 0) {
-    size_t bytes = c->count * esize *
-                   (c->coll == RCC_COLL_ALLTOALL ? (size_t)comm->nranks : 1);
-    ringcc_result_t r = stage_input(c, bytes, &src);
+      c->count > 0)
+    stage = c->count * esize *
+            (c->coll == RCC_COLL_ALLTOALL ? (size_t)comm->nranks : 1);
+  if (c->uses & ON_DEVICE)
+    return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
+                         (ringcc_datatype_t)c->dt, op, c->stream, stage);
+  if (stage > 0) {
+    ringcc_result_t r = stage_input(c, stage, &src);
     if (r != RINGCC_SUCCESS)
       return r;
   }
-  if (c->uses & ON_DEVICE)
-    return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
-                         (ringcc_datatype_t)c->dt, op, c->stream);
   return rcc_exec_host_channels(comm, &plan, src, c->recvbuf,
                                 (ringcc_datatype_t)c->dt, op);
 }

@@ -87,6 +87,27 @@ void rcc_cuda_status_message(const struct rcc_cuda_status *st, int rank,
                                       : "");
 }
 
+/* ---- the order of a collective's CUDA work (both builds) ---------------- */
+
+int rcc_cuda_recipe(int have_last, int capturing, int stage,
+                    int steps[RCC_CUDA_MAX_STEPS]) {
+  int n = 0;
+  if (have_last && !capturing)
+    steps[n++] = RCC_CUDA_WAIT_LAST; /* before anything reads the input */
+  if (stage) {
+    steps[n++] = RCC_CUDA_STAGE_ALLOC;
+    steps[n++] = RCC_CUDA_STAGE_COPY;
+  }
+  if (capturing)
+    steps[n++] = RCC_CUDA_HOST_KICK;
+  steps[n++] = RCC_CUDA_KERNEL;
+  if (!capturing)
+    steps[n++] = RCC_CUDA_RECORD_LAST;
+  if (stage)
+    steps[n++] = RCC_CUDA_STAGE_FREE;
+  return n;
+}
+
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -108,8 +129,6 @@ struct rcc_cuda {
                                          notified when a kernel starts */
   struct rcc_watchdog watch;          /* peers and the engine, while
                                          kernels may run */
-  void *stage;                        /* staged input of the pending call */
-  void *stage_stream;
   pthread_mutex_t lock;               /* rcc_cuda_poll's, any thread */
   ringcc_result_t failure;            /* the first failure found */
 };
@@ -725,64 +744,90 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
 
 /* ---- enqueueing ----------------------------------------------------------- */
 
-ringcc_result_t rcc_cuda_stage(struct ringcc_comm *comm, const void *src,
-                               size_t bytes, void *stream, const void **copy) {
-  struct rcc_cuda *cu = comm->cuda;
-  struct rcc_gpu_scope scope;
-  void *p = NULL;
-  ringcc_result_t r = enter(comm, cu->device, &scope);
-  if (r != RINGCC_SUCCESS)
-    return r;
-  cudaError_t e = cudaMallocAsync(&p, bytes, (cudaStream_t)stream);
-  if (e == cudaSuccess)
-    e = cudaMemcpyAsync(p, src, bytes, cudaMemcpyDeviceToDevice,
-                        (cudaStream_t)stream);
-  leave(&scope);
-  if (e != cudaSuccess) {
-    if (p)
-      cudaFreeAsync(p, (cudaStream_t)stream);
-    return cuda_error(comm, "staging an in-place input (cudaMallocAsync, "
-                            "cudaMemcpyAsync)", e);
-  }
-  cu->stage = p; /* freed on the stream after the kernel */
-  cu->stage_stream = stream;
-  *copy = p;
-  return RINGCC_SUCCESS;
+/* A graph's host node, on every replay just before its kernel. */
+static void CUDART_CB host_kick(void *arg) {
+  rcc_watchdog_kick(&((struct rcc_cuda *)arg)->watch);
 }
 
-static ringcc_result_t launch(struct ringcc_comm *comm,
-                              const struct rcc_cuda_args *a, void *stream) {
+/* Whether stream is being captured into a CUDA graph: 1, 0, or an error
+ * (a capture that was invalidated earlier) in *r. */
+static int capturing(struct ringcc_comm *comm, void *stream,
+                     ringcc_result_t *r) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &st);
+  *r = RINGCC_SUCCESS;
+  if (e != cudaSuccess)
+    *r = cuda_error(comm, "cudaStreamIsCapturing", e);
+  else if (st == cudaStreamCaptureStatusInvalidated)
+    *r = rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                        "rank %d (GPU %d): the stream's CUDA graph capture "
+                        "was invalidated before this call (by an earlier "
+                        "error); end it (cudaStreamEndCapture) and capture "
+                        "again", comm->rank, comm->cuda->device);
+  return st == cudaStreamCaptureStatusActive;
+}
+
+/* One step of the recipe. */
+static ringcc_result_t enqueue(struct ringcc_comm *comm, int step,
+                               struct rcc_cuda_args *a, cudaStream_t stream,
+                               const void *src, size_t stage_bytes,
+                               void **copy) {
   struct rcc_cuda *cu = comm->cuda;
   char err[RCC_ERRLEN];
   cudaError_t e = cudaSuccess;
-
-  if (cu->have_last)
-    e = cudaStreamWaitEvent((cudaStream_t)stream, cu->last, 0);
-  if (e != cudaSuccess)
-    return cuda_error(comm, "cudaStreamWaitEvent", e);
-  int rc = rcc_cuda_launch(a, stream, err, sizeof(err));
-  if (rc != 0) {
-    cudaGetLastError();
-    return rcc_comm_error(comm, RINGCC_ERR_CUDA,
-                          "%s (seq %llu) on rank %d (GPU %d): launching the "
-                          "kernel failed: %s", rcc_coll_name(a->plan.coll),
-                          (unsigned long long)a->seq, comm->rank, cu->device,
-                          err);
+  switch (step) {
+  case RCC_CUDA_WAIT_LAST:
+    if ((e = cudaStreamWaitEvent(stream, cu->last, 0)) != cudaSuccess)
+      return cuda_error(comm, "cudaStreamWaitEvent", e);
+    break;
+  case RCC_CUDA_STAGE_ALLOC:
+    if ((e = cudaMallocAsync(copy, stage_bytes, stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaMallocAsync of the staging copy of an "
+                              "in-place input", e);
+    a->src = *copy;
+    break;
+  case RCC_CUDA_STAGE_COPY:
+    if ((e = cudaMemcpyAsync(*copy, src, stage_bytes, cudaMemcpyDeviceToDevice,
+                             stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaMemcpyAsync of an in-place input", e);
+    break;
+  case RCC_CUDA_HOST_KICK:
+    if ((e = cudaLaunchHostFunc(stream, host_kick, cu)) != cudaSuccess)
+      return cuda_error(comm, "cudaLaunchHostFunc (captured)", e);
+    break;
+  case RCC_CUDA_KERNEL:
+    if (rcc_cuda_launch(a, stream, err, sizeof(err)) != 0) {
+      cudaGetLastError();
+      return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                            "%s (seq %llu) on rank %d (GPU %d): launching the "
+                            "kernel failed: %s", rcc_coll_name(a->plan.coll),
+                            (unsigned long long)a->seq, comm->rank,
+                            cu->device, err);
+    }
+    if (!a->captured) /* peers, and the engine when it starts */
+      rcc_watchdog_kick(&cu->watch);
+    break;
+  case RCC_CUDA_RECORD_LAST:
+    if ((e = cudaEventRecord(cu->last, stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaEventRecord", e);
+    __atomic_store_n(&cu->have_last, 1, __ATOMIC_RELEASE);
+    break;
+  case RCC_CUDA_STAGE_FREE:
+    if ((e = cudaFreeAsync(*copy, stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaFreeAsync of the staging copy", e);
+    break;
   }
-  rcc_watchdog_kick(&cu->watch); /* peers, and the engine when it starts */
-  if ((e = cudaEventRecord(cu->last, (cudaStream_t)stream)) != cudaSuccess)
-    return cuda_error(comm, "cudaEventRecord", e);
-  __atomic_store_n(&cu->have_last, 1, __ATOMIC_RELEASE);
   return RINGCC_SUCCESS;
 }
 
 ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
-                              void *stream) {
+                              void *stream, size_t stage_bytes) {
   struct rcc_cuda *cu = comm->cuda;
   struct rcc_gpu_scope scope;
-  int n = comm->nranks;
+  int n = comm->nranks, steps[RCC_CUDA_MAX_STEPS];
+  void *copy = NULL;
   struct rcc_cuda_args a = {
       .plan = *plan,
       .src = src,
@@ -805,11 +850,17 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
   ringcc_result_t r = enter(comm, cu->device, &scope);
   if (r != RINGCC_SUCCESS)
     return r;
-  r = launch(comm, &a, stream);
-  if (cu->stage) {
-    cudaFreeAsync(cu->stage, (cudaStream_t)cu->stage_stream);
-    cu->stage = NULL;
-  }
+  int captured = capturing(comm, stream, &r);
+  a.captured = (uint32_t)captured;
+  int nsteps = rcc_cuda_recipe(__atomic_load_n(&cu->have_last,
+                                               __ATOMIC_ACQUIRE),
+                               captured, stage_bytes > 0, steps);
+  for (int i = 0; i < nsteps && r == RINGCC_SUCCESS; i++)
+    r = enqueue(comm, steps[i], &a, (cudaStream_t)stream, src, stage_bytes,
+                &copy);
+  if (r != RINGCC_SUCCESS && copy != NULL) /* not freed after a kernel */
+    cudaFreeAsync(copy, (cudaStream_t)stream);
+  cudaGetLastError();
   leave(&scope);
   return r;
 }
@@ -858,19 +909,12 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                         "stream NULL)", fn, comm->rank);
 }
 
-ringcc_result_t rcc_cuda_stage(struct ringcc_comm *comm, const void *src,
-                               size_t bytes, void *stream, const void **copy) {
-  (void)bytes, (void)stream;
-  *copy = src;
-  return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
-                        "rcc_cuda_stage without CUDA support");
-}
-
 ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
-                              void *stream) {
+                              void *stream, size_t stage_bytes) {
   (void)plan, (void)src, (void)dst, (void)dt, (void)op, (void)stream;
+  (void)stage_bytes;
   return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
                         "rcc_exec_cuda without CUDA support");
 }

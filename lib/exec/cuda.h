@@ -142,16 +142,40 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                                 const void *send, const char *send_name,
                                 const void *recv, const char *recv_name,
                                 void *stream, int *on_device);
-/* A device copy of bytes at src, ordered on stream, for inputs a schedule
- * would overwrite before reading (in-place alltoall, one-shot allreduce). */
-ringcc_result_t rcc_cuda_stage(struct ringcc_comm *comm, const void *src,
-                               size_t bytes, void *stream, const void **copy);
-/* Enqueues the plan on stream and returns (NCCL semantics). */
+/* Enqueues the plan on stream and returns (NCCL semantics). stage_bytes > 0:
+ * src is an in-place input the schedule would overwrite before reading all
+ * of it (in-place alltoall, one-shot allreduce): a copy of it is made on
+ * the stream first - after the communicator's previous collective, which
+ * may still be writing it. Inside a CUDA graph capture of stream the
+ * collective is captured (rcc_cuda_recipe). */
 ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
-                              void *stream);
+                              void *stream, size_t stage_bytes);
 
+/* The CUDA work of one device collective, in stream order (both builds; the
+ * tests check the order without a GPU). */
+enum rcc_cuda_step {
+  RCC_CUDA_WAIT_LAST,   /* wait for the communicator's previous kernel */
+  RCC_CUDA_STAGE_ALLOC, /* cudaMallocAsync the staging copy */
+  RCC_CUDA_STAGE_COPY,  /* copy the in-place input into it */
+  RCC_CUDA_HOST_KICK,   /* a host node: tell the watchdog a kernel comes */
+  RCC_CUDA_KERNEL,      /* the collective's kernel */
+  RCC_CUDA_RECORD_LAST, /* record the communicator's event after it */
+  RCC_CUDA_STAGE_FREE,  /* cudaFreeAsync the staging copy */
+  RCC_CUDA_MAX_STEPS
+};
+/* Fills steps[] and returns how many. have_last: an earlier kernel of the
+ * communicator was enqueued outside a capture; capturing: the stream is
+ * being captured into a CUDA graph; stage: an in-place input is copied.
+ * Outside a capture the kernel waits for the previous one and records the
+ * event the next one waits for (the staging copy comes after the wait: it
+ * reads what the previous collective writes). Inside a capture neither (a
+ * capture can neither wait for an event recorded outside it nor leave one
+ * that is polled later); a host node before the kernel tells the watchdog
+ * on every replay instead. */
+int rcc_cuda_recipe(int have_last, int capturing, int stage,
+                    int steps[RCC_CUDA_MAX_STEPS]);
 
 #ifdef __cplusplus
 }
