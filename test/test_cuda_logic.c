@@ -19,7 +19,8 @@
  *    only when a kernel starts, and the sentence for each kernel failure;
  *  - the order of a device collective's CUDA work: the staging copy of an
  *    in-place input after the wait for the previous collective; inside a
- *    graph capture no event waited for or recorded, a host node instead.
+ *    graph capture no event waited for or recorded, a host node instead;
+ *  - misaligned device buffers: the argument named.
  */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -570,4 +571,20 @@ Test(cuda_logic, enqueue_order_for_staging_and_capture, .timeout = 10) {
         if (kick >= 0)
           cr_expect(kick < kernel && kick > copy);
       }
+}
+
+/* ---- misaligned device buffers (cuda.c; coll.c names the argument) ------------------ */
+
+Test(cuda_logic, misaligned_device_buffers_are_named, .timeout = 10) {
+  char *base = (char *)(uintptr_t)0x7f0000001000ull;
+  cr_expect_null(rcc_cuda_misaligned(base, "sendbuf", base + 64, "recvbuf", 8));
+  cr_expect_str_eq(rcc_cuda_misaligned(base + 2, "sendbuf", base, "recvbuf", 4),
+                   "sendbuf");
+  cr_expect_str_eq(rcc_cuda_misaligned(base + 8, "sendbuf", base + 4,
+                                       "recvbuf", 8), "recvbuf");
+  cr_expect_str_eq(rcc_cuda_misaligned(NULL, "sendbuf", base + 1, "buf", 2),
+                   "buf");
+  cr_expect_null(rcc_cuda_misaligned(base + 1, "sendbuf", base + 3, "recvbuf",
+                                     1), "int8 has no alignment");
+  cr_expect_null(rcc_cuda_misaligned(NULL, "sendbuf", NULL, "recvbuf", 8));
 }

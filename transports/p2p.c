@@ -43,6 +43,9 @@
  * The link (NVLink or PCIe) comes from NVML when it can be loaded (cuda.c);
  * without NVML every P2P edge is reported as PCIe.
  */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +54,7 @@
 #include "comm.h"
 #include "error.h"
 #include "gpu.h"
+#include "log.h"
 #include "transport.h"
 
 #define DEVICE_CHUNK_DEFAULT ((size_t)512 << 10)
@@ -167,9 +171,98 @@ static size_t head_at(const struct p2p_state *st, int nsets, int set,
   return heads_base(st, nsets) +
          ((size_t)set * (size_t)st->local + (size_t)receiver_idx) * HEAD_LINE;
 }
+static size_t closed_at(const struct p2p_state *st, int nsets, int idx) {
+  return head_at(st, nsets, nsets, 0) + (size_t)idx * sizeof(uint32_t);
+}
 static size_t block_bytes(const struct p2p_state *st, int nsets) {
-  size_t b = head_at(st, nsets, nsets, 0) + (size_t)st->local * sizeof(uint32_t);
+  size_t b = closed_at(st, nsets, st->local);
   return (b + 4095) & ~(size_t)4095;
+}
+
+/* ---- blocks kept until no peer can write them ----------------------------- */
+
+/* A block whose owner left (destroy or abort) while some peer that mapped
+ * it might still write it: a peer's kernel writes head counters (and,
+ * after an abort, slots) into it until that peer's own communicator is
+ * destroyed. Freeing it then would let those writes land in whatever the
+ * process allocates next there (and, for ranks that are threads, cudaFree
+ * would wait for the peers' kernels). It stays here until every such peer
+ * set its word in the block's 'closed' area or its process is gone. */
+struct parked {
+  struct parked *next;
+  char *block;
+  int device;
+  int npeers;
+  size_t closed_off;  /* the closed words, one per local peer */
+  int32_t *pids;      /* [npeers] the peers' processes (same pid space) */
+  uint8_t *local_pid; /* [npeers] 1: the pid is comparable (this host's
+                         pid space, another process) */
+};
+
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct parked *parked_list;
+
+static int pid_gone(pid_t pid) {
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Reads the block's closed words; 1 if every peer closed or is gone. */
+static int block_free_to_go(const struct parked *pk, cudaStream_t stream) {
+  int n = pk->npeers, ok = 1;
+  uint32_t *closed = calloc((size_t)n + 1, sizeof(uint32_t));
+  if (closed == NULL)
+    return 0;
+  if (n > 0 &&
+      (cudaMemcpyAsync(closed, pk->block + pk->closed_off,
+                       (size_t)n * sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                       stream) != cudaSuccess ||
+       cudaStreamSynchronize(stream) != cudaSuccess)) {
+    cudaGetLastError();
+    ok = 0;
+  }
+  for (int i = 0; i < n && ok; i++)
+    ok = closed[i] != 0 || (pk->local_pid[i] && pid_gone(pk->pids[i]));
+  free(closed);
+  return ok;
+}
+
+static void parked_free(struct parked *pk) {
+  if (pk == NULL)
+    return;
+  free(pk->pids);
+  free(pk->local_pid);
+  free(pk);
+}
+
+/* Frees what can go now; keeps the rest (called on every setup and
+ * destroy of a p2p transport in this process). */
+static void release_parked(void) {
+  pthread_mutex_lock(&parked_lock);
+  for (struct parked **at = &parked_list; *at;) {
+    struct parked *pk = *at;
+    struct rcc_gpu_scope scope;
+    char why[256];
+    cudaStream_t stream = NULL;
+    int gone = 0;
+    if (rcc_gpu_enter(pk->device, &scope, why, sizeof(why)) == 0) {
+      if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ==
+          cudaSuccess) {
+        gone = block_free_to_go(pk, stream);
+        cudaStreamDestroy(stream);
+      }
+      if (gone)
+        cudaFree(pk->block);
+      cudaGetLastError();
+      rcc_gpu_leave(&scope);
+    }
+    if (!gone) {
+      at = &pk->next;
+      continue;
+    }
+    *at = pk->next;
+    parked_free(pk);
+  }
+  pthread_mutex_unlock(&parked_lock);
 }
 
 static int edge_path(const struct rcc_peer_info *me,
@@ -211,23 +304,94 @@ static ringcc_result_t enter(struct ringcc_comm *comm, struct p2p_state *st,
                         comm->rank, st->device, why);
 }
 
+/* Tells every peer whose block this rank mapped that this rank's kernels
+ * are gone (its 'closed' word), then unmaps the blocks. */
+static void close_peers(struct ringcc_comm *comm, struct p2p_state *st,
+                        cudaStream_t stream) {
+  static const uint32_t one = 1;
+  int nsets = device_sets(comm);
+  for (int p = 0; st->peer_map && p < comm->nranks; p++) {
+    if (st->peer_map[p] == NULL)
+      continue;
+    int me_at_p = local_index(comm, p, comm->rank);
+    if (stream && me_at_p >= 0)
+      cudaMemcpyAsync(st->peer_map[p] + closed_at(st, nsets, me_at_p), &one,
+                      sizeof(one), cudaMemcpyHostToDevice, stream);
+  }
+  if (stream)
+    cudaStreamSynchronize(stream);
+  for (int p = 0; st->ipc_open && p < comm->nranks; p++)
+    if (st->ipc_open[p])
+      cudaIpcCloseMemHandle(st->peer_map[p]);
+  cudaGetLastError();
+}
+
+/* This rank's block: freed if no peer can write it any more, else kept on
+ * the parked list until none can. */
+static void drop_own(struct ringcc_comm *comm, struct p2p_state *st,
+                     cudaStream_t stream) {
+  struct parked *pk = calloc(1, sizeof(*pk));
+  const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  if (pk != NULL) {
+    pk->pids = calloc((size_t)st->local + 1, sizeof(int32_t));
+    pk->local_pid = calloc((size_t)st->local + 1, 1);
+  }
+  if (pk == NULL || pk->pids == NULL || pk->local_pid == NULL) {
+    parked_free(pk);
+    RCC_WARN(comm->rank, "p2p: out of memory while keeping the device FIFOs "
+             "that peers may still write: they stay allocated");
+    return;
+  }
+  pk->block = st->own;
+  pk->device = st->device;
+  pk->closed_off = closed_at(st, device_sets(comm), 0);
+  for (int q = 0; q < comm->nranks; q++) {
+    int i = local_index(comm, comm->rank, q);
+    if (i < 0)
+      continue;
+    pk->npeers = i + 1 > pk->npeers ? i + 1 : pk->npeers;
+    pk->pids[i] = comm->peers[q].pid;
+    pk->local_pid[i] = comm->peers[q].pid_space == me->pid_space &&
+                       comm->peers[q].pid != me->pid;
+  }
+  if (stream && block_free_to_go(pk, stream)) {
+    cudaFree(pk->block);
+    parked_free(pk);
+    return;
+  }
+  RCC_INFO(comm->rank, "p2p: a peer may still write this rank's device FIFOs "
+           "(it has not destroyed its communicator): they are kept until it "
+           "has, or its process is gone");
+  pthread_mutex_lock(&parked_lock);
+  pk->next = parked_list;
+  parked_list = pk;
+  pthread_mutex_unlock(&parked_lock);
+}
+
 static void p2p_destroy(struct ringcc_comm *comm, void *state) {
   struct p2p_state *st = state;
   struct rcc_gpu_scope scope;
   char why[256];
   if (st == NULL)
     return;
-  /* Host-only communicators never touch CUDA here. */
+  /* Host-only communicators never touch CUDA here. This rank's kernels are
+   * done (cuda.c waited, or aborted them), so it writes no peer's block. */
   if ((st->own || st->ipc_open) &&
       rcc_gpu_enter(st->device, &scope, why, sizeof(why)) == 0) {
-    for (int p = 0; st->ipc_open && p < comm->nranks; p++)
-      if (st->ipc_open[p])
-        cudaIpcCloseMemHandle(st->peer_map[p]);
+    cudaStream_t stream = NULL;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) !=
+        cudaSuccess)
+      stream = NULL;
+    close_peers(comm, st, stream);
     if (st->own)
-      cudaFree(st->own);
+      drop_own(comm, st, stream);
+    if (stream)
+      cudaStreamDestroy(stream);
     cudaGetLastError();
     rcc_gpu_leave(&scope);
   }
+  if (st->own || st->ipc_open)
+    release_parked(); /* blocks of earlier communicators, now free to go */
   rcc_transport_shm.destroy(comm, st->shm);
   free(st->peer_map);
   free(st->ipc_open);
@@ -274,6 +438,7 @@ static ringcc_result_t p2p_setup(struct ringcc_comm *comm, const int *peers,
   ringcc_result_t r = rcc_shm_setup_host(comm, peers, npeers, blob, &st->shm);
   if (r != RINGCC_SUCCESS || npeers == 0)
     return r;
+  release_parked(); /* blocks earlier communicators left behind */
   st->slot = rcc_p2p_device_slot_bytes(comm);
   st->fifo_bytes = fifo_bytes_for(comm, st->slot);
   st->local = max_local(comm);

@@ -144,10 +144,22 @@ static ringcc_result_t locate(struct call *c) {
   if (recv_elems == 0 || no_recv)
     recv = NULL;
   int device = 0;
-  ringcc_result_t r =
-      rcc_cuda_locate(c->comm, c->fn, send, one ? "buf" : "sendbuf", recv,
-                      one ? "buf" : "recvbuf", c->stream, &device);
+  const char *sname = one ? "buf" : "sendbuf", *rname = one ? "buf" : "recvbuf";
+  ringcc_result_t r = rcc_cuda_locate(c->comm, c->fn, send, sname, recv, rname,
+                                      c->stream, &device);
   c->uses |= device ? ON_DEVICE : 0;
+  size_t esize = ringcc_datatype_size(c->dt);
+  const char *bad = device && r == RINGCC_SUCCESS
+                        ? rcc_cuda_misaligned(send, sname, recv, rname, esize)
+                        : NULL;
+  if (bad != NULL) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "argument '%s' (%p) is device memory not "
+             "aligned to its datatype's %zu bytes (%s); device buffers must "
+             "be", bad, bad == sname ? send : recv, esize,
+             ringcc_datatype_name((ringcc_datatype_t)c->dt));
+    return bad_arg(c, msg);
+  }
   return r;
 }
 

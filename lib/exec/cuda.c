@@ -87,6 +87,20 @@ void rcc_cuda_status_message(const struct rcc_cuda_status *st, int rank,
                                       : "");
 }
 
+/* ---- device buffers' alignment (both builds) ------------------------------- */
+
+const char *rcc_cuda_misaligned(const void *send, const char *send_name,
+                                const void *recv, const char *recv_name,
+                                size_t esize) {
+  if (esize == 0)
+    return NULL;
+  if (send != NULL && (uintptr_t)send % esize != 0)
+    return send_name;
+  if (recv != NULL && (uintptr_t)recv % esize != 0)
+    return recv_name;
+  return NULL;
+}
+
 /* ---- the order of a collective's CUDA work (both builds) ---------------- */
 
 int rcc_cuda_recipe(int have_last, int capturing, int stage,
@@ -123,6 +137,8 @@ struct rcc_cuda {
   int *ring_dev;                      /* the ring, then the ring reversed */
   cudaEvent_t last;                   /* the last kernel of this comm */
   int have_last;                      /* atomic: polled from any thread */
+  cudaStream_t stream;                /* the communicator's own (setup and
+                                         teardown copies) */
   void **registered;                  /* host FIFOs registered for kernels */
   int nregistered;
   struct rcc_conn *engine_conn;       /* a host FIFO of the network engine:
@@ -349,6 +365,26 @@ int rcc_cuda_channels(const struct ringcc_comm *comm) {
 
 /* ---- device FIFO tables (connect) ---------------------------------------- */
 
+/* bytes at host into new device memory, on the communicator's own stream:
+ * stream-ordered, so that freeing it at destroy (cudaFreeAsync) does not
+ * wait for other kernels of the process - peers that are threads of it may
+ * still be waiting in theirs after an abort. */
+static ringcc_result_t upload(struct ringcc_comm *comm, void **dev,
+                              const void *host, size_t bytes,
+                              const char *what) {
+  cudaStream_t stream = comm->cuda->stream;
+  char doing[96];
+  cudaError_t e = cudaMallocAsync(dev, bytes, stream);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(*dev, host, bytes, cudaMemcpyHostToDevice, stream);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess)
+    return RINGCC_SUCCESS;
+  snprintf(doing, sizeof(doing), "copying %s to the GPU", what);
+  return cuda_error(comm, doing, e);
+}
+
 static ringcc_result_t register_fifo(struct ringcc_comm *comm,
                                      const struct rcc_conn *host,
                                      struct rcc_conn *dev) {
@@ -423,7 +459,6 @@ static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
   size_t nconns = 2 * (size_t)cu->nsets * (size_t)n;
   struct rcc_conn *table = calloc(nconns, sizeof(*table));
   ringcc_result_t r = RINGCC_SUCCESS;
-  cudaError_t e;
 
   cu->registered = calloc(nconns, sizeof(void *));
   if (table == NULL || cu->registered == NULL) {
@@ -440,14 +475,9 @@ static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
            rcc_p2p_device_slot_bytes(comm) >> 10,
            comm->set.device_chunk_bytes > 0 ? "" : " unset: by memory",
            comm->dev_ring_chunk_bytes, comm->dev_all_chunk_bytes);
-  if (r == RINGCC_SUCCESS &&
-      (e = cudaMalloc((void **)&cu->conns_dev, nconns * sizeof(*table))) !=
-          cudaSuccess)
-    r = cuda_error(comm, "cudaMalloc of the FIFO table", e);
-  if (r == RINGCC_SUCCESS &&
-      (e = cudaMemcpy(cu->conns_dev, table, nconns * sizeof(*table),
-                      cudaMemcpyHostToDevice)) != cudaSuccess)
-    r = cuda_error(comm, "cudaMemcpy of the FIFO table", e);
+  if (r == RINGCC_SUCCESS)
+    r = upload(comm, (void **)&cu->conns_dev, table, nconns * sizeof(*table),
+               "the FIFO table");
   free(table);
   return r;
 }
@@ -456,8 +486,12 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   struct rcc_cuda_status *st = NULL;
   size_t ring_bytes = (size_t)comm->nranks * sizeof(int);
-  cudaError_t e = cudaHostAlloc((void **)&st, sizeof(*st),
-                                cudaHostAllocMapped | cudaHostAllocPortable);
+  cudaError_t e = cudaStreamCreateWithFlags(&cu->stream,
+                                            cudaStreamNonBlocking);
+  if (e != cudaSuccess)
+    return cuda_error(comm, "cudaStreamCreate", e);
+  e = cudaHostAlloc((void **)&st, sizeof(*st),
+                    cudaHostAllocMapped | cudaHostAllocPortable);
   if (e != cudaSuccess)
     return cuda_error(comm, "cudaHostAlloc of the status record", e);
   memset(st, 0, sizeof(*st));
@@ -466,13 +500,17 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   if ((e = cudaHostGetDevicePointer((void **)&cu->status_dev, cu->status, 0)) !=
       cudaSuccess)
     return cuda_error(comm, "cudaHostGetDevicePointer", e);
-  if ((e = cudaMalloc((void **)&cu->ring_dev, 2 * ring_bytes)) !=
-          cudaSuccess ||
-      (e = cudaMemcpy(cu->ring_dev + comm->nranks, comm->ring_rev, ring_bytes,
-                      cudaMemcpyHostToDevice)) != cudaSuccess ||
-      (e = cudaMemcpy(cu->ring_dev, comm->ring, ring_bytes,
-                      cudaMemcpyHostToDevice)) != cudaSuccess)
-    return cuda_error(comm, "copying the ring to the GPU", e);
+  int *rings = malloc(2 * ring_bytes);
+  if (rings == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "init on rank %d: out of memory", comm->rank);
+  memcpy(rings, comm->ring, ring_bytes);
+  memcpy(rings + comm->nranks, comm->ring_rev, ring_bytes);
+  ringcc_result_t r = upload(comm, (void **)&cu->ring_dev, rings,
+                             2 * ring_bytes, "the ring");
+  free(rings);
+  if (r != RINGCC_SUCCESS)
+    return r;
   if ((e = cudaEventCreateWithFlags(&cu->last, cudaEventDisableTiming)) !=
       cudaSuccess)
     return cuda_error(comm, "cudaEventCreate", e);
@@ -553,9 +591,14 @@ void rcc_cuda_destroy(struct ringcc_comm *comm) {
     cudaHostUnregister(cu->registered[i]);
   cu->nregistered = 0;
   if (cu->conns_dev)
-    cudaFree(cu->conns_dev);
+    cudaFreeAsync(cu->conns_dev, cu->stream);
   if (cu->ring_dev)
-    cudaFree(cu->ring_dev);
+    cudaFreeAsync(cu->ring_dev, cu->stream);
+  if (cu->stream) {
+    cudaStreamSynchronize(cu->stream);
+    cudaStreamDestroy(cu->stream);
+    cu->stream = NULL;
+  }
   if (cu->last)
     cudaEventDestroy(cu->last);
   cu->conns_dev = NULL;

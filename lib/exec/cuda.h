@@ -142,6 +142,13 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                                 const void *send, const char *send_name,
                                 const void *recv, const char *recv_name,
                                 void *stream, int *on_device);
+/* The name of the first of a device call's buffers (NULL: none) that is not
+ * aligned to its datatype's esize bytes, or NULL: the kernels load whole
+ * elements, and a misaligned one would stop the GPU's context (both
+ * builds). */
+const char *rcc_cuda_misaligned(const void *send, const char *send_name,
+                                const void *recv, const char *recv_name,
+                                size_t esize);
 /* Enqueues the plan on stream and returns (NCCL semantics). stage_bytes > 0:
  * src is an in-place input the schedule would overwrite before reading all
  * of it (in-place alltoall, one-shot allreduce): a copy of it is made on
