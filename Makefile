@@ -62,7 +62,7 @@ BENCH_ARGS  ?= -b 8 -e 64M -f 4
 # ringcc-model (the tuner's cost model) and ringcc-bench (--calibrate fits
 # it) always do: a TOOLS_STATIC given on the command line adds to them.
 TOOLS_STATIC ?=
-override TOOLS_STATIC += ringcc-model ringcc-bench
+override TOOLS_STATIC += ringcc-model ringcc-bench ringcc-topo
 
 DEPS_SCRIPT := scripts/install-deps.sh
 

@@ -101,6 +101,46 @@ const char *rcc_cuda_misaligned(const void *send, const char *send_name,
   return NULL;
 }
 
+/* ---- a rank's GPU as one phrase (both builds) ------------------------------ */
+
+static const char *cuda_error_text(int e);
+
+const char *rcc_cuda_gpu_text(const struct rcc_gpu_info *g, char *buf,
+                              size_t len) {
+  char bus[32];
+  switch (g->device >= 0 ? RCC_GPU_NONE_HAS_GPU : g->none_why) {
+  case RCC_GPU_NONE_HAS_GPU:
+    snprintf(buf, len, "GPU %d %s, PCI %s", g->device,
+             g->name[0] ? g->name : "(unnamed)",
+             rcc_topo_bus_name(g->bus_id, bus, sizeof(bus)));
+    break;
+  case RCC_GPU_NONE_ASKED:
+    snprintf(buf, len, "none (RINGCC_CUDA_DEVICE=none)");
+    break;
+  case RCC_GPU_NONE_NO_CONTEXT:
+    snprintf(buf, len, "none (no CUDA context in the thread that made the "
+             "communicator)");
+    break;
+  case RCC_GPU_NONE_NO_DEVICE:
+    snprintf(buf, len, "none (no usable CUDA device: %s)",
+             cuda_error_text(g->none_error));
+    break;
+  case RCC_GPU_NONE_OLD_DRIVER:
+    snprintf(buf, len, "none (a GPU whose driver, CUDA %d.%d, is too old "
+             "for this build)", g->none_error / 1000,
+             g->none_error % 1000 / 10);
+    break;
+  case RCC_GPU_NONE_UNUSABLE:
+    snprintf(buf, len, "none (the GPU could not start; see the WARN at "
+             "init)");
+    break;
+  default:
+    snprintf(buf, len, "none (this build has no CUDA support)");
+    break;
+  }
+  return buf;
+}
+
 /* ---- the order of a collective's CUDA work (both builds) ---------------- */
 
 int rcc_cuda_recipe(int have_last, int capturing, int stage,
@@ -124,6 +164,10 @@ int rcc_cuda_recipe(int have_last, int capturing, int stage,
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+static const char *cuda_error_text(int e) {
+  return cudaGetErrorString((cudaError_t)e);
+}
 
 #define DESTROY_GRACE_MS 10000 /* after the deadline, before forcing an abort */
 
@@ -181,9 +225,10 @@ static void leave(struct rcc_gpu_scope *scope) { rcc_gpu_leave(scope); }
 /* ---- which GPU (init) --------------------------------------------------- */
 
 /* Why no device is usable, at the level it deserves: a GPU whose driver is
- * too old for this build's runtime is a WARN naming both versions. */
-static void no_usable_device(const struct ringcc_comm *comm, int asked,
-                             cudaError_t e) {
+ * too old for this build's runtime is a WARN naming both versions (1, with
+ * the driver's CUDA version in *driver_out). */
+static int no_usable_device(const struct ringcc_comm *comm, int asked,
+                            cudaError_t e, int32_t *driver_out) {
   char msg[RCC_ERRLEN], release[64];
   if (e == cudaErrorInsufficientDriver && rcc_gpu_present()) {
     int runtime = 0, driver = 0;
@@ -193,6 +238,8 @@ static void no_usable_device(const struct ringcc_comm *comm, int asked,
     rcc_gpu_driver_release(release, sizeof(release));
     rcc_gpu_driver_message(runtime, driver, release, msg, sizeof(msg));
     RCC_WARN(comm->rank, "%s: host buffers only", msg);
+    *driver_out = driver;
+    return 1;
   } else if (asked >= 0) {
     RCC_WARN(comm->rank, "RINGCC_CUDA_DEVICE / config 'cuda_device' is %d, "
                          "but no CUDA device is usable (%s): host buffers "
@@ -203,6 +250,7 @@ static void no_usable_device(const struct ringcc_comm *comm, int asked,
              "host buffers only",
              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
   }
+  return 0;
 }
 
 /* The GPUs dev reaches: NVML's view of every GPU of the node, by PCI bus id
@@ -265,10 +313,12 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
   me->device = -1;
   me->numa = -1;
   me->p2p_disable = comm->set.p2p_disable;
+  me->none_why = RCC_GPU_NONE_ASKED;
   if (dev == -2) {
     RCC_INFO(comm->rank, "RINGCC_CUDA_DEVICE=none: host buffers only");
     return RINGCC_SUCCESS;
   }
+  me->none_why = RCC_GPU_NONE_NO_CONTEXT;
   /* Unasked, only a rank whose thread uses CUDA gets a device side: a
    * host-only program on a GPU node creates no context and no device
    * FIFOs. */
@@ -282,7 +332,10 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     cudaGetLastError();
-    no_usable_device(comm, asked ? dev : -1, e);
+    me->none_why = RCC_GPU_NONE_NO_DEVICE;
+    me->none_error = (int32_t)e;
+    if (no_usable_device(comm, asked ? dev : -1, e, &me->none_error))
+      me->none_why = RCC_GPU_NONE_OLD_DRIVER;
     return RINGCC_SUCCESS;
   }
   if (!asked && (e = cudaGetDevice(&dev)) != cudaSuccess)
@@ -306,9 +359,11 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
   if (why[0]) {
     RCC_WARN(comm->rank, "GPU %d (PCI %s) cannot be used: %s; host buffers "
                          "only", dev, bus, why);
+    me->none_why = RCC_GPU_NONE_UNUSABLE;
     return RINGCC_SUCCESS;
   }
   me->device = dev;
+  me->none_why = RCC_GPU_NONE_HAS_GPU;
   me->bus_id = rcc_topo_bus_id(bus);
   me->numa = rcc_gpu_pci_numa(bus);
   me->sm_count = prop.multiProcessorCount;
@@ -910,10 +965,16 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
 
 #else /* !RINGCC_HAVE_CUDA --------------------------------------------------- */
 
+static const char *cuda_error_text(int e) {
+  (void)e;
+  return "no CUDA support";
+}
+
 ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
                               struct rcc_gpu_info *me) {
   (void)comm;
   me->device = -1;
+  me->none_why = RCC_GPU_NONE_NO_CUDA;
   me->p2p_disable = 1;
   return RINGCC_SUCCESS;
 }

@@ -142,6 +142,10 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                                 const void *send, const char *send_name,
                                 const void *recv, const char *recv_name,
                                 void *stream, int *on_device);
+/* "GPU 0 NVIDIA H100 80GB HBM3, PCI 0000:3b:00.0", or "none (why)": a rank's
+ * GPU as its all-gathered record says (both builds; ringcc-topo). */
+const char *rcc_cuda_gpu_text(const struct rcc_gpu_info *g, char *buf,
+                              size_t len);
 /* The name of the first of a device call's buffers (NULL: none) that is not
  * aligned to its datatype's esize bytes, or NULL: the kernels load whole
  * elements, and a misaligned one would stop the GPU's context (both

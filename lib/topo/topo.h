@@ -50,9 +50,23 @@ enum rcc_gpu_probe {
   RCC_PROBE_NVML = 2  /* NVML: every GPU of the node, by PCI bus id */
 };
 
+/* Why a rank has no GPU (struct rcc_gpu_info.none_why). */
+enum rcc_gpu_none {
+  RCC_GPU_NONE_NO_CUDA = 0,  /* this build has no CUDA support */
+  RCC_GPU_NONE_ASKED,        /* RINGCC_CUDA_DEVICE=none */
+  RCC_GPU_NONE_NO_CONTEXT,   /* the init thread had no CUDA context */
+  RCC_GPU_NONE_NO_DEVICE,    /* cudaGetDeviceCount: none_error */
+  RCC_GPU_NONE_OLD_DRIVER,   /* a GPU, but its driver (CUDA none_error) is
+                                too old for the runtime */
+  RCC_GPU_NONE_UNUSABLE,     /* it could not start (context, memory) */
+  RCC_GPU_NONE_HAS_GPU = 100 /* device >= 0 */
+};
+
 /* One rank's GPU, as all-gathered (fixed size, no pointers). */
 struct rcc_gpu_info {
   int32_t device;      /* CUDA device index in that process; -1: none */
+  int32_t none_why;    /* enum rcc_gpu_none */
+  int32_t none_error;  /* ... its CUDA error or driver version */
   int32_t p2p_disable; /* RINGCC_P2P_DISABLE on that rank */
   uint64_t bus_id;     /* PCI domain:bus:device.function, packed */
   uint8_t uuid[16];    /* the GPU's UUID: equal means the same GPU */
