@@ -558,19 +558,28 @@ endif
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
 
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
-# make gpu-check runs scripts/gpu-check.sh: it builds gpu-tests, then runs the
-# device-buffer suite (test/gpu/gpu_suite.c) at 1, 2 and 4 ranks, the
-# reduction-kernel throughput check (test/gpu/reduce_bw.cu) and ringcc-bench
-# -G; without a GPU it says so and exits 77 (skipped).
+# make gpu-check runs scripts/gpu-check.sh in one call of under ten minutes:
+# it builds gpu-tests, then runs the reduction kernels' throughput and
+# alignment sweep (test/gpu/reduce_bw.cu), the device-buffer suite
+# (test/gpu/gpu_suite.c) at 1, 2, 3, 4 and 8 ranks as threads and processes
+# over the GPUs (streams, graph capture, a killed rank, contexts, one
+# channel, staged paths), and AllReduce busbw next to the toolkit's NCCL
+# (test/gpu/allreduce_perf.c); without a GPU it says so and exits 77.
 GPU_OUT     := $(BUILD)/gpu
 ifeq ($(CUDA),1)
-GPU_BIN     := $(GPU_OUT)/gpu_suite $(GPU_OUT)/reduce_bw
+GPU_BIN     := $(GPU_OUT)/gpu_suite $(GPU_OUT)/reduce_bw $(GPU_OUT)/allreduce_perf
+# The NCCL that ships with the toolkit, for allreduce_perf --backend nccl
+# (gpu-check compares against it); without it that backend exits 77.
+NCCL_FOUND  := $(and $(wildcard $(CUDA_ROOT)/include/nccl.h),$(wildcard $(CUDA_ROOT)/lib64/libnccl.so))
+NCCL_LIBS   := $(if $(NCCL_FOUND),-L$(CUDA_ROOT)/lib64 -lnccl -Wl$(comma)-rpath$(comma)$(CUDA_ROOT)/lib64)
 endif
 
 gpu-tests: all $(GPU_BIN)
 
+# GPU_CHECK_ARGS: e.g. --dry-run (the plan, nothing run), --report.
+GPU_CHECK_ARGS ?=
 gpu-check:
-	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh
+	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh $(GPU_CHECK_ARGS)
 
 $(GPU_OUT)/gpu_suite: $(OBJ)/test/gpu/gpu_suite.o $(STATIC_LIB)
 	@mkdir -p $(@D)
@@ -580,8 +589,14 @@ $(GPU_OUT)/reduce_bw: test/gpu/reduce_bw.cu lib/exec/reduce.cuh $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC_COMPILE) -o $@ $<
 
-.SECONDARY: $(OBJ)/test/gpu/gpu_suite.o
--include $(OBJ)/test/gpu/gpu_suite.d $(GPU_OUT)/reduce_bw.d
+$(OBJ)/test/gpu/allreduce_perf.o: RCC_CPPFLAGS += $(if $(NCCL_FOUND),-DRINGCC_HAVE_NCCL=1)
+
+$(GPU_OUT)/allreduce_perf: $(OBJ)/test/gpu/allreduce_perf.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(NCCL_LIBS) $(LDLIBS)
+
+.SECONDARY: $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/allreduce_perf.o
+-include $(OBJ)/test/gpu/gpu_suite.d $(OBJ)/test/gpu/allreduce_perf.d $(GPU_OUT)/reduce_bw.d
 
 # ---- install -------------------------------------------------------------------
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
@@ -653,8 +668,9 @@ help:
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'
 	@echo '  gpu-tests      build the GPU checks (test/gpu) -> $(GPU_OUT)/ (CUDA=1)'
-	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1, 2, 4 ranks,'
-	@echo '                 reduction throughput, ringcc-bench -G; exit 77 without a GPU'
+	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1-8 ranks over the GPUs,'
+	@echo '                 reduction kernels, AllReduce busbw vs NCCL; exit 77 without a GPU'
+	@echo '                 (GPU_CHECK_ARGS=--dry-run: the plan; --report: the last tables)'
 	@echo '  deps           scripts/install-deps.sh: check/install build and test packages'
 	@echo '  install        headers, libraries, tools, ringcc.pc under $$DESTDIR$$PREFIX'
 	@echo '  uninstall      remove what install put there'
