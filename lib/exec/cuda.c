@@ -714,7 +714,12 @@ static ringcc_result_t find_failure(struct ringcc_comm *comm,
     char why[256];
     if (rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
       return RINGCC_SUCCESS;
+    /* This thread may poll while another captures a CUDA graph in global
+     * mode: relaxed, the query cannot invalidate that capture. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = cudaEventQuery(cu->last);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     leave(&scope);
     if (e != cudaSuccess && e != cudaErrorNotReady) {
       snprintf(msg, len, "a device collective on rank %d (GPU %d) failed: %s "
