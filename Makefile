@@ -7,6 +7,7 @@
 #   make install PREFIX=/opt/ringcc
 #   make test SANITIZE=address,undefined, make tsan-check, make fuzz-run,
 #   make valgrind-check  the sanitizer, fuzzing and valgrind checks (CI runs all)
+#   make ib-check        the verbs plugin on Soft-RoCE in a qemu guest
 #   make help            every target and variable
 #
 # Sources are found by wildcard, so a new file in a folder of lib/, in
@@ -82,6 +83,8 @@ VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
 LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
+# Tools that are scripts (no .c, no .h: tools/ringcc-trace) are copied.
+TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard test/test_*.c))
 TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
@@ -186,7 +189,8 @@ STATIC_LIB  := $(LIBOUT)/libringcc.a
 PC_FILE     := $(LIBOUT)/pkgconfig/ringcc.pc
 
 LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o) $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
-TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%)
+TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%) \
+               $(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
@@ -251,7 +255,7 @@ endif
 
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
-        gpu-tests gpu-check \
+        gpu-tests gpu-check ib-check \
         clean distclean help fuzz fuzz-run tsan-check valgrind-check
 
 all: lib tools examples
@@ -404,6 +408,10 @@ $(BINOUT)/%: $(OBJ)/tools/%.o $(SO_REAL) $(SO_DEV) $(STATIC_LIB)
 	  $(LDLIBS) -lm
 
 $(BINOUT)/ringcc-bench: $(BENCH_COMMON_OBJ)
+
+$(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%): $(BINOUT)/%: tools/%
+	@mkdir -p $(@D)
+	install -m 755 $< $@
 $(OBJ)/tools/ringcc-bench.o: RCC_CPPFLAGS += -iquote bench
 
 $(EXOUT)/%: $(OBJ)/examples/%.o $(SO_REAL) $(SO_DEV)
@@ -557,6 +565,25 @@ endif
 	echo "valgrind-check: $$pass passed, $$fail failed"; \
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
 
+# ---- the verbs plugin (transports/net_ib.c) ------------------------------------------
+# test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
+# RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
+# make ib-check runs scripts/ib-check.sh: the plugin on real verbs, Soft-RoCE
+# (rdma_rxe) in a qemu guest; prints "ib-check: N passed, N failed".
+FAKE_IBV    := $(TESTOUT)/libfakeibverbs.so
+
+$(TESTOUT)/test_net_ib: $(FAKE_IBV)
+
+$(FAKE_IBV): test/ibverbs/fake_ibverbs.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -shared -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
+
+-include $(FAKE_IBV:.so=.d)
+
+ib-check:
+	@MAKE="$(MAKE)" scripts/ib-check.sh
+
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
 # make gpu-check runs scripts/gpu-check.sh in one call of under ten minutes:
 # it builds gpu-tests, then runs the reduction kernels' throughput and
@@ -646,7 +673,7 @@ help:
 	@echo '  all (default)  $(BUILD)/lib/libringcc.so.$(VERSION) (+ .so.$(VERSION_MAJOR), .so links),'
 	@echo '                 $(BUILD)/lib/libringcc.a, tools and examples'
 	@echo '  lib            the shared and static library only'
-	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME'
+	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME; scripts (tools/ringcc-trace) copied there'
 	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
 	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
 	@echo '  test           deps, build, scripts/check-layers.py (no file calls up a layer,'
@@ -667,6 +694,8 @@ help:
 	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'
+	@echo '  ib-check       scripts/ib-check.sh: the verbs plugin on Soft-RoCE in a qemu'
+	@echo '                 guest (installs qemu etc.; kernel kept in build/ibvm/deb)'
 	@echo '  gpu-tests      build the GPU checks (test/gpu) -> $(GPU_OUT)/ (CUDA=1)'
 	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1-8 ranks over the GPUs,'
 	@echo '                 reduction kernels, AllReduce busbw vs NCCL; exit 77 without a GPU'

@@ -35,6 +35,11 @@
 #                ranks as processes over the GPUs (CUDA IPC)
 #   staged-shm, staged-net
 #                RINGCC_P2P_DISABLE=1, RINGCC_SHM_DISABLE=1
+#   net-ib-gdr, net-ib-staged, net-ib-procs (only where an RDMA port is ACTIVE)
+#                the suite over NET/IB (RINGCC_SHM_DISABLE=1 RINGCC_NET=IB):
+#                GPUDirect RDMA where the plugin registers GPU memory (the
+#                notes say which path each device edge took), then
+#                RINGCC_NET_GDR_DISABLE=1 (staged), then 2 processes
 # Then a table: each step; correctness counts; the reduction kernels'
 # bandwidth; AllReduce busbw by size next to NCCL's as a ratio (targets with
 # several NVLink GPUs: >= 80% of NCCL at 256 MiB, <= 1.5x its time at 8 B).
@@ -166,6 +171,18 @@ add staged-shm 45 env RINGCC_P2P_DISABLE=1 "$G/gpu_suite" --threads 2 \
   --spread --quick
 add staged-net 45 env RINGCC_SHM_DISABLE=1 "$G/gpu_suite" --threads 2 \
   --spread --quick
+# The verbs plugin where an RDMA port is up (GPUDirect RDMA, then staged).
+IB_NOTE=""
+if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
+  add net-ib-gdr 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB RINGCC_DEBUG=INFO \
+    "$G/gpu_suite" --threads 2 --spread --quick
+  add net-ib-staged 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
+    RINGCC_NET_GDR_DISABLE=1 "$G/gpu_suite" --threads 2 --spread --quick
+  add net-ib-procs 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
+    RINGCC_CHUNK_BYTES="$chunk" "$RUN" -np 2 "$G/gpu_suite" --spread --quick
+else
+  IB_NOTE="no ACTIVE RDMA port (/sys/class/infiniband): the NET/IB steps (GPUDirect RDMA) are left out"
+fi
 
 if [ "$DRY" = 1 ]; then
   total=0
@@ -177,6 +194,7 @@ if [ "$DRY" = 1 ]; then
   done
   echo "gpu-check --dry-run: ${#names[@]} steps, timeouts add up to ${total}s" \
        "(a cap each, not an estimate); nothing was run"
+  [ -n "$IB_NOTE" ] && echo "gpu-check --dry-run: $IB_NOTE"
   exit 0
 fi
 
@@ -225,6 +243,12 @@ run_step() {
   [ "$res" = PASS ] || failed=1
   results[i]=$res times[i]=${t}s
   notes[i]="${note:+$note; }$(summary_of "$LOGDIR/$name.log")"
+  if [ "$name" = net-ib-gdr ]; then # which path each device edge took
+    local paths
+    paths=$(grep -o 'device edge [0-9]* -> [0-9]* via NET/IB/[^ ]*' \
+            "$LOGDIR/$name.log" | sed 's/.* via //' | sort -u | tr '\n' ' ')
+    notes[i]="${notes[i]}; edges: ${paths:-none logged}"
+  fi
   echo "<== $res $name (${t}s)"
 }
 
@@ -253,6 +277,7 @@ for i in "${!names[@]}"; do
   printf '  %-14s %-8s %6s  %s\n' "${names[$i]}" "${results[$i]:-not run}" \
     "${times[$i]:--}" "${notes[$i]:-}"
 done
+[ -z "$IB_NOTE" ] || echo "  ($IB_NOTE)"
 
 # Correctness: every gpu_suite line "N device collectives checked, W wrong".
 cat "$LOGDIR"/*.log 2>/dev/null | sed 's/^\[[0-9]*\] //' |

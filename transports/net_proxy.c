@@ -645,6 +645,9 @@ static void settle(struct rcc_proxy *px) {
  * then progresses the connections that are ready. */
 static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
   int nfds = 0;
+  /* What a send connection waits for: room in a socket, or news. */
+  short send_events = px->plugin->send_events ? px->plugin->send_events
+                                              : POLLOUT;
   pthread_mutex_lock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
@@ -663,7 +666,7 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
       px->xconn[nfds] = i;
       px->xfds[nfds++] = (struct pollfd){
-          .fd = fds[j], .events = c->is_send ? POLLOUT : POLLIN};
+          .fd = fds[j], .events = c->is_send ? send_events : POLLIN};
     }
   }
   pthread_mutex_unlock(&px->lock);

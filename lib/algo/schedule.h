@@ -107,6 +107,9 @@ enum rcc_acc {
                          operand of a rank's first combine) */
 };
 
+/* Channels of a call (and of a kind's FIFOs), at most. */
+#define RCC_MAX_CHANNELS 32
+
 struct rcc_plan {
   int alg;            /* enum rcc_alg */
   int coll;           /* enum rcc_coll */
@@ -225,6 +228,13 @@ RCC_HD static inline void rcc_plan_build(struct rcc_plan *p) {
   }
 }
 
+/* The granule of a call's plan for elements of esize bytes: shares and
+ * ring chunks start on 64-byte boundaries of the buffers (vector loads on
+ * the device, whole cache lines on the host). */
+RCC_HD static inline size_t rcc_plan_granule(size_t esize) {
+  return esize < 64 ? 64 / esize : 1;
+}
+
 /* Channel c's share of n elements over nch channels, in granules of g:
  * [*off, *off + *len). Shares differ by at most one granule; a channel may
  * get none. */
@@ -303,5 +313,21 @@ RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
 /* names.c */
 const char *rcc_coll_name(int coll);
 const char *rcc_step_kind_name(int kind);
+
+/* One step of one call, as the hang report and the trace name it. */
+struct rcc_step_label {
+  int coll;              /* enum rcc_coll */
+  unsigned long long seq; /* the call's sequence number on its communicator */
+  int alg;               /* enum rcc_alg */
+  int channel;
+  uint64_t step, nsteps;
+  int kind;              /* enum rcc_step_kind */
+  int block;
+  size_t nelem;
+};
+/* "allreduce seq 17, ring, channel 0, step 35 of 63: recvReduceSend block
+ * 1, 16384 elements": the one way the hang report (report.c) and the trace
+ * (trace.c) name a step. Returns what snprintf returns. */
+int rcc_step_describe(char *buf, size_t len, const struct rcc_step_label *s);
 
 #endif /* RCC_SCHEDULE_H */

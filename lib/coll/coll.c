@@ -20,6 +20,8 @@
 #include "error.h"
 #include "exec.h"
 #include "log.h"
+#include "stats.h"
+#include "trace.h"
 #include "tuner.h"
 
 struct call {
@@ -271,7 +273,10 @@ static void choose(const struct call *c, struct rcc_tuning *tune) {
                      (c->uses & ON_DEVICE) != 0, tune);
 }
 
-static ringcc_result_t execute(const struct call *c) {
+/* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
+ * convention (the statistics' and the trace's). */
+static ringcc_result_t execute(const struct call *c, int *alg,
+                               uint64_t *bytes) {
   struct ringcc_comm *comm = c->comm;
   const void *src = source_buffer(c);
   size_t esize = ringcc_datatype_size(c->dt);
@@ -279,6 +284,12 @@ static ringcc_result_t execute(const struct call *c) {
   struct rcc_tuning tune;
 
   choose(c, &tune);
+  *alg = tune.alg;
+  *bytes = (uint64_t)c->count * esize *
+           (c->coll == RCC_COLL_REDUCE_SCATTER || c->coll == RCC_COLL_ALLGATHER ||
+                    c->coll == RCC_COLL_ALLTOALL
+                ? (uint64_t)comm->nranks
+                : 1);
   const struct rcc_algorithm *a = &rcc_algorithms[tune.alg];
   RCC_TRACE(comm->rank, "%s: %s", c->fn, a->name);
   if (a->exec == RCC_EXEC_CMA)
@@ -292,7 +303,7 @@ static ringcc_result_t execute(const struct call *c) {
       .pos = comm->ring_pos,
       .ring = comm->ring,
       .nchannels = tune.channels,
-      .granule = esize < 64 ? 64 / esize : 1, /* 64-byte aligned shares */
+      .granule = rcc_plan_granule(esize),
       .ring_rev = comm->ring_rev,
       .pos_rev = comm->ring_pos_rev,
       .count = c->count,
@@ -412,6 +423,7 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
 
 static ringcc_result_t run(struct call *c) {
   struct ringcc_comm *comm = c->comm;
+  struct rcc_stats_mark mark;
   ringcc_result_t r;
 
   if (comm == NULL)
@@ -440,12 +452,29 @@ static ringcc_result_t run(struct call *c) {
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
             ringcc_datatype_name((ringcc_datatype_t)c->dt));
-  int mismatch = 0;
+  int mismatch = 0, alg = -1;
+  uint64_t bytes = 0;
+  struct rcc_stats *st = comm->stats;
   r = RINGCC_SUCCESS;
+  mark.sent = st->sent_total;
+  if (st->timing) { /* RINGCC_STATS=time, RINGCC_TRACE, RINGCC_DEBUG=INFO */
+    rcc_stats_time_begin(st, &mark);
+    if (comm->trace != NULL) /* a trace implies timing */
+      rcc_trace_poll_signal(comm);
+  }
   if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
     r = check_agreement(c, &mismatch);
   if (r == RINGCC_SUCCESS)
-    r = execute(c);
+    r = execute(c, &alg, &bytes);
+  rcc_stats_count(st, c->coll, alg, bytes, &mark);
+  if (st->timing) {
+    int64_t end = rcc_stats_time_end(st, c->coll, alg, &mark);
+    if (comm->trace != NULL) {
+      rcc_trace_call(comm, c->coll, alg, bytes, mark.t0, end, r);
+      if (r != RINGCC_SUCCESS)
+        rcc_trace_flush(comm, "error");
+    }
+  }
   /* A mismatch the check found is seen by every rank before any data moved:
    * the communicator stays usable. Any other failure leaves FIFOs in an
    * unknown state. */

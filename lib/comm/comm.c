@@ -25,6 +25,7 @@
 #include "board.h"
 #include "bootstrap.h"
 #include "clock.h"
+#include "clocksync.h"
 #include "cma.h"
 #include "comm.h"
 #include "cuda.h"
@@ -33,6 +34,8 @@
 #include "graph.h"
 #include "log.h"
 #include "report.h"
+#include "stats.h"
+#include "trace.h"
 #include "transport.h"
 #include "tuner.h"
 
@@ -257,6 +260,7 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->nchannels = comm->set.nchannels;
   me->shm_disable = comm->set.shm_disable;
   rcc_cma_prepare(comm, me);
+  me->trace_id = rcc_trace_id();
   if (getrandom(me->secret, sizeof(me->secret), 0) != sizeof(me->secret))
     memset(me->secret, 0, sizeof(me->secret)); /* the bootstrap's id still guards */
 }
@@ -333,6 +337,8 @@ static void adapt_waiting(struct ringcc_comm *comm) {
 /* ---- init ------------------------------------------------------------- */
 
 static void comm_free(struct ringcc_comm *comm) {
+  rcc_trace_close(comm); /* writes the trace: edges still named */
+  rcc_stats_destroy(comm); /* logs the summary at INFO */
   rcc_cuda_destroy(comm); /* first: kernels may still use the FIFOs */
   rcc_transports_destroy(comm);
   rcc_cuda_free(comm);
@@ -427,6 +433,7 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   comm->nkinds = rcc_cuda_kinds(comm); /* device FIFOs if every rank has a GPU */
   if ((r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
+      (r = rcc_stats_create(comm)) != RINGCC_SUCCESS ||
       (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   /* The device side of the FIFOs; agreed on, so that no rank launches a
@@ -439,8 +446,10 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
       (r = rcc_board_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   log_ring(comm);
-  if ((r = rcc_tuner_init(comm, deadline)) != RINGCC_SUCCESS)
+  if ((r = rcc_tuner_init(comm, deadline)) != RINGCC_SUCCESS ||
+      (r = rcc_trace_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
+  rcc_stats_start(comm); /* the user's calls from here on */
   return RINGCC_SUCCESS;
 }
 

@@ -18,6 +18,8 @@
 
 struct rcc_bootstrap;
 struct rcc_cuda;
+struct rcc_stats;
+struct rcc_trace;
 struct rcc_transport;
 
 #define RCC_MAX_TRANSPORTS 4
@@ -36,6 +38,7 @@ struct rcc_peer_info {
   int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
   int32_t shm_disable;
   uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
+  uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
   uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
   char hostname[RCC_HOSTNAME_LEN];
@@ -88,8 +91,6 @@ struct rcc_progress {
 };
 #define RCC_PUT(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
 
-/* Channels of a kind's FIFOs, at most. */
-#define RCC_MAX_CHANNELS 32
 #define RCC_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
 struct ringcc_comm {
@@ -142,6 +143,8 @@ struct ringcc_comm {
 
   uint64_t seq;            /* collectives issued on this communicator */
   struct rcc_progress progress;
+  struct rcc_stats *stats; /* counters (stats.c); set from init's end */
+  struct rcc_trace *trace; /* RINGCC_TRACE's steps (trace.c); NULL: off */
   int report_seen;         /* report signals handled (report.c) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;

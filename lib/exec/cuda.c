@@ -444,7 +444,11 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
                                      const struct rcc_conn *host,
                                      struct rcc_conn *dev) {
   struct rcc_cuda *cu = comm->cuda;
-  size_t bytes = RCC_FIFO_DATA_OFFSET + (size_t)host->nslots * host->slot_bytes;
+  /* Slots away from the header are in GPU memory already (GPUDirect RDMA,
+   * net.c): only the header needs mapping. */
+  int gdr = host->data != (char *)host->fifo + RCC_FIFO_DATA_OFFSET;
+  size_t bytes = RCC_FIFO_DATA_OFFSET +
+                 (gdr ? 0 : (size_t)host->nslots * host->slot_bytes);
   void *base = host->fifo, *dbase = NULL;
   cudaError_t e = cudaHostRegister(base, bytes, cudaHostRegisterMapped |
                                                     cudaHostRegisterPortable);
@@ -455,7 +459,8 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
     return cuda_error(comm, "cudaHostGetDevicePointer", e);
   *dev = *host;
   dev->fifo = dbase;
-  dev->data = (char *)dbase + (host->data - (char *)host->fifo);
+  dev->data = gdr ? host->data
+                  : (char *)dbase + (host->data - (char *)host->fifo);
   dev->ops = NULL; /* kernels wake nobody; the engine polls (cuda_busy) */
   dev->engine = NULL;
   return RINGCC_SUCCESS;
@@ -491,12 +496,17 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
   struct rcc_edge_topo e;
   char why[RCC_ERRLEN];
   rcc_topo_edge(&comm->peers[comm->rank], &comm->peers[p], &e);
-  if (flags & RCC_TRANSPORT_NETWORK)
-    RCC_INFO(comm->rank, "device edge %d -> %d via %s/staged", comm->rank, p,
-             rcc_edge_name(comm, p));
-  else
+  if (flags & RCC_TRANSPORT_NETWORK) {
+    const struct rcc_conn *rh =
+        rcc_recv_conn(comm, RCC_CONN_DEVICE + RCC_CONN_COLL, 0, p);
+    RCC_INFO(comm->rank, "device edge %d -> %d via %s/%s", comm->rank, p,
+             rcc_edge_name(comm, p),
+             rh->data != (char *)rh->fifo + RCC_FIFO_DATA_OFFSET ? "GDR"
+                                                                 : "staged");
+  } else {
     RCC_INFO(comm->rank, "device edge %d -> %d via %s", comm->rank, p,
              rcc_topo_path_name(rcc_topo_device_path(&e)));
+  }
   /* Two GPUs of one host whose data goes through host memory: the first
    * thing to know when bandwidth is low. */
   if (rcc_topo_staged_why(&comm->peers[comm->rank], &comm->peers[p], why,

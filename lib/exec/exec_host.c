@@ -58,6 +58,8 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #include "log.h"
 #include "reduce.h"
 #include "report.h"
+#include "stats.h"
+#include "trace.h"
 
 #define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
 #define ZC_MAX 32 /* sends from user buffers tracked at once */
@@ -100,6 +102,10 @@ struct exec {
   int nland;
   struct land *lands; /* LAND_MAX entries, nland in use */
   int channel;        /* of the plan running: which FIFOs its steps use */
+  struct rcc_stats *stats; /* bytes per edge; waits when timing */
+  int timing;              /* waits are timed (stats.h) */
+  int64_t wait_recv_ns;    /* the current step's waits, when timing */
+  int64_t wait_send_ns;
 };
 
 /* The FIFOs of a step: its channel's for collectives; point-to-point
@@ -216,6 +222,8 @@ static int wait_failed(struct exec *x) {
     rcc_report_format(comm, report, sizeof(report));
     rcc_log(RINGCC_LOG_WARN, comm->rank, "report on request:\n%s", report);
   }
+  if (comm->trace != NULL) /* the same signal writes the trace */
+    rcc_trace_poll_signal(comm);
   /* The deadline counts from this rank's first sleep in the call (a call
    * that never sleeps cannot hang), which saves reading the clock on every
    * call; the first sleep comes within a few microseconds of waiting. */
@@ -243,8 +251,9 @@ static int wait_failed(struct exec *x) {
 /* An engine's wait runs these checks after each sleep. */
 static int wait_check(void *ctx) { return wait_failed(ctx); }
 
-static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
-                     uint32_t old) {
+static inline __attribute__((always_inline)) int
+wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
+                uint32_t old) {
   struct rcc_conn *conn = (struct rcc_conn *)x->at->conn;
   if (conn != NULL && conn->ops != NULL)
     return conn->ops->wait(conn, word, old, wait_check, x);
@@ -277,6 +286,25 @@ static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
     if (r != RINGCC_SUCCESS)
       return r;
   }
+}
+
+/* Where timing is on, a wait is timed and charged to the step (the trace)
+ * and to the edge waited on (stats); waits happen only when data or a slot
+ * is not there yet, so a call that never waits reads no clock here. */
+static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
+                     uint32_t old) {
+  if (!x->timing)
+    return wait_for_change(x, word, waiters, old);
+  int64_t t0 = rcc_now_ns();
+  int r = wait_for_change(x, word, waiters, old);
+  int64_t ns = rcc_now_ns() - t0;
+  int send = RCC_GET(x->at->waiting_send);
+  if (send)
+    x->wait_send_ns += ns;
+  else
+    x->wait_recv_ns += ns;
+  rcc_stats_waited(x->stats, RCC_GET(x->at->peer), send, ns);
+  return r;
 }
 
 #include "proto.h"
@@ -612,6 +640,8 @@ static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
     return r;
   copy_bytes(dst, in, bytes);
   rcc_proto_recv_end(rc);
+  rcc_stats_sent(x->stats, s->send_peer, bytes);
+  rcc_stats_received(x->stats, s->recv_peer, bytes);
   return RINGCC_SUCCESS;
 }
 
@@ -661,9 +691,69 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
   step_data(x, s, in, out);
   if (sc && (r = send_publish(x, sc, zc, bytes, meta_of(s, bytes))) != 0)
     return r;
-  if (rc)
+  if (sc)
+    rcc_stats_sent(x->stats, s->send_peer, bytes);
+  if (rc) {
     rcc_proto_recv_end(rc);
+    rcc_stats_received(x->stats, s->recv_peer, bytes);
+  }
   return RINGCC_SUCCESS;
+}
+
+/* What of a step to run: all of it, or one half of a send-then-receive
+ * step (the channel executor runs those as two). */
+enum step_part { STEP_WHOLE, STEP_SEND_HALF, STEP_RECV_HALF };
+
+static ringcc_result_t run_part(struct exec *x, const struct rcc_step *s,
+                                uint64_t i, enum step_part part) {
+  switch (part) {
+  case STEP_SEND_HALF:
+    return send_half(x, s);
+  case STEP_RECV_HALF:
+    return recv_half(x, s);
+  default:
+    return run_step(x, s, i);
+  }
+}
+
+/* A step (or half) with RINGCC_TRACE on: run, timed, and recorded (also
+ * when it failed: the step where a call stopped is what a reader looks
+ * for). */
+static ringcc_result_t traced_step(struct exec *x, const struct rcc_step *s,
+                                   uint64_t i, enum step_part part) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_trace_event e;
+  memset(&e, 0, sizeof(e));
+  e.type = RCC_TRACE_STEP;
+  e.kind = s->kind;
+  e.coll = (uint8_t)x->plan->coll;
+  e.alg = (uint8_t)x->plan->alg;
+  e.conn_kind = s->conn_kind;
+  e.channel = (uint8_t)x->channel;
+  e.seq = comm->seq;
+  e.step = i;
+  e.nsteps = x->plan->nsteps;
+  e.nelem = s->nelem;
+  e.bytes = s->nelem * x->esize;
+  e.block = s->block;
+  e.send_peer = (step_sends(s->kind) || s->kind == RCC_STEP_SEND_RECV) &&
+                        part != STEP_RECV_HALF
+                    ? s->send_peer : -1;
+  e.recv_peer = receives(s->kind) && part != STEP_SEND_HALF ? s->recv_peer
+                                                            : -1;
+  e.send_msg = e.recv_msg = UINT32_MAX;
+  if (e.send_peer >= 0)
+    e.send_msg = send_conn(x, s)->step;
+  if (e.recv_peer >= 0)
+    e.recv_msg = recv_conn(x, s)->step;
+  x->wait_recv_ns = x->wait_send_ns = 0;
+  e.start_ns = rcc_now_ns();
+  ringcc_result_t r = run_part(x, s, i, part);
+  e.end_ns = rcc_now_ns();
+  e.wait_recv_ns = x->wait_recv_ns;
+  e.wait_send_ns = x->wait_send_ns;
+  rcc_trace_record(comm, &e);
+  return r;
 }
 
 ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
@@ -691,7 +781,10 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
               plan->coll != RCC_COLL_RECV &&
               plan->chunk_elems * ringcc_datatype_size(dt) >= LAND_MIN_BYTES,
       .lands = lands,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
   };
+  int traced = comm->trace != NULL;
   ringcc_result_t r = RINGCC_SUCCESS;
 
   RCC_PUT(x.at->coll, plan->coll);
@@ -707,7 +800,8 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     RCC_PUT(x.at->kind, (int)cur.kind);
     RCC_PUT(x.at->block, cur.block);
     RCC_PUT(x.at->nelem, cur.nelem);
-    r = run_step(&x, &cur, i);
+    r = traced ? traced_step(&x, &cur, i, STEP_WHOLE)
+               : run_step(&x, &cur, i);
   }
   if (r == RINGCC_SUCCESS && x.nzc > 0)
     r = zc_wait(&x, NULL, 0);
@@ -797,8 +891,8 @@ static int any_ready(struct chan_wait *w) {
   return 0;
 }
 
-static ringcc_result_t wait_channels(struct chan_wait *w, struct chan *k,
-                                     int c) {
+static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
+                                             struct chan *k, int c) {
   struct exec *x = w->x;
   struct rcc_spin *spin = &x->comm->spin;
   struct rcc_conn *conn;
@@ -832,6 +926,27 @@ static ringcc_result_t wait_channels(struct chan_wait *w, struct chan *k,
   if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old || any_ready(w))
     return RINGCC_SUCCESS;
   return wait_failed(x);
+}
+
+/* As host_wait: where timing is on, the wait is charged to the edge the
+ * first blocked channel waits on (the stats; a trace shows channel steps
+ * without their waits between them). */
+static ringcc_result_t wait_channels(struct chan_wait *w, struct chan *k,
+                                     int c) {
+  struct exec *x = w->x;
+  if (!x->timing)
+    return wait_channels_untimed(w, k, c);
+  struct rcc_conn *conn = NULL;
+  struct rcc_step s;
+  int send = 0;
+  chan_select(x, k, c);
+  rcc_plan_step(&k->plan, k->i, &s);
+  (void)chan_ready(x, k, &s, &conn, &send);
+  int64_t t0 = rcc_now_ns();
+  ringcc_result_t r = wait_channels_untimed(w, k, c);
+  if (conn != NULL)
+    rcc_stats_waited(x->stats, conn->peer, send, rcc_now_ns() - t0);
+  return r;
 }
 
 /* Hands the engine serving the communicator's network FIFOs (one serves
@@ -870,12 +985,11 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
       RCC_PUT(x->at->kind, (int)s.kind);
       RCC_PUT(x->at->block, s.block);
       RCC_PUT(x->at->nelem, s.nelem);
-      if (s.kind != RCC_STEP_SEND_RECV)
-        r = run_step(x, &s, k->i);
-      else if (!k->half)
-        r = send_half(x, &s);
-      else
-        r = recv_half(x, &s);
+      enum step_part part = s.kind != RCC_STEP_SEND_RECV ? STEP_WHOLE
+                            : !k->half                   ? STEP_SEND_HALF
+                                                         : STEP_RECV_HALF;
+      r = x->comm->trace != NULL ? traced_step(x, &s, k->i, part)
+                                 : run_part(x, &s, k->i, part);
       if (s.kind == RCC_STEP_SEND_RECV && !k->half)
         k->half = 1;
       else
@@ -920,6 +1034,8 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
       .dt = dt,
       .reduce = rcc_reduce_get(dt, op),
       .at = &comm->progress,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
   };
   RCC_PUT(x.at->coll, call->coll);
   RCC_PUT(x.at->alg, call->alg);
@@ -950,6 +1066,30 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
  * peer each way. A failed call leaves the communicator unusable (coll.c),
  * so the sequence numbers never disagree between calls that succeed. */
 
+/* Step k of the board (reading rank k's region), for the trace. */
+static void board_traced(struct exec *x, int k, int64_t t0, size_t bytes) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_trace_event e;
+  memset(&e, 0, sizeof(e));
+  e.type = RCC_TRACE_STEP;
+  e.kind = k == 0 ? RCC_STEP_RECV : RCC_STEP_RECV_REDUCE_COPY;
+  e.coll = (uint8_t)x->plan->coll;
+  e.alg = RCC_ALG_BOARD;
+  e.seq = comm->seq;
+  e.step = (uint64_t)k;
+  e.nsteps = (uint64_t)comm->nranks;
+  e.nelem = x->plan->count;
+  e.bytes = bytes;
+  e.block = k;
+  e.send_peer = -1;
+  e.recv_peer = k == comm->rank ? -1 : k;
+  e.send_msg = e.recv_msg = UINT32_MAX; /* no FIFO: no message numbers */
+  e.start_ns = t0;
+  e.end_ns = rcc_now_ns();
+  e.wait_recv_ns = x->wait_recv_ns;
+  rcc_trace_record(comm, &e);
+}
+
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
                                     const struct rcc_plan *plan,
                                     const void *src, void *dst,
@@ -961,6 +1101,8 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
       .dt = dt,
       .reduce = rcc_reduce_get(dt, op),
       .at = &comm->progress,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
   };
   int n = comm->nranks;
   size_t bytes = plan->count * x.esize;
@@ -988,9 +1130,15 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   if (__atomic_load_n(&mine->waiters, __ATOMIC_RELAXED) != 0)
     futex(&mine->seq, FUTEX_WAKE, INT_MAX, NULL);
 
+  int traced = comm->trace != NULL;
   for (int k = 0; k < n && r == RINGCC_SUCCESS; k++) {
     const struct rcc_board *b = rcc_board_region(comm, k, seq);
     uint32_t now;
+    int64_t t0 = 0;
+    if (traced) {
+      t0 = rcc_now_ns();
+      x.wait_recv_ns = 0;
+    }
     RCC_PUT(x.at->step, (uint64_t)k);
     /* The FIFO from rank k: where it writes the news of a dead rank. */
     waiting_on(&x, "data from", k, rcc_recv_conn(comm, RCC_CONN_COLL, 0, k),
@@ -999,8 +1147,11 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
     while (r == RINGCC_SUCCESS &&
            (now = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE)) != seq)
       r = host_wait(&x, (uint32_t *)&b->seq, (uint32_t *)&b->waiters, now);
-    if (r != RINGCC_SUCCESS)
+    if (r != RINGCC_SUCCESS) {
+      if (traced) /* the step where the call stopped */
+        board_traced(&x, k, t0, bytes);
       break;
+    }
     if (b->bytes != bytes) {
       r = rcc_comm_error(
           comm, RINGCC_ERR_INVALID_USAGE,
@@ -1016,7 +1167,12 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
       memcpy(dst, in, bytes);
     else
       x.reduce(dst, dst, in, plan->count);
+    if (traced)
+      board_traced(&x, k, t0, bytes);
   }
+  if (r == RINGCC_SUCCESS) /* each peer read this rank's region, and it
+                              each peer's */
+    rcc_stats_board(x.stats, bytes, n);
   if (r == RINGCC_SUCCESS && plan->postop)
     rcc_reduce_avg_finish(dt, dst, dst, plan->count, n);
   RCC_PUT(x.at->board_seq, NULL);
