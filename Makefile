@@ -584,6 +584,19 @@ $(FAKE_IBV): test/ibverbs/fake_ibverbs.c $(FLAGS_STAMP)
 ib-check:
 	@MAKE="$(MAKE)" scripts/ib-check.sh
 
+# test_cuda_logic loads $(FAKE_NVML), a stand-in for NVML with the soname
+# libnvidia-ml.so.1, so that gpu.c's NVML probe runs without a GPU.
+FAKE_NVML   := $(TESTOUT)/libfakenvml.so
+
+$(TESTOUT)/test_cuda_logic: $(FAKE_NVML)
+
+$(FAKE_NVML): test/nvml/fake_nvml.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
+
+-include $(FAKE_NVML:.so=.d)
+
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
 # make gpu-check runs scripts/gpu-check.sh in one call of under ten minutes:
 # it builds gpu-tests, then runs the reduction kernels' throughput and

@@ -9,7 +9,8 @@
  *    every alignment of the pointers and every tail, which elements go one
  *    by one and which as 16-, 8- or 4-byte words;
  *  - P2P decided by PCI bus id from the ranks' NVML records (one visible GPU
- *    per process), and the sentence that says why an edge between two GPUs
+ *    per process), NVML itself through a fake library (each probe's init
+ *    shut down again), and the sentence that says why an edge between two GPUs
  *    of one host is staged through host memory;
  *  - the driver too old for the runtime: the versions the WARN names;
  *  - device channels where ranks share one GPU (every block must fit);
@@ -24,6 +25,9 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -217,6 +221,52 @@ static int path(const struct rcc_peer_info *a, const struct rcc_peer_info *b) {
   struct rcc_edge_topo e;
   rcc_topo_edge(a, b, &e);
   return rcc_topo_device_path(&e);
+}
+
+/* NVML through test/nvml/fake_nvml.c, loaded first under its soname
+ * libnvidia-ml.so.1 so that gpu.c's dlopen finds it: every probe pairs its
+ * nvmlInit with an nvmlShutdown (NVML counts them), the library is loaded
+ * once, and the peers come out by PCI bus id with their P2P status, NVLink
+ * and PCIe level. */
+Test(cuda_logic, nvml_probed_by_bus_id_and_shut_down, .timeout = 10) {
+  struct rcc_gpu_info me;
+  char exe[PATH_MAX], lib[PATH_MAX + 32];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  cr_assert(len > 0);
+  exe[len] = '\0';
+  snprintf(lib, sizeof(lib), "%s/libfakenvml.so", dirname(exe));
+  void *fake = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+  cr_assert(fake != NULL, "%s (make builds it)", dlerror());
+  void (*counts)(int *, int *) =
+      (void (*)(int *, int *))dlsym(fake, "fake_nvml_counts");
+  cr_assert(counts != NULL);
+  for (int round = 1; round <= 2; round++) {
+    memset(&me, 0, sizeof(me));
+    me.bus_id = rcc_topo_bus_id("0000:18:00.0");
+    int found = rcc_gpu_nvml_probe("00000000:18:00.0", &me);
+    int inits, shutdowns;
+    counts(&inits, &shutdowns);
+    if (!RINGCC_HAVE_CUDA) { /* no NVML without CUDA support */
+      cr_expect_eq(found, 0);
+      cr_expect_eq(inits, 0);
+      continue;
+    }
+    cr_assert_eq(found, 1, "round %d: NVML not used", round);
+    cr_expect_eq(inits, round, "round %d: %d nvmlInit", round, inits);
+    cr_expect_eq(shutdowns, round, "round %d: %d nvmlShutdown for %d inits",
+                 round, shutdowns, inits);
+    cr_expect_eq(me.probe, RCC_PROBE_NVML);
+    cr_expect_str_eq(me.name, "Fake GPU 0");
+    cr_assert_eq(me.npeer, 2, "itself left out: %d peers", me.npeer);
+    cr_expect_eq(me.peer_bus[0], rcc_topo_bus_id("0000:3b:00.0"));
+    cr_expect(me.peer_p2p[0] && me.peer_nvlink[0]);
+    cr_expect_eq(me.peer_level[0], RCC_TOPO_LEVEL_SWITCH);
+    cr_expect_eq(me.peer_bus[1], rcc_topo_bus_id("0000:86:00.0"));
+    cr_expect(!me.peer_p2p[1] && !me.peer_nvlink[1]);
+    cr_expect_eq(me.peer_status[1], RCC_P2P_TOPOLOGY);
+    cr_expect_eq(me.peer_level[1], RCC_TOPO_LEVEL_SYSTEM);
+  }
+  dlclose(fake);
 }
 
 Test(cuda_logic, p2p_by_pci_bus_id_and_why_staged, .timeout = 10) {
