@@ -584,18 +584,25 @@ $(FAKE_IBV): test/ibverbs/fake_ibverbs.c $(FLAGS_STAMP)
 ib-check:
 	@MAKE="$(MAKE)" scripts/ib-check.sh
 
-# test_cuda_logic loads $(FAKE_NVML), a stand-in for NVML with the soname
-# libnvidia-ml.so.1, so that gpu.c's NVML probe runs without a GPU.
+# test_cuda_logic loads $(FAKE_NVML) and $(FAKE_CUDA), stand-ins for NVML
+# and the CUDA driver with their sonames (libnvidia-ml.so.1, libcuda.so.1),
+# so that gpu.c's NVML probe and its context checks run without a GPU.
 FAKE_NVML   := $(TESTOUT)/libfakenvml.so
+FAKE_CUDA   := $(TESTOUT)/libfakecuda.so
 
-$(TESTOUT)/test_cuda_logic: $(FAKE_NVML)
+$(TESTOUT)/test_cuda_logic: $(FAKE_NVML) $(FAKE_CUDA)
 
 $(FAKE_NVML): test/nvml/fake_nvml.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
 	  -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
 
--include $(FAKE_NVML:.so=.d)
+$(FAKE_CUDA): test/cuda/fake_cuda.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -shared -Wl,-soname,libcuda.so.1 -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
+
+-include $(FAKE_NVML:.so=.d) $(FAKE_CUDA:.so=.d)
 
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
 # make gpu-check runs scripts/gpu-check.sh in one call of under ten minutes:

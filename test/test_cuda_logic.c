@@ -223,6 +223,72 @@ static int path(const struct rcc_peer_info *a, const struct rcc_peer_info *b) {
   return rcc_topo_device_path(&e);
 }
 
+/* A host-only program on a GPU node: test/cuda/fake_cuda.c stands in for
+ * the driver (loaded first under its soname libcuda.so.1), with no context
+ * on the thread. Unasked, init only asks whether the thread has a context:
+ * no cuInit, no primary context, no push, no CUDA runtime call, no device
+ * FIFOs. Then, with a context on the thread, the same init does go to the
+ * runtime (which finds no usable driver in the fake): the counts see it. */
+static ringcc_comm_t init_alone(void) {
+  ringcc_unique_id_t id;
+  ringcc_comm_t comm = NULL;
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS);
+  cr_assert_eq(ringcc_comm_init(&comm, 1, &id, 0, NULL), RINGCC_SUCCESS, "%s",
+               ringcc_comm_last_error(NULL));
+  return comm;
+}
+
+Test(cuda_logic, host_only_without_a_context_touches_no_driver,
+     .timeout = 30) {
+  char exe[PATH_MAX], lib[PATH_MAX + 32];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  cr_assert(len > 0);
+  exe[len] = '\0';
+  snprintf(lib, sizeof(lib), "%s/libfakecuda.so", dirname(exe));
+  void *fake = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+  cr_assert(fake != NULL, "%s (make builds it)", dlerror());
+  void (*set_context)(int) = (void (*)(int))dlsym(fake, "fake_cuda_set_context");
+  void (*counts)(int *, int *, int *, int *, int *) =
+      (void (*)(int *, int *, int *, int *, int *))dlsym(fake,
+                                                         "fake_cuda_counts");
+  cr_assert(set_context != NULL && counts != NULL);
+  unsetenv("RINGCC_CUDA_DEVICE"); /* make test sets none */
+  int queries, inits, retains, pushes, runtime;
+
+  set_context(0);
+  ringcc_comm_t comm = init_alone();
+  const struct rcc_gpu_info *g = &comm->peers[0].gpu;
+  counts(&queries, &inits, &retains, &pushes, &runtime);
+  cr_expect_eq(g->device, -1);
+  cr_expect_eq(comm->nkinds, RCC_NUM_CONN_KINDS, "device FIFOs made");
+  cr_expect_eq(g->none_why, RINGCC_HAVE_CUDA ? RCC_GPU_NONE_NO_CONTEXT
+                                             : RCC_GPU_NONE_NO_CUDA);
+  cr_expect_eq(queries, RINGCC_HAVE_CUDA ? 1 : 0, "%d context queries",
+               queries);
+  cr_expect_eq(inits + retains + pushes + runtime, 0,
+               "cuInit %d, retained %d, pushed %d, runtime lookups %d",
+               inits, retains, pushes, runtime);
+  ringcc_comm_destroy(comm);
+  counts(&queries, &inits, &retains, &pushes, &runtime);
+  cr_expect_eq(inits + retains + pushes + runtime, 0, "at destroy");
+
+  set_context(1); /* the control: a context, so the runtime is asked */
+  comm = init_alone();
+  g = &comm->peers[0].gpu;
+  counts(&queries, &inits, &retains, &pushes, &runtime);
+  cr_expect_eq(g->device, -1);
+  cr_expect_eq(comm->nkinds, RCC_NUM_CONN_KINDS);
+  if (RINGCC_HAVE_CUDA) {
+    cr_expect(runtime > 0, "the runtime never looked at the driver");
+    cr_expect(g->none_why == RCC_GPU_NONE_NO_DEVICE ||
+                  g->none_why == RCC_GPU_NONE_OLD_DRIVER,
+              "none_why %d", g->none_why);
+  } else {
+    cr_expect_eq(queries + runtime, 0);
+  }
+  ringcc_comm_destroy(comm);
+}
+
 /* NVML through test/nvml/fake_nvml.c, loaded first under its soname
  * libnvidia-ml.so.1 so that gpu.c's dlopen finds it: every probe pairs its
  * nvmlInit with an nvmlShutdown (NVML counts them), the library is loaded
