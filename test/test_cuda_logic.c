@@ -289,6 +289,64 @@ Test(cuda_logic, host_only_without_a_context_touches_no_driver,
   ringcc_comm_destroy(comm);
 }
 
+/* Contexts entered and left (gpu.c) against the stand-in driver: a thread
+ * with no context has none after a CUDA call on GPU 3, and only GPU 3's
+ * primary context exists (none on GPU 0, as cudaSetDevice(previous) made);
+ * a thread whose own context is current gets it back; a context already
+ * current is not pushed again. */
+Test(cuda_logic, contexts_entered_and_left_as_found, .timeout = 10) {
+  char exe[PATH_MAX], lib[PATH_MAX + 32], why[256];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  cr_assert(len > 0);
+  exe[len] = '\0';
+  snprintf(lib, sizeof(lib), "%s/libfakecuda.so", dirname(exe));
+  void *fake = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+  cr_assert(fake != NULL, "%s (make builds it)", dlerror());
+  void (*set_context)(int) = (void (*)(int))dlsym(fake, "fake_cuda_set_context");
+  unsigned (*retained)(int *) = (unsigned (*)(int *))dlsym(fake,
+                                                           "fake_cuda_retained");
+  void *(*own)(void) = (void *(*)(void))dlsym(fake, "fake_cuda_thread_context");
+  void *(*primary)(int) = (void *(*)(int))dlsym(fake, "fake_cuda_primary");
+  int (*current)(void **) = (int (*)(void **))dlsym(fake, "cuCtxGetCurrent");
+  cr_assert(set_context && retained && own && primary && current);
+  struct rcc_gpu_scope scope;
+  void *ctx = NULL;
+  int depth;
+
+  set_context(0); /* a thread that has not used CUDA */
+  int entered = rcc_gpu_enter(3, &scope, why, sizeof(why));
+  if (!RINGCC_HAVE_CUDA) {
+    cr_expect_eq(entered, -1);
+    cr_expect(strstr(why, "no CUDA support") != NULL, "%s", why);
+    cr_expect_eq(retained(&depth), 0u);
+    return;
+  }
+  cr_assert_eq(entered, 0, "%s", why);
+  current(&ctx);
+  cr_expect_eq(ctx, primary(3), "GPU 3's primary context is current");
+  rcc_gpu_leave(&scope);
+  current(&ctx);
+  cr_expect_null(ctx, "a thread without a context has one afterwards");
+  cr_expect_eq(retained(&depth), 1u << 3, "contexts on GPUs %#x",
+               retained(&depth));
+  cr_expect_eq(depth, 0);
+
+  set_context(1); /* the thread's own context (another GPU's, say) */
+  cr_assert_eq(rcc_gpu_enter(3, &scope, why, sizeof(why)), 0, "%s", why);
+  struct rcc_gpu_scope inner;
+  cr_assert_eq(rcc_gpu_enter(3, &inner, why, sizeof(why)), 0, "%s", why);
+  cr_expect_eq(inner.pushed, 0, "GPU 3 already current: pushed again");
+  rcc_gpu_leave(&inner);
+  current(&ctx);
+  cr_expect_eq(ctx, primary(3));
+  rcc_gpu_leave(&scope);
+  current(&ctx);
+  cr_expect_eq(ctx, own(), "the thread's own context is current again");
+  cr_expect_eq(retained(&depth), 1u << 3, "contexts on GPUs %#x",
+               retained(&depth));
+  cr_expect_eq(depth, 0);
+}
+
 /* NVML through test/nvml/fake_nvml.c, loaded first under its soname
  * libnvidia-ml.so.1 so that gpu.c's dlopen finds it: every probe pairs its
  * nvmlInit with an nvmlShutdown (NVML counts them), the library is loaded
