@@ -63,7 +63,7 @@ BENCH_ARGS  ?= -b 8 -e 64M -f 4
 # ringcc-model (the tuner's cost model) and ringcc-bench (--calibrate fits
 # it) always do: a TOOLS_STATIC given on the command line adds to them.
 TOOLS_STATIC ?=
-override TOOLS_STATIC += ringcc-model ringcc-bench
+override TOOLS_STATIC += ringcc-model ringcc-bench ringcc-topo
 
 DEPS_SCRIPT := scripts/install-deps.sh
 
@@ -98,7 +98,19 @@ TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 # library loads and runs host collectives where there is no GPU or driver.
 # CUDA=0 builds without CUDA (a non-NULL stream is then
 # RINGCC_ERR_UNSUPPORTED). make gpu-check runs the checks that need a GPU.
+#
+# Another toolkit: make CUDA_HOME=/usr/local/cuda-12.4 (its nvcc, headers and
+# static runtime; the build records the flags, so everything is rebuilt).
+# A CUDA 13 build needs NVIDIA driver R580 or newer on the GPU nodes, a CUDA
+# 12.x build R525 or newer (minor-version compatibility); docs/cuda.md.
 CUDA_HOME   ?= /usr/local/cuda
+ifeq ($(origin CUDA_HOME),command line)
+ifeq ($(wildcard $(CUDA_HOME)/bin/nvcc),)
+ifneq ($(CUDA),0)
+$(error CUDA_HOME=$(CUDA_HOME) has no bin/nvcc: give the toolkit's root (e.g. /usr/local/cuda-12.4), or CUDA=0)
+endif
+endif
+endif
 NVCC        ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) \
                            $(shell command -v nvcc 2>/dev/null))
 ifeq ($(CUDA),auto)
@@ -118,7 +130,11 @@ CUDA_LIBS   := -L$(CUDA_ROOT)/lib64 -lcudart_static -ldl -lrt
 # so the library needs no libstdc++; device code uncompressed (--no-compress)
 # so test_cuda_build can read each kernel's name in the cubins.
 NVCC_WERROR := $(if $(filter-out 0,$(WERROR)),-Werror all-warnings)
-NVCC_COMPILE = $(NVCC) -std=c++17 $(OPT) $(CUDA_ARCHS) --no-compress -t 0 \
+# --no-compress is newer than some CUDA 12 nvcc; the fatbinary option says
+# the same there.
+NVCC_NO_COMPRESS := $(shell $(NVCC) --help 2>/dev/null | grep -q -- '--no-compress' \
+                      && echo --no-compress || echo -Xfatbin=-compress=false)
+NVCC_COMPILE = $(NVCC) -std=c++17 $(OPT) $(CUDA_ARCHS) $(NVCC_NO_COMPRESS) -t 0 \
                $(NVCC_WERROR) -Iinclude $(addprefix -I,$(LIB_DIRS)) -DRINGCC_HAVE_CUDA=1 \
                -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions \
                -Xcompiler -fno-threadsafe-statics,-Wall,-Wextra$(if $(WERROR_FLAG),$(comma)-Werror) \
@@ -568,20 +584,49 @@ $(FAKE_IBV): test/ibverbs/fake_ibverbs.c $(FLAGS_STAMP)
 ib-check:
 	@MAKE="$(MAKE)" scripts/ib-check.sh
 
+# test_cuda_logic loads $(FAKE_NVML) and $(FAKE_CUDA), stand-ins for NVML
+# and the CUDA driver with their sonames (libnvidia-ml.so.1, libcuda.so.1),
+# so that gpu.c's NVML probe and its context checks run without a GPU.
+FAKE_NVML   := $(TESTOUT)/libfakenvml.so
+FAKE_CUDA   := $(TESTOUT)/libfakecuda.so
+
+$(TESTOUT)/test_cuda_logic: $(FAKE_NVML) $(FAKE_CUDA)
+
+$(FAKE_NVML): test/nvml/fake_nvml.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
+
+$(FAKE_CUDA): test/cuda/fake_cuda.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -shared -Wl,-soname,libcuda.so.1 -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
+
+-include $(FAKE_NVML:.so=.d) $(FAKE_CUDA:.so=.d)
+
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
-# make gpu-check runs scripts/gpu-check.sh: it builds gpu-tests, then runs the
-# device-buffer suite (test/gpu/gpu_suite.c) at 1, 2 and 4 ranks, the
-# reduction-kernel throughput check (test/gpu/reduce_bw.cu) and ringcc-bench
-# -G; without a GPU it says so and exits 77 (skipped).
+# make gpu-check runs scripts/gpu-check.sh in one call of under ten minutes:
+# it builds gpu-tests, then runs the reduction kernels' throughput and
+# alignment sweep (test/gpu/reduce_bw.cu), the device-buffer suite
+# (test/gpu/gpu_suite.c) at 1, 2, 3, 4 and 8 ranks as threads and processes
+# over the GPUs (streams, graph capture, a killed rank, contexts, one
+# channel, staged paths), and AllReduce busbw next to the toolkit's NCCL
+# (test/gpu/allreduce_perf.c); without a GPU it says so and exits 77.
 GPU_OUT     := $(BUILD)/gpu
 ifeq ($(CUDA),1)
-GPU_BIN     := $(GPU_OUT)/gpu_suite $(GPU_OUT)/reduce_bw
+GPU_BIN     := $(GPU_OUT)/gpu_suite $(GPU_OUT)/reduce_bw $(GPU_OUT)/allreduce_perf
+# The NCCL that ships with the toolkit, for allreduce_perf --backend nccl
+# (gpu-check compares against it); without it that backend exits 77.
+NCCL_FOUND  := $(and $(wildcard $(CUDA_ROOT)/include/nccl.h),$(wildcard $(CUDA_ROOT)/lib64/libnccl.so))
+NCCL_LIBS   := $(if $(NCCL_FOUND),-L$(CUDA_ROOT)/lib64 -lnccl -Wl$(comma)-rpath$(comma)$(CUDA_ROOT)/lib64)
 endif
 
 gpu-tests: all $(GPU_BIN)
 
+# GPU_CHECK_ARGS: e.g. --dry-run (the plan, nothing run), --report.
+GPU_CHECK_ARGS ?=
 gpu-check:
-	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh
+	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh $(GPU_CHECK_ARGS)
 
 $(GPU_OUT)/gpu_suite: $(OBJ)/test/gpu/gpu_suite.o $(STATIC_LIB)
 	@mkdir -p $(@D)
@@ -591,8 +636,14 @@ $(GPU_OUT)/reduce_bw: test/gpu/reduce_bw.cu lib/exec/reduce.cuh $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC_COMPILE) -o $@ $<
 
-.SECONDARY: $(OBJ)/test/gpu/gpu_suite.o
--include $(OBJ)/test/gpu/gpu_suite.d $(GPU_OUT)/reduce_bw.d
+$(OBJ)/test/gpu/allreduce_perf.o: RCC_CPPFLAGS += $(if $(NCCL_FOUND),-DRINGCC_HAVE_NCCL=1)
+
+$(GPU_OUT)/allreduce_perf: $(OBJ)/test/gpu/allreduce_perf.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(NCCL_LIBS) $(LDLIBS)
+
+.SECONDARY: $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/allreduce_perf.o
+-include $(OBJ)/test/gpu/gpu_suite.d $(OBJ)/test/gpu/allreduce_perf.d $(GPU_OUT)/reduce_bw.d
 
 # ---- install -------------------------------------------------------------------
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
@@ -666,8 +717,9 @@ help:
 	@echo '  ib-check       scripts/ib-check.sh: the verbs plugin on Soft-RoCE in a qemu'
 	@echo '                 guest (installs qemu etc.; kernel kept in build/ibvm/deb)'
 	@echo '  gpu-tests      build the GPU checks (test/gpu) -> $(GPU_OUT)/ (CUDA=1)'
-	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1, 2, 4 ranks,'
-	@echo '                 reduction throughput, ringcc-bench -G; exit 77 without a GPU'
+	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1-8 ranks over the GPUs,'
+	@echo '                 reduction kernels, AllReduce busbw vs NCCL; exit 77 without a GPU'
+	@echo '                 (GPU_CHECK_ARGS=--dry-run: the plan; --report: the last tables)'
 	@echo '  deps           scripts/install-deps.sh: check/install build and test packages'
 	@echo '  install        headers, libraries, tools, ringcc.pc under $$DESTDIR$$PREFIX'
 	@echo '  uninstall      remove what install put there'
@@ -684,6 +736,8 @@ help:
 	@echo '  WERROR=$(WERROR)       0 drops -Werror'
 	@echo '  CUDA=$(CUDA)         1: kernels (lib/*/*.cu) by nvcc, CUDA runtime linked statically;'
 	@echo '                 0: host only; default auto (1 where nvcc is found: $(NVCC))'
+	@echo '  CUDA_HOME=$(CUDA_HOME)  the toolkit (e.g. /usr/local/cuda-12.4); CUDA 13 needs'
+	@echo '                 driver R580+, CUDA 12.x R525+ on the GPU nodes'
 	@echo '  TEST_JOBS=$(TEST_JOBS)    Criterion --jobs for each test binary'
 	@echo '  TEST_TIMEOUT=$(TEST_TIMEOUT) seconds per test binary before it counts as failed'
 	@echo '  TEST_ARGS=$(TEST_ARGS)     extra Criterion arguments (e.g. --verbose, --filter=...)'

@@ -1,142 +1,343 @@
 #!/usr/bin/env bash
 # gpu-check.sh - the checks of the CUDA support that need a GPU (make gpu-check).
 #
-# On a machine without a GPU it says so and exits 77 (skipped). Otherwise, in
-# at most GPU_CHECK_BUDGET seconds (default 480), every step under `timeout`:
-#   1. build: make CUDA=1 gpu-tests (library, tools, test/gpu programs)
-#   2. the device-buffer suite (test/gpu/gpu_suite.c): every collective,
-#      datatype and op, several counts up to 256 MiB, in and out of place,
-#      checked element by element on the host:
-#        1, 2 and 4 ranks as threads sharing the GPU (P2P FIFOs in GPU memory)
-#        2 ranks with RINGCC_P2P_DISABLE=1 (staged through pinned shared memory)
-#        2 ranks with RINGCC_SHM_DISABLE=1 (staged through the network proxy)
-#        2 and 4 ranks as processes (CUDA IPC; the GPU time-slices between
-#        the processes' kernels, so these use the quick matrix)
-#      plus timeouts and abort under a waiting kernel (--faults)
-#   3. the reduction kernels' throughput against cudaMemcpy D2D (target 90%)
-#   4. ringcc-bench -G (device buffers), allreduce 8 B to 1 GiB, 2 and 4 ranks
-#      (processes: time-sliced on one GPU; the numbers show the protocol's
-#      cost there, not NVLink bandwidth)
-#   5. where an RDMA port is ACTIVE too: the suite over NET/IB
-#      (RINGCC_SHM_DISABLE=1 RINGCC_NET=IB) with GPUDirect RDMA where the
-#      plugin can register GPU memory (the log says which path each device
-#      edge took), then with RINGCC_NET_GDR_DISABLE=1 (staged); skipped
-#      without one
-# and prints a table of the steps last. Exit status: 0 when every step
-# passed, 1 otherwise, 77 without a GPU.
+#   scripts/gpu-check.sh                    run (exit 77 without a GPU)
+#   scripts/gpu-check.sh --dry-run [--gpus N]
+#                                           print the plan for N GPUs (default:
+#                                           those here, else 8); runs nothing
+#   scripts/gpu-check.sh --report [--gpus N]
+#                                           the tables again, from the logs of
+#                                           an earlier run; runs nothing
+#
+# One call of at most GPU_CHECK_BUDGET seconds (default 570: under ten
+# minutes), on however many GPUs the machine has (G). Steps run in order of
+# importance, each under `timeout`, capped by what is left of the budget (a
+# step with under 10 s left is SKIPped and counts as a failure):
+#   build        make CUDA=1 gpu-tests (nothing to do when already built)
+#   reduce-bw    the reduction kernels against cudaMemcpy D2D (target >= 90%)
+#                and their alignment sweep (every offset and tail, exact)
+#   threads-2    2 ranks as threads over the GPUs (rank r on GPU r % G: two
+#                GPUs, or two ranks sharing one): every collective x datatype
+#                x op against a host oracle, 256 MiB cases, several streams
+#                with no synchronisation, graph capture, timeout and abort
+#   perf-*       AllReduce busbw by size, 8 B to 256 MiB, libringcc and NCCL
+#                (the toolkit's) with the same ranks and GPUs (G >= 2: G
+#                ranks, one per GPU; G = 1: libringcc with 2 and 4 ranks
+#                sharing the GPU, against its cudaMemcpy D2D rate)
+#   kill         4 ranks as processes, the last SIGKILLed under waiting
+#                kernels: RINGCC_ERR_PEER_FAILED naming it, destroy < 5 s
+#   contexts     no context for host-only communicators, none on GPU 0 for a
+#                rank of another GPU, the thread's context kept
+#   threads-4, threads-8, threads-3, threads-1
+#                the matrix (quick beyond 4 ranks) as threads over the GPUs
+#   channels-1   RINGCC_NCHANNELS=1 (the others run the default channels)
+#   procs-2, procs-4, procs-8 (G >= 4)
+#                ranks as processes over the GPUs (CUDA IPC)
+#   staged-shm, staged-net
+#                RINGCC_P2P_DISABLE=1, RINGCC_SHM_DISABLE=1
+#   net-ib-gdr, net-ib-staged, net-ib-procs (only where an RDMA port is ACTIVE)
+#                the suite over NET/IB (RINGCC_SHM_DISABLE=1 RINGCC_NET=IB):
+#                GPUDirect RDMA where the plugin registers GPU memory (the
+#                notes say which path each device edge took), then
+#                RINGCC_NET_GDR_DISABLE=1 (staged), then 2 processes
+# Then a table: each step; correctness counts; the reduction kernels'
+# bandwidth; AllReduce busbw by size next to NCCL's as a ratio (targets with
+# several NVLink GPUs: >= 80% of NCCL at 256 MiB, <= 1.5x its time at 8 B).
+# Logs in $BUILD/gpu/logs/. Exit status: 0 every step passed, 1 otherwise,
+# 77 without a GPU.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
 BUILD=${BUILD:-build}
 MAKE=${MAKE:-make}
-BUDGET=${GPU_CHECK_BUDGET:-480}
+BUDGET=${GPU_CHECK_BUDGET:-570}
 LOGDIR=$BUILD/gpu/logs
-START=$(date +%s)
+DRY=0
+REPORT=0
+GPUS=""
 
-if ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU'; } &&
-   ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+usage() {
+  echo "usage: scripts/gpu-check.sh [--dry-run | --report] [--gpus N] [--budget SECONDS]"
+}
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) DRY=1 ;;
+    --report) REPORT=1 ;;
+    --gpus) GPUS=${2:-}; shift ;;
+    --budget) BUDGET=${2:-}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+  shift
+done
+
+count_gpus() {
+  local n
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "${n:-0}" -eq 0 ]; then
+    n=$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | wc -l)
+  fi
+  echo "${n:-0}"
+}
+
+if [ -z "$GPUS" ]; then
+  GPUS=$(count_gpus)
+  if [ "$DRY" = 1 ] && [ "$GPUS" -eq 0 ]; then
+    GPUS=8
+  fi
+  if [ "$REPORT" = 1 ] && [ "$GPUS" -eq 0 ]; then
+    GPUS=$(sed -n 's/^gpu-check: \([0-9]*\) GPU(s);.*/\1/p' \
+           "$BUILD/gpu/logs/gpu-check.log" 2>/dev/null | tail -1)
+    GPUS=${GPUS:-1}
+  fi
+fi
+case $GPUS in
+  ''|*[!0-9]*) echo "gpu-check: --gpus wants a number, got '$GPUS'" >&2; exit 2 ;;
+esac
+case $BUDGET in
+  ''|*[!0-9]*) echo "gpu-check: --budget wants seconds, got '$BUDGET'" >&2; exit 2 ;;
+esac
+
+if [ "$DRY" = 0 ] && [ "$REPORT" = 0 ] && [ "$GPUS" -eq 0 ]; then
   echo "gpu-check: no GPU on this machine (nvidia-smi lists none, no" \
        "/dev/nvidia*): skipped; see docs/cuda.md"
   exit 77
 fi
 
-names=() results=() times=() notes=()
-failed=0
+G=$BUILD/gpu
+RUN=$BUILD/bin/ringcc-run
+export RINGCC_TIMEOUT_MS=${RINGCC_TIMEOUT_MS:-60000}
 
-left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+# ---- the plan --------------------------------------------------------------
 
-# step NAME SECONDS COMMAND...: runs COMMAND under timeout (capped
-# by what is left of the budget), output to the terminal and LOGDIR/NAME.log.
-step() {
-  local name=$1 secs=$2 l rc t0 t
+names=() secs=() cmds=()
+# add NAME SECONDS COMMAND...: one step (the command quoted for eval).
+add() {
+  local name=$1 s=$2
   shift 2
-  l=$(left)
-  (( secs > l - 5 )) && secs=$(( l - 5 ))
-  if (( secs < 10 )); then
-    names+=("$name") results+=("SKIP") times+=("-") notes+=("out of time")
-    failed=1
-    return
-  fi
-  echo "==> $name (timeout ${secs}s): $*"
-  t0=$(date +%s)
-  timeout -k 10 "$secs" "$@" 2>&1 | tee "$LOGDIR/$name.log"
-  rc=${PIPESTATUS[0]}
-  t=$(( $(date +%s) - t0 ))
-  local res=PASS note=""
-  if (( rc == 124 || rc == 137 )); then res=TIMEOUT; note="after ${secs}s"
-  elif (( rc == 77 )); then res=SKIP; note="no GPU"
-  elif (( rc != 0 )); then res=FAIL; note="exit $rc"; fi
-  [[ $res == PASS ]] || failed=1
-  # the summary line the program printed, if any
-  local summary
-  summary=$(grep -E '^(\[0\] )?(gpu_suite:|reduce_bw: [0-9]|# Avg bus)' \
-            "$LOGDIR/$name.log" | tail -1 | sed 's/^\[0\] //')
-  names+=("$name") results+=("$res") times+=("${t}s")
-  notes+=("${note:+$note; }${summary}")
-  echo "<== $res $name (${t}s)"
+  names+=("$name")
+  secs+=("$s")
+  cmds+=("$(printf '%q ' "$@")")
 }
 
-mkdir -p "$LOGDIR"
-nvidia-smi -L 2>/dev/null || true
-
 # The ranks' shared-memory FIFOs must fit /dev/shm (a container's default is
-# 64 MiB): pick the slot size for the process runs from what is free.
+# 64 MiB): the slot size of the process runs follows what is free.
 shm_kb=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
 shm_kb=${shm_kb:-65536}
 chunk=1048576
-# 4 ranks x 4 ranks x 4 kinds x 8 slots: 128 chunks, within half of /dev/shm
-while (( chunk > 65536 && 128 * chunk / 1024 > shm_kb / 2 )); do
-  chunk=$(( chunk / 2 ))
+# 8 ranks x 8 ranks x 2 host kinds x 8 slots: 1024 chunks, within half of /dev/shm
+while [ "$chunk" -gt 65536 ] && [ $((1024 * chunk / 1024)) -gt $((shm_kb / 2)) ]; do
+  chunk=$((chunk / 2))
 done
-echo "gpu-check: /dev/shm has ${shm_kb} KiB free; RINGCC_CHUNK_BYTES=$chunk for the process runs"
 
-step build 120 "$MAKE" --no-print-directory CUDA=1 BUILD="$BUILD" \
+NPERF=$GPUS
+[ "$NPERF" -gt 8 ] && NPERF=8
+PERF_ARGS=(-b 8 -e 256M -f 8)
+
+add build 240 "$MAKE" --no-print-directory CUDA=1 BUILD="$BUILD" \
   -j"$(nproc)" gpu-tests
-if [[ ${results[0]} != PASS ]]; then
-  echo "gpu-check: the build failed; nothing else can run"
+add reduce-bw 40 "$G/reduce_bw" 256
+add threads-2 100 "$G/gpu_suite" --threads 2 --spread --big --faults \
+  --streams --graph
+if [ "$GPUS" -ge 2 ]; then
+  add perf-ringcc 60 "$G/allreduce_perf" --backend ringcc --threads "$NPERF" \
+    --spread "${PERF_ARGS[@]}"
+  add perf-nccl 60 "$G/allreduce_perf" --backend nccl --threads "$NPERF" \
+    --spread "${PERF_ARGS[@]}"
 else
-  G=$BUILD/gpu
-  RUN=$BUILD/bin/ringcc-run
-  export RINGCC_TIMEOUT_MS=${RINGCC_TIMEOUT_MS:-60000}
-  step suite-threads-1 30 "$G/gpu_suite" --threads 1
-  step suite-threads-2 45 "$G/gpu_suite" --threads 2 --big --faults
-  step suite-threads-4 60 "$G/gpu_suite" --threads 4 --big --faults
-  step suite-shm-staged-2 25 env RINGCC_P2P_DISABLE=1 \
-    "$G/gpu_suite" --threads 2 --quick
-  step suite-net-staged-2 25 env RINGCC_SHM_DISABLE=1 \
-    "$G/gpu_suite" --threads 2 --quick
-  step suite-procs-2 30 env RINGCC_CHUNK_BYTES="$chunk" \
-    "$RUN" -np 2 "$G/gpu_suite" --quick
-  step suite-procs-4 30 env RINGCC_CHUNK_BYTES="$chunk" \
-    "$RUN" -np 4 "$G/gpu_suite" --quick
-  step reduce-bw 25 "$G/reduce_bw" 256
-  # -C 0: the suite checks results; here only the time counts
-  step bench-G-2 45 env RINGCC_CHUNK_BYTES="$chunk" \
-    "$RUN" -np 2 "$BUILD/bin/ringcc-bench" -G -b 8 -e 1G -f 8 -n 3 -w 1 -C 0
-  step bench-G-4 45 env RINGCC_CHUNK_BYTES="$chunk" \
-    "$RUN" -np 4 "$BUILD/bin/ringcc-bench" -G -b 8 -e 1G -f 8 -n 3 -w 1 -C 0
-  if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
-    step suite-net-ib-gdr-2 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
-      RINGCC_DEBUG=INFO "$G/gpu_suite" --threads 2 --quick
-    paths=$(grep -o 'device edge [0-9]* -> [0-9]* via NET/IB/[^ ]*' \
-            "$LOGDIR/suite-net-ib-gdr-2.log" | sed 's/.* via //' | sort -u |
-            tr '\n' ' ')
-    notes[${#notes[@]}-1]="${notes[${#notes[@]}-1]}; edges: ${paths:-none logged}"
-    step suite-net-ib-staged-2 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
-      RINGCC_NET_GDR_DISABLE=1 "$G/gpu_suite" --threads 2 --quick
-    step suite-net-ib-procs-2 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
-      RINGCC_CHUNK_BYTES="$chunk" "$RUN" -np 2 "$G/gpu_suite" --quick
-  else
-    names+=(suite-net-ib) results+=(SKIP) times+=(-)
-    notes+=("no ACTIVE RDMA port (/sys/class/infiniband): GPUDirect RDMA not run")
-  fi
+  add perf-ringcc-2 50 "$G/allreduce_perf" --backend ringcc --threads 2 \
+    "${PERF_ARGS[@]}" --copy-bw
+  add perf-ringcc-4 50 "$G/allreduce_perf" --backend ringcc --threads 4 \
+    "${PERF_ARGS[@]}" --copy-bw
+fi
+add kill 60 "$G/gpu_suite" --kill 4
+add contexts 30 "$G/gpu_suite" --contexts
+add threads-4 90 "$G/gpu_suite" --threads 4 --spread --faults
+add threads-8 90 "$G/gpu_suite" --threads 8 --spread --quick --streams
+add channels-1 45 env RINGCC_NCHANNELS=1 "$G/gpu_suite" --threads 2 --spread \
+  --quick --graph
+add procs-2 60 env RINGCC_CHUNK_BYTES="$chunk" "$RUN" -np 2 "$G/gpu_suite" \
+  --spread --quick
+add procs-4 60 env RINGCC_CHUNK_BYTES="$chunk" "$RUN" -np 4 "$G/gpu_suite" \
+  --spread --quick
+if [ "$GPUS" -ge 4 ]; then
+  add procs-8 90 env RINGCC_CHUNK_BYTES="$chunk" "$RUN" -np 8 \
+    "$G/gpu_suite" --spread --quick
+fi
+add threads-3 45 "$G/gpu_suite" --threads 3 --spread --quick
+add threads-1 30 "$G/gpu_suite" --threads 1
+add staged-shm 45 env RINGCC_P2P_DISABLE=1 "$G/gpu_suite" --threads 2 \
+  --spread --quick
+add staged-net 45 env RINGCC_SHM_DISABLE=1 "$G/gpu_suite" --threads 2 \
+  --spread --quick
+# The verbs plugin where an RDMA port is up (GPUDirect RDMA, then staged).
+IB_NOTE=""
+if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
+  add net-ib-gdr 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB RINGCC_DEBUG=INFO \
+    "$G/gpu_suite" --threads 2 --spread --quick
+  add net-ib-staged 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
+    RINGCC_NET_GDR_DISABLE=1 "$G/gpu_suite" --threads 2 --spread --quick
+  add net-ib-procs 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
+    RINGCC_CHUNK_BYTES="$chunk" "$RUN" -np 2 "$G/gpu_suite" --spread --quick
+else
+  IB_NOTE="no ACTIVE RDMA port (/sys/class/infiniband): the NET/IB steps (GPUDirect RDMA) are left out"
 fi
 
-echo
-echo "gpu-check summary ($(( $(date +%s) - START ))s of ${BUDGET}s; logs in $LOGDIR):"
-printf '  %-20s %-8s %6s  %s\n' step result time notes
+if [ "$DRY" = 1 ]; then
+  total=0
+  echo "gpu-check --dry-run: $GPUS GPU(s), budget ${BUDGET}s; steps in order,"
+  echo "each capped by what is left (RINGCC_CHUNK_BYTES=$chunk for processes):"
+  for i in "${!names[@]}"; do
+    printf '  %-14s %4ss  %s\n' "${names[$i]}" "${secs[$i]}" "${cmds[$i]}"
+    total=$((total + secs[i]))
+  done
+  echo "gpu-check --dry-run: ${#names[@]} steps, timeouts add up to ${total}s" \
+       "(a cap each, not an estimate); nothing was run"
+  [ -n "$IB_NOTE" ] && echo "gpu-check --dry-run: $IB_NOTE"
+  exit 0
+fi
+
+# ---- running -----------------------------------------------------------------
+
+START=$(date +%s)
+results=() times=() notes=()
+failed=0
+mkdir -p "$LOGDIR"
+if [ "$REPORT" = 0 ]; then
+  {
+    nvidia-smi -L 2>/dev/null || true
+    nvidia-smi topo -m 2>/dev/null | head -20 || true
+    echo "gpu-check: $GPUS GPU(s); /dev/shm has ${shm_kb} KiB free;" \
+         "RINGCC_CHUNK_BYTES=$chunk for the process runs"
+  } | tee "$LOGDIR/gpu-check.log"
+fi
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+
+# The summary line a program printed, if any.
+summary_of() {
+  grep -E '^(\[0\] )?(gpu_suite:|reduce_bw: [0-9]|reduce_bw: align|allreduce_perf:)' \
+    "$1" 2>/dev/null | grep -v 'timeout reported as' | tail -1 | sed 's/^\[0\] //'
+}
+
+run_step() {
+  local i=$1 name=${names[$1]} s=${secs[$1]} l rc t0 t res note
+  l=$(left)
+  if [ "$s" -gt $((l - 5)) ]; then s=$((l - 5)); fi
+  if [ "$s" -lt 10 ]; then
+    results[i]=SKIP times[i]=- notes[i]="out of time (budget ${BUDGET}s)"
+    failed=1
+    return
+  fi
+  echo "==> $name (timeout ${s}s): ${cmds[$i]}"
+  t0=$(date +%s)
+  eval "timeout -k 10 $s ${cmds[$i]}" > "$LOGDIR/$name.log" 2>&1
+  rc=$?
+  tail -n 30 "$LOGDIR/$name.log"
+  t=$(($(date +%s) - t0))
+  res=PASS note=""
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then res=TIMEOUT note="after ${s}s"
+  elif [ $rc -eq 77 ]; then res=SKIP note="not here (exit 77)"
+  elif [ $rc -ne 0 ]; then res=FAIL note="exit $rc"; fi
+  [ "$res" = PASS ] || failed=1
+  results[i]=$res times[i]=${t}s
+  notes[i]="${note:+$note; }$(summary_of "$LOGDIR/$name.log")"
+  if [ "$name" = net-ib-gdr ]; then # which path each device edge took
+    local paths
+    paths=$(grep -o 'device edge [0-9]* -> [0-9]* via NET/IB/[^ ]*' \
+            "$LOGDIR/$name.log" | sed 's/.* via //' | sort -u | tr '\n' ' ')
+    notes[i]="${notes[i]}; edges: ${paths:-none logged}"
+  fi
+  echo "<== $res $name (${t}s)"
+}
+
 for i in "${!names[@]}"; do
-  printf '  %-20s %-8s %6s  %s\n' "${names[$i]}" "${results[$i]}" \
-    "${times[$i]}" "${notes[$i]}"
+  [ "$REPORT" = 1 ] && break
+  run_step "$i"
+  if [ "$i" -eq 0 ] && [ "${results[0]}" != PASS ]; then
+    echo "gpu-check: the build failed; nothing else can run"
+    break
+  fi
 done
+if [ "$REPORT" = 1 ]; then # the summary lines of the logs there are
+  for i in "${!names[@]}"; do
+    if [ -f "$LOGDIR/${names[$i]}.log" ]; then
+      results[i]=logged notes[i]=$(summary_of "$LOGDIR/${names[$i]}.log")
+    fi
+  done
+fi
+
+# ---- the table -------------------------------------------------------------------
+
+echo
+echo "gpu-check summary: $GPUS GPU(s), $(($(date +%s) - START))s of ${BUDGET}s; logs in $LOGDIR"
+printf '  %-14s %-8s %6s  %s\n' step result time notes
+for i in "${!names[@]}"; do
+  printf '  %-14s %-8s %6s  %s\n' "${names[$i]}" "${results[$i]:-not run}" \
+    "${times[$i]:--}" "${notes[$i]:-}"
+done
+[ -z "$IB_NOTE" ] || echo "  ($IB_NOTE)"
+
+# Correctness: every gpu_suite line "N device collectives checked, W wrong".
+cat "$LOGDIR"/*.log 2>/dev/null | sed 's/^\[[0-9]*\] //' |
+  awk '/^gpu_suite: .*device collectives checked/ {
+         for (i = 1; i <= NF; i++) {
+           if ($(i+1) == "device") calls += $i
+           if ($(i+1) == "wrong") wrong += $i
+         }
+         runs++
+       }
+       END { if (runs) printf "\ncorrectness: %d suite runs, %d device collectives checked against the host oracle, %d wrong elements\n", runs, calls, wrong }'
+
+# The reduction kernels.
+if [ -f "$LOGDIR/reduce-bw.log" ]; then
+  echo
+  echo "reduction kernels (fraction of cudaMemcpy D2D; target >= 90% co-aligned):"
+  grep -E '^  [a-z0-9]|^reduce_bw:' "$LOGDIR/reduce-bw.log" | sed 's/^/  /'
+fi
+
+# AllReduce busbw by size.
+perf_table() {
+  awk -v G="$GPUS" '
+    $1 == "ARPERF" && $2 == "ringcc" { r[$3 " " $4] = $7; rt[$3 " " $4] = $5; n = $3; sizes[$4] = 1 }
+    $1 == "ARPERF" && $2 == "nccl"   { c[$3 " " $4] = $7; ct[$3 " " $4] = $5 }
+    $1 == "ARPERF" && $2 == "copy"   { copy = $6 }
+    END {
+      if (n == "") exit
+      if (G >= 2) {
+        printf "\nAllReduce busbw by size, %d ranks on %d GPUs (GB/s; ratio = libringcc / NCCL; time ratio = libringcc / NCCL):\n", n, G
+        printf "  %12s %12s %12s %8s %10s\n", "bytes", "libringcc", "NCCL", "ratio", "time ratio"
+        for (s in sizes) order[++m] = s + 0
+        for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (order[j] < order[i]) { t = order[i]; order[i] = order[j]; order[j] = t }
+        for (i = 1; i <= m; i++) {
+          k = n " " order[i]
+          ratio = (c[k] > 0) ? sprintf("%.2f", r[k] / c[k]) : "-"
+          tratio = (ct[k] > 0) ? sprintf("%.2f", rt[k] / ct[k]) : "-"
+          printf "  %12d %12.2f %12s %8s %10s\n", order[i], r[k], (k in c) ? sprintf("%.2f", c[k]) : "-", ratio, tratio
+        }
+        big = n " " 268435456; small = n " " 8
+        if (c[big] > 0) printf "  target at 256 MiB: >= 0.80 of NCCL: %.2f %s\n", r[big] / c[big], (r[big] / c[big] >= 0.8) ? "met" : "NOT MET"
+        if (ct[small] > 0) printf "  target at 8 B: <= 1.5x NCCL time: %.2fx %s\n", rt[small] / ct[small], (rt[small] / ct[small] <= 1.5) ? "met" : "NOT MET"
+        printf "  (the targets are for several GPUs on NVLink; nvidia-smi topo -m above says what links these have)\n"
+      }
+    }' "$@"
+}
+
+if [ "$GPUS" -ge 2 ]; then
+  cat "$LOGDIR/perf-ringcc.log" "$LOGDIR/perf-nccl.log" 2>/dev/null |
+    perf_table /dev/stdin
+else
+  for n in 2 4; do
+    [ -f "$LOGDIR/perf-ringcc-$n.log" ] || continue
+    echo
+    echo "AllReduce busbw of $n ranks sharing the GPU, against its cudaMemcpy D2D rate:"
+    awk '$1 == "ARPERF" && $2 == "copy" { copy = $6 }
+         $1 == "ARPERF" && $2 == "ringcc" { b[$4] = $7; s[++m] = $4 }
+         END { for (i = 1; i <= m; i++)
+                 printf "  %12d B  busbw %9.2f GB/s  %5.1f%% of D2D (%.2f GB/s)\n", s[i], b[s[i]],
+                        copy > 0 ? 100 * b[s[i]] / copy : 0, copy }' \
+      "$LOGDIR/perf-ringcc-$n.log"
+  done
+fi
 exit $failed

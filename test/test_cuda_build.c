@@ -11,7 +11,9 @@
  *  - the choice of path for device data, as a pure function of a simulated
  *    topology (topo.c), and the transport table's order agreeing with it;
  *  - device-buffer calls where no GPU is usable fail with a clear error and
- *    leave the communicator working.
+ *    leave the communicator working;
+ *  - scripts/gpu-check.sh: its plan for 8 GPUs and for one (--dry-run), its
+ *    exit 77 without a GPU, shellcheck, and its tables from logs (--report).
  *
  * The rest of the host suite runs against the same (CUDA-enabled) build.
  */
@@ -21,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "cuda.h"
@@ -288,6 +292,7 @@ static void fake_peer(struct rcc_peer_info *p, int rank, uint64_t host,
 
 static void can_reach(struct rcc_peer_info *p, uint64_t bus, int nvlink) {
   p->gpu.peer_bus[p->gpu.npeer] = bus;
+  p->gpu.peer_p2p[p->gpu.npeer] = 1;
   p->gpu.peer_nvlink[p->gpu.npeer] = (uint8_t)nvlink;
   p->gpu.npeer++;
 }
@@ -470,4 +475,101 @@ Test(cuda_build, cuda_device_setting, .timeout = 30) {
     cr_expect_eq(init_one(&cfg), RINGCC_SUCCESS, "%s",
                  ringcc_comm_last_error(NULL));
   }
+}
+
+/* ---- scripts/gpu-check.sh, as far as a machine without a GPU can check it ---------- */
+
+static char *run_script(const char *cmd, int *status) {
+  size_t cap = 1 << 16, n = 0;
+  char *out = calloc(1, cap);
+  cr_assert(out != NULL);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p != NULL, "popen %s", cmd);
+  for (size_t got; n < cap - 1 && (got = fread(out + n, 1, cap - 1 - n, p)) > 0;)
+    n += got;
+  int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+Test(cuda_build, gpu_check_plans_every_rank_count_and_check, .timeout = 60) {
+  int st;
+  if (access("scripts/gpu-check.sh", X_OK) != 0)
+    cr_skip_test("run from the repository root (make test does)");
+  char *out = run_script("scripts/gpu-check.sh --dry-run --gpus 8 2>&1", &st);
+  cr_expect_eq(st, 0, "%s", out);
+  static const char *const want8[] = {
+      "threads-1", "threads-2", "threads-3", "threads-4", "threads-8",
+      "procs-2", "procs-4", "procs-8", "--backend nccl", "--backend ringcc",
+      "--kill 4", "--graph", "--streams", "RINGCC_NCHANNELS=1", "--contexts",
+      "RINGCC_P2P_DISABLE=1", "RINGCC_SHM_DISABLE=1", "reduce_bw", "-e 256M",
+      "--spread", "nothing was run"};
+  for (size_t i = 0; i < sizeof(want8) / sizeof(want8[0]); i++)
+    cr_expect(strstr(out, want8[i]) != NULL, "8 GPUs: no '%s' in the plan:\n%s",
+              want8[i], out);
+  free(out);
+  /* One GPU: NCCL refuses two ranks on it, so ranks sharing it are
+   * measured against its copy bandwidth instead. */
+  out = run_script("scripts/gpu-check.sh --dry-run --gpus 1 2>&1", &st);
+  cr_expect_eq(st, 0, "%s", out);
+  cr_expect(strstr(out, "--copy-bw") && strstr(out, "--threads 4") &&
+                !strstr(out, "--backend nccl") && !strstr(out, "procs-8"),
+            "1 GPU:\n%s", out);
+  free(out);
+  if (gpu_count() == 0 && access("/dev/nvidia0", F_OK) != 0) {
+    out = run_script("scripts/gpu-check.sh 2>&1", &st);
+    cr_expect_eq(st, 77, "without a GPU: exit %d:\n%s", st, out);
+    cr_expect(strstr(out, "no GPU") != NULL, "%s", out);
+    free(out);
+  }
+  out = run_script("command -v shellcheck >/dev/null 2>&1 && "
+                   "shellcheck scripts/gpu-check.sh 2>&1 || "
+                   "{ command -v shellcheck >/dev/null || echo no-shellcheck; }",
+                   &st);
+  if (strstr(out, "no-shellcheck") == NULL)
+    cr_expect_eq(st, 0, "shellcheck scripts/gpu-check.sh:\n%s", out);
+  free(out);
+}
+
+/* The tables, from logs as the programs write them (--report). */
+Test(cuda_build, gpu_check_tables_from_logs, .timeout = 60) {
+  char dir[] = "/tmp/rcc-gpu-check-XXXXXX", path[256], cmd[512];
+  int st;
+  if (access("scripts/gpu-check.sh", X_OK) != 0)
+    cr_skip_test("run from the repository root (make test does)");
+  cr_assert(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof(path), "%s/gpu/logs", dir);
+  snprintf(cmd, sizeof(cmd), "mkdir -p %s", path);
+  cr_assert(system(cmd) == 0);
+  static const struct { const char *file, *text; } logs[] = {
+      {"perf-ringcc.log", "ARPERF ringcc 8 8 24.000 0.000 0.000 1\n"
+                          "ARPERF ringcc 8 268435456 2000.000 134.2 234.9 1\n"},
+      {"perf-nccl.log", "ARPERF nccl 8 8 20.000 0.000 0.000 1\n"
+                        "ARPERF nccl 8 268435456 1800.000 149.1 260.9 1\n"},
+      {"threads-2.log", "gpu_suite: 2 ranks (threads, p2p): 6000 device "
+                        "collectives checked, 0 wrong elements, 12.0 s\n"},
+      {"procs-4.log", "[0] gpu_suite: 4 ranks (processes, p2p): 3000 device "
+                      "collectives checked, 2 wrong elements, 20.0 s\n"},
+  };
+  for (size_t i = 0; i < sizeof(logs) / sizeof(logs[0]); i++) {
+    char file[320];
+    snprintf(file, sizeof(file), "%s/%s", path, logs[i].file);
+    FILE *f = fopen(file, "w");
+    cr_assert(f != NULL);
+    fputs(logs[i].text, f);
+    fclose(f);
+  }
+  snprintf(cmd, sizeof(cmd), "BUILD=%s scripts/gpu-check.sh --report --gpus 8 "
+           "2>&1", dir);
+  char *out = run_script(cmd, &st);
+  cr_expect_eq(st, 0, "%s", out);
+  cr_expect(strstr(out, "2 suite runs, 9000 device collectives checked") != NULL,
+            "%s", out);
+  cr_expect(strstr(out, "target at 256 MiB: >= 0.80 of NCCL: 0.90 met") != NULL,
+            "%s", out);
+  cr_expect(strstr(out, "target at 8 B: <= 1.5x NCCL time: 1.20x met") != NULL,
+            "%s", out);
+  free(out);
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  cr_expect(system(cmd) == 0);
 }

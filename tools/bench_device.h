@@ -25,13 +25,19 @@ static void dev_check(cudaError_t e, const char *what) {
   exit(1);
 }
 
-/* Before ringcc_comm_init_env: the rank's GPU becomes current. */
+/* Before ringcc_comm_init_env: the rank's GPU becomes current, with its
+ * context (the library sets up device buffers for a thread that uses CUDA:
+ * one with a current context, docs/cuda.md). */
 static void dev_select(void) {
   const char *env = getenv("RINGCC_CUDA_DEVICE");
-  int count = 0;
+  int count = 0, dev = 0;
   dev_check(cudaGetDeviceCount(&count), "-G: no usable CUDA device");
   if (env != NULL && *env >= '0' && *env <= '9')
-    dev_check(cudaSetDevice(atoi(env)), "cudaSetDevice");
+    dev = atoi(env);
+  else
+    dev_check(cudaGetDevice(&dev), "cudaGetDevice");
+  dev_check(cudaSetDevice(dev), "cudaSetDevice");
+  dev_check(cudaFree(NULL), "creating the CUDA context");
 }
 
 static void *dev_alloc(size_t bytes, void **stream) {

@@ -42,6 +42,8 @@
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "gpu.h"
 #endif
 
 #define HELLO_MAGIC 0x52434e48u /* "RCNH" */
@@ -247,22 +249,25 @@ static void gdr_decide(struct ringcc_comm *comm, struct net_state *st) {
 static ringcc_result_t alloc_gpu_slots(struct ringcc_comm *comm, size_t bytes,
                                        char **out) {
 #if RINGCC_HAVE_CUDA
-  int dev = comm->peers[comm->rank].gpu.device, prev = -1;
+  int dev = comm->peers[comm->rank].gpu.device;
   void *p = NULL;
-  cudaError_t e = cudaGetDevice(&prev);
-  if (e == cudaSuccess && prev != dev)
-    e = cudaSetDevice(dev);
-  if (e == cudaSuccess)
-    e = cudaMalloc(&p, bytes);
-  if (prev >= 0 && prev != dev)
-    cudaSetDevice(prev);
-  if (e != cudaSuccess) {
+  struct rcc_gpu_scope scope;
+  char why[256];
+  /* The GPU's primary context pushed and popped (gpu.c), never
+   * cudaSetDevice: no context appears on a GPU this process does not use. */
+  if (rcc_gpu_enter(dev, &scope, why, sizeof(why)) != 0)
+    return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                          "net on rank %d: cannot make GPU %d current for "
+                          "its FIFO slots: %s", comm->rank, dev, why);
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess)
     cudaGetLastError();
+  rcc_gpu_leave(&scope);
+  if (e != cudaSuccess)
     return rcc_comm_error(comm, RINGCC_ERR_CUDA,
                           "net on rank %d: cudaMalloc of %zu bytes of FIFO "
                           "slots on GPU %d failed: %s", comm->rank, bytes, dev,
                           cudaGetErrorString(e));
-  }
   *out = p;
   return RINGCC_SUCCESS;
 #else
@@ -272,6 +277,19 @@ static ringcc_result_t alloc_gpu_slots(struct ringcc_comm *comm, size_t bytes,
                         comm->rank);
 #endif
 }
+
+#if RINGCC_HAVE_CUDA
+/* Frees slots of alloc_gpu_slots, with their GPU's context current. */
+static void free_gpu_slots(const struct ringcc_comm *comm, char *slots) {
+  struct rcc_gpu_scope scope;
+  char why[256];
+  if (rcc_gpu_enter(comm->peers[comm->rank].gpu.device, &scope, why,
+                    sizeof(why)) != 0)
+    return; /* no context left to free them in */
+  cudaFree(slots);
+  rcc_gpu_leave(&scope);
+}
+#endif
 
 /* Whether FIFO set `set` is of a device kind. */
 static int set_is_device(const struct ringcc_comm *comm, int set) {
@@ -516,7 +534,7 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
     free(c->fifo);
 #if RINGCC_HAVE_CUDA
     if (st->gpu_data && st->gpu_data[i])
-      cudaFree(st->gpu_data[i]);
+      free_gpu_slots(comm, st->gpu_data[i]);
 #endif
   }
   if (st->listen_comm)

@@ -881,7 +881,7 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
       usleep(100);
     return;
   }
-  if (px->comm->aborted || px->comm->fatal != RINGCC_SUCCESS)
+  if (px->comm->aborted || rcc_comm_fatal(px->comm) != RINGCC_SUCCESS)
     return;
   __atomic_store_n(&px->closing, 1, __ATOMIC_RELEASE);
   ring(px->doorbell);

@@ -94,9 +94,14 @@ static const struct rcc_transport *edge_of(const struct ringcc_comm *comm,
   return NULL;
 }
 
-static size_t edge_slot_bytes(const struct ringcc_comm *comm, int a, int b) {
-  const struct rcc_transport *tr = edge_of(comm, a, b);
-  return tr ? tr->slot_bytes(comm) : 0;
+/* Slot bytes of the edge a -> b from per-transport slots (host or device
+ * FIFOs, in rcc_transports[] order); 0 where no transport connects it. */
+static size_t edge_slot_bytes(const struct ringcc_comm *comm, int a, int b,
+                              const size_t *slots) {
+  for (int t = 0; t < rcc_num_transports; t++)
+    if (rcc_transports[t]->can_connect(comm, &comm->peers[a], &comm->peers[b]))
+      return slots[t];
+  return 0;
 }
 
 /* 1 if tr carries an edge between some two ranks: the same on every rank,
@@ -112,22 +117,40 @@ static int used_anywhere(const struct ringcc_comm *comm,
 
 /* Step sizes: a schedule moves at most one slot per step, so the ring's step
  * is its smallest edge's slot and a schedule over all edges takes the
- * smallest of all. O(n^2) once per communicator. */
-static void choose_chunks(struct ringcc_comm *comm) {
+ * smallest of all; device collectives alike over the device FIFOs. O(n^2)
+ * once per communicator; each transport's slots are asked once. */
+static void smallest_slots(const struct ringcc_comm *comm, const size_t *slots,
+                           size_t *ring, size_t *all) {
   int n = comm->nranks;
-  size_t ring = SIZE_MAX, all = SIZE_MAX;
+  *ring = SIZE_MAX, *all = SIZE_MAX;
   for (int p = 0; p < n && n > 1; p++) {
-    size_t b = edge_slot_bytes(comm, comm->ring[p], comm->ring[(p + 1) % n]);
-    ring = b < ring ? b : ring;
+    size_t b = edge_slot_bytes(comm, comm->ring[p], comm->ring[(p + 1) % n],
+                               slots);
+    *ring = b < *ring ? b : *ring;
   }
   for (int a = 0; a < n; a++)
     for (int b = 0; b < n; b++)
       if (a != b) {
-        size_t s = edge_slot_bytes(comm, a, b);
-        all = s < all ? s : all;
+        size_t s = edge_slot_bytes(comm, a, b, slots);
+        *all = s < *all ? s : *all;
       }
-  comm->ring_chunk_bytes = n > 1 ? ring : (size_t)comm->set.chunk_bytes;
-  comm->all_chunk_bytes = n > 1 ? all : (size_t)comm->set.chunk_bytes;
+  if (n == 1)
+    *ring = *all = (size_t)comm->set.chunk_bytes;
+}
+
+static void choose_chunks(struct ringcc_comm *comm) {
+  size_t host[RCC_MAX_TRANSPORTS], dev[RCC_MAX_TRANSPORTS];
+  for (int t = 0; t < rcc_num_transports; t++) {
+    const struct rcc_transport *tr = rcc_transports[t];
+    host[t] = tr->slot_bytes(comm);
+    dev[t] = tr->device_slot_bytes ? tr->device_slot_bytes(comm) : host[t];
+  }
+  smallest_slots(comm, host, &comm->ring_chunk_bytes, &comm->all_chunk_bytes);
+  comm->dev_ring_chunk_bytes = comm->ring_chunk_bytes;
+  comm->dev_all_chunk_bytes = comm->all_chunk_bytes;
+  if (comm->nkinds == RCC_MAX_CONN_KINDS) /* device FIFOs exist */
+    smallest_slots(comm, dev, &comm->dev_ring_chunk_bytes,
+                   &comm->dev_all_chunk_bytes);
 }
 
 ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,

@@ -43,6 +43,9 @@ struct rcc_transport {
                      const struct rcc_peer_info *peer);
   /* Payload bytes of one FIFO slot on this transport's edges. */
   size_t (*slot_bytes)(const struct ringcc_comm *comm);
+  /* Optional: the same for its device-kind FIFOs where they differ (p2p's
+   * slots in GPU memory); NULL: slot_bytes. The same on every rank. */
+  size_t (*device_slot_bytes)(const struct ringcc_comm *comm);
   ringcc_result_t (*setup)(struct ringcc_comm *comm, const int *peers,
                            int npeers, void *blob, void **state);
   ringcc_result_t (*connect)(struct ringcc_comm *comm, void *state,
@@ -76,6 +79,13 @@ extern const struct rcc_transport rcc_transport_net;
  * destroy apply to the state as usual. */
 ringcc_result_t rcc_shm_setup_host(struct ringcc_comm *comm, const int *peers,
                                    int npeers, void *blob, void **state);
+
+/* p2p.c: the slot bytes of CUDA P2P device FIFOs (RINGCC_DEVICE_CHUNK_BYTES,
+ * or by the memory they take), the same on every rank; and the GPU memory
+ * one rank's device FIFOs take with slots of slot bytes for local peers. */
+size_t rcc_p2p_device_slot_bytes(const struct ringcc_comm *comm);
+size_t rcc_p2p_fifo_memory(const struct ringcc_comm *comm, size_t slot,
+                           int local);
 
 /* The ordered table: the first transport that can connect an edge wins. */
 extern const struct rcc_transport *const rcc_transports[];

@@ -147,10 +147,22 @@ static ringcc_result_t locate(struct call *c) {
   if (recv_elems == 0 || no_recv)
     recv = NULL;
   int device = 0;
-  ringcc_result_t r =
-      rcc_cuda_locate(c->comm, c->fn, send, one ? "buf" : "sendbuf", recv,
-                      one ? "buf" : "recvbuf", c->stream, &device);
+  const char *sname = one ? "buf" : "sendbuf", *rname = one ? "buf" : "recvbuf";
+  ringcc_result_t r = rcc_cuda_locate(c->comm, c->fn, send, sname, recv, rname,
+                                      c->stream, &device);
   c->uses |= device ? ON_DEVICE : 0;
+  size_t esize = ringcc_datatype_size(c->dt);
+  const char *bad = device && r == RINGCC_SUCCESS
+                        ? rcc_cuda_misaligned(send, sname, recv, rname, esize)
+                        : NULL;
+  if (bad != NULL) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "argument '%s' (%p) is device memory not "
+             "aligned to its datatype's %zu bytes (%s); device buffers must "
+             "be", bad, bad == sname ? send : recv, esize,
+             ringcc_datatype_name((ringcc_datatype_t)c->dt));
+    return bad_arg(c, msg);
+  }
   return r;
 }
 
@@ -190,14 +202,18 @@ static const void *source_buffer(const struct call *c) {
   return c->recvbuf;
 }
 
-/* Bytes per step: one slot of the edges the schedule uses. */
+/* Bytes per step: one slot of the edges the schedule uses (device calls:
+ * of the device FIFOs, whose P2P slots are larger). */
 static size_t step_bytes(const struct call *c) {
   struct ringcc_comm *comm = c->comm;
+  int device = (c->uses & ON_DEVICE) != 0;
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
-    return comm->send_conn[RCC_CONN_P2P][c->peer].slot_bytes;
+    return rcc_send_conn(comm, device ? RCC_CONN_DEVICE + RCC_CONN_P2P
+                                      : RCC_CONN_P2P, 0, c->peer)
+        ->slot_bytes;
   if (c->coll <= RCC_COLL_REDUCE)
-    return comm->ring_chunk_bytes;
-  return comm->all_chunk_bytes;
+    return device ? comm->dev_ring_chunk_bytes : comm->ring_chunk_bytes;
+  return device ? comm->dev_all_chunk_bytes : comm->all_chunk_bytes;
 }
 
 static ringcc_result_t run_cma(const struct call *c, const void *src) {
@@ -225,13 +241,12 @@ static ringcc_result_t run_cma(const struct call *c, const void *src) {
 }
 
 /* Copies an in-place input aside for an algorithm that writes dst before it
- * has read all of src (RCC_ALG_STAGE_IN_PLACE): a device copy ordered on
- * the stream, or host scratch. */
+ * has read all of src (RCC_ALG_STAGE_IN_PLACE), into host scratch; device
+ * calls stage on the stream instead (rcc_exec_cuda, after the previous
+ * collective of the communicator). */
 static ringcc_result_t stage_input(const struct call *c, size_t bytes,
                                    const void **src) {
   struct ringcc_comm *comm = c->comm;
-  if (c->uses & ON_DEVICE)
-    return rcc_cuda_stage(comm, *src, bytes, c->stream, src);
   void *copy = scratch(comm, bytes);
   if (copy == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
@@ -321,17 +336,19 @@ static ringcc_result_t execute(const struct call *c, int *alg,
     return rcc_exec_host_board(comm, &whole, src, c->recvbuf,
                                (ringcc_datatype_t)c->dt, op);
   }
+  size_t stage = 0;
   if ((a->flags & RCC_ALG_STAGE_IN_PLACE) && src == c->recvbuf &&
-      c->count > 0) {
-    size_t bytes = c->count * esize *
-                   (c->coll == RCC_COLL_ALLTOALL ? (size_t)comm->nranks : 1);
-    ringcc_result_t r = stage_input(c, bytes, &src);
+      c->count > 0)
+    stage = c->count * esize *
+            (c->coll == RCC_COLL_ALLTOALL ? (size_t)comm->nranks : 1);
+  if (c->uses & ON_DEVICE)
+    return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
+                         (ringcc_datatype_t)c->dt, op, c->stream, stage);
+  if (stage > 0) {
+    ringcc_result_t r = stage_input(c, stage, &src);
     if (r != RINGCC_SUCCESS)
       return r;
   }
-  if (c->uses & ON_DEVICE)
-    return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
-                         (ringcc_datatype_t)c->dt, op, c->stream);
   return rcc_exec_host_channels(comm, &plan, src, c->recvbuf,
                                 (ringcc_datatype_t)c->dt, op);
 }
@@ -430,8 +447,9 @@ static ringcc_result_t run(struct call *c) {
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "%s: argument 'comm' is NULL", c->fn);
   rcc_cuda_poll(comm); /* a device collective that failed since */
-  if (comm->aborted || comm->fatal != RINGCC_SUCCESS) {
-    ringcc_result_t code = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
+  if (comm->aborted || rcc_comm_fatal(comm) != RINGCC_SUCCESS) {
+    ringcc_result_t code =
+        comm->aborted ? RINGCC_ERR_ABORTED : rcc_comm_fatal(comm);
     RCC_WARN(comm->rank, "%s on rank %d: the communicator is unusable after "
                          "an earlier failure: %s", c->fn, comm->rank,
              comm->last_error);
@@ -478,7 +496,7 @@ static ringcc_result_t run(struct call *c) {
    * the communicator stays usable. Any other failure leaves FIFOs in an
    * unknown state. */
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !mismatch)
-    comm->fatal = r;
+    rcc_comm_set_fatal(comm, r);
   __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
   return r;
 }

@@ -72,8 +72,10 @@ RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "ringcc_comm_get_async_error: argument 'result' is "
                           "NULL");
-  rcc_cuda_poll(comm); /* failures of device collectives that ended */
-  *result = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
+  /* Any thread may ask while calls run in another (a framework's watchdog):
+   * what it writes is the sticky failure (atomic) and last_error (locked). */
+  rcc_cuda_poll(comm); /* failures of device collectives */
+  *result = comm->aborted ? RINGCC_ERR_ABORTED : rcc_comm_fatal(comm);
   return RINGCC_SUCCESS;
 }
 
@@ -189,7 +191,16 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
   SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
   SETTING(-1, "RINGCC_NET_ZEROCOPY", 1, 0, 1, s->net_zerocopy);
   SETTING(-1, "RINGCC_NCHANNELS", -1, -1, RCC_MAX_CHANNELS, s->nchannels);
+  SETTING(-1, "RINGCC_DEVICE_CHUNK_BYTES", -1, -1, 64 << 20,
+          s->device_chunk_bytes);
 #undef SETTING
+  if (s->device_chunk_bytes == 0 ||
+      (s->device_chunk_bytes > 0 &&
+       (s->device_chunk_bytes < 64 || s->device_chunk_bytes % 64 != 0)))
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "RINGCC_DEVICE_CHUNK_BYTES (%lld) must be a multiple of "
+                    "64, at least 64 (or -1: unset)",
+                    (long long)s->device_chunk_bytes);
   if (s->chunk_bytes % 64 != 0 || s->net_chunk_bytes % 64 != 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "RINGCC_CHUNK_BYTES / config 'chunk_bytes' (%lld) and "
@@ -245,6 +256,7 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->pid = (int32_t)getpid();
   me->chunk_bytes = comm->set.chunk_bytes;
   me->net_chunk_bytes = comm->set.net_chunk_bytes;
+  me->device_chunk_bytes = comm->set.device_chunk_bytes;
   me->nslots = comm->set.nslots;
   me->nchannels = comm->set.nchannels;
   me->shm_disable = comm->set.shm_disable;
@@ -274,18 +286,21 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
     const struct rcc_peer_info *q = &comm->peers[p];
     if (q->chunk_bytes != comm->set.chunk_bytes ||
         q->net_chunk_bytes != comm->set.net_chunk_bytes ||
-        q->nslots != comm->set.nslots || q->nchannels != comm->set.nchannels)
+        q->nslots != comm->set.nslots || q->nchannels != comm->set.nchannels ||
+        q->device_chunk_bytes != comm->set.device_chunk_bytes)
       return rcc_comm_error(
           comm, RINGCC_ERR_INVALID_USAGE,
           "init on rank %d: rank %d uses chunk_bytes=%lld net_chunk_bytes=%lld "
-          "nslots=%d nchannels=%d but rank %d uses %lld, %lld, %d, %d; all "
-          "ranks must agree (RINGCC_CHUNK_BYTES, RINGCC_NET_CHUNK_BYTES, "
-          "RINGCC_NSLOTS, RINGCC_NCHANNELS; -1 is unset)",
+          "nslots=%d nchannels=%d device_chunk_bytes=%lld but rank %d uses "
+          "%lld, %lld, %d, %d, %lld; all ranks must agree (RINGCC_CHUNK_BYTES, "
+          "RINGCC_NET_CHUNK_BYTES, RINGCC_NSLOTS, RINGCC_NCHANNELS, "
+          "RINGCC_DEVICE_CHUNK_BYTES; -1 is unset)",
           comm->rank, p, (long long)q->chunk_bytes,
-          (long long)q->net_chunk_bytes, q->nslots, q->nchannels, comm->rank,
+          (long long)q->net_chunk_bytes, q->nslots, q->nchannels,
+          (long long)q->device_chunk_bytes, comm->rank,
           (long long)comm->set.chunk_bytes,
           (long long)comm->set.net_chunk_bytes, comm->set.nslots,
-          comm->set.nchannels);
+          comm->set.nchannels, (long long)comm->set.device_chunk_bytes);
   }
   return RINGCC_SUCCESS;
 }
@@ -340,6 +355,7 @@ static void comm_free(struct ringcc_comm *comm) {
   free(comm->ring_rev);
   free(comm->peers);
   free(comm->scratch);
+  pthread_mutex_destroy(&comm->error_lock);
   free(comm);
 }
 
@@ -390,7 +406,7 @@ static void log_ring(const struct ringcc_comm *comm) {
   RCC_INFO(comm->rank,
            "settings: nranks %d, timeout_ms %lld, chunk_bytes %lld (ring step "
            "%zu), net_chunk_bytes %lld, nslots %d, channels %d (device %d), "
-           "shm_disable %d, spin %d, yields %d",
+           "device ring step %zu, shm_disable %d, spin %d, yields %d",
            comm->nranks, (long long)comm->set.timeout_ms,
            (long long)comm->set.chunk_bytes, comm->ring_chunk_bytes,
            (long long)comm->set.net_chunk_bytes, comm->set.nslots,
@@ -398,6 +414,7 @@ static void log_ring(const struct ringcc_comm *comm) {
            comm->nkinds == RCC_MAX_CONN_KINDS
                ? comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL]
                : 0,
+           comm->nkinds == RCC_MAX_CONN_KINDS ? comm->dev_ring_chunk_bytes : 0,
            comm->set.shm_disable, comm->spin.spin, comm->spin.yields);
 }
 
@@ -480,8 +497,10 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
   comm->rank = rank;
   comm->nranks = nranks;
   comm->config = *config;
+  pthread_mutex_init(&comm->error_lock, NULL);
   if ((r = resolve_settings(config, &comm->set, err, sizeof(err))) !=
       RINGCC_SUCCESS) {
+    pthread_mutex_destroy(&comm->error_lock);
     free(comm);
     return rcc_thread_error(r, "ringcc_comm_init on rank %d: %s", rank, err);
   }

@@ -6,6 +6,7 @@
 #ifndef RCC_COMM_H
 #define RCC_COMM_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -33,6 +34,7 @@ struct rcc_peer_info {
   uint64_t pid_space;  /* boot id + pid namespace: pids comparable if equal */
   int64_t chunk_bytes; /* must agree across ranks */
   int64_t net_chunk_bytes; /* must agree across ranks */
+  int64_t device_chunk_bytes; /* RINGCC_DEVICE_CHUNK_BYTES or -1: must agree */
   int32_t nslots;      /* must agree across ranks */
   int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
   int32_t shm_disable;
@@ -49,6 +51,9 @@ struct rcc_settings {
   int algo;
   int64_t chunk_bytes;     /* shared-memory slots */
   int64_t net_chunk_bytes; /* network slots */
+  int64_t device_chunk_bytes; /* CUDA P2P device FIFO slots
+                                 (RINGCC_DEVICE_CHUNK_BYTES); -1: by the
+                                 memory they take (p2p.c) */
   int nslots;
   int nchannels;   /* RINGCC_NCHANNELS: channels of collective FIFOs; -1:
                       by kind (host 1, device by link: rcc_cuda_channels) */
@@ -122,6 +127,11 @@ struct ringcc_comm {
    * and the whole communicator's (for schedules that use every edge). */
   size_t ring_chunk_bytes;
   size_t all_chunk_bytes;
+  /* The same for device collectives, over the device FIFOs (CUDA P2P ones
+   * have slots of their own, RINGCC_DEVICE_CHUNK_BYTES; staged ones the
+   * host transports' slots). */
+  size_t dev_ring_chunk_bytes;
+  size_t dev_all_chunk_bytes;
   struct rcc_tuner tuner;  /* the cost model, the same on every rank */
   struct {                 /* the last choice (tuner.c), reused by a call of
                               the same collective, size and buffers */
@@ -158,12 +168,21 @@ struct ringcc_comm {
    * every wait checks it. */
   volatile int async_error;
   char async_message[RCC_ERRLEN];
+  /* Set by cuda.c where kernels may run: a host-mapped word the kernels
+   * poll in their waits. The first failure this rank learns of (a dead
+   * rank, failure.c; a network error, error.c) is stored there as a
+   * ringcc_result_t, so waiting kernels leave (rcc_comm_tell_kernels). */
+  uint32_t *fail_word;
   /* The first rank known dead (failure.c): 1 + rank in the low 32 bits,
    * 1 + the rank that told this one in the high 32; 0 while none is. */
   uint64_t dead;
   struct rcc_spin spin;    /* how waits poll, adapted as they go (spin.h) */
   int busy;                /* a call is running on this communicator */
-  ringcc_result_t fatal;   /* sticky: the communicator is unusable */
+  /* Sticky: the communicator is unusable. Written and read with atomics
+   * (rcc_comm_set_fatal, rcc_comm_fatal): ringcc_comm_get_async_error may
+   * run in another thread (a framework's watchdog) during a call. */
+  ringcc_result_t fatal;
+  pthread_mutex_t error_lock; /* last_error's writers (error.c) */
   char last_error[RCC_ERRLEN];
 };
 

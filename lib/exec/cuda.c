@@ -16,9 +16,18 @@
  * so the device FIFOs see collectives in the order they were called.
  *
  * Errors a kernel meets (a timeout, a peer that sends the wrong size, an
- * abort) land in a mapped status record; rcc_cuda_poll turns the first one
- * into the communicator's last error and makes it unusable, as a failed host
- * collective does. ringcc_comm_get_async_error and every later call poll.
+ * abort, a failure this rank learned of) land in a mapped status record;
+ * rcc_cuda_poll turns the first one into the communicator's last error and
+ * makes it unusable, as a failed host collective does. Any thread may poll
+ * (ringcc_comm_get_async_error from a framework's watchdog, while the owner
+ * makes calls): the record is read under the lock of struct rcc_cuda.
+ *
+ * Failures reach the kernels: the status record's 'failed' word is
+ * comm->fail_word, where failure.c stores RINGCC_ERR_PEER_FAILED when a rank
+ * is known dead and error.c the network's error; every kernel wait polls it
+ * with the abort flag. While kernels may run a watchdog thread (watchdog.c)
+ * looks at the same-host peers every 20 ms, as a waiting host executor
+ * would, and wakes the network engine when a kernel starts.
  *
  * Without CUDA (RINGCC_HAVE_CUDA 0) the second half of this file gives the
  * core stubs: no GPU, host FIFOs only, a non-NULL stream is unsupported.
@@ -28,16 +37,137 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algorithms.h"
 #include "clock.h"
 #include "comm.h"
 #include "cuda.h"
 #include "error.h"
+#include "failure.h"
+#include "gpu.h"
 #include "log.h"
 #include "transport.h"
+#include "watchdog.h"
+
+/* ---- the failure a kernel reported, as one sentence (both builds) --------- */
+
+void rcc_cuda_status_message(const struct rcc_cuda_status *st, int rank,
+                             int device, const char *dead, const char *async,
+                             char *buf, size_t len) {
+  char where[300];
+  uint32_t code = st->code;
+  const char *why = code == RINGCC_ERR_TIMEOUT       ? "timed out"
+                    : code == RINGCC_ERR_ABORTED     ? "was aborted"
+                    : code == RINGCC_ERR_PEER_FAILED ? "stopped"
+                    : code == RINGCC_ERR_INVALID_USAGE ? "failed"
+                                                       : "stopped";
+  if (code == RINGCC_ERR_INVALID_USAGE)
+    snprintf(where, sizeof(where), "rank %d sent %u bytes%s where %u were "
+             "expected (do all ranks make the same calls with the same "
+             "counts and datatypes?)", st->peer, st->got_bytes,
+             st->got_last ? " (last piece)" : "", st->want_bytes);
+  else if (st->peer >= 0)
+    snprintf(where, sizeof(where), "waiting for %s rank %d",
+             st->waiting_send ? "a free slot to send to" : "data from",
+             st->peer);
+  else
+    snprintf(where, sizeof(where), "before its first step");
+  const char *cause = "";
+  if (code == RINGCC_ERR_PEER_FAILED && dead && *dead)
+    cause = dead;
+  else if (code != RINGCC_ERR_TIMEOUT && code != RINGCC_ERR_ABORTED &&
+           code != RINGCC_ERR_INVALID_USAGE && async && *async)
+    cause = async;
+  snprintf(buf, len, "%s (seq %llu%s) on rank %d, device kernel on GPU %d, "
+           "%s at step %llu of %llu %s%s%s%s",
+           rcc_coll_name(st->coll), (unsigned long long)st->seq,
+           st->captured ? ", from a CUDA graph" : "", rank, device, why,
+           (unsigned long long)st->step, (unsigned long long)st->nsteps, where,
+           *cause ? ": " : "", cause,
+           code == RINGCC_ERR_TIMEOUT ? " (did every rank make the same call?)"
+                                      : "");
+}
+
+/* ---- device buffers' alignment (both builds) ------------------------------- */
+
+const char *rcc_cuda_misaligned(const void *send, const char *send_name,
+                                const void *recv, const char *recv_name,
+                                size_t esize) {
+  if (esize == 0)
+    return NULL;
+  if (send != NULL && (uintptr_t)send % esize != 0)
+    return send_name;
+  if (recv != NULL && (uintptr_t)recv % esize != 0)
+    return recv_name;
+  return NULL;
+}
+
+/* ---- a rank's GPU as one phrase (both builds) ------------------------------ */
+
+static const char *cuda_error_text(int e);
+
+const char *rcc_cuda_gpu_text(const struct rcc_gpu_info *g, char *buf,
+                              size_t len) {
+  char bus[32];
+  switch (g->device >= 0 ? RCC_GPU_NONE_HAS_GPU : g->none_why) {
+  case RCC_GPU_NONE_HAS_GPU:
+    snprintf(buf, len, "GPU %d %s, PCI %s", g->device,
+             g->name[0] ? g->name : "(unnamed)",
+             rcc_topo_bus_name(g->bus_id, bus, sizeof(bus)));
+    break;
+  case RCC_GPU_NONE_ASKED:
+    snprintf(buf, len, "none (RINGCC_CUDA_DEVICE=none)");
+    break;
+  case RCC_GPU_NONE_NO_CONTEXT:
+    snprintf(buf, len, "none (no CUDA context in the thread that made the "
+             "communicator)");
+    break;
+  case RCC_GPU_NONE_NO_DEVICE:
+    snprintf(buf, len, "none (no usable CUDA device: %s)",
+             cuda_error_text(g->none_error));
+    break;
+  case RCC_GPU_NONE_OLD_DRIVER:
+    snprintf(buf, len, "none (a GPU whose driver, CUDA %d.%d, is too old "
+             "for this build)", g->none_error / 1000,
+             g->none_error % 1000 / 10);
+    break;
+  case RCC_GPU_NONE_UNUSABLE:
+    snprintf(buf, len, "none (the GPU could not start; see the WARN at "
+             "init)");
+    break;
+  default:
+    snprintf(buf, len, "none (this build has no CUDA support)");
+    break;
+  }
+  return buf;
+}
+
+/* ---- the order of a collective's CUDA work (both builds) ---------------- */
+
+int rcc_cuda_recipe(int have_last, int capturing, int stage,
+                    int steps[RCC_CUDA_MAX_STEPS]) {
+  int n = 0;
+  if (have_last && !capturing)
+    steps[n++] = RCC_CUDA_WAIT_LAST; /* before anything reads the input */
+  if (stage) {
+    steps[n++] = RCC_CUDA_STAGE_ALLOC;
+    steps[n++] = RCC_CUDA_STAGE_COPY;
+  }
+  if (capturing)
+    steps[n++] = RCC_CUDA_HOST_KICK;
+  steps[n++] = RCC_CUDA_KERNEL;
+  if (!capturing)
+    steps[n++] = RCC_CUDA_RECORD_LAST;
+  if (stage)
+    steps[n++] = RCC_CUDA_STAGE_FREE;
+  return n;
+}
 
 #if RINGCC_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
+
+static const char *cuda_error_text(int e) {
+  return cudaGetErrorString((cudaError_t)e);
+}
 
 #define DESTROY_GRACE_MS 10000 /* after the deadline, before forcing an abort */
 
@@ -50,14 +180,17 @@ struct rcc_cuda {
                                          then point-to-point */
   int *ring_dev;                      /* the ring, then the ring reversed */
   cudaEvent_t last;                   /* the last kernel of this comm */
-  int have_last;
-  uint32_t launches;                  /* kernels enqueued (read by engines) */
+  int have_last;                      /* atomic: polled from any thread */
+  cudaStream_t stream;                /* the communicator's own (setup and
+                                         teardown copies) */
   void **registered;                  /* host FIFOs registered for kernels */
   int nregistered;
   struct rcc_conn *engine_conn;       /* a host FIFO of the network engine:
                                          notified when a kernel starts */
-  void *stage;                        /* staged input of the pending call */
-  void *stage_stream;
+  struct rcc_watchdog watch;          /* peers and the engine, while
+                                         kernels may run */
+  pthread_mutex_t lock;               /* rcc_cuda_poll's, any thread */
+  ringcc_result_t failure;            /* the first failure found */
 };
 
 static int cuda_busy(struct ringcc_comm *comm);
@@ -74,107 +207,138 @@ static ringcc_result_t cuda_error(struct ringcc_comm *comm, const char *what,
                         cudaGetErrorName(e));
 }
 
-/* Makes dev current for this thread; *prev gets the previous device. */
-static cudaError_t enter_device(int dev, int *prev) {
-  cudaError_t e = cudaGetDevice(prev);
-  if (e != cudaSuccess)
-    return e;
-  return *prev == dev ? cudaSuccess : cudaSetDevice(dev);
+/* Makes dev current for this thread through its primary context; leave()
+ * puts back whatever the thread had (gpu.c: no cudaSetDevice, so no context
+ * appears on a GPU this process does not use). */
+static ringcc_result_t enter(struct ringcc_comm *comm, int dev,
+                             struct rcc_gpu_scope *scope) {
+  char why[256];
+  if (rcc_gpu_enter(dev, scope, why, sizeof(why)) == 0)
+    return RINGCC_SUCCESS;
+  return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                        "CUDA on rank %d: cannot make GPU %d current: %s",
+                        comm->rank, dev, why);
 }
 
-static void leave_device(int dev, int prev) {
-  if (prev != dev)
-    cudaSetDevice(prev);
-}
+static void leave(struct rcc_gpu_scope *scope) { rcc_gpu_leave(scope); }
 
 /* ---- which GPU (init) --------------------------------------------------- */
 
-/* NVML, when it can be loaded: is the link between two GPUs NVLink? */
-typedef int (*nvml_init_fn)(void);
-typedef int (*nvml_handle_fn)(const char *, void **);
-typedef int (*nvml_p2p_fn)(void *, void *, int, int *);
-#define NVML_P2P_CAPS_INDEX_NVLINK 2
-#define NVML_P2P_STATUS_OK 0
-
-struct nvml {
-  void *lib;
-  nvml_handle_fn handle;
-  nvml_p2p_fn p2p;
-};
-
-static int nvml_open(struct nvml *n) {
-  memset(n, 0, sizeof(*n));
-  n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (n->lib == NULL)
-    return 0;
-  nvml_init_fn init = (nvml_init_fn)dlsym(n->lib, "nvmlInit_v2");
-  n->handle = (nvml_handle_fn)dlsym(n->lib, "nvmlDeviceGetHandleByPciBusId_v2");
-  n->p2p = (nvml_p2p_fn)dlsym(n->lib, "nvmlDeviceGetP2PStatus");
-  if (init == NULL || n->handle == NULL || n->p2p == NULL || init() != 0) {
-    dlclose(n->lib);
-    n->lib = NULL;
-    return 0;
+/* Why no device is usable, at the level it deserves: a GPU whose driver is
+ * too old for this build's runtime is a WARN naming both versions (1, with
+ * the driver's CUDA version in *driver_out). */
+static int no_usable_device(const struct ringcc_comm *comm, int asked,
+                            cudaError_t e, int32_t *driver_out) {
+  char msg[RCC_ERRLEN], release[64];
+  if (e == cudaErrorInsufficientDriver && rcc_gpu_present()) {
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    cudaGetLastError();
+    rcc_gpu_driver_release(release, sizeof(release));
+    rcc_gpu_driver_message(runtime, driver, release, msg, sizeof(msg));
+    RCC_WARN(comm->rank, "%s: host buffers only", msg);
+    *driver_out = driver;
+    return 1;
+  } else if (asked >= 0) {
+    RCC_WARN(comm->rank, "RINGCC_CUDA_DEVICE / config 'cuda_device' is %d, "
+                         "but no CUDA device is usable (%s): host buffers "
+                         "only", asked,
+             e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+  } else {
+    RCC_INFO(comm->rank, "no usable CUDA device (cudaGetDeviceCount: %s): "
+             "host buffers only",
+             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
   }
-  return 1;
+  return 0;
 }
 
-static int nvml_nvlink(const struct nvml *n, const char *a, const char *b) {
-  void *da, *db;
-  int status = -1;
-  if (n->lib == NULL || n->handle(a, &da) != 0 || n->handle(b, &db) != 0 ||
-      n->p2p(da, db, NVML_P2P_CAPS_INDEX_NVLINK, &status) != 0)
-    return 0;
-  return status == NVML_P2P_STATUS_OK;
-}
-
-/* The GPUs dev can access with peer access, both ways, and how. */
+/* The GPUs dev reaches: NVML's view of every GPU of the node, by PCI bus id
+ * (so ranks that each see one GPU still find their NVLink peers); without
+ * NVML, peer access among the GPUs this process sees. */
 static void probe_peers(int dev, int count, const char *my_bus,
                         struct rcc_gpu_info *me) {
-  struct nvml nvml;
-  int have_nvml = nvml_open(&nvml);
+  if (rcc_gpu_nvml_probe(my_bus, me))
+    return;
+  me->probe = RCC_PROBE_CUDA;
   for (int d = 0; d < count && me->npeer < RCC_TOPO_MAX_PEER_GPUS; d++) {
     int there = 0, back = 0;
     char bus[32];
     if (d == dev || cudaDeviceCanAccessPeer(&there, dev, d) != cudaSuccess ||
-        cudaDeviceCanAccessPeer(&back, d, dev) != cudaSuccess || !there ||
-        !back || cudaDeviceGetPCIBusId(bus, sizeof(bus), d) != cudaSuccess)
+        cudaDeviceCanAccessPeer(&back, d, dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(bus, sizeof(bus), d) != cudaSuccess)
       continue;
-    me->peer_bus[me->npeer] = rcc_topo_bus_id(bus);
-    me->peer_nvlink[me->npeer] = (uint8_t)nvml_nvlink(&nvml, my_bus, bus);
-    me->npeer++;
+    int i = me->npeer++;
+    me->peer_bus[i] = rcc_topo_bus_id(bus);
+    me->peer_p2p[i] = there && back;
+    me->peer_nvlink[i] = 0; /* unknown without NVML: reported as PCIe */
+    me->peer_status[i] = there && back ? RCC_P2P_OK : RCC_P2P_NOT_SUPPORTED;
+    me->peer_level[i] = RCC_TOPO_LEVEL_UNKNOWN;
   }
   cudaGetLastError();
-  if (have_nvml)
-    dlclose(nvml.lib); /* nvmlShutdown is not needed for these queries */
+}
+
+/* Whether the device side can start on dev: its context, a little device
+ * memory and mapped host memory. "" when it can, else why. */
+static void try_device(int dev, char *why, size_t len) {
+  struct rcc_gpu_scope scope;
+  void *d = NULL, *h = NULL;
+  cudaError_t e = cudaSuccess;
+  const char *what = "";
+  why[0] = '\0';
+  if (rcc_gpu_enter(dev, &scope, why, len) != 0)
+    return;
+  if ((e = cudaMalloc(&d, 4096)) != cudaSuccess)
+    what = "cudaMalloc";
+  else if ((e = cudaHostAlloc(&h, 64, cudaHostAllocMapped |
+                                          cudaHostAllocPortable)) != cudaSuccess)
+    what = "cudaHostAlloc (mapped)";
+  if (d)
+    cudaFree(d);
+  if (h)
+    cudaFreeHost(h);
+  if (e != cudaSuccess)
+    snprintf(why, len, "%s: %s (%s)", what, cudaGetErrorString(e),
+             cudaGetErrorName(e));
+  cudaGetLastError();
+  leave(&scope);
 }
 
 ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
                               struct rcc_gpu_info *me) {
-  int count = 0, dev = comm->set.cuda_device;
-  char bus[32];
+  int count = 0, dev = comm->set.cuda_device, asked = dev >= 0;
+  char bus[32], why[RCC_ERRLEN];
   struct cudaDeviceProp prop;
 
   me->device = -1;
+  me->numa = -1;
   me->p2p_disable = comm->set.p2p_disable;
+  me->none_why = RCC_GPU_NONE_ASKED;
   if (dev == -2) {
     RCC_INFO(comm->rank, "RINGCC_CUDA_DEVICE=none: host buffers only");
+    return RINGCC_SUCCESS;
+  }
+  me->none_why = RCC_GPU_NONE_NO_CONTEXT;
+  /* Unasked, only a rank whose thread uses CUDA gets a device side: a
+   * host-only program on a GPU node creates no context and no device
+   * FIFOs. */
+  if (!asked && !rcc_gpu_thread_has_context()) {
+    RCC_INFO(comm->rank, "no current CUDA context in the thread that calls "
+             "init: host buffers only (for device buffers make the rank's "
+             "GPU current first, e.g. cudaSetDevice, or set "
+             "RINGCC_CUDA_DEVICE / config 'cuda_device')");
     return RINGCC_SUCCESS;
   }
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     cudaGetLastError();
-    if (dev >= 0)
-      RCC_WARN(comm->rank, "RINGCC_CUDA_DEVICE / config 'cuda_device' is %d, "
-                           "but no CUDA device is usable (%s): host buffers "
-                           "only", dev,
-               e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    else /* no driver reads "driver version is insufficient" */
-      RCC_INFO(comm->rank, "no usable CUDA device (cudaGetDeviceCount: %s): "
-               "host buffers only",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    me->none_why = RCC_GPU_NONE_NO_DEVICE;
+    me->none_error = (int32_t)e;
+    if (no_usable_device(comm, asked ? dev : -1, e, &me->none_error))
+      me->none_why = RCC_GPU_NONE_OLD_DRIVER;
     return RINGCC_SUCCESS;
   }
-  if (dev < 0 && (e = cudaGetDevice(&dev)) != cudaSuccess)
+  if (!asked && (e = cudaGetDevice(&dev)) != cudaSuccess)
     return cuda_error(comm, "cudaGetDevice", e);
   if (dev >= count)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
@@ -186,12 +350,37 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
     return cuda_error(comm, "cudaDeviceGetPCIBusId", e);
   if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
     return cuda_error(comm, "cudaGetDeviceProperties", e);
+  try_device(dev, why, sizeof(why));
+  if (why[0] && asked)
+    return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                          "init on rank %d: GPU %d (PCI %s) was asked for "
+                          "(RINGCC_CUDA_DEVICE / config 'cuda_device') but "
+                          "cannot be used: %s", comm->rank, dev, bus, why);
+  if (why[0]) {
+    RCC_WARN(comm->rank, "GPU %d (PCI %s) cannot be used: %s; host buffers "
+                         "only", dev, bus, why);
+    me->none_why = RCC_GPU_NONE_UNUSABLE;
+    return RINGCC_SUCCESS;
+  }
   me->device = dev;
+  me->none_why = RCC_GPU_NONE_HAS_GPU;
   me->bus_id = rcc_topo_bus_id(bus);
+  me->numa = rcc_gpu_pci_numa(bus);
+  me->sm_count = prop.multiProcessorCount;
+  snprintf(me->name, sizeof(me->name), "%.*s", (int)sizeof(me->name) - 1,
+           prop.name);
   memcpy(me->uuid, prop.uuid.bytes, sizeof(me->uuid));
   probe_peers(dev, count, bus, me);
-  RCC_INFO(comm->rank, "GPU %d: %s, PCI %s, peer access to %d other GPU%s",
-           dev, prop.name, bus, me->npeer, me->npeer == 1 ? "" : "s");
+  int reach = 0, nvlink = 0;
+  for (int i = 0; i < me->npeer; i++)
+    reach += me->peer_p2p[i], nvlink += me->peer_nvlink[i];
+  RCC_INFO(comm->rank, "GPU %d: %s, PCI %s, NUMA node %d, %d SMs; P2P to %d "
+           "other GPU%s of this host (%d over NVLink), probed with %s",
+           dev, me->name, bus, me->numa, me->sm_count, reach,
+           reach == 1 ? "" : "s", nvlink,
+           me->probe == RCC_PROBE_NVML ? "NVML, by PCI bus id"
+                                       : "CUDA among the visible GPUs (no "
+                                         "NVML: NVLink unknown)");
   return RINGCC_SUCCESS;
 }
 
@@ -203,8 +392,10 @@ int rcc_cuda_kinds(const struct ringcc_comm *comm) {
 }
 
 int rcc_cuda_channels(const struct ringcc_comm *comm) {
-  int best = 2; /* staged through host memory, or the network */
-  for (int a = 0; a < comm->nranks; a++)
+  int best = 2, share = 1, sms = 0; /* 2: staged, or the network */
+  for (int a = 0; a < comm->nranks; a++) {
+    const struct rcc_gpu_info *g = &comm->peers[a].gpu;
+    int same = 1;
     for (int b = a + 1; b < comm->nranks; b++) {
       struct rcc_edge_topo e;
       rcc_topo_edge(&comm->peers[a], &comm->peers[b], &e);
@@ -213,11 +404,41 @@ int rcc_cuda_channels(const struct ringcc_comm *comm) {
         best = 16;
       else if (path == RCC_PATH_P2P_PCIE && best < 4)
         best = 4;
+      same += e.same_host && e.same_gpu;
     }
+    share = same > share ? same : share;
+    if (g->sm_count > 0 && (sms == 0 || g->sm_count < sms))
+      sms = g->sm_count;
+  }
+  /* Ranks sharing a GPU run their kernels at once (threads, MPS): every
+   * block of all of them must fit, one per SM, or a kernel could wait for a
+   * peer's block that never gets an SM. */
+  if (share > 1 && sms > 0 && best * share > sms)
+    best = sms / share > 0 ? sms / share : 1;
   return best;
 }
 
 /* ---- device FIFO tables (connect) ---------------------------------------- */
+
+/* bytes at host into new device memory, on the communicator's own stream:
+ * stream-ordered, so that freeing it at destroy (cudaFreeAsync) does not
+ * wait for other kernels of the process - peers that are threads of it may
+ * still be waiting in theirs after an abort. */
+static ringcc_result_t upload(struct ringcc_comm *comm, void **dev,
+                              const void *host, size_t bytes,
+                              const char *what) {
+  cudaStream_t stream = comm->cuda->stream;
+  char doing[96];
+  cudaError_t e = cudaMallocAsync(dev, bytes, stream);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(*dev, host, bytes, cudaMemcpyHostToDevice, stream);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess)
+    return RINGCC_SUCCESS;
+  snprintf(doing, sizeof(doing), "copying %s to the GPU", what);
+  return cuda_error(comm, doing, e);
+}
 
 static ringcc_result_t register_fifo(struct ringcc_comm *comm,
                                      const struct rcc_conn *host,
@@ -273,6 +494,7 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
         return r;
     }
   struct rcc_edge_topo e;
+  char why[RCC_ERRLEN];
   rcc_topo_edge(&comm->peers[comm->rank], &comm->peers[p], &e);
   if (flags & RCC_TRANSPORT_NETWORK) {
     const struct rcc_conn *rh =
@@ -285,6 +507,12 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
     RCC_INFO(comm->rank, "device edge %d -> %d via %s", comm->rank, p,
              rcc_topo_path_name(rcc_topo_device_path(&e)));
   }
+  /* Two GPUs of one host whose data goes through host memory: the first
+   * thing to know when bandwidth is low. */
+  if (rcc_topo_staged_why(&comm->peers[comm->rank], &comm->peers[p], why,
+                          sizeof(why)))
+    RCC_WARN(comm->rank, "device edge %d -> %d is staged through host "
+             "memory (%s): %s", comm->rank, p, rcc_edge_name(comm, p), why);
   return RINGCC_SUCCESS;
 }
 
@@ -296,7 +524,6 @@ static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
   size_t nconns = 2 * (size_t)cu->nsets * (size_t)n;
   struct rcc_conn *table = calloc(nconns, sizeof(*table));
   ringcc_result_t r = RINGCC_SUCCESS;
-  cudaError_t e;
 
   cu->registered = calloc(nconns, sizeof(void *));
   if (table == NULL || cu->registered == NULL) {
@@ -307,14 +534,15 @@ static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
   for (int p = 0; p < n && r == RINGCC_SUCCESS; p++)
     if (p != comm->rank)
       r = device_edge(comm, p, table);
-  if (r == RINGCC_SUCCESS &&
-      (e = cudaMalloc((void **)&cu->conns_dev, nconns * sizeof(*table))) !=
-          cudaSuccess)
-    r = cuda_error(comm, "cudaMalloc of the FIFO table", e);
-  if (r == RINGCC_SUCCESS &&
-      (e = cudaMemcpy(cu->conns_dev, table, nconns * sizeof(*table),
-                      cudaMemcpyHostToDevice)) != cudaSuccess)
-    r = cuda_error(comm, "cudaMemcpy of the FIFO table", e);
+  RCC_INFO(comm->rank, "device FIFOs: %d channel(s), CUDA P2P slots of %zu "
+           "KiB (RINGCC_DEVICE_CHUNK_BYTES%s); device steps: ring %zu B, all "
+           "edges %zu B", comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL],
+           rcc_p2p_device_slot_bytes(comm) >> 10,
+           comm->set.device_chunk_bytes > 0 ? "" : " unset: by memory",
+           comm->dev_ring_chunk_bytes, comm->dev_all_chunk_bytes);
+  if (r == RINGCC_SUCCESS)
+    r = upload(comm, (void **)&cu->conns_dev, table, nconns * sizeof(*table),
+               "the FIFO table");
   free(table);
   return r;
 }
@@ -323,8 +551,12 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   struct rcc_cuda_status *st = NULL;
   size_t ring_bytes = (size_t)comm->nranks * sizeof(int);
-  cudaError_t e = cudaHostAlloc((void **)&st, sizeof(*st),
-                                cudaHostAllocMapped | cudaHostAllocPortable);
+  cudaError_t e = cudaStreamCreateWithFlags(&cu->stream,
+                                            cudaStreamNonBlocking);
+  if (e != cudaSuccess)
+    return cuda_error(comm, "cudaStreamCreate", e);
+  e = cudaHostAlloc((void **)&st, sizeof(*st),
+                    cudaHostAllocMapped | cudaHostAllocPortable);
   if (e != cudaSuccess)
     return cuda_error(comm, "cudaHostAlloc of the status record", e);
   memset(st, 0, sizeof(*st));
@@ -333,13 +565,17 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   if ((e = cudaHostGetDevicePointer((void **)&cu->status_dev, cu->status, 0)) !=
       cudaSuccess)
     return cuda_error(comm, "cudaHostGetDevicePointer", e);
-  if ((e = cudaMalloc((void **)&cu->ring_dev, 2 * ring_bytes)) !=
-          cudaSuccess ||
-      (e = cudaMemcpy(cu->ring_dev + comm->nranks, comm->ring_rev, ring_bytes,
-                      cudaMemcpyHostToDevice)) != cudaSuccess ||
-      (e = cudaMemcpy(cu->ring_dev, comm->ring, ring_bytes,
-                      cudaMemcpyHostToDevice)) != cudaSuccess)
-    return cuda_error(comm, "copying the ring to the GPU", e);
+  int *rings = malloc(2 * ring_bytes);
+  if (rings == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "init on rank %d: out of memory", comm->rank);
+  memcpy(rings, comm->ring, ring_bytes);
+  memcpy(rings + comm->nranks, comm->ring_rev, ring_bytes);
+  ringcc_result_t r = upload(comm, (void **)&cu->ring_dev, rings,
+                             2 * ring_bytes, "the ring");
+  free(rings);
+  if (r != RINGCC_SUCCESS)
+    return r;
   if ((e = cudaEventCreateWithFlags(&cu->last, cudaEventDisableTiming)) !=
       cudaSuccess)
     return cuda_error(comm, "cudaEventCreate", e);
@@ -347,7 +583,7 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
 }
 
 ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
-  int prev = 0;
+  struct rcc_gpu_scope scope;
   if (comm->nkinds != RCC_MAX_CONN_KINDS)
     return RINGCC_SUCCESS; /* some rank has no GPU: host buffers only */
   struct rcc_cuda *cu = calloc(1, sizeof(*cu));
@@ -355,28 +591,42 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "init on rank %d: out of memory", comm->rank);
   cu->device = comm->peers[comm->rank].gpu.device;
+  pthread_mutex_init(&cu->lock, NULL);
   __atomic_store_n(&comm->cuda, cu, __ATOMIC_RELEASE); /* see cuda_busy */
   __atomic_store_n(&comm->device_busy, cuda_busy, __ATOMIC_RELEASE);
-  cudaError_t e = enter_device(comm->cuda->device, &prev);
-  if (e != cudaSuccess)
-    return cuda_error(comm, "cudaSetDevice", e);
-  ringcc_result_t r = connect_status(comm);
+  ringcc_result_t r = enter(comm, cu->device, &scope);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = connect_status(comm);
   if (r == RINGCC_SUCCESS)
     r = connect_tables(comm);
-  leave_device(comm->cuda->device, prev);
-  return r;
+  leave(&scope);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  /* From here failure.c and error.c reach the kernels. */
+  __atomic_store_n(&comm->fail_word, &cu->status->failed, __ATOMIC_RELEASE);
+  if (rcc_dead_rank(comm, NULL) >= 0)
+    rcc_comm_tell_kernels(comm, RINGCC_ERR_PEER_FAILED);
+  int e = rcc_watchdog_start(&cu->watch, comm, &cu->status->started,
+                             &cu->status->done, cu->engine_conn);
+  if (e != 0)
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "init on rank %d: cannot start the CUDA watchdog "
+                          "thread: %s", comm->rank, strerror(e));
+  return RINGCC_SUCCESS;
 }
 
 /* ---- teardown, abort, errors -------------------------------------------- */
 
-/* Waits for the last kernel; past the deadline, aborts it (it leaves its
- * next wait) rather than freeing memory under it. */
+/* Waits for this communicator's kernels; past the deadline, aborts them
+ * (they leave their next wait) rather than freeing memory under them. A
+ * dead peer ends them sooner: the watchdog runs until they are done. */
 static void wait_kernels(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   int64_t ms = comm->set.timeout_ms > 0 ? comm->set.timeout_ms : 0;
   int64_t deadline = rcc_deadline_after_ms(ms > 0 ? ms + DESTROY_GRACE_MS : 0);
   int aborted = 0;
-  if (!cu->have_last)
+  if (!__atomic_load_n(&cu->have_last, __ATOMIC_ACQUIRE))
     return;
   for (;;) {
     cudaError_t e = cudaEventQuery(cu->last);
@@ -395,102 +645,136 @@ static void wait_kernels(struct ringcc_comm *comm) {
 
 void rcc_cuda_destroy(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
-  int prev = 0;
-  if (cu == NULL || enter_device(cu->device, &prev) != cudaSuccess)
+  struct rcc_gpu_scope scope;
+  char why[256];
+  if (cu == NULL || rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
     return;
-  wait_kernels(comm);
+  if (cu->last)
+    wait_kernels(comm);
+  rcc_watchdog_stop(&cu->watch);
   for (int i = 0; i < cu->nregistered; i++)
     cudaHostUnregister(cu->registered[i]);
   cu->nregistered = 0;
   if (cu->conns_dev)
-    cudaFree(cu->conns_dev);
+    cudaFreeAsync(cu->conns_dev, cu->stream);
   if (cu->ring_dev)
-    cudaFree(cu->ring_dev);
+    cudaFreeAsync(cu->ring_dev, cu->stream);
+  if (cu->stream) {
+    cudaStreamSynchronize(cu->stream);
+    cudaStreamDestroy(cu->stream);
+    cu->stream = NULL;
+  }
   if (cu->last)
     cudaEventDestroy(cu->last);
   cu->conns_dev = NULL;
   cu->ring_dev = NULL;
   cu->last = NULL;
-  cu->have_last = 0;
+  __atomic_store_n(&cu->have_last, 0, __ATOMIC_RELEASE);
   cudaGetLastError();
-  leave_device(cu->device, prev);
+  leave(&scope);
 }
 
 void rcc_cuda_free(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   if (cu == NULL)
     return;
+  /* The network engine (stopped by now) and failure.c no longer look. */
+  __atomic_store_n(&comm->fail_word, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->cuda, NULL, __ATOMIC_RELEASE);
   if (cu->status)
     cudaFreeHost(cu->status);
   cudaGetLastError();
+  pthread_mutex_destroy(&cu->lock);
   free(cu->registered);
   free(cu);
 }
 
 void rcc_cuda_abort(struct ringcc_comm *comm) {
-  if (comm->cuda && comm->cuda->status)
-    __atomic_store_n(&comm->cuda->status->abort, 1, __ATOMIC_RELEASE);
+  struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+  if (cu && cu->status)
+    __atomic_store_n(&cu->status->abort, 1, __ATOMIC_RELEASE);
 }
 
-static const char *status_where(const struct rcc_cuda_status *st, char *buf,
-                                size_t len) {
-  if (st->code == RINGCC_ERR_INVALID_USAGE)
-    snprintf(buf, len, "rank %d sent %u bytes%s where %u were expected (do "
-                       "all ranks make the same calls with the same counts "
-                       "and datatypes?)", st->peer, st->got_bytes,
-             st->got_last ? " (last piece)" : "", st->want_bytes);
-  else
-    snprintf(buf, len, "waiting for %s rank %d",
-             st->waiting_send ? "a free slot to send to" : "data from",
-             st->peer);
-  return buf;
+/* The first failure of the device side, as a code and one sentence, or
+ * RINGCC_SUCCESS: a kernel's report, a failure told to the kernels after
+ * they all ended, or a CUDA error of the last kernel. Under cu->lock. */
+static ringcc_result_t find_failure(struct ringcc_comm *comm,
+                                    struct rcc_cuda *cu, char *msg,
+                                    size_t len) {
+  char dead[256] = "";
+  const struct rcc_cuda_status *st = cu->status;
+  uint32_t code = __atomic_load_n(&st->code, __ATOMIC_ACQUIRE);
+  uint32_t failed = __atomic_load_n(&st->failed, __ATOMIC_ACQUIRE);
+  int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  rcc_dead_describe(comm, dead, sizeof(dead));
+  if (code != 0) {
+    rcc_cuda_status_message(st, comm->rank, cu->device, dead,
+                            async > 0 ? comm->async_message : NULL, msg, len);
+    return (ringcc_result_t)code;
+  }
+  if (failed != 0 && !rcc_watchdog_pending(&cu->watch)) {
+    snprintf(msg, len, "rank %d (GPU %d): %.300s; no device collective "
+             "was waiting", comm->rank, cu->device,
+             failed == RINGCC_ERR_PEER_FAILED && dead[0] ? dead
+             : async > 0 ? comm->async_message : "the communicator failed");
+    return (ringcc_result_t)failed;
+  }
+  if (__atomic_load_n(&cu->have_last, __ATOMIC_ACQUIRE)) {
+    struct rcc_gpu_scope scope;
+    char why[256];
+    if (rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
+      return RINGCC_SUCCESS;
+    /* This thread may poll while another captures a CUDA graph in global
+     * mode: relaxed, the query cannot invalidate that capture. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaEventQuery(cu->last);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    leave(&scope);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+      snprintf(msg, len, "a device collective on rank %d (GPU %d) failed: %s "
+               "(%s)", comm->rank, cu->device, cudaGetErrorString(e),
+               cudaGetErrorName(e));
+      return RINGCC_ERR_CUDA;
+    }
+  }
+  return RINGCC_SUCCESS;
 }
 
 void rcc_cuda_poll(struct ringcc_comm *comm) {
-  struct rcc_cuda *cu = comm->cuda;
-  char where[200];
-  if (cu == NULL || comm->fatal != RINGCC_SUCCESS)
+  struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+  char msg[RCC_ERRLEN];
+  if (cu == NULL || cu->status == NULL ||
+      rcc_comm_fatal(comm) != RINGCC_SUCCESS)
     return;
-  uint32_t code = __atomic_load_n(&cu->status->code, __ATOMIC_ACQUIRE);
-  if (code != 0) {
-    const struct rcc_cuda_status *st = cu->status;
-    const char *why = code == RINGCC_ERR_TIMEOUT   ? "timed out"
-                      : code == RINGCC_ERR_ABORTED ? "was aborted"
-                                                   : "failed";
-    comm->fatal = rcc_comm_error(
-        comm, (ringcc_result_t)code,
-        "%s (seq %llu) on rank %d, device kernel on GPU %d, %s at step %llu "
-        "of %llu: %s%s", rcc_coll_name(st->coll), (unsigned long long)st->seq,
-        comm->rank, cu->device, why, (unsigned long long)st->step,
-        (unsigned long long)st->nsteps, status_where(st, where, sizeof(where)),
-        code == RINGCC_ERR_TIMEOUT ? " (did every rank make the same call?)"
-                                   : "");
-    return;
+  pthread_mutex_lock(&cu->lock);
+  ringcc_result_t code = cu->failure;
+  if (code == RINGCC_SUCCESS) {
+    code = find_failure(comm, cu, msg, sizeof(msg));
+    if (code != RINGCC_SUCCESS) {
+      cu->failure = code;
+      RCC_WARN(comm->rank, "%s", msg);
+      /* The message first, then the code (release): whoever sees the code
+       * reads the message. */
+      if (rcc_comm_fatal(comm) == RINGCC_SUCCESS)
+        rcc_comm_set_last_error(comm, msg);
+      rcc_comm_set_fatal(comm, code);
+    }
   }
-  if (cu->have_last) {
-    int prev = 0;
-    if (enter_device(cu->device, &prev) != cudaSuccess)
-      return;
-    cudaError_t e = cudaEventQuery(cu->last);
-    leave_device(cu->device, prev);
-    if (e != cudaSuccess && e != cudaErrorNotReady)
-      comm->fatal = rcc_comm_error(
-          comm, RINGCC_ERR_CUDA,
-          "a device collective on rank %d (GPU %d) failed: %s (%s)",
-          comm->rank, cu->device, cudaGetErrorString(e), cudaGetErrorName(e));
-  }
+  pthread_mutex_unlock(&cu->lock);
 }
 
 /* comm->device_busy: called by the network engine's thread, also while
  * init is still filling comm->cuda in and until the engine stops
- * (rcc_cuda_free comes after). */
+ * (rcc_cuda_free comes after). 1 while a kernel runs (it started and has
+ * not ended): the engine polls then, and sleeps while kernels only wait in
+ * a stream (the watchdog rings it when one starts). */
 static int cuda_busy(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
   struct rcc_cuda_status *st =
       cu ? __atomic_load_n(&cu->status, __ATOMIC_ACQUIRE) : NULL;
-  return st != NULL && __atomic_load_n(&st->done, __ATOMIC_ACQUIRE) !=
-                           __atomic_load_n(&cu->launches, __ATOMIC_ACQUIRE);
+  return st != NULL && __atomic_load_n(&st->started, __ATOMIC_ACQUIRE) !=
+                           __atomic_load_n(&st->done, __ATOMIC_ACQUIRE);
 }
 
 /* ---- where are the buffers? ------------------------------------------------ */
@@ -573,65 +857,90 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
 
 /* ---- enqueueing ----------------------------------------------------------- */
 
-ringcc_result_t rcc_cuda_stage(struct ringcc_comm *comm, const void *src,
-                               size_t bytes, void *stream, const void **copy) {
-  struct rcc_cuda *cu = comm->cuda;
-  int prev = 0;
-  void *p = NULL;
-  cudaError_t e = enter_device(cu->device, &prev);
-  if (e == cudaSuccess)
-    e = cudaMallocAsync(&p, bytes, (cudaStream_t)stream);
-  if (e == cudaSuccess)
-    e = cudaMemcpyAsync(p, src, bytes, cudaMemcpyDeviceToDevice,
-                        (cudaStream_t)stream);
-  leave_device(cu->device, prev);
-  if (e != cudaSuccess) {
-    if (p)
-      cudaFreeAsync(p, (cudaStream_t)stream);
-    return cuda_error(comm, "staging an in-place input (cudaMallocAsync, "
-                            "cudaMemcpyAsync)", e);
-  }
-  cu->stage = p; /* freed on the stream after the kernel */
-  cu->stage_stream = stream;
-  *copy = p;
-  return RINGCC_SUCCESS;
+/* A graph's host node, on every replay just before its kernel. */
+static void CUDART_CB host_kick(void *arg) {
+  rcc_watchdog_kick(&((struct rcc_cuda *)arg)->watch);
 }
 
-static ringcc_result_t launch(struct ringcc_comm *comm,
-                              const struct rcc_cuda_args *a, void *stream) {
+/* Whether stream is being captured into a CUDA graph: 1, 0, or an error
+ * (a capture that was invalidated earlier) in *r. */
+static int capturing(struct ringcc_comm *comm, void *stream,
+                     ringcc_result_t *r) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &st);
+  *r = RINGCC_SUCCESS;
+  if (e != cudaSuccess)
+    *r = cuda_error(comm, "cudaStreamIsCapturing", e);
+  else if (st == cudaStreamCaptureStatusInvalidated)
+    *r = rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                        "rank %d (GPU %d): the stream's CUDA graph capture "
+                        "was invalidated before this call (by an earlier "
+                        "error); end it (cudaStreamEndCapture) and capture "
+                        "again", comm->rank, comm->cuda->device);
+  return st == cudaStreamCaptureStatusActive;
+}
+
+/* One step of the recipe. */
+static ringcc_result_t enqueue(struct ringcc_comm *comm, int step,
+                               struct rcc_cuda_args *a, cudaStream_t stream,
+                               const void *src, size_t stage_bytes,
+                               void **copy) {
   struct rcc_cuda *cu = comm->cuda;
   char err[RCC_ERRLEN];
   cudaError_t e = cudaSuccess;
-
-  if (cu->have_last)
-    e = cudaStreamWaitEvent((cudaStream_t)stream, cu->last, 0);
-  if (e != cudaSuccess)
-    return cuda_error(comm, "cudaStreamWaitEvent", e);
-  __atomic_store_n(&cu->launches, a->launch, __ATOMIC_RELEASE);
-  int rc = rcc_cuda_launch(a, stream, err, sizeof(err));
-  if (rc != 0) {
-    __atomic_store_n(&cu->launches, a->launch - 1, __ATOMIC_RELEASE);
-    cudaGetLastError();
-    return rcc_comm_error(comm, RINGCC_ERR_CUDA,
-                          "%s (seq %llu) on rank %d (GPU %d): launching the "
-                          "kernel failed: %s", rcc_coll_name(a->plan.coll),
-                          (unsigned long long)a->seq, comm->rank, cu->device,
-                          err);
+  switch (step) {
+  case RCC_CUDA_WAIT_LAST:
+    if ((e = cudaStreamWaitEvent(stream, cu->last, 0)) != cudaSuccess)
+      return cuda_error(comm, "cudaStreamWaitEvent", e);
+    break;
+  case RCC_CUDA_STAGE_ALLOC:
+    if ((e = cudaMallocAsync(copy, stage_bytes, stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaMallocAsync of the staging copy of an "
+                              "in-place input", e);
+    a->src = *copy;
+    break;
+  case RCC_CUDA_STAGE_COPY:
+    if ((e = cudaMemcpyAsync(*copy, src, stage_bytes, cudaMemcpyDeviceToDevice,
+                             stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaMemcpyAsync of an in-place input", e);
+    break;
+  case RCC_CUDA_HOST_KICK:
+    if ((e = cudaLaunchHostFunc(stream, host_kick, cu)) != cudaSuccess)
+      return cuda_error(comm, "cudaLaunchHostFunc (captured)", e);
+    break;
+  case RCC_CUDA_KERNEL:
+    if (rcc_cuda_launch(a, stream, err, sizeof(err)) != 0) {
+      cudaGetLastError();
+      return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                            "%s (seq %llu) on rank %d (GPU %d): launching the "
+                            "kernel failed: %s", rcc_coll_name(a->plan.coll),
+                            (unsigned long long)a->seq, comm->rank,
+                            cu->device, err);
+    }
+    if (!a->captured) /* peers, and the engine when it starts */
+      rcc_watchdog_kick(&cu->watch);
+    break;
+  case RCC_CUDA_RECORD_LAST:
+    if ((e = cudaEventRecord(cu->last, stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaEventRecord", e);
+    __atomic_store_n(&cu->have_last, 1, __ATOMIC_RELEASE);
+    break;
+  case RCC_CUDA_STAGE_FREE:
+    if ((e = cudaFreeAsync(*copy, stream)) != cudaSuccess)
+      return cuda_error(comm, "cudaFreeAsync of the staging copy", e);
+    break;
   }
-  if ((e = cudaEventRecord(cu->last, (cudaStream_t)stream)) != cudaSuccess)
-    return cuda_error(comm, "cudaEventRecord", e);
-  cu->have_last = 1;
-  if (cu->engine_conn != NULL) /* from now on the engine polls */
-    cu->engine_conn->ops->notify(cu->engine_conn);
   return RINGCC_SUCCESS;
 }
 
 ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
-                              void *stream) {
+                              void *stream, size_t stage_bytes) {
   struct rcc_cuda *cu = comm->cuda;
-  int n = comm->nranks, prev = 0;
+  struct rcc_gpu_scope scope;
+  int n = comm->nranks, steps[RCC_CUDA_MAX_STEPS];
+  void *copy = NULL;
   struct rcc_cuda_args a = {
       .plan = *plan,
       .src = src,
@@ -644,7 +953,6 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                         ? (uint64_t)comm->set.timeout_ms * 1000000u
                         : 0,
       .seq = comm->seq,
-      .launch = cu->launches + 1,
       .dt = dt,
       .op = op,
   };
@@ -652,24 +960,36 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
   a.plan.ring_rev = cu->ring_dev + n;
   if (a.plan.nchannels < 1)
     a.plan.nchannels = 1;
-  cudaError_t e = enter_device(cu->device, &prev);
-  if (e != cudaSuccess)
-    return cuda_error(comm, "cudaSetDevice", e);
-  ringcc_result_t r = launch(comm, &a, stream);
-  if (cu->stage) {
-    cudaFreeAsync(cu->stage, (cudaStream_t)cu->stage_stream);
-    cu->stage = NULL;
-  }
-  leave_device(cu->device, prev);
+  ringcc_result_t r = enter(comm, cu->device, &scope);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  int captured = capturing(comm, stream, &r);
+  a.captured = (uint32_t)captured;
+  int nsteps = rcc_cuda_recipe(__atomic_load_n(&cu->have_last,
+                                               __ATOMIC_ACQUIRE),
+                               captured, stage_bytes > 0, steps);
+  for (int i = 0; i < nsteps && r == RINGCC_SUCCESS; i++)
+    r = enqueue(comm, steps[i], &a, (cudaStream_t)stream, src, stage_bytes,
+                &copy);
+  if (r != RINGCC_SUCCESS && copy != NULL) /* not freed after a kernel */
+    cudaFreeAsync(copy, (cudaStream_t)stream);
+  cudaGetLastError();
+  leave(&scope);
   return r;
 }
 
 #else /* !RINGCC_HAVE_CUDA --------------------------------------------------- */
 
+static const char *cuda_error_text(int e) {
+  (void)e;
+  return "no CUDA support";
+}
+
 ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
                               struct rcc_gpu_info *me) {
   (void)comm;
   me->device = -1;
+  me->none_why = RCC_GPU_NONE_NO_CUDA;
   me->p2p_disable = 1;
   return RINGCC_SUCCESS;
 }
@@ -708,19 +1028,12 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                         "stream NULL)", fn, comm->rank);
 }
 
-ringcc_result_t rcc_cuda_stage(struct ringcc_comm *comm, const void *src,
-                               size_t bytes, void *stream, const void **copy) {
-  (void)bytes, (void)stream;
-  *copy = src;
-  return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
-                        "rcc_cuda_stage without CUDA support");
-}
-
 ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
-                              void *stream) {
+                              void *stream, size_t stage_bytes) {
   (void)plan, (void)src, (void)dst, (void)dt, (void)op, (void)stream;
+  (void)stage_bytes;
   return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
                         "rcc_exec_cuda without CUDA support");
 }

@@ -34,11 +34,19 @@ extern "C" {
 struct ringcc_comm;
 
 /* Host memory the kernels see (cudaHostAlloc, mapped): how the host stops a
- * kernel, and how a kernel reports what went wrong and that it finished. */
+ * kernel, and how a kernel reports what went wrong, that it started and
+ * that it ended. The counters are counts of kernels, kept by the kernels
+ * themselves (a kernel replayed from a CUDA graph counts too). */
 struct rcc_cuda_status {
   uint32_t abort;     /* host -> kernels: leave every wait (comm abort) */
+  uint32_t failed;    /* host -> kernels: leave every wait with this
+                         ringcc_result_t - a dead rank, a network error
+                         (comm->fail_word points here); 0: none */
   uint32_t code;      /* kernel -> host: first failure, a ringcc_result_t */
-  uint32_t done;      /* kernel -> host: seq of the last kernel that ended */
+  uint32_t started;   /* kernels that started (the first block of each) */
+  uint32_t done;      /* kernels that ended (the last block of each) */
+  uint32_t blocks_started; /* blocks of the running kernel that started */
+  uint32_t blocks_done;    /* ... and ended (the last resets both) */
   int32_t coll;       /* the failure: collective (enum rcc_coll) */
   uint64_t seq;       /* ... its sequence number on the communicator */
   uint64_t step;      /* ... the step */
@@ -48,11 +56,13 @@ struct rcc_cuda_status {
   uint32_t got_bytes; /* meta mismatch: what arrived */
   uint32_t want_bytes;
   uint32_t got_last;  /* ... and its "last piece" flag */
-  uint32_t blocks_done; /* kernel: blocks of the running kernel that ended
-                           (the last one reports done and resets it) */
+  uint32_t captured;  /* ... the kernel was launched from a CUDA graph */
 };
 
-/* Everything one collective kernel needs, by value. */
+/* Everything one collective kernel needs, by value. Nothing in it changes
+ * from one launch to the next of the same call, so a kernel captured into a
+ * CUDA graph replays as it was recorded (positions in the FIFOs live in
+ * device memory, the counters in the status record). */
 struct rcc_cuda_args {
   struct rcc_plan plan;         /* the call's plan, not split: block c runs
                                    channel c (rcc_plan_channel); plan.ring
@@ -67,7 +77,7 @@ struct rcc_cuda_args {
   struct rcc_cuda_status *status; /* device view of the mapped status */
   uint64_t timeout_ns;          /* each wait; 0: none */
   uint64_t seq;                 /* the collective's sequence number */
-  uint32_t launch;              /* kernel count, reported back in done */
+  uint32_t captured;            /* launched into a CUDA graph capture */
   int32_t dt;                   /* ringcc_datatype_t */
   int32_t op;                   /* ringcc_op_t */
 };
@@ -93,8 +103,9 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
 int rcc_cuda_kinds(const struct ringcc_comm *comm);
 /* After the exchange: the channels device collectives want, by the links
  * between this communicator's GPUs: 16 where some same-host pair has
- * NVLink, 4 for PCIe peer access, 2 for staging through host memory or the
- * network (the same on every rank). */
+ * NVLink (or shares a GPU), 4 for PCIe peer access, 2 for staging through
+ * host memory or the network; where ranks share a GPU, no more than its
+ * SMs hold with one block per SM for every rank (the same on every rank). */
 int rcc_cuda_channels(const struct ringcc_comm *comm);
 /* After the transports connected: makes the device-kind FIFOs usable by
  * kernels (registers staged host FIFOs, uploads the connection tables),
@@ -107,9 +118,19 @@ void rcc_cuda_destroy(struct ringcc_comm *comm);
 void rcc_cuda_free(struct ringcc_comm *comm);
 /* ringcc_comm_abort: makes every waiting kernel of comm leave. */
 void rcc_cuda_abort(struct ringcc_comm *comm);
-/* Picks up failures of kernels that ended (a timeout, a mismatch, a CUDA
- * error): records the message and makes the communicator unusable. */
+/* Picks up failures of device collectives (a timeout, a dead peer, a
+ * network error, a mismatch, a CUDA error): the first becomes the
+ * communicator's sticky failure and last error. Any thread, at any time
+ * (ringcc_comm_get_async_error calls it from a framework's watchdog while
+ * the owning thread makes calls). */
 void rcc_cuda_poll(struct ringcc_comm *comm);
+/* The sentence for a failure a kernel reported in st on rank/GPU, into buf
+ * (dead: "rank 3 (pid ...) died", for RINGCC_ERR_PEER_FAILED; async: the
+ * network error's message; either may be NULL). Pure: the tests give it a
+ * status record in plain memory. */
+void rcc_cuda_status_message(const struct rcc_cuda_status *st, int rank,
+                             int device, const char *dead, const char *async,
+                             char *buf, size_t len);
 
 /* Where a collective's buffers are. send/recv: the buffers the call reads
  * and writes (NULL where it has none); names as in the error messages.
@@ -121,16 +142,51 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                                 const void *send, const char *send_name,
                                 const void *recv, const char *recv_name,
                                 void *stream, int *on_device);
-/* A device copy of bytes at src, ordered on stream, for inputs a schedule
- * would overwrite before reading (in-place alltoall, one-shot allreduce). */
-ringcc_result_t rcc_cuda_stage(struct ringcc_comm *comm, const void *src,
-                               size_t bytes, void *stream, const void **copy);
-/* Enqueues the plan on stream and returns (NCCL semantics). */
+/* "GPU 0 NVIDIA H100 80GB HBM3, PCI 0000:3b:00.0", or "none (why)": a rank's
+ * GPU as its all-gathered record says (both builds; ringcc-topo). */
+const char *rcc_cuda_gpu_text(const struct rcc_gpu_info *g, char *buf,
+                              size_t len);
+/* The name of the first of a device call's buffers (NULL: none) that is not
+ * aligned to its datatype's esize bytes, or NULL: the kernels load whole
+ * elements, and a misaligned one would stop the GPU's context (both
+ * builds). */
+const char *rcc_cuda_misaligned(const void *send, const char *send_name,
+                                const void *recv, const char *recv_name,
+                                size_t esize);
+/* Enqueues the plan on stream and returns (NCCL semantics). stage_bytes > 0:
+ * src is an in-place input the schedule would overwrite before reading all
+ * of it (in-place alltoall, one-shot allreduce): a copy of it is made on
+ * the stream first - after the communicator's previous collective, which
+ * may still be writing it. Inside a CUDA graph capture of stream the
+ * collective is captured (rcc_cuda_recipe). */
 ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
-                              void *stream);
+                              void *stream, size_t stage_bytes);
 
+/* The CUDA work of one device collective, in stream order (both builds; the
+ * tests check the order without a GPU). */
+enum rcc_cuda_step {
+  RCC_CUDA_WAIT_LAST,   /* wait for the communicator's previous kernel */
+  RCC_CUDA_STAGE_ALLOC, /* cudaMallocAsync the staging copy */
+  RCC_CUDA_STAGE_COPY,  /* copy the in-place input into it */
+  RCC_CUDA_HOST_KICK,   /* a host node: tell the watchdog a kernel comes */
+  RCC_CUDA_KERNEL,      /* the collective's kernel */
+  RCC_CUDA_RECORD_LAST, /* record the communicator's event after it */
+  RCC_CUDA_STAGE_FREE,  /* cudaFreeAsync the staging copy */
+  RCC_CUDA_MAX_STEPS
+};
+/* Fills steps[] and returns how many. have_last: an earlier kernel of the
+ * communicator was enqueued outside a capture; capturing: the stream is
+ * being captured into a CUDA graph; stage: an in-place input is copied.
+ * Outside a capture the kernel waits for the previous one and records the
+ * event the next one waits for (the staging copy comes after the wait: it
+ * reads what the previous collective writes). Inside a capture neither (a
+ * capture can neither wait for an event recorded outside it nor leave one
+ * that is polled later); a host node before the kernel tells the watchdog
+ * on every replay instead. */
+int rcc_cuda_recipe(int have_last, int capturing, int stage,
+                    int steps[RCC_CUDA_MAX_STEPS]);
 
 #ifdef __cplusplus
 }

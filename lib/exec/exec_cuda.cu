@@ -16,9 +16,12 @@
  *   RCC_LOAD_ACQUIRE    ld.acquire.sys   (counters live in peer GPU memory or
  *   RCC_STORE_RELEASE   st.release.sys    in host memory: system scope)
  *   RCC_PROTO_WAIT      spin on the counter with __nanosleep backoff; every
- *                       few hundred polls check the host-mapped abort flag
- *                       and the deadline (%globaltimer); returns
- *                       RINGCC_ERR_ABORTED / RINGCC_ERR_TIMEOUT
+ *                       few hundred polls check the host-mapped abort flag,
+ *                       the failure word (a dead rank or a network error
+ *                       this rank learned of: status.failed) and the
+ *                       deadline (%globaltimer); returns RINGCC_ERR_ABORTED,
+ *                       the failure (RINGCC_ERR_PEER_FAILED, ...) or
+ *                       RINGCC_ERR_TIMEOUT
  *   RCC_PROTO_WAKE      nothing: device waiters spin, and the network proxy
  *                       polls while a kernel runs (comm->device_busy)
  *
@@ -30,10 +33,12 @@
  * positions (struct rcc_conn in device memory), so a step is one
  * producer/consumer handshake however many threads move the data.
  *
- * A failure (timeout, abort, a peer that sends another size) is written to
- * the mapped status record for the host (cuda.c), and the block ends; later
- * kernels of the communicator see it and end at once. The last block to end
- * reports the kernel done.
+ * A failure (timeout, abort, a dead peer, a peer that sends another size) is
+ * written to the mapped status record for the host (cuda.c), and the block
+ * ends; later kernels of the communicator see it and end at once. The first
+ * block to start counts the kernel started, the last to end counts it done
+ * (counts, not launch numbers: a kernel replayed from a CUDA graph counts
+ * like any other).
  */
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -157,6 +162,14 @@ __device__ inline uint64_t globaltimer() {
 
 #define CHECK_EVERY 256 /* polls between abort/deadline checks */
 
+/* Why a kernel must leave now: an abort, or a failure the host learned of
+ * (a dead rank, a network error: status.failed); 0 while neither. */
+__device__ inline int told_to_leave(const struct rcc_cuda_status *st) {
+  if (ld_volatile(&st->abort))
+    return RINGCC_ERR_ABORTED;
+  return (int)ld_volatile(&st->failed);
+}
+
 RCC_HD inline int dev_wait(dev_ctx *x, uint32_t *word, uint32_t old) {
 #ifdef __CUDA_ARCH__
   unsigned sleep_ns = 32;
@@ -164,8 +177,9 @@ RCC_HD inline int dev_wait(dev_ctx *x, uint32_t *word, uint32_t old) {
     if (ld_acquire_sys(word) != old)
       return 0;
     if (polls % CHECK_EVERY == 0) {
-      if (ld_volatile(&x->status->abort))
-        return RINGCC_ERR_ABORTED;
+      int why = told_to_leave(x->status);
+      if (why != 0)
+        return why;
       if (x->deadline && globaltimer() > x->deadline)
         return RINGCC_ERR_TIMEOUT;
     }
@@ -185,6 +199,7 @@ RCC_HD inline int dev_wait(dev_ctx *x, uint32_t *word, uint32_t old) {
 #define RCC_PROTO_WAIT(ctx, word, waiters, old)                                \
   dev_wait((dev_ctx *)(ctx), (word), (old))
 #define RCC_PROTO_WAKE(conn, word, waiters) ((void)0)
+#define RCC_PROTO_HEAD_MIRROR 1 /* P2P FIFOs: head in the sender's memory */
 #include "proto.h"
 
 /* ---- one step ------------------------------------------------------------------ */
@@ -271,6 +286,7 @@ __device__ void report(const rcc_cuda_args &a, const dev_ctx *x, uint64_t step,
   st->got_bytes = RCC_META_BYTES(x->got_meta);
   st->got_last = (x->got_meta & RCC_META_LAST) != 0;
   st->want_bytes = (uint32_t)(s.nelem * esize);
+  st->captured = a.captured;
   __threadfence_system();
   st_release_sys(&st->code, (uint32_t)err);
 }
@@ -430,17 +446,30 @@ __global__ void __launch_bounds__(RCC_CUDA_THREADS, 1)
   __shared__ struct rcc_plan plan; /* this block's channel */
   __shared__ int dead;
 
+  struct rcc_cuda_status *st = a.status;
   if (threadIdx.x == 0) {
+    /* The kernel started when its first block did: the host's watchdog
+     * then wakes the network engine (kernels of a communicator run one
+     * after the other, so the counts are never shared by two). */
+    if (atomicAdd(&st->blocks_started, 1u) == 0) {
+      st_release_sys(&st->started, ld_volatile(&st->started) + 1);
+    }
     rcc_plan_channel(&a.plan, (int)blockIdx.x, &plan);
     rcc_plan_build(&plan);
     x.plan = &plan;
-    x.status = a.status;
+    x.status = st;
     x.deadline = a.timeout_ns ? globaltimer() + a.timeout_ns : 0;
     x.peer = -1;
     x.waiting_send = 0;
     x.got_meta = 0;
-    /* An earlier kernel failed: the FIFOs are in an unknown state. */
-    dead = ld_volatile(&a.status->code) != 0 || ld_volatile(&a.status->abort);
+    /* An earlier kernel failed (the FIFOs are in an unknown state), or the
+     * communicator was aborted or lost a rank: nothing to do but say so. */
+    int why = told_to_leave(st);
+    dead = ld_volatile(&st->code) != 0 || why != 0;
+    if (why != 0 && ld_volatile(&st->code) == 0) {
+      struct rcc_step none = {};
+      report(a, &x, 0, none, 0, why);
+    }
   }
   __syncthreads();
   for (uint64_t i = 0; i < plan.nsteps && !dead; i++)
@@ -448,13 +477,14 @@ __global__ void __launch_bounds__(RCC_CUDA_THREADS, 1)
       break;
   __syncthreads();
   /* The kernel is done when its last block is: that block says so (and
-   * resets the count for the next kernel, which runs after this one). */
+   * resets the counts for the next kernel, which runs after this one). */
   if (threadIdx.x == 0) {
     __threadfence_system();
-    if (atomicAdd(&a.status->blocks_done, 1u) == gridDim.x - 1) {
-      a.status->blocks_done = 0;
+    if (atomicAdd(&st->blocks_done, 1u) == gridDim.x - 1) {
+      st->blocks_done = 0;
+      st->blocks_started = 0;
       __threadfence_system();
-      st_release_sys(&a.status->done, a.launch);
+      st_release_sys(&st->done, ld_volatile(&st->done) + 1);
     }
   }
 }

@@ -12,7 +12,8 @@
  * writes slot s % nslots and its meta word, then publishes tail = s + 1 with
  * release ordering. The receiver of slot s waits until tail > s (acquire),
  * reads the slot, then publishes head = s + 1 (release) so the slot can be
- * reused. Counters are 32-bit and compared with wrap-around arithmetic; they
+ * reused. (CUDA P2P FIFOs keep head in the sender's memory instead, so that
+ * neither end polls across the link: rcc_conn.head_mirror.) Counters are 32-bit and compared with wrap-around arithmetic; they
  * are also futex words, so a host waiter can sleep on them.
  *
  * Each slot carries a meta word: the payload bytes and a tag (the last piece
@@ -87,6 +88,11 @@ struct rcc_conn {
    * network proxy) that the host executor drives through these hooks. */
   const struct rcc_conn_ops *ops;
   void *engine;        /* the engine's side of this connection */
+  /* CUDA P2P device FIFOs (p2p.c): the head counter lives here, in the
+   * sender's GPU memory, instead of in fifo->head - the receiver writes it
+   * over the link and the sender polls it locally. NULL for every other
+   * FIFO; only the CUDA executor reads it (RCC_PROTO_HEAD_MIRROR). */
+  uint32_t *head_mirror;
 };
 
 /* What a host executor asks of a connection whose other end is an engine.
@@ -128,14 +134,24 @@ struct rcc_conn_ops {
 #if defined(RCC_PROTO_WAIT) && !defined(RCC_PROTO_FUNCTIONS)
 #define RCC_PROTO_FUNCTIONS
 
+/* The head counter a sender polls and a receiver publishes: fifo->head, or
+ * for an includer that defines RCC_PROTO_HEAD_MIRROR (the CUDA executor) the
+ * connection's head_mirror where it has one. */
+#ifdef RCC_PROTO_HEAD_MIRROR
+#define RCC_HEAD_WORD(c) ((c)->head_mirror ? (c)->head_mirror : &(c)->fifo->head)
+#else
+#define RCC_HEAD_WORD(c) (&(c)->fifo->head)
+#endif
+
 /* Sender: wait for a free slot and return where to write it. */
 RCC_HD static inline int rcc_proto_send_begin(void *ctx, struct rcc_conn *c,
                                               char **slot) {
+  uint32_t *head_word = RCC_HEAD_WORD(c);
   for (;;) {
-    uint32_t head = RCC_LOAD_ACQUIRE(&c->fifo->head);
+    uint32_t head = RCC_LOAD_ACQUIRE(head_word);
     if ((uint32_t)(c->step - head) < c->nslots)
       break;
-    int r = RCC_PROTO_WAIT(ctx, &c->fifo->head, &c->fifo->head_waiters, head);
+    int r = RCC_PROTO_WAIT(ctx, head_word, &c->fifo->head_waiters, head);
     if (r != 0)
       return r;
   }
@@ -172,8 +188,8 @@ RCC_HD static inline int rcc_proto_recv_begin(void *ctx, struct rcc_conn *c,
 /* Receiver: hand the slot back to the sender. */
 RCC_HD static inline void rcc_proto_recv_end(struct rcc_conn *c) {
   c->step++;
-  RCC_STORE_RELEASE(&c->fifo->head, c->step);
-  RCC_PROTO_WAKE(c, &c->fifo->head, &c->fifo->head_waiters);
+  RCC_STORE_RELEASE(RCC_HEAD_WORD(c), c->step);
+  RCC_PROTO_WAKE(c, RCC_HEAD_WORD(c), &c->fifo->head_waiters);
 }
 
 #endif /* RCC_PROTO_FUNCTIONS */

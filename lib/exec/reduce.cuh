@@ -6,7 +6,7 @@
  * One definition makes every datatype x op: an op is a functor (OpSum,
  * OpProd, OpMin, OpMax) applied to one element, or to a native pair of
  * 16-bit floats (__half2, __nv_bfloat162: __hadd2/__hmul2, one instruction
- * per pair on sm_80+); reduce_run<T, OP> streams 16-byte vectors through it.
+ * per pair on sm_80+); reduce_run<T, OP> streams vector words through it.
  * RCC_CUDA_DATATYPES and RCC_CUDA_OPS are the tables the kernels are
  * instantiated from.
  *
@@ -23,9 +23,12 @@
  *    floats in float, ...), integers truncating toward zero.
  *
  * Memory: loads use ld.global.cg (L2, not L1): a slot a peer or the proxy
- * rewrites must never be served from a stale L1 line. Vectors need a, b and
- * the destinations equally aligned modulo 16; otherwise the loops fall back
- * to the widest common word (copies) or single elements (reductions).
+ * rewrites must never be served from a stale L1 line. Loops move whole
+ * words: 16 bytes (uint4, 128-bit loads and stores) where a, b and the
+ * destinations agree modulo 16, else the widest word they agree on (8 or 4
+ * bytes), with single elements only for the head before the first word
+ * boundary and the tail after the last word (vec_split.h: the rule, tested
+ * on the CPU). Reductions and copies follow the same rule.
  */
 #ifndef RCC_REDUCE_CUH
 #define RCC_REDUCE_CUH
@@ -38,6 +41,10 @@
 #include <type_traits>
 
 #include "ringcc.h"
+#ifndef RCC_HD /* vec_split.h's rule runs on the device here */
+#define RCC_HD __host__ __device__
+#endif
+#include "vec_split.h"
 
 /* Every datatype, in ringcc_datatype_t order: X(enum, device type). */
 #define RCC_CUDA_DATATYPES(X, ...)                                             \
@@ -161,7 +168,7 @@ template <class T> __device__ __forceinline__ T avg_div(T x, int nranks) {
   }
 }
 
-/* The unit an op works on inside a 16-byte vector: a native pair of 16-bit
+/* The unit an op works on inside a vector word: a native pair of 16-bit
  * floats where the op has a pair instruction, else one element. */
 template <class T, class Op> struct lane { using type = T; };
 template <class Op> struct lane<__half, Op> {
@@ -172,34 +179,39 @@ template <class Op> struct lane<__nv_bfloat16, Op> {
       typename std::conditional<Op::pairs, __nv_bfloat162, __nv_bfloat16>::type;
 };
 
-/* ---- 16-byte vectors -------------------------------------------------------- */
+/* ---- vector words: uint4 (16 bytes), uint2 (8), uint32_t (4) ---------------- */
 
-__device__ __forceinline__ uint4 ld_vec(const uint4 *p) { return __ldcg(p); }
+template <class V> __device__ __forceinline__ V ld_vec(const V *p) {
+  return __ldcg(p);
+}
 
-template <class T, int OP>
-__device__ __forceinline__ uint4 vec_op(uint4 a, uint4 b) {
+template <class T, int OP, class V>
+__device__ __forceinline__ V vec_op(V a, V b) {
   using Op = typename op_of<OP>::type;
   using L = typename lane<T, Op>::type;
-  constexpr int n = 16 / sizeof(L);
+  /* A word narrower than a pair (4-byte words of 16-bit floats hold one
+   * pair exactly) never happens: the word holds whole lanes. */
+  static_assert(sizeof(V) % sizeof(L) == 0, "a word holds whole lanes");
+  constexpr int n = sizeof(V) / sizeof(L);
   L la[n], lb[n];
-  memcpy(la, &a, 16);
-  memcpy(lb, &b, 16);
+  memcpy(la, &a, sizeof(V));
+  memcpy(lb, &b, sizeof(V));
 #pragma unroll
   for (int k = 0; k < n; k++)
     la[k] = Op()(la[k], lb[k]);
-  memcpy(&a, la, 16);
+  memcpy(&a, la, sizeof(V));
   return a;
 }
 
-template <class T>
-__device__ __forceinline__ uint4 vec_avg(uint4 v, int nranks) {
-  constexpr int n = 16 / sizeof(T);
+template <class T, class V>
+__device__ __forceinline__ V vec_avg(V v, int nranks) {
+  constexpr int n = sizeof(V) / sizeof(T);
   T e[n];
-  memcpy(e, &v, 16);
+  memcpy(e, &v, sizeof(V));
 #pragma unroll
   for (int k = 0; k < n; k++)
     e[k] = avg_div(e[k], nranks);
-  memcpy(&v, e, 16);
+  memcpy(&v, e, sizeof(V));
   return v;
 }
 
@@ -220,17 +232,16 @@ __device__ __forceinline__ T elem(const T *a, const T *b, size_t i,
 
 #define RCC_CUDA_UNROLL 4
 
-/* Vectors [0, nvec) of dst (and dst2) from a (op b), strided by the
- * calling threads; RCC_CUDA_UNROLL loads in flight per thread. */
-template <class T, int OP, bool BIN, bool TWO>
-__device__ __forceinline__ void vec_loop(uint4 *dst, uint4 *dst2,
-                                         const uint4 *a, const uint4 *b,
-                                         size_t nvec, int finish, size_t tid,
-                                         size_t nthreads) {
+/* Words [0, nvec) of dst (and dst2) from a (op b), strided by the calling
+ * threads; RCC_CUDA_UNROLL loads in flight per thread. */
+template <class T, int OP, bool BIN, bool TWO, class V>
+__device__ __forceinline__ void vec_loop(V *dst, V *dst2, const V *a,
+                                         const V *b, size_t nvec, int finish,
+                                         size_t tid, size_t nthreads) {
   size_t i = tid;
   for (; i + (RCC_CUDA_UNROLL - 1) * nthreads < nvec;
        i += RCC_CUDA_UNROLL * nthreads) {
-    uint4 x[RCC_CUDA_UNROLL], y[RCC_CUDA_UNROLL];
+    V x[RCC_CUDA_UNROLL], y[RCC_CUDA_UNROLL];
 #pragma unroll
     for (int u = 0; u < RCC_CUDA_UNROLL; u++)
       x[u] = ld_vec(a + i + u * nthreads);
@@ -241,24 +252,24 @@ __device__ __forceinline__ void vec_loop(uint4 *dst, uint4 *dst2,
     }
 #pragma unroll
     for (int u = 0; u < RCC_CUDA_UNROLL; u++) {
-      uint4 r = x[u];
+      V r = x[u];
       if constexpr (BIN)
-        r = vec_op<T, OP>(r, y[u]);
+        r = vec_op<T, OP, V>(r, y[u]);
       if constexpr (OP == RINGCC_AVG)
         if (finish)
-          r = vec_avg<T>(r, finish);
+          r = vec_avg<T, V>(r, finish);
       dst[i + u * nthreads] = r;
       if constexpr (TWO)
         dst2[i + u * nthreads] = r;
     }
   }
   for (; i < nvec; i += nthreads) {
-    uint4 r = ld_vec(a + i);
+    V r = ld_vec(a + i);
     if constexpr (BIN)
-      r = vec_op<T, OP>(r, ld_vec(b + i));
+      r = vec_op<T, OP, V>(r, ld_vec(b + i));
     if constexpr (OP == RINGCC_AVG)
       if (finish)
-        r = vec_avg<T>(r, finish);
+        r = vec_avg<T, V>(r, finish);
     dst[i] = r;
     if constexpr (TWO)
       dst2[i] = r;
@@ -278,28 +289,42 @@ __device__ __forceinline__ void elem_loop(T *dst, T *dst2, const T *a,
   }
 }
 
-template <class T, int OP, bool BIN, bool TWO>
-__device__ __noinline__ void run(T *dst, T *dst2, const T *a, const T *b, size_t n,
-                    int finish, size_t tid, size_t nthreads) {
-  constexpr size_t per = 16 / sizeof(T);
-  uintptr_t mis = (uintptr_t)a & 15;
-  bool same = ((uintptr_t)dst & 15) == mis &&
-              (!BIN || ((uintptr_t)b & 15) == mis) &&
-              (!TWO || ((uintptr_t)dst2 & 15) == mis);
-  if (!same || mis % sizeof(T) != 0) {
-    elem_loop<T, OP, BIN, TWO>(dst, dst2, a, b, 0, n, finish, tid, nthreads);
-    return;
+/* The words of a split, as V: only instantiated where V holds whole lanes
+ * of T (a 16-bit float pair needs 4 bytes: every word here has them). */
+template <class T, int OP, bool BIN, bool TWO, class V>
+__device__ __forceinline__ void words(T *dst, T *dst2, const T *a, const T *b,
+                                      const struct rcc_vec_split &sp,
+                                      int finish, size_t tid, size_t nthreads) {
+  if constexpr (sizeof(V) % sizeof(T) == 0) {
+    size_t h = sp.head;
+    vec_loop<T, OP, BIN, TWO, V>((V *)(dst + h), TWO ? (V *)(dst2 + h) : nullptr,
+                                 (const V *)(a + h),
+                                 BIN ? (const V *)(b + h) : nullptr, sp.nvec,
+                                 finish, tid, nthreads);
   }
-  size_t head = ((16 - mis) & 15) / sizeof(T);
-  head = head < n ? head : n;
-  size_t nvec = (n - head) / per, tail = head + nvec * per;
-  elem_loop<T, OP, BIN, TWO>(dst, dst2, a, b, 0, head, finish, tid, nthreads);
-  vec_loop<T, OP, BIN, TWO>((uint4 *)(dst + head),
-                            TWO ? (uint4 *)(dst2 + head) : nullptr,
-                            (const uint4 *)(a + head),
-                            BIN ? (const uint4 *)(b + head) : nullptr, nvec,
-                            finish, tid, nthreads);
-  elem_loop<T, OP, BIN, TWO>(dst, dst2, a, b, tail, n, finish, tid, nthreads);
+}
+
+template <class T, int OP, bool BIN, bool TWO>
+__device__ __noinline__ void run(T *dst, T *dst2, const T *a, const T *b,
+                                 size_t n, int finish, size_t tid,
+                                 size_t nthreads) {
+  uintptr_t mix = (uintptr_t)dst ^ (uintptr_t)a;
+  if (BIN)
+    mix |= (uintptr_t)b ^ (uintptr_t)a;
+  if (TWO)
+    mix |= (uintptr_t)dst2 ^ (uintptr_t)a;
+  const struct rcc_vec_split sp = rcc_vec_split(mix, (uintptr_t)a, n, sizeof(T));
+  elem_loop<T, OP, BIN, TWO>(dst, dst2, a, b, 0, sp.head, finish, tid,
+                             nthreads);
+  if (sp.word == 16)
+    words<T, OP, BIN, TWO, uint4>(dst, dst2, a, b, sp, finish, tid, nthreads);
+  else if (sp.word == 8)
+    words<T, OP, BIN, TWO, uint2>(dst, dst2, a, b, sp, finish, tid, nthreads);
+  else if (sp.word == 4)
+    words<T, OP, BIN, TWO, uint32_t>(dst, dst2, a, b, sp, finish, tid,
+                                     nthreads);
+  elem_loop<T, OP, BIN, TWO>(dst, dst2, a, b, sp.tail_from, n, finish, tid,
+                             nthreads);
 }
 
 /*
@@ -323,25 +348,24 @@ __device__ void reduce_run(T *dst, T *dst2, const T *a, const T *b, size_t n,
 
 /* ---- copies ----------------------------------------------------------------- */
 
-/* The widest word W such that dst, dst2 and src agree modulo sizeof(W). */
+/* Bytes [0, bytes) of dst (unless dst == src: an in-place copy writes
+ * only dst2) and dst2, split as vec_split.h says, the words as W. */
 template <class W>
 __device__ __forceinline__ void copy_words(char *dst, char *dst2,
-                                           const char *src, size_t bytes,
-                                           size_t tid, size_t nthreads) {
-  constexpr size_t w = sizeof(W);
-  size_t head = (w - ((uintptr_t)src & (w - 1))) & (w - 1);
-  head = head < bytes ? head : bytes;
-  size_t nword = (bytes - head) / w, tail = head + nword * w;
-  bool one = dst != src; /* an in-place copy writes only dst2 */
-  for (size_t i = tid; i < head; i += nthreads) {
+                                           const char *src,
+                                           const struct rcc_vec_split &sp,
+                                           size_t bytes, size_t tid,
+                                           size_t nthreads) {
+  bool one = dst != src;
+  for (size_t i = tid; i < sp.head; i += nthreads) {
     if (one)
       dst[i] = src[i];
     if (dst2)
       dst2[i] = src[i];
   }
-  const W *s = (const W *)(src + head);
-  W *d = (W *)(dst + head), *d2 = (W *)(dst2 + head);
-  size_t i = tid;
+  const W *s = (const W *)(src + sp.head);
+  W *d = (W *)(dst + sp.head), *d2 = (W *)(dst2 + sp.head);
+  size_t i = tid, nword = sp.nvec;
   for (; i + (RCC_CUDA_UNROLL - 1) * nthreads < nword;
        i += RCC_CUDA_UNROLL * nthreads) {
     W x[RCC_CUDA_UNROLL];
@@ -363,7 +387,7 @@ __device__ __forceinline__ void copy_words(char *dst, char *dst2,
     if (dst2)
       d2[i] = x;
   }
-  for (size_t j = tail + tid; j < bytes; j += nthreads) {
+  for (size_t j = sp.tail_from + tid; j < bytes; j += nthreads) {
     if (one)
       dst[j] = src[j];
     if (dst2)
@@ -377,17 +401,18 @@ __device__ __noinline__ inline void copy_run(char *dst, char *dst2,
                                              size_t tid, size_t nthreads) {
   if (bytes == 0 || (dst == src && dst2 == nullptr))
     return;
-  uintptr_t m = (uintptr_t)src ^ (uintptr_t)dst;
+  uintptr_t mix = (uintptr_t)src ^ (uintptr_t)dst;
   if (dst2)
-    m |= (uintptr_t)src ^ (uintptr_t)dst2;
-  if ((m & 15) == 0)
-    copy_words<uint4>(dst, dst2, src, bytes, tid, nthreads);
-  else if ((m & 7) == 0)
-    copy_words<uint2>(dst, dst2, src, bytes, tid, nthreads);
-  else if ((m & 3) == 0)
-    copy_words<uint32_t>(dst, dst2, src, bytes, tid, nthreads);
+    mix |= (uintptr_t)src ^ (uintptr_t)dst2;
+  const struct rcc_vec_split sp = rcc_vec_split(mix, (uintptr_t)src, bytes, 1);
+  if (sp.word == 16)
+    copy_words<uint4>(dst, dst2, src, sp, bytes, tid, nthreads);
+  else if (sp.word == 8)
+    copy_words<uint2>(dst, dst2, src, sp, bytes, tid, nthreads);
+  else if (sp.word == 4)
+    copy_words<uint32_t>(dst, dst2, src, sp, bytes, tid, nthreads);
   else
-    copy_words<unsigned char>(dst, dst2, src, bytes, tid, nthreads);
+    copy_words<unsigned char>(dst, dst2, src, sp, bytes, tid, nthreads);
 }
 
 } /* namespace rcc */

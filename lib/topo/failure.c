@@ -21,7 +21,12 @@
  *
  * A peer that learns the cause records it and passes it on the same way, so
  * every survivor reports the killed rank and its host, whichever rank it was
- * waiting for.
+ * waiting for. Device kernels learn it too: rcc_peer_dead stores
+ * RINGCC_ERR_PEER_FAILED through comm->fail_word (error.c), a host-mapped
+ * word the CUDA side registered, which every kernel wait polls. While a
+ * kernel may wait no host thread does, so the CUDA side's watchdog
+ * (watchdog.c) runs rcc_check_peers: the host executor's checks, for every
+ * same-host peer.
  */
 #include <errno.h>
 #include <limits.h>
@@ -34,6 +39,7 @@
 
 #include "board.h"
 #include "comm.h"
+#include "error.h"
 #include "failure.h"
 #include "log.h"
 
@@ -120,6 +126,22 @@ void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
   if (engine != NULL) /* one engine serves every network edge */
     engine->ops->notify(engine);
   rcc_board_wake(comm); /* peers asleep on this rank's one-shot board */
+  rcc_comm_tell_kernels(comm, RINGCC_ERR_PEER_FAILED); /* device waits too */
+}
+
+int rcc_check_peers(struct ringcc_comm *comm) {
+  const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  for (int p = 0; p < comm->nranks && rcc_dead_rank(comm, NULL) < 0; p++) {
+    const struct rcc_peer_info *q = &comm->peers[p];
+    if (p == comm->rank || q->pid_space != me->pid_space || q->pid == me->pid)
+      continue; /* another host (its engine tells), or a thread of ours */
+    int told = rcc_peer_poisoned(comm, p); /* p knew of a dead rank */
+    if (told >= 0)
+      rcc_peer_dead(comm, told, p);
+    else if (!rcc_peer_alive(comm, p))
+      rcc_peer_dead(comm, p, comm->rank);
+  }
+  return rcc_dead_rank(comm, NULL);
 }
 
 int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer) {

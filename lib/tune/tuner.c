@@ -164,9 +164,10 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
     links_text(t->all_links, every, sizeof(every));
     RCC_INFO(comm->rank,
              "tuner: ring edges %s, all edges %s; chunk = one FIFO slot "
-             "(ring %zu B, all edges %zu B); channels: host %d, device %d "
-             "(%s); RINGCC_ALGO %s",
+             "(ring %zu B, all edges %zu B; device calls %zu B, %zu B); "
+             "channels: host %d, device %d (%s); RINGCC_ALGO %s",
              ring, every, comm->ring_chunk_bytes, comm->all_chunk_bytes,
+             comm->dev_ring_chunk_bytes, comm->dev_all_chunk_bytes,
              comm->kind_channels[RCC_CONN_COLL],
              comm->nkinds == RCC_MAX_CONN_KINDS
                  ? comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL]
@@ -269,8 +270,10 @@ static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       .network_only = t->all_links == 1u << RCC_LINK_TCP,
       .gamma_us_per_byte = t->model.gamma_us_per_byte,
       .cache_bytes = t->model.cache_bytes,
-      .chunk_bytes = (double)comm->ring_chunk_bytes,
-      .slot_bytes = (double)comm->all_chunk_bytes,
+      .chunk_bytes = (double)(device ? comm->dev_ring_chunk_bytes
+                                     : comm->ring_chunk_bytes),
+      .slot_bytes = (double)(device ? comm->dev_all_chunk_bytes
+                                    : comm->all_chunk_bytes),
       .board_bytes = comm->board_ok ? (double)comm->board_bytes : 0,
       .cma = comm->cma_ok,
       .device = device,
@@ -282,8 +285,8 @@ static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   const struct rcc_algorithm *a = &rcc_algorithms[cand[winner].alg];
 
   out->alg = a->id;
-  out->chunk_bytes = (a->flags & RCC_ALG_ALL_EDGES) ? comm->all_chunk_bytes
-                                                    : comm->ring_chunk_bytes;
+  out->chunk_bytes = (size_t)((a->flags & RCC_ALG_ALL_EDGES) ? in.slot_bytes
+                                                             : in.chunk_bytes);
   out->channels = cand[winner].pred.channels;
   if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);

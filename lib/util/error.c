@@ -2,7 +2,9 @@
  * error.c - failures reported as one sentence and a code (error.h), and the
  * public names of the codes.
  */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "comm.h"
@@ -45,15 +47,46 @@ ringcc_result_t rcc_errf(char *err, size_t errlen, ringcc_result_t code,
 
 ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
                                const char *fmt, ...) {
+  char msg[RCC_ERRLEN];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(comm->last_error, sizeof(comm->last_error), fmt, ap);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  rcc_comm_set_last_error(comm, msg);
   if (code == RINGCC_ERR_INVALID_ARGUMENT)
-    RCC_INFO(comm->rank, "%s", comm->last_error);
+    RCC_INFO(comm->rank, "%s", msg);
   else
-    RCC_WARN(comm->rank, "%s", comm->last_error);
+    RCC_WARN(comm->rank, "%s", msg);
   return code;
+}
+
+void rcc_comm_set_last_error(struct ringcc_comm *comm, const char *msg) {
+  pthread_mutex_lock(&comm->error_lock);
+  snprintf(comm->last_error, sizeof(comm->last_error), "%s", msg);
+  pthread_mutex_unlock(&comm->error_lock);
+}
+
+ringcc_result_t rcc_comm_set_fatal(struct ringcc_comm *comm,
+                                   ringcc_result_t code) {
+  int expected = RINGCC_SUCCESS;
+  if (code == RINGCC_SUCCESS ||
+      __atomic_compare_exchange_n((int *)&comm->fatal, &expected, (int)code, 0,
+                                  __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return code;
+  return (ringcc_result_t)expected;
+}
+
+ringcc_result_t rcc_comm_fatal(const struct ringcc_comm *comm) {
+  return (ringcc_result_t)__atomic_load_n((const int *)&comm->fatal,
+                                          __ATOMIC_ACQUIRE);
+}
+
+void rcc_comm_tell_kernels(struct ringcc_comm *comm, ringcc_result_t code) {
+  uint32_t *word = __atomic_load_n(&comm->fail_word, __ATOMIC_ACQUIRE);
+  uint32_t none = 0;
+  if (word != NULL && code != RINGCC_SUCCESS)
+    __atomic_compare_exchange_n(word, &none, (uint32_t)code, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...) {
@@ -85,4 +118,5 @@ void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,
   va_end(ap);
   RCC_WARN(comm->rank, "%s", comm->async_message);
   __atomic_store_n(&comm->async_error, (int)code, __ATOMIC_RELEASE);
+  rcc_comm_tell_kernels(comm, code);
 }

@@ -13,6 +13,12 @@
  *   tcp        4 ranks with shm_disable = 1: the TCP plugin and its proxy
  *              thread
  *
+ *   async-error  4 ranks over shared memory; rank 3 withholds the last
+ *              allreduce, so the others' calls time out (3 s) while the
+ *              monitor thread calls ringcc_comm_get_async_error on every
+ *              communicator (as PyTorch's watchdog does): the failing calls
+ *              write the sticky error and the message while it reads them
+ *
  *   trace      as shm with RINGCC_TRACE (a small ring buffer, so it wraps)
  *              and RINGCC_STATS=time; the monitor also reads
  *              ringcc_comm_stats and sends the process RINGCC_REPORT_SIGNAL
@@ -57,8 +63,12 @@ struct phase {
   const char *name;
   int ncomms;      /* communicators per rank, each with its own thread */
   int shm_disable;
-  int monitor;     /* a thread calls ringcc_comm_report meanwhile */
+  int monitor;     /* a thread calls ringcc_comm_report and
+                      ringcc_comm_get_async_error meanwhile */
   int registered;  /* the buffers are registered (ringcc_mem_alloc) */
+  int withhold;    /* 1 + the rank that skips the last allreduce; 0: none */
+  int64_t timeout_ms; /* 0: TIMEOUT_MS */
+  int iters;          /* rounds; 0: ITERS */
   int trace;       /* RINGCC_TRACE, RINGCC_STATS=time; the monitor also
                       reads the statistics and sends SIGUSR1 */
   int algo[MAX_COMMS]; /* config.algo of each communicator (0: auto) */
@@ -197,11 +207,28 @@ static int round_of(struct worker *w, int iter, size_t count, int32_t *a,
   return 0;
 }
 
+/* The allreduce one rank withholds: it must time out, and the async error
+ * (read by the monitor meanwhile) must say so afterwards. */
+static void withheld_call(struct worker *w, int32_t *a, int32_t *b) {
+  ringcc_result_t r = ringcc_allreduce(a, b, 16, RINGCC_INT32, RINGCC_SUM,
+                                       w->comm, NULL);
+  ringcc_result_t async = RINGCC_SUCCESS;
+  ringcc_result_t q = ringcc_comm_get_async_error(w->comm, &async);
+  if (r != RINGCC_ERR_TIMEOUT || q != RINGCC_SUCCESS ||
+      async != RINGCC_ERR_TIMEOUT) {
+    snprintf(w->msg, sizeof(w->msg), "%s rank %d: the withheld allreduce "
+             "returned %s, then the async error %s (want RINGCC_ERR_TIMEOUT "
+             "twice): %s", w->ph->name, w->rank, ringcc_strerror(r),
+             ringcc_strerror(async), ringcc_comm_last_error(w->comm));
+    w->failed = 1;
+  }
+}
+
 static void *worker_main(void *p) {
   struct worker *w = p;
   struct phase *ph = w->ph;
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
-  cfg.timeout_ms = TIMEOUT_MS;
+  cfg.timeout_ms = ph->timeout_ms > 0 ? ph->timeout_ms : TIMEOUT_MS;
   cfg.shm_disable = ph->shm_disable;
   cfg.algo = ph->algo[w->which];
   ringcc_result_t r = ringcc_comm_init(&w->comm, NRANKS, &ph->ids[w->which],
@@ -234,9 +261,12 @@ static void *worker_main(void *p) {
     if (r != RINGCC_SUCCESS)
       fail(w, "mem_alloc/comm_register", r);
   }
-  for (int iter = 0; iter < ITERS && !w->failed; iter++)
+  int iters = ph->iters > 0 ? ph->iters : ITERS;
+  for (int iter = 0; iter < iters && !w->failed; iter++)
     if (round_of(w, iter, counts[iter % NCOUNTS], buf[0], buf[1], buf[2]) != 0)
       break;
+  if (ph->withhold && !w->failed && w->rank != ph->withhold - 1)
+    withheld_call(w, buf[0], buf[1]);
   for (int k = 0; k < 3; k++) {
     if (!ph->registered) {
       free(buf[k]);
@@ -258,21 +288,31 @@ static void *monitor_main(void *p) {
   char buf[1024];
   while (atomic_load(&ph->ready) < nworkers)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
-  unsigned long reports = 0, stats = 0, signals = 0;
+  unsigned long reports = 0, asks = 0, errors = 0, stats = 0, signals = 0;
   while (!atomic_load(&ph->done)) {
     for (int c = 0; c < ph->ncomms; c++)
       for (int r = 0; r < NRANKS; r++) {
+        ringcc_comm_t comm = ph->comms[c][r];
+        ringcc_result_t async = RINGCC_SUCCESS;
         ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
         ringcc_stats_edge_t edges[NRANKS];
         st.edges = edges;
         st.edges_len = NRANKS;
-        if (ph->comms[c][r] != NULL &&
-            ringcc_comm_report(ph->comms[c][r], buf, sizeof(buf)) ==
-                RINGCC_SUCCESS)
+        if (comm == NULL)
+          continue;
+        if (ringcc_comm_report(comm, buf, sizeof(buf)) == RINGCC_SUCCESS)
           reports++;
-        if (ph->trace && ph->comms[c][r] != NULL &&
-            ringcc_comm_stats(ph->comms[c][r], &st) == RINGCC_SUCCESS)
+        if (ph->trace && ringcc_comm_stats(comm, &st) == RINGCC_SUCCESS)
           stats++;
+        if (ringcc_comm_get_async_error(comm, &async) == RINGCC_SUCCESS)
+          asks++;
+        if (async != RINGCC_SUCCESS) {
+          errors++;
+          /* The message is complete before the code is visible. */
+          if (strstr(ringcc_comm_last_error(comm), "timed out") == NULL)
+            printf("  monitor: async %s with the message \"%s\"\n",
+                   ringcc_strerror(async), ringcc_comm_last_error(comm));
+        }
       }
     if (ph->trace && reports % 256 == 0) { /* the ranks write their traces */
       kill(getpid(), SIGUSR1);
@@ -280,8 +320,9 @@ static void *monitor_main(void *p) {
     }
     nanosleep(&(struct timespec){0, 2000000}, NULL);
   }
-  printf("  monitor: %lu reports, %lu statistics, %lu signals taken while "
-         "collectives ran\n", reports, stats, signals);
+  printf("  monitor: %lu reports, %lu async-error queries (%lu saw an "
+         "error), %lu statistics, %lu signals taken while collectives ran\n",
+         reports, asks, errors, stats, signals);
   return NULL;
 }
 
@@ -322,7 +363,7 @@ static int run_phase(struct phase *ph) {
 
   printf("== phase %s: %d ranks x %d communicator%s, shm_disable=%d, %d "
          "rounds\n", ph->name, NRANKS, ph->ncomms, ph->ncomms > 1 ? "s" : "",
-         ph->shm_disable, ITERS);
+         ph->shm_disable, ph->iters > 0 ? ph->iters : ITERS);
   fflush(stdout);
   for (int c = 0; c < ph->ncomms; c++) {
     ringcc_result_t r = ringcc_get_unique_id(&ph->ids[c]);
@@ -379,6 +420,13 @@ int main(void) {
        .shm_disable = 0,
        .algo = {RINGCC_ALGO_TREE, RINGCC_ALGO_AUTO}},
       {.name = "tcp", .ncomms = 1, .shm_disable = 1, .monitor = 1},
+      {.name = "async-error",
+       .ncomms = 1,
+       .shm_disable = 0,
+       .monitor = 1,
+       .withhold = NRANKS, /* rank 3 */
+       .timeout_ms = 3000,
+       .iters = 2},
       {.name = "trace", .ncomms = 1, .shm_disable = 0, .monitor = 1,
        .trace = 1},
       {.name = "direct",

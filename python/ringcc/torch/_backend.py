@@ -189,7 +189,12 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             store.set("ringcc/unique_id", bytes(uid))
         else:
             uid = ringcc.UniqueId(store.get("ringcc/unique_id"))
-        self._comm = ringcc.Comm(size, uid, rank, timeout_ms=timeout_ms)
+        config = {"timeout_ms": timeout_ms}
+        # The library sets up device buffers where the process uses CUDA;
+        # torch may not have made its context current in this thread yet.
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            config["cuda_device"] = torch.cuda.current_device()
+        self._comm = ringcc.Comm(size, uid, rank, **config)
         self._worker = Worker(f"ringcc-pg-rank{rank}")
         self._channels = {}
         self._channels_lock = threading.Lock()
