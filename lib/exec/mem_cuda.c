@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "error.h"
+#include "gpu.h"
 
 struct cu_mem_api {
   CUresult (*create)(CUmemGenericAllocationHandle *, size_t,
@@ -90,6 +91,7 @@ static void load_api(void) {
 
 struct cu_mem {
   CUmemGenericAllocationHandle handle;
+  int device; /* the GPU it is mapped on */
 };
 
 static ringcc_result_t cu_failed(char *err, size_t errlen, const char *what,
@@ -101,26 +103,23 @@ static ringcc_result_t cu_failed(char *err, size_t errlen, const char *what,
                   why, (int)e);
 }
 
-/* Makes dev the current device (its primary context up) for the driver
- * calls; *prev is given back by leave(). */
-static ringcc_result_t enter(int dev, int *prev, char *err, size_t errlen) {
+/* Makes dev's primary context current for the driver calls (gpu.c: pushed,
+ * and popped by leave(), so a thread that had no context has none after
+ * and no other GPU gets one). */
+static ringcc_result_t enter(int dev, struct rcc_gpu_scope *scope, char *err,
+                             size_t errlen) {
+  char why[160];
   pthread_once(&api_once, load_api);
   if (!api.ok)
     return rcc_errf(err, errlen, RINGCC_ERR_UNSUPPORTED,
                     "the CUDA driver has no cuMem* functions (a driver for "
                     "CUDA 12 or newer is needed)");
-  cudaError_t e = cudaGetDevice(prev);
-  if (e == cudaSuccess)
-    e = cudaSetDevice(dev);
-  if (e == cudaSuccess)
-    e = cudaFree(NULL); /* the primary context, for the driver calls */
-  if (e != cudaSuccess)
-    return rcc_errf(err, errlen, RINGCC_ERR_CUDA, "GPU %d: %s", dev,
-                    cudaGetErrorString(e));
+  if (rcc_gpu_enter(dev, scope, why, sizeof(why)) != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_CUDA, "GPU %d: %s", dev, why);
   return RINGCC_SUCCESS;
 }
 
-static void leave(int prev) { cudaSetDevice(prev); }
+static void leave(struct rcc_gpu_scope *scope) { rcc_gpu_leave(scope); }
 
 /* Maps handle at a new address range of bytes on dev, read-write. */
 static ringcc_result_t map_on(int dev, CUmemGenericAllocationHandle h,
@@ -153,8 +152,8 @@ static ringcc_result_t map_on(int dev, CUmemGenericAllocationHandle h,
 ringcc_result_t rcc_cuda_mem_alloc(int device, size_t *bytes, void **ptr,
                                    int *fd, void **state, char *err,
                                    size_t errlen) {
-  int prev;
-  ringcc_result_t r = enter(device, &prev, err, errlen);
+  struct rcc_gpu_scope scope;
+  ringcc_result_t r = enter(device, &scope, err, errlen);
   if (r != RINGCC_SUCCESS)
     return r;
   CUmemAllocationProp prop;
@@ -165,6 +164,8 @@ ringcc_result_t rcc_cuda_mem_alloc(int device, size_t *bytes, void **ptr,
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   size_t gran = 0;
   struct cu_mem *m = calloc(1, sizeof(*m));
+  if (m != NULL)
+    m->device = device;
   CUresult e = api.granularity(&gran, &prop,
                                CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   if (m == NULL)
@@ -196,7 +197,7 @@ ringcc_result_t rcc_cuda_mem_alloc(int device, size_t *bytes, void **ptr,
     }
     *fd = shared;
   }
-  leave(prev);
+  leave(&scope);
   if (r != RINGCC_SUCCESS) {
     free(m);
     *ptr = NULL;
@@ -210,21 +211,29 @@ void rcc_cuda_mem_free(void *ptr, size_t bytes, void *state) {
   struct cu_mem *m = state;
   if (m == NULL)
     return;
-  cudaDeviceSynchronize(); /* no kernel still uses it */
+  struct rcc_gpu_scope scope;
+  char why[160];
+  int entered = rcc_gpu_enter(m->device, &scope, why, sizeof(why)) == 0;
+  if (entered)
+    cudaDeviceSynchronize(); /* no kernel still uses it */
   api.unmap((CUdeviceptr)(uintptr_t)ptr, bytes);
   api.free_va((CUdeviceptr)(uintptr_t)ptr, bytes);
   api.release(m->handle);
+  if (entered)
+    rcc_gpu_leave(&scope);
   free(m);
 }
 
 ringcc_result_t rcc_cuda_mem_import(int device, int fd, size_t bytes,
                                     void **ptr, void **state, char *err,
                                     size_t errlen) {
-  int prev;
-  ringcc_result_t r = enter(device, &prev, err, errlen);
+  struct rcc_gpu_scope scope;
+  ringcc_result_t r = enter(device, &scope, err, errlen);
   if (r != RINGCC_SUCCESS)
     return r;
   struct cu_mem *m = calloc(1, sizeof(*m));
+  if (m != NULL)
+    m->device = device;
   CUresult e = CUDA_SUCCESS;
   if (m == NULL)
     r = rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -235,7 +244,7 @@ ringcc_result_t rcc_cuda_mem_import(int device, int fd, size_t bytes,
   else if ((r = map_on(device, m->handle, bytes, 0, ptr, err, errlen)) !=
            RINGCC_SUCCESS)
     api.release(m->handle);
-  leave(prev);
+  leave(&scope);
   if (r != RINGCC_SUCCESS) {
     free(m);
     return r;
