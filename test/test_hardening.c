@@ -1,6 +1,7 @@
 /*
  * test_hardening.c - what issue 16 asked for, each part on its own: the
- * SHA-256 / HMAC-SHA-256 the handshakes use, against the published vectors.
+ * SHA-256 / HMAC-SHA-256 the handshakes use, against the published vectors;
+ * integer and secret variables parsed strictly.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -8,6 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "comm.h"
 #include "harness.h"
 #include "sha256.h"
 
@@ -131,4 +138,103 @@ Test(crypto, equal_ct_and_random, .timeout = 10) {
     b[i] ^= 0x40;
   }
   cr_expect(rcc_random_bytes(b, sizeof b) == 0 && memcmp(a, b, 32) != 0);
+}
+
+/* ---- env: integers are base 10, RINGCC_SECRET is 32 hex digits ----------- */
+
+/* A one-rank communicator from a fresh id; NULL (and *r) when init fails. */
+static ringcc_comm_t one_rank(const ringcc_unique_id_t *id, ringcc_result_t *r) {
+  ringcc_comm_t comm = NULL;
+  *r = ringcc_comm_init(&comm, 1, id, 0, NULL);
+  return *r == RINGCC_SUCCESS ? comm : NULL;
+}
+
+Test(env, integers_are_decimal, .timeout = 30) {
+  ringcc_unique_id_t id;
+  ringcc_result_t r;
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS);
+  setenv("RINGCC_TIMEOUT_MS", "010", 1); /* ten, not eight */
+  setenv("RINGCC_NSLOTS", "08", 1);      /* not an octal error */
+  ringcc_comm_t comm = one_rank(&id, &r);
+  cr_assert_eq(r, RINGCC_SUCCESS, "init: %s", ringcc_comm_last_error(NULL));
+  cr_expect_eq(comm->set.timeout_ms, 10, "RINGCC_TIMEOUT_MS=010 gave %lld ms",
+               (long long)comm->set.timeout_ms);
+  cr_expect_eq(comm->set.nslots, 8);
+  ringcc_comm_destroy(comm);
+  unsetenv("RINGCC_NSLOTS");
+
+  static const char *const bad[] = {"0x10", "0X10", " 10", "10 ", "+10",
+                                    "1e3",  "0b1",  "--1", "10ms", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("RINGCC_TIMEOUT_MS", bad[i], 1);
+    comm = one_rank(&id, &r);
+    cr_expect_eq(r, RINGCC_ERR_INVALID_ARGUMENT,
+                 "RINGCC_TIMEOUT_MS=\"%s\": init returned %d (%s)", bad[i],
+                 (int)r, ringcc_strerror(r));
+    cr_expect(strstr(ringcc_comm_last_error(NULL), "RINGCC_TIMEOUT_MS") != NULL,
+              "RINGCC_TIMEOUT_MS=\"%s\": the message does not name it: %s",
+              bad[i], ringcc_comm_last_error(NULL));
+    if (comm != NULL)
+      ringcc_comm_destroy(comm);
+  }
+  unsetenv("RINGCC_TIMEOUT_MS");
+}
+
+/* A port nobody listens on right now (for a one-rank RINGCC_ROOT). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  socklen_t len = sizeof a;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+Test(env, secret_is_exactly_32_hex_digits, .timeout = 60) {
+  static const char *const bad[] = {
+      "0x0x0x0x0x0x0x0x0x0x0x0x0x0x0x0x", /* was read as all zeros */
+      "0x0123456789abcdef0123456789abcd",
+      " 0123456789abcdef0123456789abcde",
+      "+0123456789abcdef0123456789abcde",
+      "-0123456789abcdef0123456789abcde",
+      "0123456789abcdef0123456789abcde",   /* 31 */
+      "0123456789abcdef0123456789abcdef0", /* 33 */
+      "0123456789abcdef 123456789abcdef",
+      "0123456789abcdefg123456789abcdef",
+  };
+  char root[64];
+  ringcc_comm_t comm;
+  setenv("RINGCC_RANK", "0", 1);
+  setenv("RINGCC_NRANKS", "1", 1);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(root, sizeof root, "127.0.0.1:%d", free_port());
+    setenv("RINGCC_ROOT", root, 1);
+    setenv("RINGCC_SECRET", bad[i], 1);
+    ringcc_result_t r = ringcc_comm_init_env(&comm, NULL);
+    const char *msg = ringcc_comm_last_error(NULL);
+    cr_expect_eq(r, RINGCC_ERR_INVALID_ARGUMENT,
+                 "RINGCC_SECRET=\"%s\": init returned %d (%s)", bad[i], (int)r,
+                 ringcc_strerror(r));
+    cr_expect(strstr(msg, "RINGCC_SECRET") != NULL &&
+                  strstr(msg, "32 hex digits") != NULL,
+              "RINGCC_SECRET=\"%s\": unclear message: %s", bad[i], msg);
+    cr_expect(strstr(msg, bad[i]) == NULL,
+              "the message repeats the secret: %s", msg);
+    if (r == RINGCC_SUCCESS)
+      ringcc_comm_destroy(comm);
+  }
+  static const char *const good[] = {"0123456789abcdef0123456789ABCDEF",
+                                     "00000000000000000000000000000001"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    snprintf(root, sizeof root, "127.0.0.1:%d", free_port());
+    setenv("RINGCC_ROOT", root, 1);
+    setenv("RINGCC_SECRET", good[i], 1);
+    ringcc_result_t r = ringcc_comm_init_env(&comm, NULL);
+    cr_expect_eq(r, RINGCC_SUCCESS, "RINGCC_SECRET=%s: %s", good[i],
+                 ringcc_comm_last_error(NULL));
+    if (r == RINGCC_SUCCESS)
+      ringcc_comm_destroy(comm);
+  }
 }

@@ -106,13 +106,11 @@ static struct {
 static ringcc_result_t sockets_per_connection(int *n, char *err,
                                               size_t errlen) {
   const char *v = rcc_getenv("RINGCC_NSOCKS_PERPEER");
-  char *end;
+  int64_t x;
   *n = NSOCKS_DEFAULT;
   if (v == NULL)
     return RINGCC_SUCCESS;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || x < 1 || x > NSOCKS_MAX)
+  if (rcc_parse_decimal(v, &x) != 0 || x < 1 || x > NSOCKS_MAX)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "NET/Socket: RINGCC_NSOCKS_PERPEER=\"%s\" is not a "
                     "number in 1..%d", v, NSOCKS_MAX);

@@ -75,8 +75,9 @@ RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
 
 /* ---- settings --------------------------------------------------------- */
 
-/* An integer setting: the config field if set (>= 0), else the variable,
- * else the default; bounds checked with a message naming the source. */
+/* An integer setting: the config field if set (>= 0), else the variable
+ * (base 10 only: rcc_parse_decimal), else the default; bounds checked with a
+ * message naming the source. */
 static ringcc_result_t int_setting(int64_t field, const char *var,
                                    int64_t def, int64_t lo, int64_t hi,
                                    int64_t *out, char *err, size_t errlen) {
@@ -87,13 +88,10 @@ static ringcc_result_t int_setting(int64_t field, const char *var,
     v = field;
     from = "config";
   } else if (env != NULL) {
-    char *end;
-    errno = 0;
-    long long parsed = strtoll(env, &end, 0);
-    if (errno != 0 || *end != '\0')
+    if (rcc_parse_decimal(env, &v) != 0)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                      "%s=%s is not an integer", var, env);
-    v = parsed;
+                      "%s=%s is not a decimal integer (digits only, base 10: "
+                      "no sign but '-', no spaces, no 0x)", var, env);
     from = "environment";
   }
   if (v < lo || v > hi)
@@ -462,12 +460,11 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
 static int env_int(const char *const *names, int *value, const char **from) {
   for (; *names; names++) {
     const char *v = rcc_getenv(*names);
-    char *end;
+    int64_t parsed;
     if (v == NULL)
       continue;
-    long parsed = strtol(v, &end, 10);
     *from = *names;
-    if (*end != '\0' || parsed < 0 || parsed > INT32_MAX)
+    if (rcc_parse_decimal(v, &parsed) != 0 || parsed < 0 || parsed > INT32_MAX)
       return -1;
     *value = (int)parsed;
     return 1;
@@ -491,13 +488,16 @@ static ringcc_result_t env_root(char *root, size_t len, int nranks) {
   const char *port = rcc_getenv("MASTER_PORT");
   const char *local = rcc_getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const char *job = job_key();
+  int64_t local_size;
 
   if (v != NULL) {
     snprintf(root, len, "%s", v);
   } else if (addr != NULL && port != NULL) {
     snprintf(root, len, "%s%s%s:%s", strchr(addr, ':') ? "[" : "", addr,
              strchr(addr, ':') ? "]" : "", port);
-  } else if (job != NULL && local != NULL && atoi(local) == nranks) {
+  } else if (job != NULL && local != NULL &&
+             rcc_parse_decimal(local, &local_size) == 0 &&
+             local_size == nranks) {
     /* mpirun on one host and no rendezvous given: every rank derives the same
      * port from the job id. */
     uint64_t h = fnv1a(0xcbf29ce484222325ULL, job, strlen(job));
@@ -514,24 +514,26 @@ static ringcc_result_t env_root(char *root, size_t len, int nranks) {
   return RINGCC_SUCCESS;
 }
 
-/* RINGCC_SECRET (32 hex digits, set by ringcc-run), else derived from the
- * rendezvous address and job id: then the id only keeps strays out. */
+/* RINGCC_SECRET (exactly 32 hex digits, set by ringcc-run), else derived
+ * from the rendezvous address and job id: then the id only keeps strays
+ * out. The message never repeats the value. */
 static ringcc_result_t env_secret(const char *root, uint8_t secret[16]) {
   const char *hex = rcc_getenv("RINGCC_SECRET");
   if (hex != NULL) {
-    if (strlen(hex) != 32)
+    int bad = rcc_parse_hex(hex, secret, 16);
+    if (bad < 0)
+      return RINGCC_SUCCESS;
+    memset(secret, 0, 16);
+    if ((size_t)bad == strlen(hex))
       return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                              "ringcc_comm_init_env: RINGCC_SECRET must be 32 "
-                              "hex digits");
-    for (int i = 0; i < 16; i++) {
-      unsigned byte;
-      if (sscanf(hex + 2 * i, "%2x", &byte) != 1)
-        return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                                "ringcc_comm_init_env: RINGCC_SECRET must be "
-                                "32 hex digits");
-      secret[i] = (uint8_t)byte;
-    }
-    return RINGCC_SUCCESS;
+                              "ringcc_comm_init_env: RINGCC_SECRET has %zu "
+                              "characters; it must be exactly 32 hex digits "
+                              "(128 bits, no 0x)", strlen(hex));
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init_env: RINGCC_SECRET must be "
+                            "exactly 32 hex digits (128 bits, no 0x, no "
+                            "spaces or signs); character %d of its %zu is "
+                            "not one", bad + 1, strlen(hex));
   }
   const char *job = job_key();
   uint64_t h1 = fnv1a(0xcbf29ce484222325ULL, root, strlen(root));
