@@ -1598,8 +1598,9 @@ static int stranger_connect(const struct sockaddr_storage *root) {
   return fd;
 }
 
-/* Strangers at the rendezvous (silent, babbling, truncated hellos, some with
- * the right secret), an impostor with a valid-looking id but another secret,
+/* Strangers at the rendezvous (silent, babbling, public openings left
+ * unanswered or followed by a made-up proof),
+ * an impostor with a valid-looking id but another secret,
  * and a late-comer once the rendezvous is over: each gets a clear error or
  * is dropped, and the three real ranks still form their communicator. */
 Test(faults, strangers_and_impostors_at_the_rendezvous, .timeout = 40) {
@@ -1617,22 +1618,27 @@ Test(faults, strangers_and_impostors_at_the_rendezvous, .timeout = 40) {
                                        &root, secret, err, sizeof err), 0);
   for (size_t i = 0; i < sizeof junk; i++)
     junk[i] = (uint8_t)(h_mix64(i) >> 7);
-  uint8_t hello[16 + RCC_BOOT_HELLO_BYTES];
-  memcpy(hello, secret, 16);
-  memcpy(hello + 16, junk, RCC_BOOT_HELLO_BYTES); /* not a hello's magic */
+  /* A handshake's opening is public (magic, version 2, purpose 1, a nonce);
+   * what follows the challenge needs the secret. */
+  uint8_t opening[RCC_BOOT_OPEN_BYTES] = {0x52, 0x43, 0x43, 0x41, 0, 2, 0, 1};
+  uint8_t answer[RCC_BOOT_PROOF_BYTES + RCC_BOOT_HELLO_BYTES];
+  memcpy(answer, junk, sizeof answer); /* a made-up proof */
+  answer[RCC_BOOT_PROOF_BYTES] = 0x52; /* then a hello's magic */
+  (void)secret;
   int fds[8], nfd = 0;
   fds[nfd++] = stranger_connect(&root); /* silent */
   fds[nfd] = stranger_connect(&root);
   (void)send(fds[nfd++], junk, 5, MSG_NOSIGNAL);
   fds[nfd] = stranger_connect(&root);
   (void)send(fds[nfd++], junk, sizeof junk, MSG_NOSIGNAL);
-  fds[nfd] = stranger_connect(&root); /* the secret, a truncated hello, gone */
-  (void)send(fds[nfd], hello, 16 + 10, MSG_NOSIGNAL);
+  fds[nfd] = stranger_connect(&root); /* an opening, then gone */
+  (void)send(fds[nfd], opening, sizeof opening, MSG_NOSIGNAL);
   close(fds[nfd]);
-  fds[nfd] = stranger_connect(&root); /* the same, but stays */
-  (void)send(fds[nfd++], hello, 16 + 10, MSG_NOSIGNAL);
-  fds[nfd] = stranger_connect(&root); /* the secret and a whole non-hello */
-  (void)send(fds[nfd++], hello, sizeof hello, MSG_NOSIGNAL);
+  fds[nfd] = stranger_connect(&root); /* an opening, then silent */
+  (void)send(fds[nfd++], opening, sizeof opening, MSG_NOSIGNAL);
+  fds[nfd] = stranger_connect(&root); /* an opening and a wrong proof */
+  (void)send(fds[nfd], opening, sizeof opening, MSG_NOSIGNAL);
+  (void)send(fds[nfd++], answer, sizeof answer, MSG_NOSIGNAL);
   close(stranger_connect(&root)); /* connects and leaves */
   double t0 = h_now_s();
   __atomic_store_n(&a->strangers_in, 1, __ATOMIC_RELEASE);

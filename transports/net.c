@@ -29,6 +29,7 @@
 #include "log.h"
 #include "net.h"
 #include "net_proxy.h"
+#include "sha256.h"
 #include "wire.h"
 
 #define HELLO_MAGIC 0x52434e48u /* "RCNH" */
@@ -230,10 +231,21 @@ static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
   return NULL;
 }
 
+/* What a hello presents: a value derived from the communicator's key (the
+ * key itself never travels). */
+static void hello_token(const struct ringcc_comm *comm, uint8_t token[16]) {
+  static const char label[] = "ringcc v2: net hello";
+  uint8_t mac[RCC_SHA256_BYTES];
+  rcc_hmac_sha256(comm->key, sizeof(comm->key), label, sizeof(label), mac);
+  memcpy(token, mac, 16);
+}
+
 static ringcc_result_t connect_all(struct ringcc_comm *comm,
                                    struct net_state *st, const int *peers,
                                    int npeers, const char *all_blobs) {
   char err[RCC_ERRLEN];
+  uint8_t token[16];
+  hello_token(comm, token);
   for (int i = 0; i < npeers; i++)
     for (int k = 0; k < st->nkinds; k++) {
       struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nkinds + k)];
@@ -242,7 +254,7 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
       struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
                                 .kind = k, .nranks = comm->nranks};
       uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
-      memcpy(hello.secret, comm->secret, 16);
+      memcpy(hello.secret, token, 16);
       memcpy(wire, &hello, sizeof(hello));
       ringcc_result_t r = st->plugin->connect(
           all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES, wire,
@@ -262,6 +274,8 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
 static ringcc_result_t accept_all(struct ringcc_comm *comm,
                                   struct net_state *st, int expected) {
   char err[RCC_ERRLEN];
+  uint8_t token[16];
+  hello_token(comm, token);
   while (expected > 0) {
     uint8_t wire[RCC_NET_HELLO_BYTES];
     int peer, kind;
@@ -276,7 +290,7 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
                             comm->rank, expected, expected == 1 ? "" : "s",
                             err);
     struct rcc_proxy_conn *c =
-        rcc_net_hello_parse(wire, sizeof(wire), comm->secret, comm->rank,
+        rcc_net_hello_parse(wire, sizeof(wire), token, comm->rank,
                             comm->nranks, &peer, &kind)
             ? recv_slot(st, comm->rank, peer, kind)
             : NULL;

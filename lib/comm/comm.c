@@ -33,6 +33,8 @@
 #include "graph.h"
 #include "log.h"
 #include "report.h"
+#include "sha256.h"
+#include "socket.h"
 #include "transport.h"
 #include "tuner.h"
 
@@ -241,8 +243,6 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->nslots = comm->set.nslots;
   me->shm_disable = comm->set.shm_disable;
   rcc_cma_prepare(comm, me);
-  if (getrandom(me->secret, sizeof(me->secret), 0) != sizeof(me->secret))
-    memset(me->secret, 0, sizeof(me->secret)); /* the bootstrap's id still guards */
 }
 
 static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
@@ -260,7 +260,6 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
                               deadline, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
-  memcpy(comm->secret, comm->peers[0].secret, sizeof(comm->secret));
   for (int p = 0; p < comm->nranks; p++) {
     const struct rcc_peer_info *q = &comm->peers[p];
     if (q->chunk_bytes != comm->set.chunk_bytes ||
@@ -325,6 +324,7 @@ static void comm_free(struct ringcc_comm *comm) {
   free(comm->ring);
   free(comm->peers);
   free(comm->scratch);
+  memset(comm->key, 0, sizeof(comm->key));
   free(comm);
 }
 
@@ -376,6 +376,7 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "init on rank %d of %d: %s", comm->rank,
                           comm->nranks, err);
+  rcc_bootstrap_key(comm->boot, comm->key);
   if ((r = exchange_peer_info(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   adapt_waiting(comm);
@@ -546,6 +547,38 @@ static ringcc_result_t env_secret(const char *root, uint8_t secret[16]) {
   return RINGCC_SUCCESS;
 }
 
+/* RINGCC_ROOT_HANDOFF: where the launcher (ringcc-run) offers the
+ * rendezvous's listening socket, which it opened before starting the ranks,
+ * so that the port is never free between its choice and rank 0's listen.
+ * Asked once per process; -1 (listen on RINGCC_ROOT as usual) when unset,
+ * already taken, or not to be had (then a warning says why). */
+static int env_root_handoff(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static int asked;
+  const char *name = rcc_getenv("RINGCC_ROOT_HANDOFF");
+  char err[RCC_ERRLEN];
+  int fd = -1;
+  if (name == NULL)
+    return -1;
+  pthread_mutex_lock(&lock);
+  int again = asked;
+  asked = 1;
+  pthread_mutex_unlock(&lock);
+  if (again) { /* a second communicator from the environment */
+    RCC_INFO(0, "RINGCC_ROOT_HANDOFF was used by an earlier communicator; "
+                "this one listens on RINGCC_ROOT itself");
+    return -1;
+  }
+  if (rcc_socket_fetch_listener(name, rcc_deadline_after_ms(5000), &fd, err,
+                                sizeof(err)) != RINGCC_SUCCESS) {
+    RCC_WARN(0, "the launcher's rendezvous socket (RINGCC_ROOT_HANDOFF=%s) "
+                "is not to be had: %s; listening on RINGCC_ROOT instead",
+             name, err);
+    return -1;
+  }
+  return fd;
+}
+
 RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *out,
                                                 const ringcc_config_t *config) {
   static const char *const rank_vars[] = {"RINGCC_RANK", "OMPI_COMM_WORLD_RANK",
@@ -594,8 +627,9 @@ RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *out,
     if ((r = check_config(c, err, sizeof(err))) != RINGCC_SUCCESS ||
         (r = resolve_settings(c, &s, err, sizeof(err))) != RINGCC_SUCCESS)
       return rcc_thread_error(r, "ringcc_comm_init_env: %s", err);
-    if ((r = rcc_bootstrap_serve(&id, s.timeout_ms, err, sizeof(err))) !=
-        RINGCC_SUCCESS)
+    int root_fd = env_root_handoff();
+    if ((r = rcc_bootstrap_serve(&id, root_fd, s.timeout_ms, err,
+                                 sizeof(err))) != RINGCC_SUCCESS)
       return rcc_thread_error(r, "ringcc_comm_init_env on rank 0: cannot "
                                  "serve the rendezvous at %s: %s", root, err);
   }
@@ -616,7 +650,7 @@ RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id) {
       RINGCC_SUCCESS)
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "ringcc_get_unique_id: %s", err);
-  if ((r = rcc_bootstrap_new_id(id, timeout_ms, err, sizeof(err))) !=
+  if ((r = rcc_bootstrap_new_id(id, NULL, timeout_ms, err, sizeof(err))) !=
       RINGCC_SUCCESS)
     return rcc_thread_error(r, "ringcc_get_unique_id: %s", err);
   return RINGCC_SUCCESS;
@@ -702,10 +736,31 @@ static void split_place(const struct split_record *all, int n, int me,
   }
 }
 
+/* The secret of a split's group: HMAC(key, split number, color, leader), so
+ * every member knows it and nobody sends it; each split call gets new ones
+ * (comm->splits counts them alike on every rank). */
+static void split_secret(struct ringcc_comm *comm, int color, int leader,
+                         uint8_t secret[16]) {
+  static const char label[] = "ringcc v2: split secret";
+  uint8_t in[sizeof(label) + 16], mac[RCC_SHA256_BYTES];
+  memcpy(in, label, sizeof(label));
+  uint64_t n = comm->splits;
+  for (int i = 0; i < 8; i++)
+    in[sizeof(label) + i] = (uint8_t)(n >> (56 - 8 * i));
+  for (int i = 0; i < 4; i++) {
+    in[sizeof(label) + 8 + i] = (uint8_t)((uint32_t)color >> (24 - 8 * i));
+    in[sizeof(label) + 12 + i] = (uint8_t)((uint32_t)leader >> (24 - 8 * i));
+  }
+  rcc_hmac_sha256(comm->key, sizeof(comm->key), in, sizeof(in), mac);
+  memcpy(secret, mac, 16);
+  memset(mac, 0, sizeof(mac));
+}
+
 RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
                                              int key, ringcc_comm_t *out) {
   char err[RCC_ERRLEN];
   int new_rank, size, leader;
+  uint8_t secret[16] = {0};
   ringcc_result_t r;
 
   if (comm == NULL)
@@ -732,13 +787,19 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
   if (r != RINGCC_SUCCESS)
     goto fail;
   split_place(all, comm->nranks, comm->rank, &new_rank, &size, &leader);
+  comm->splits++;
   /* Round two: each group's leader makes the id its members join. */
   memset(mine, 0, sizeof(*mine));
   mine->color = color;
   mine->key = key;
-  if (color != RINGCC_SPLIT_NOCOLOR && leader == comm->rank)
-    mine->status = (int32_t)rcc_bootstrap_new_id(&mine->id, comm->set.timeout_ms,
-                                                 err, sizeof(err));
+  /* The group's secret is derived by every member, never sent: the records
+   * carry the id with its secret zeroed. */
+  split_secret(comm, color, leader, secret);
+  if (color != RINGCC_SPLIT_NOCOLOR && leader == comm->rank) {
+    mine->status = (int32_t)rcc_bootstrap_new_id(
+        &mine->id, secret, comm->set.timeout_ms, err, sizeof(err));
+    rcc_bootstrap_id_set_secret(&mine->id, (const uint8_t[16]){0});
+  }
   if (mine->status != RINGCC_SUCCESS) {
     r = (ringcc_result_t)mine->status;
     rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank, err);
@@ -758,6 +819,7 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
                          "rank %d, could not create its id", comm->rank, leader);
       goto out;
     }
+    rcc_bootstrap_id_set_secret(&all[leader].id, secret);
     r = ringcc_comm_init(out, size, &all[leader].id, new_rank, &comm->config);
     if (r != RINGCC_SUCCESS)
       rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank,
@@ -767,6 +829,7 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
 fail:
   rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank, err);
 out:
+  memset(secret, 0, sizeof(secret));
   free(all);
   return r;
 }

@@ -34,7 +34,6 @@ struct rcc_peer_info {
   int32_t shm_disable;
   uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
-  uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
   char hostname[RCC_HOSTNAME_LEN];
 };
 
@@ -122,7 +121,12 @@ struct ringcc_comm {
   int report_seen;         /* report signals handled (report.c) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
-  uint8_t secret[16];      /* shared by the ranks only (via the bootstrap) */
+  /* The communicator's key (rcc_bootstrap_key): derived from the id's
+   * secret at the rendezvous, never sent; every network connection proves
+   * it (net.c, net_socket.c), and ringcc_comm_split derives the new
+   * communicators' secrets from it. */
+  uint8_t key[32];
+  uint64_t splits;         /* ringcc_comm_split calls so far (alike on all) */
   int64_t init_deadline;   /* for transports' connect phase */
   uint64_t cma_probe;      /* exec_cma.c */
   int cma_ok;              /* the direct large-message path is usable */
