@@ -1,7 +1,8 @@
 /*
  * test_hardening.c - what issue 16 asked for, each part on its own: the
  * SHA-256 / HMAC-SHA-256 the handshakes use, against the published vectors;
- * integer and secret variables parsed strictly.
+ * integer and secret variables parsed strictly; no rank listens once init
+ * is over.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -237,4 +239,70 @@ Test(env, secret_is_exactly_32_hex_digits, .timeout = 60) {
     if (r == RINGCC_SUCCESS)
       ringcc_comm_destroy(comm);
   }
+}
+
+/* ---- listeners: none once init is over ----------------------------------- */
+
+/* TCP sockets of this process in the LISTEN state (/proc/net/tcp{,6} state
+ * 0A, matched by inode with /proc/self/fd). */
+static int listening_sockets(void) {
+  unsigned long inodes[1024];
+  int n = 0, found = 0;
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  while (d != NULL && (e = readdir(d)) != NULL && n < 1024) {
+    char path[300], link[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(path, link, sizeof link - 1);
+    if (len <= 0)
+      continue;
+    link[len] = '\0';
+    if (sscanf(link, "socket:[%lu]", &inodes[n]) == 1)
+      n++;
+  }
+  if (d != NULL)
+    closedir(d);
+  static const char *const tables[] = {"/proc/self/net/tcp",
+                                       "/proc/self/net/tcp6"};
+  for (int t = 0; t < 2; t++) {
+    FILE *f = fopen(tables[t], "r");
+    char line[512];
+    while (f != NULL && fgets(line, sizeof line, f)) {
+      unsigned state;
+      unsigned long inode;
+      if (sscanf(line, "%*s %*s %*s %x %*s %*s %*s %*s %*s %lu", &state,
+                 &inode) != 2 || state != 0x0A)
+        continue;
+      for (int i = 0; i < n; i++)
+        found += inodes[i] == inode;
+    }
+    if (f != NULL)
+      fclose(f);
+  }
+  return found;
+}
+
+static int no_listener_body(h_ctx_t *ctx) {
+  int n = listening_sockets();
+  if (n != 0)
+    return h_fail(ctx, "%d TCP socket%s of this rank still listen%s after "
+                  "init", n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+  int32_t v = ctx->rank + 1, sum = 0;
+  ringcc_result_t r = ringcc_allreduce(&v, &sum, 1, RINGCC_INT32, RINGCC_SUM,
+                                       ctx->comm, NULL);
+  if (r != RINGCC_SUCCESS || sum != ctx->nranks * (ctx->nranks + 1) / 2)
+    return h_fail(ctx, "allreduce: %d (%s), sum %d", (int)r,
+                  ringcc_comm_last_error(ctx->comm), sum);
+  return 0;
+}
+
+/* Once init is over nobody can connect to a rank: the network transport's
+ * listener closes when every peer connected (it stayed open until destroy),
+ * and the bootstrap's when the ring is up. Over TCP (shm disabled). */
+Test(net, no_listener_after_init, .timeout = 60) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = 1;
+  h_run_opts_t o = {.nranks = 3, .body = no_listener_body, .config = &cfg,
+                    .timeout_s = 40, .name = "no_listener_after_init"};
+  cr_assert(h_run(&o));
 }

@@ -7,10 +7,19 @@
  * and free slots into irecv()s, so the executors see ordinary FIFOs.
  *
  * Model (NCCL's net plugin, simplified):
- *   listen   once per communicator; the handle (an address) goes to peers
- *            through the bootstrap
- *   connect  to a peer's handle, sending a small hello (who we are and the
- *            communicator's secret) that accept() hands to the core
+ *   listen   once per communicator, during init only (the core closes the
+ *            listener once every peer connected); the handle (an address,
+ *            and whatever the plugin's proofs need) goes to peers through
+ *            the bootstrap
+ *   connect  to a peer's handle, sending a small hello (who we are) that
+ *            accept() hands to the core
+ *   key      listen and connect get the communicator's network key
+ *            (RCC_NET_KEY_BYTES, never sent): a plugin proves it on every
+ *            connection it opens (covering the hello) and accepts only
+ *            connections that prove it, for this listener (no proof may be
+ *            replayed from another communicator's): the hello is trusted
+ *            because of it. A stranger's connection is dropped at once, and
+ *            a flood of them must not stop a real peer from getting in.
  *   isend / irecv  post one message of at most the slot size; each carries a
  *            32-bit immediate (the FIFO slot's meta tag); requests on one
  *            connection complete in the order they were posted
@@ -38,6 +47,7 @@
 #include "ringcc.h"
 
 #define RCC_NET_HANDLE_BYTES 128 /* a listen handle, opaque to the core */
+#define RCC_NET_KEY_BYTES 32     /* the communicator's network key */
 #define RCC_NET_HELLO_BYTES 64   /* the hello sent by connect() */
 #define RCC_NET_MAX_REQUESTS 64  /* outstanding requests per connection */
 
@@ -51,11 +61,11 @@ struct rcc_net_plugin {
   ringcc_result_t (*init)(const char *spec, char *err, size_t errlen);
   /* The device in use, for the log: "eth0". */
   const char *(*device)(void);
-  ringcc_result_t (*listen)(void *handle, void **listen_comm, char *err,
-                            size_t errlen);
-  ringcc_result_t (*connect)(const void *handle, const void *hello,
-                             void **send_comm, int64_t deadline_ns, char *err,
-                             size_t errlen);
+  ringcc_result_t (*listen)(const uint8_t *key, void *handle,
+                            void **listen_comm, char *err, size_t errlen);
+  ringcc_result_t (*connect)(const uint8_t *key, const void *handle,
+                             const void *hello, void **send_comm,
+                             int64_t deadline_ns, char *err, size_t errlen);
   /* Accepts the next connection and returns its hello
    * (RCC_NET_HELLO_BYTES). The core decides whether it is welcome. */
   ringcc_result_t (*accept)(void *listen_comm, void *hello, void **recv_comm,

@@ -116,7 +116,8 @@ int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
                                  uint64_t bytes);
 
 /* ---- the TCP plugin (transports/net_socket.c) ------------------------------ */
-#define RCC_NET_SOCKET_PREAMBLE_BYTES 16
+#define RCC_NET_SOCKET_PREAMBLE_BYTES 16 /* then socket 0's hello, a proof */
+#define RCC_NET_SOCKET_MAC_BYTES 32
 #define RCC_NET_SOCKET_HEADER_BYTES 64 /* then the payload, zeros to 64n */
 #define RCC_NET_SOCKET_MAX_SOCKS 16
 
@@ -124,8 +125,8 @@ int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
 struct rcc_net_preamble {
   int index, nsocks; /* this socket's place in its connection */
   uint64_t id;       /* the connection */
-  size_t need;       /* bytes the socket sends before messages: preamble, and
-                        for socket 0 the hello too */
+  size_t need;       /* bytes the socket sends before messages: preamble,
+                        for socket 0 the hello, then its proof (HMAC) */
 };
 /* 0 when acceptable, else -1 and why[] says why. Whether it clashes with
  * sockets already there is the listener's own check. */
@@ -141,10 +142,10 @@ int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
 
 /* ---- the network transport (transports/net.c) ------------------------------ */
 
-/* The hello a connecting peer sent (RCC_NET_HELLO_BYTES): 1 when it presents
- * secret[16] and names another rank of nranks (not my_rank) and a connection
- * kind, into *peer and *kind; else 0. */
-int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
-                        int my_rank, int nranks, int *peer, int *kind);
+/* The hello a connecting peer sent (RCC_NET_HELLO_BYTES; the plugin
+ * checked its proof): 1 when it has the magic and names another rank of
+ * nranks (not my_rank) and a connection kind, into *peer and *kind; else 0. */
+int rcc_net_hello_parse(const uint8_t *in, size_t len, int my_rank,
+                        int nranks, int *peer, int *kind);
 
 #endif /* RCC_WIRE_H */

@@ -63,9 +63,12 @@ def preamble(index, nsocks, conn_id, magic=0x52434E53):
     return be32(magic) + be16(index) + be16(nsocks) + be64(conn_id)
 
 
-def net_hello(rank, kind, nranks, secret=NET_SECRET, magic=0x52434E48):
-    h = secret + struct.pack("<Iiii", magic, rank, kind, nranks)
+def net_hello(rank, kind, nranks, magic=0x52434E48):
+    h = struct.pack("<Iiii", magic, rank, kind, nranks)
     return h + bytes(64 - len(h))
+
+
+MAC = bytes(range(0x80, 0xA0))  # a proof's place (compared, not parsed)
 
 
 LO = [127, 0, 0, 1]
@@ -142,7 +145,7 @@ CORPUS = {
         "zero_socks": preamble(0, 0, 1),
         "index_too_big": preamble(2, 2, 1),
         "too_many": preamble(0, 17, 1),
-        "wrong_secret": preamble(0, 1, 5) + net_hello(0, 0, 4, secret=bytes(16)),
+        "self": preamble(0, 1, 5) + net_hello(1, 0, 4),
         "device_kind": preamble(0, 1, 9) + net_hello(0, 2, 4),
         "short": preamble(0, 2, 1)[:9],
     },
@@ -160,9 +163,9 @@ CORPUS = {
         "device_kind": NET_SECRET + be16(3) + be16(1) + net_hello(2, 3, 4),
         "bad_kind": NET_SECRET + be16(3) + be16(1) + net_hello(2, 4, 4),
         "bad_nranks": NET_SECRET + be16(3) + be16(1) + net_hello(2, 0, 5),
-        "bad_secret": NET_SECRET + be16(3) + be16(1) +
-                      net_hello(2, 0, 4, secret=SECRET),
-        "short": NET_SECRET + be16(3) + be16(1) + net_hello(2, 0, 4)[:30],
+        "bad_magic": NET_SECRET + be16(3) + be16(1) +
+                     net_hello(2, 0, 4, magic=0x48434E52),
+        "short": NET_SECRET + be16(3) + be16(1) + net_hello(2, 0, 4)[:10],
     },
 }
 
