@@ -2,7 +2,8 @@
  * test_hardening.c - what issue 16 asked for, each part on its own: the
  * SHA-256 / HMAC-SHA-256 the handshakes use, against the published vectors;
  * integer and secret variables parsed strictly; no rank listens once init
- * is over.
+ * is over; misuse caught (destroy under a running call, a handle used after
+ * destroy, a communicator used in a forked child, a communicator used in a forked child).
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -12,6 +13,14 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <pthread.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -305,4 +314,183 @@ Test(net, no_listener_after_init, .timeout = 60) {
   h_run_opts_t o = {.nranks = 3, .body = no_listener_body, .config = &cfg,
                     .timeout_s = 40, .name = "no_listener_after_init"};
   cr_assert(h_run(&o));
+}
+
+/* ---- misuse: destroy under a call, use after destroy, fork, overlaps ----- */
+
+struct bg_call {
+  ringcc_comm_t comm;
+  int32_t in[4099], out[4099];
+  ringcc_result_t r;
+};
+
+static void *bg_allreduce(void *arg) {
+  struct bg_call *b = arg;
+  b->r = ringcc_allreduce(b->in, b->out, 4099, RINGCC_INT32, RINGCC_SUM,
+                          b->comm, NULL);
+  return NULL;
+}
+
+/* Rank 0: a thread is inside an allreduce (rank 1 comes 1.5 s late) when the
+ * main thread calls destroy: refused with RINGCC_ERR_INVALID_USAGE naming the
+ * call, and the allreduce then completes exactly (before: destroy freed the
+ * communicator under it, and the rank crashed in the wait). */
+static int destroy_busy_body(h_ctx_t *ctx) {
+  static struct bg_call b;
+  h_fill_input(RINGCC_INT32, RINGCC_SUM, ctx->rank, 0, 5, b.in, 4099);
+  b.comm = ctx->comm;
+  if (ctx->rank != 0) {
+    h_sleep_ms(1500);
+    bg_allreduce(&b);
+  } else {
+    pthread_t t;
+    pthread_create(&t, NULL, bg_allreduce, &b);
+    h_sleep_ms(300);
+    ringcc_result_t r = ringcc_comm_destroy(ctx->comm);
+    const char *msg = ringcc_comm_last_error(ctx->comm);
+    if (r != RINGCC_ERR_INVALID_USAGE || strstr(msg, "ringcc_allreduce") == NULL)
+      return h_fail(ctx, "destroy during an allreduce returned %d (%s): %s",
+                    (int)r, ringcc_strerror(r), msg);
+    pthread_join(t, NULL);
+  }
+  if (b.r != RINGCC_SUCCESS)
+    return h_fail(ctx, "the allreduce: %d (%s)", (int)b.r,
+                  ringcc_comm_last_error(ctx->comm));
+  int32_t want[4099];
+  h_fill_expected(RINGCC_INT32, RINGCC_SUM, ctx->nranks, 0, 5, want, 4099);
+  return !h_check_elems(ctx, "allreduce", RINGCC_INT32, b.out, want, 4099);
+}
+
+static void destroy_busy(int tcp) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = tcp;
+  h_run_opts_t o = {.nranks = 2, .body = destroy_busy_body, .config = &cfg,
+                    .timeout_s = 30, .name = "destroy_while_a_collective_runs"};
+  cr_assert(h_run(&o));
+}
+
+Test(misuse, destroy_while_a_collective_runs_shm, .timeout = 40) {
+  destroy_busy(0);
+}
+Test(misuse, destroy_while_a_collective_runs_tcp, .timeout = 40) {
+  destroy_busy(1);
+}
+
+/* A handle used after destroy (or one that never was a communicator) is
+ * RINGCC_ERR_INVALID_ARGUMENT, from every entry point, without reading the
+ * freed memory (before: a use after free). */
+Test(misuse, use_after_destroy, .timeout = 30) {
+  ringcc_unique_id_t id;
+  ringcc_result_t r;
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS);
+  ringcc_comm_t comm = one_rank(&id, &r);
+  cr_assert_eq(r, RINGCC_SUCCESS, "%s", ringcc_comm_last_error(NULL));
+  cr_assert_eq(ringcc_comm_destroy(comm), RINGCC_SUCCESS);
+  static uint64_t zeros[1024]; /* not a communicator either */
+  ringcc_comm_t handles[2] = {comm, (ringcc_comm_t)(void *)zeros};
+  for (int h = 0; h < 2; h++) {
+    ringcc_comm_t c = handles[h];
+    int32_t a[4] = {1, 2, 3, 4}, b[4];
+    int x;
+    char buf[256];
+    ringcc_result_t rs;
+    ringcc_comm_t out = NULL;
+    struct {
+      const char *call;
+      ringcc_result_t r;
+    } calls[] = {
+        {"ringcc_allreduce", ringcc_allreduce(a, b, 4, RINGCC_INT32,
+                                              RINGCC_SUM, c, NULL)},
+        {"ringcc_bcast", ringcc_bcast(a, 4, RINGCC_INT32, 0, c, NULL)},
+        {"ringcc_barrier", ringcc_barrier(c, NULL)},
+        {"ringcc_send", ringcc_send(a, 4, RINGCC_INT32, 0, c, NULL)},
+        {"ringcc_comm_rank", ringcc_comm_rank(c, &x)},
+        {"ringcc_comm_size", ringcc_comm_size(c, &x)},
+        {"ringcc_comm_get_async_error", ringcc_comm_get_async_error(c, &rs)},
+        {"ringcc_comm_report", ringcc_comm_report(c, buf, sizeof buf)},
+        {"ringcc_comm_split", ringcc_comm_split(c, 0, 0, &out)},
+        {"ringcc_comm_split_type",
+         ringcc_comm_split_type(c, RINGCC_SPLIT_HOST, 0, &out)},
+        {"ringcc_comm_abort", ringcc_comm_abort(c)},
+        {"ringcc_comm_destroy", ringcc_comm_destroy(c)},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+      cr_expect_eq(calls[i].r, RINGCC_ERR_INVALID_ARGUMENT,
+                   "%s on a %s returned %d (%s)", calls[i].call,
+                   h ? "buffer of zeros" : "destroyed communicator",
+                   (int)calls[i].r, ringcc_strerror(calls[i].r));
+    r = ringcc_allreduce(a, b, 4, RINGCC_INT32, RINGCC_SUM, c, NULL);
+    cr_expect(strstr(ringcc_comm_last_error(NULL), "not a live communicator"),
+              "the message: %s", ringcc_comm_last_error(NULL));
+    cr_expect(strstr(ringcc_comm_last_error(c), "not a live communicator"),
+              "ringcc_comm_last_error of the dead handle: %s",
+              ringcc_comm_last_error(c));
+  }
+}
+
+/* Rank 0 forks after init. In the child every call on the inherited
+ * communicator is RINGCC_ERR_INVALID_USAGE naming fork, and destroy frees
+ * the child's copy only; the parents then run their collectives as if
+ * nothing happened (before: the child's collective ran through the parent's
+ * FIFOs and timed out, and its destroy shut the parent's sockets down, so
+ * the parents' next call failed). */
+static int fork_body(h_ctx_t *ctx) {
+  if (ctx->rank == 0) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int32_t a[8] = {0}, b[8];
+      int x, bad = 0;
+      ringcc_result_t r = ringcc_allreduce(a, b, 8, RINGCC_INT32, RINGCC_SUM,
+                                           ctx->comm, NULL);
+      const char *msg = ringcc_comm_last_error(ctx->comm);
+      if (r != RINGCC_ERR_INVALID_USAGE || strstr(msg, "fork") == NULL)
+        bad = h_fail(ctx, "child: allreduce returned %d (%s): %s", (int)r,
+                     ringcc_strerror(r), msg);
+      r = ringcc_comm_rank(ctx->comm, &x);
+      if (r != RINGCC_ERR_INVALID_USAGE)
+        bad = h_fail(ctx, "child: ringcc_comm_rank returned %d", (int)r);
+      r = ringcc_comm_destroy(ctx->comm);
+      if (r != RINGCC_SUCCESS)
+        bad = h_fail(ctx, "child: destroy returned %d (%s)", (int)r,
+                     ringcc_strerror(r));
+      _exit(bad);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+      return h_fail(ctx, "the forked child failed (status 0x%x)", status);
+  }
+  for (int round = 0; round < 3; round++) {
+    int32_t in[1031], out[1031], want[1031];
+    h_fill_input(RINGCC_INT32, RINGCC_SUM, ctx->rank, 0, round, in, 1031);
+    h_fill_expected(RINGCC_INT32, RINGCC_SUM, ctx->nranks, 0, round, want,
+                    1031);
+    ringcc_result_t r = ringcc_allreduce(in, out, 1031, RINGCC_INT32,
+                                         RINGCC_SUM, ctx->comm, NULL);
+    if (r != RINGCC_SUCCESS)
+      return h_fail(ctx, "allreduce %d after the fork: %d (%s): %s", round,
+                    (int)r, ringcc_strerror(r),
+                    ringcc_comm_last_error(ctx->comm));
+    if (!h_check_elems(ctx, "allreduce after the fork", RINGCC_INT32, out,
+                       want, 1031))
+      return 1;
+  }
+  return 0;
+}
+
+static void fork_case(int tcp) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = tcp;
+  cfg.timeout_ms = 5000;
+  h_run_opts_t o = {.nranks = 2, .body = fork_body, .config = &cfg,
+                    .timeout_s = 40, .name = "fork"};
+  cr_assert(h_run(&o));
+}
+
+Test(misuse, fork_child_cannot_use_the_parents_comm_shm, .timeout = 60) {
+  fork_case(0);
+}
+Test(misuse, fork_child_cannot_use_the_parents_comm_tcp, .timeout = 60) {
+  fork_case(1);
 }

@@ -375,8 +375,12 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
   struct net_state *st = state;
   if (st == NULL)
     return;
-  rcc_proxy_drain(st->proxy, rcc_deadline_after_ms(comm->set.timeout_ms));
-  rcc_proxy_stop(st->proxy); /* first: nothing may touch the conns after */
+  if (comm->forked) { /* a child's copy: no goodbye, no thread to stop */
+    rcc_proxy_forget(st->proxy);
+  } else {
+    rcc_proxy_drain(st->proxy, rcc_deadline_after_ms(comm->set.timeout_ms));
+    rcc_proxy_stop(st->proxy); /* first: nothing may touch the conns after */
+  }
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     if (c->net_comm) {

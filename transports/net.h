@@ -112,6 +112,10 @@ struct rcc_net_plugin {
    * each way. */
   ringcc_result_t (*reverse)(void *comm, void **other, char *err,
                              size_t errlen);
+  /* Closing may happen in a process forked from the one that opened the
+   * connection (destroy in a child, after fork): then free memory and close
+   * descriptors only, nothing the peer or the parent would notice (no
+   * shutdown, no goodbye). */
   void (*close_send)(void *send_comm);
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);

@@ -890,6 +890,17 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
   }
 }
 
+void rcc_proxy_forget(struct rcc_proxy *px) {
+  if (px == NULL)
+    return;
+  close(px->doorbell);
+  free(px->pfds);
+  free(px->pconn);
+  free(px->xfds);
+  free(px->xconn);
+  free(px);
+}
+
 void rcc_proxy_stop(struct rcc_proxy *px) {
   if (px == NULL)
     return;

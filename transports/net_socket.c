@@ -310,6 +310,7 @@ struct sock_queue {
 struct net_conn {
   int kind; /* COMM_SEND or COMM_RECV */
   int nsocks;
+  int pid;  /* the process that opened it: only it may shut the sockets */
   uint64_t posted;
   ringcc_result_t error; /* the first failure; sticky */
   char message[RCC_ERRLEN];
@@ -329,6 +330,7 @@ static struct net_conn *conn_new(int kind, int nsocks) {
     return NULL;
   c->kind = kind;
   c->nsocks = nsocks;
+  c->pid = (int)getpid();
   for (int i = 0; i < nsocks; i++)
     c->socks[i].fd = -1;
   for (int i = 0; i < nsocks && kind == COMM_RECV; i++)
@@ -343,14 +345,17 @@ static struct net_conn *conn_new(int kind, int nsocks) {
   return c;
 }
 
+/* In a process forked from the one that opened it, only close(): a
+ * shutdown would end the parent's connection too. */
 static void conn_free(struct net_conn *c) {
   if (c == NULL)
     return;
+  int forked = c->pid != (int)getpid();
   for (int i = 0; i < c->nsocks; i++) {
     int fd = c->socks[i].fd;
     if (fd >= 0 && c->twin == NULL)
       close(fd);
-    else if (fd >= 0 && c->kind == COMM_SEND)
+    else if (fd >= 0 && c->kind == COMM_SEND && !forked)
       shutdown(fd, SHUT_WR); /* the twin still reads from it */
     free(c->socks[i].rbuf);
   }

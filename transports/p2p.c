@@ -114,8 +114,9 @@ static void p2p_destroy(struct ringcc_comm *comm, void *state) {
   int prev = 0;
   if (st == NULL)
     return;
-  /* Host-only communicators never touch CUDA here. */
-  if ((st->own || st->ipc_open) && cudaGetDevice(&prev) == cudaSuccess &&
+  /* Host-only communicators never touch CUDA here, nor a forked child. */
+  if ((st->own || st->ipc_open) && !comm->forked &&
+      cudaGetDevice(&prev) == cudaSuccess &&
       cudaSetDevice(st->device) == cudaSuccess) {
     for (int p = 0; st->ipc_open && p < comm->nranks; p++)
       if (st->ipc_open[p])

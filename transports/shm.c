@@ -152,8 +152,8 @@ static void shm_destroy(struct ringcc_comm *comm, void *state) {
   struct shm_state *st = state;
   if (st == NULL)
     return;
-  if (!st->unlinked && st->name[0])
-    shm_unlink(st->name);
+  if (!st->unlinked && st->name[0] && !comm->forked)
+    shm_unlink(st->name); /* (a forked child's copy leaves it to the parent) */
   for (int p = 0; st->peer_map && p < comm->nranks; p++)
     if (st->peer_map[p])
       munmap(st->peer_map[p], st->peer_bytes[p]);

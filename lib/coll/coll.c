@@ -19,6 +19,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "exec.h"
+#include "live.h"
 #include "log.h"
 #include "tuner.h"
 
@@ -124,6 +125,12 @@ static ringcc_result_t validate(const struct call *c) {
   if ((c->uses & USES_ROOT) && (c->root < 0 || c->root >= comm->nranks)) {
     snprintf(msg, sizeof(msg), "argument 'root' is %d; it must be in [0, %d]",
              c->root, comm->nranks - 1);
+    return bad_arg(c, msg);
+  }
+  if (c->coll == RCC_COLL_REDUCE && c->root != comm->rank &&
+      c->sendbuf == RINGCC_IN_PLACE) {
+    snprintf(msg, sizeof(msg), "RINGCC_IN_PLACE as 'sendbuf' is only valid at "
+             "the root (rank %d)", c->root);
     return bad_arg(c, msg);
   }
   return validate_buffers(c);
@@ -384,13 +391,12 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
   return r;
 }
 
-static ringcc_result_t run(struct call *c) {
+/* The call, inside the communicator (rcc_comm_enter): nobody else runs one
+ * on it meanwhile, and it is not destroyed under this one. */
+static ringcc_result_t run_inside(struct call *c) {
   struct ringcc_comm *comm = c->comm;
   ringcc_result_t r;
 
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "%s: argument 'comm' is NULL", c->fn);
   rcc_cuda_poll(comm); /* a device collective that failed since */
   if (comm->aborted || comm->fatal != RINGCC_SUCCESS) {
     ringcc_result_t code = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
@@ -404,11 +410,6 @@ static ringcc_result_t run(struct call *c) {
       return r;
   if ((r = validate(c)) != RINGCC_SUCCESS || (r = locate(c)) != RINGCC_SUCCESS)
     return r;
-  if (__atomic_exchange_n(&comm->busy, 1, __ATOMIC_ACQ_REL))
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
-                          "%s on rank %d: another thread is using this "
-                          "communicator; a communicator is used by one thread "
-                          "at a time", c->fn, comm->rank);
   RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
@@ -424,7 +425,15 @@ static ringcc_result_t run(struct call *c) {
    * unknown state. */
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !mismatch)
     comm->fatal = r;
-  __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
+  return r;
+}
+
+static ringcc_result_t run(struct call *c) {
+  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = run_inside(c);
+  rcc_comm_leave(c->comm, RCC_ENTER_CALL);
   return r;
 }
 
@@ -471,12 +480,6 @@ RINGCC_API ringcc_result_t ringcc_reduce(const void *sendbuf, void *recvbuf,
                                          ringcc_stream_t stream) {
   struct call c = {"ringcc_reduce", comm, RCC_COLL_REDUCE, sendbuf, recvbuf,
                    count, dt, op, root, -1, stream, USES_OP | USES_ROOT};
-  if (c.comm != NULL && root >= 0 && root < comm->nranks &&
-      root != comm->rank && sendbuf == RINGCC_IN_PLACE)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_reduce on rank %d: RINGCC_IN_PLACE as "
-                          "'sendbuf' is only valid at the root (rank %d)",
-                          comm->rank, root);
   return run(&c);
 }
 

@@ -31,6 +31,7 @@
 #include "env.h"
 #include "error.h"
 #include "graph.h"
+#include "live.h"
 #include "log.h"
 #include "report.h"
 #include "sha256.h"
@@ -62,17 +63,19 @@ RINGCC_API ringcc_result_t ringcc_get_version(int *version) {
 
 RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
                                                        ringcc_result_t *result) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_get_async_error: argument 'comm' is "
-                            "NULL");
-  if (result == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_get_async_error: argument 'result' is "
-                          "NULL");
-  rcc_cuda_poll(comm); /* failures of device collectives that ended */
-  *result = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
-  return RINGCC_SUCCESS;
+  static const char fn[] = "ringcc_comm_get_async_error";
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  if (result == NULL) {
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "%s: argument 'result' is NULL", fn);
+  } else {
+    rcc_cuda_poll(comm); /* failures of device collectives that ended */
+    *result = comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal;
+  }
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 /* ---- settings --------------------------------------------------------- */
@@ -452,6 +455,11 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
     comm_free(comm);
     return r;
   }
+  if (rcc_live_add(comm) != 0) {
+    comm_free(comm);
+    return rcc_thread_error(RINGCC_ERR_OUT_OF_MEMORY, "ringcc_comm_init on "
+                            "rank %d: out of memory", rank);
+  }
   *out = comm;
   return RINGCC_SUCCESS;
 }
@@ -659,50 +667,77 @@ RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id) {
 /* ---- queries, destroy, abort ----------------------------------------- */
 
 RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_rank: argument 'comm' is NULL");
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_rank",
+                                     RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
   if (rank == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_rank: argument 'rank' is NULL");
-  *rank = comm->rank;
-  return RINGCC_SUCCESS;
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "ringcc_comm_rank: argument 'rank' is NULL");
+  else
+    *rank = comm->rank;
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_size: argument 'comm' is NULL");
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_size",
+                                     RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
   if (size == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_size: argument 'size' is NULL");
-  *size = comm->nranks;
-  return RINGCC_SUCCESS;
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "ringcc_comm_size: argument 'size' is NULL");
+  else
+    *size = comm->nranks;
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
+/* Destroy and abort: comm is out of the table of live communicators (no
+ * call can enter any more), and no call is inside. In a child forked after
+ * init (comm->forked), the transports free memory and close descriptors
+ * only: no goodbye, no shutdown, no unlink, nothing the parent's peers see. */
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_destroy: argument 'comm' is NULL");
+  static const char fn[] = "ringcc_comm_destroy";
+  ringcc_result_t code;
+  switch (rcc_live_begin_close(comm, fn, 0, &code)) {
+  case RCC_CLOSE_REFUSED:
+    return code;
+  case RCC_CLOSE_FORKED:
+    comm->forked = 1;
+    comm_free(comm);
+    return RINGCC_SUCCESS;
+  }
+  /* Only queries (rank, size, report) can be inside: they leave at once. */
+  if (!rcc_live_end_close(comm, 1000)) {
+    RCC_WARN(comm->rank, "%s: a call of another thread is still inside this "
+             "communicator after 1 s; its memory is kept (leaked) so that "
+             "call cannot crash", fn);
+    return RINGCC_SUCCESS;
+  }
   comm_free(comm);
   return RINGCC_SUCCESS;
 }
 
 RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_abort: argument 'comm' is NULL");
-  comm->aborted = 1;
+  static const char fn[] = "ringcc_comm_abort";
+  ringcc_result_t code;
+  switch (rcc_live_begin_close(comm, fn, 1, &code)) {
+  case RCC_CLOSE_REFUSED:
+    return code;
+  case RCC_CLOSE_FORKED:
+    comm->forked = 1;
+    comm_free(comm);
+    return RINGCC_SUCCESS;
+  }
   rcc_cuda_abort(comm); /* kernels waiting in a FIFO leave too */
   /* A collective blocked in another thread notices within one sleep slice
    * (exec_host.c) and leaves; give it a second before freeing. */
-  for (int i = 0; i < 100 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE);
-       i++)
-    usleep(10000);
-  if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE)) {
-    RCC_WARN(comm->rank, "ringcc_comm_abort: a call is still running on this "
+  if (!rcc_live_end_close(comm, 1000)) {
+    RCC_WARN(comm->rank, "%s: a call is still running on this "
                          "communicator; its memory is kept (leaked) so that "
-                         "call cannot crash");
+                         "call cannot crash", fn);
     return RINGCC_SUCCESS;
   }
   comm_free(comm);
@@ -756,16 +791,27 @@ static void split_secret(struct ringcc_comm *comm, int color, int leader,
   memset(mac, 0, sizeof(mac));
 }
 
+static ringcc_result_t split(struct ringcc_comm *comm, int color, int key,
+                             ringcc_comm_t *out);
+
 RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
                                              int key, ringcc_comm_t *out) {
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_split",
+                                     RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = split(comm, color, key, out);
+  rcc_comm_leave(comm, RCC_ENTER_CALL);
+  return r;
+}
+
+static ringcc_result_t split(struct ringcc_comm *comm, int color, int key,
+                             ringcc_comm_t *out) {
   char err[RCC_ERRLEN];
   int new_rank, size, leader;
   uint8_t secret[16] = {0};
   ringcc_result_t r;
 
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_split: argument 'comm' is NULL");
   if (out == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "ringcc_comm_split: argument 'out' is NULL");
@@ -836,17 +882,22 @@ out:
 
 RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
                                                   int key, ringcc_comm_t *out) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_split_type: argument 'comm' is NULL");
-  if (type != RINGCC_SPLIT_HOST)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_split_type: argument 'type' is %d; "
-                          "only RINGCC_SPLIT_HOST (%d) exists", type,
-                          RINGCC_SPLIT_HOST);
-  int color = comm->rank;
-  for (int q = comm->nranks - 1; q >= 0; q--)
-    if (comm->peers[q].host_hash == comm->peers[comm->rank].host_hash)
-      color = q; /* the lowest rank on this host names the group */
-  return ringcc_comm_split(comm, color, key, out);
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_split_type",
+                                     RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  if (type != RINGCC_SPLIT_HOST) {
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "ringcc_comm_split_type: argument 'type' is %d; only "
+                       "RINGCC_SPLIT_HOST (%d) exists", type,
+                       RINGCC_SPLIT_HOST);
+  } else {
+    int color = comm->rank;
+    for (int q = comm->nranks - 1; q >= 0; q--)
+      if (comm->peers[q].host_hash == comm->peers[comm->rank].host_hash)
+        color = q; /* the lowest rank on this host names the group */
+    r = split(comm, color, key, out);
+  }
+  rcc_comm_leave(comm, RCC_ENTER_CALL);
+  return r;
 }

@@ -146,9 +146,23 @@ struct ringcc_comm {
    * 1 + the rank that told this one in the high 32; 0 while none is. */
   uint64_t dead;
   struct rcc_spin spin;    /* how waits poll, adapted as they go (spin.h) */
-  int busy;                /* a call is running on this communicator */
   ringcc_result_t fatal;   /* sticky: the communicator is unusable */
   char last_error[RCC_ERRLEN];
+
+  /* Who may use it (live.c): the magic word (cleared at destroy), the
+   * process that made it and its fork generation (a forked child's calls
+   * are refused), the calls inside and whether one moves data (busy: one at
+   * a time, destroy refuses), and closing (destroy or abort under way). */
+  uint32_t magic;
+  int pid;
+  uint64_t fork_gen;
+  int users;
+  int busy;
+  const char *inside;      /* the busy call's name */
+  int closing;
+  int forked;              /* destroy in a forked child: free memory only;
+                              transports then close descriptors and nothing
+                              the parent's peers could notice */
 };
 
 #endif /* RCC_COMM_H */

@@ -361,7 +361,9 @@ static void wait_kernels(struct ringcc_comm *comm) {
 void rcc_cuda_destroy(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   int prev = 0;
-  if (cu == NULL || enter_device(cu->device, &prev) != cudaSuccess)
+  /* A forked child cannot use CUDA: its copy frees host memory only. */
+  if (cu == NULL || comm->forked ||
+      enter_device(cu->device, &prev) != cudaSuccess)
     return;
   wait_kernels(comm);
   for (int i = 0; i < cu->nregistered; i++)
@@ -386,9 +388,10 @@ void rcc_cuda_free(struct ringcc_comm *comm) {
   if (cu == NULL)
     return;
   __atomic_store_n(&comm->cuda, NULL, __ATOMIC_RELEASE);
-  if (cu->status)
+  if (cu->status && !comm->forked)
     cudaFreeHost(cu->status);
-  cudaGetLastError();
+  if (!comm->forked)
+    cudaGetLastError();
   free(cu->registered);
   free(cu);
 }
