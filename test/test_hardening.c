@@ -3,7 +3,8 @@
  * SHA-256 / HMAC-SHA-256 the handshakes use, against the published vectors;
  * integer and secret variables parsed strictly; no rank listens once init
  * is over; misuse caught (destroy under a running call, a handle used after
- * destroy, a communicator used in a forked child, a communicator used in a forked child).
+ * destroy, a communicator used in a forked child, partly overlapping
+ * buffers).
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -493,4 +494,82 @@ Test(misuse, fork_child_cannot_use_the_parents_comm_shm, .timeout = 60) {
 }
 Test(misuse, fork_child_cannot_use_the_parents_comm_tcp, .timeout = 60) {
   fork_case(1);
+}
+
+/* Every collective with two buffers refuses partly overlapping ones
+ * (before: allreduce and allgather returned success with wrong results),
+ * names both ranges, sends nothing, and keeps working; the documented
+ * in-place forms still run, exactly. */
+static int expect_overlap(h_ctx_t *ctx, const char *what, ringcc_result_t r) {
+  const char *msg = ringcc_comm_last_error(ctx->comm);
+  if (r != RINGCC_ERR_INVALID_ARGUMENT || strstr(msg, "overlap") == NULL ||
+      strstr(msg, "'sendbuf' [") == NULL || strstr(msg, "'recvbuf' [") == NULL)
+    return h_fail(ctx, "%s: returned %d (%s): %s", what, (int)r,
+                  ringcc_strerror(r), msg);
+  return 0;
+}
+
+static int overlap_body(h_ctx_t *ctx) {
+  enum { N = 4096 };
+  int n = ctx->nranks, me = ctx->rank, bad = 0;
+  static int32_t buf[(N + 64) * 8];
+  int32_t *b = buf;
+  ringcc_comm_t c = ctx->comm;
+  /* sendbuf and recvbuf 64 elements apart: partly overlapping. */
+  bad |= expect_overlap(ctx, "allreduce", ringcc_allreduce(
+      b, b + 64, N, RINGCC_INT32, RINGCC_SUM, c, NULL));
+  bad |= expect_overlap(ctx, "reduce at the root", ringcc_reduce(
+      b, b + 64, N, RINGCC_INT32, RINGCC_SUM, me, c, NULL));
+  bad |= expect_overlap(ctx, "reduce_scatter", ringcc_reduce_scatter(
+      b, b + (size_t)me * N + 64, N, RINGCC_INT32, RINGCC_SUM, c, NULL));
+  bad |= expect_overlap(ctx, "allgather", ringcc_allgather(
+      b + (size_t)me * N + 64, b, N, RINGCC_INT32, c, NULL));
+  bad |= expect_overlap(ctx, "alltoall", ringcc_alltoall(
+      b, b + 64, N, RINGCC_INT32, c, NULL));
+  bad |= expect_overlap(ctx, "allreduce, recvbuf first", ringcc_allreduce(
+      b + 64, b, N, RINGCC_INT32, RINGCC_SUM, c, NULL));
+  if (bad)
+    return 1;
+  /* The in-place forms, exactly. */
+  int32_t want[N];
+  h_fill_input(RINGCC_INT32, RINGCC_SUM, me, 0, 9, b, N);
+  h_fill_expected(RINGCC_INT32, RINGCC_SUM, n, 0, 9, want, N);
+  ringcc_result_t r = ringcc_allreduce(b, b, N, RINGCC_INT32, RINGCC_SUM, c,
+                                       NULL);
+  if (r != RINGCC_SUCCESS || !h_check_elems(ctx, "allreduce in place",
+                                            RINGCC_INT32, b, want, N))
+    return h_fail(ctx, "allreduce in place: %d", (int)r);
+  h_fill_pattern(RINGCC_INT32, (uint64_t)me, 0, 3, b + (size_t)me * N, N);
+  r = ringcc_allgather(b + (size_t)me * N, b, N, RINGCC_INT32, c, NULL);
+  for (int q = 0; q < n && r == RINGCC_SUCCESS; q++) {
+    h_fill_pattern(RINGCC_INT32, (uint64_t)q, 0, 3, want, N);
+    if (!h_check_elems(ctx, "allgather in place", RINGCC_INT32,
+                       b + (size_t)q * N, want, N))
+      return 1;
+  }
+  if (r != RINGCC_SUCCESS)
+    return h_fail(ctx, "allgather in place: %d", (int)r);
+  /* A reduce's recvbuf away from the root is not used: no overlap there. */
+  if (me != 0) {
+    h_fill_input(RINGCC_INT32, RINGCC_SUM, me, 0, 4, b, N);
+    r = ringcc_reduce(b, b + 64, N, RINGCC_INT32, RINGCC_SUM, 0, c, NULL);
+  } else {
+    static int32_t out[N];
+    h_fill_input(RINGCC_INT32, RINGCC_SUM, me, 0, 4, b, N);
+    r = ringcc_reduce(b, out, N, RINGCC_INT32, RINGCC_SUM, 0, c, NULL);
+    h_fill_expected(RINGCC_INT32, RINGCC_SUM, n, 0, 4, want, N);
+    if (r == RINGCC_SUCCESS &&
+        !h_check_elems(ctx, "reduce", RINGCC_INT32, out, want, N))
+      return 1;
+  }
+  if (r != RINGCC_SUCCESS)
+    return h_fail(ctx, "reduce with an unused overlapping recvbuf: %d (%s)",
+                  (int)r, ringcc_comm_last_error(c));
+  return 0;
+}
+
+Test(misuse, partly_overlapping_buffers_refused, .timeout = 40) {
+  h_run_opts_t o = {.nranks = 3, .body = overlap_body, .timeout_s = 30,
+                    .name = "overlap"};
+  cr_assert(h_run(&o));
 }

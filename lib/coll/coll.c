@@ -8,6 +8,7 @@
  * disagrees) leaves the FIFOs in an unknown state: the communicator is then
  * marked unusable and every later call says so.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,55 @@ static ringcc_result_t bad_arg(const struct call *c, const char *what) {
                         "%s on rank %d: %s", c->fn, c->comm->rank, what);
 }
 
+/* Buffers that overlap other than in a documented in-place form would be
+ * read after the call overwrote them (the results are silently wrong): the
+ * call is refused, naming both ranges. In place is sendbuf == recvbuf
+ * (allreduce, reduce at the root, alltoall), the rank's own block
+ * (reduce_scatter: recvbuf == sendbuf + rank*recvcount; allgather: sendbuf
+ * == recvbuf + rank*sendcount), or RINGCC_IN_PLACE. */
+static ringcc_result_t check_overlap(const struct call *c) {
+  size_t esize = ringcc_datatype_size(c->dt), send_elems, recv_elems;
+  int rank = c->comm->rank;
+  if (c->sendbuf == RINGCC_IN_PLACE || c->sendbuf == NULL ||
+      c->recvbuf == NULL || c->coll == RCC_COLL_BCAST ||
+      c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV ||
+      c->coll == RCC_COLL_BARRIER ||
+      (c->coll == RCC_COLL_REDUCE && c->root != rank))
+    return RINGCC_SUCCESS; /* one buffer, or recvbuf is not used */
+  buffer_elems(c, &send_elems, &recv_elems);
+  uintptr_t s = (uintptr_t)c->sendbuf, r = (uintptr_t)c->recvbuf;
+  size_t sbytes = send_elems * esize, rbytes = recv_elems * esize;
+  size_t own = (size_t)rank * c->count * esize;
+  if (sbytes == 0 || rbytes == 0 || s + sbytes <= r || r + rbytes <= s)
+    return RINGCC_SUCCESS;
+  const char *form;
+  switch (c->coll) {
+  case RCC_COLL_REDUCE_SCATTER:
+    if (r == s + own)
+      return RINGCC_SUCCESS;
+    form = "recvbuf == sendbuf + rank*recvcount";
+    break;
+  case RCC_COLL_ALLGATHER:
+    if (s == r + own)
+      return RINGCC_SUCCESS;
+    form = "sendbuf == recvbuf + rank*sendcount";
+    break;
+  default: /* allreduce, reduce at the root, alltoall */
+    if (s == r)
+      return RINGCC_SUCCESS;
+    form = "sendbuf == recvbuf";
+    break;
+  }
+  char msg[RCC_ERRLEN];
+  snprintf(msg, sizeof(msg), "arguments 'sendbuf' [%p, %p) (%zu bytes) and "
+           "'recvbuf' [%p, %p) (%zu bytes) overlap, and not in an in-place "
+           "form (%s, or RINGCC_IN_PLACE as 'sendbuf'): the call would read "
+           "input it already overwrote", c->sendbuf,
+           (const void *)((const char *)c->sendbuf + sbytes), sbytes,
+           c->recvbuf, (void *)((char *)c->recvbuf + rbytes), rbytes, form);
+  return bad_arg(c, msg);
+}
+
 static ringcc_result_t validate_buffers(const struct call *c) {
   char msg[200];
   size_t esize = ringcc_datatype_size(c->dt), n = (size_t)c->comm->nranks;
@@ -104,7 +154,7 @@ static ringcc_result_t validate_buffers(const struct call *c) {
   if (c->sendbuf == RINGCC_IN_PLACE &&
       (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_BCAST))
     return bad_arg(c, "RINGCC_IN_PLACE is not a buffer ('buf')");
-  return RINGCC_SUCCESS;
+  return check_overlap(c);
 }
 
 static ringcc_result_t validate(const struct call *c) {
