@@ -4,7 +4,7 @@
  * integer and secret variables parsed strictly; no rank listens once init
  * is over; misuse caught (destroy under a running call, a handle used after
  * destroy, a communicator used in a forked child, partly overlapping
- * buffers).
+ * buffers); the ptrace exception only where cross-memory attach can run.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -572,4 +572,76 @@ Test(misuse, partly_overlapping_buffers_refused, .timeout = 40) {
   h_run_opts_t o = {.nranks = 3, .body = overlap_body, .timeout_s = 30,
                     .name = "overlap"};
   cr_assert(h_run(&o));
+}
+
+/* ---- ptrace: the exception only where cross-memory attach can run -------- */
+
+/* This binary's own prctl, which libringcc.a (linked statically) calls: it
+ * records what PR_SET_PTRACER was set to, then does it. Linux has no way to
+ * read the setting back, and without Yama it does nothing anyway. */
+static int ptracer_calls;
+static unsigned long ptracer_last = 12345; /* never set */
+
+int prctl(int option, ...) {
+  va_list ap;
+  va_start(ap, option);
+  unsigned long a2 = va_arg(ap, unsigned long), a3 = va_arg(ap, unsigned long);
+  unsigned long a4 = va_arg(ap, unsigned long), a5 = va_arg(ap, unsigned long);
+  va_end(ap);
+  if (option == PR_SET_PTRACER) {
+    ptracer_calls++;
+    ptracer_last = a2;
+  }
+  return (int)syscall(SYS_prctl, option, a2, a3, a4, a5);
+}
+
+struct ptracer_case {
+  int shm_disable;
+  int algo;
+  int want_set; /* PR_SET_PTRACER_ANY while the communicator lives */
+};
+
+static int ptracer_body(h_ctx_t *ctx) {
+  const struct ptracer_case *c = ctx->arg;
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = c->shm_disable;
+  cfg.algo = c->algo;
+  ringcc_comm_t comm;
+  ringcc_result_t r = ringcc_comm_init(&comm, ctx->nranks, ctx->id, ctx->rank,
+                                       &cfg);
+  if (r != RINGCC_SUCCESS)
+    return h_fail(ctx, "init: %s", ringcc_comm_last_error(NULL));
+  int set = ptracer_calls > 0 && ptracer_last == (unsigned long)PR_SET_PTRACER_ANY;
+  int calls = ptracer_calls;
+  ringcc_comm_destroy(comm);
+  if (set != c->want_set)
+    return h_fail(ctx, "shm_disable %d, algo %d: PR_SET_PTRACER_ANY is %s "
+                  "after init (%d prctl calls), expected %s", c->shm_disable,
+                  c->algo, set ? "set" : "not set", calls,
+                  c->want_set ? "set" : "not set");
+  if (ptracer_calls > 0 && ptracer_last != 0)
+    return h_fail(ctx, "PR_SET_PTRACER is still %lu after destroy (not "
+                  "withdrawn)", ptracer_last);
+  return 0;
+}
+
+static void ptracer_case(int shm_disable, int algo, int want_set) {
+  struct ptracer_case c = {shm_disable, algo, want_set};
+  h_run_opts_t o = {.nranks = 2, .body = ptracer_body, .arg = &c,
+                    .skip_init = true, .timeout_s = 30, .name = "ptracer"};
+  cr_assert(h_run(&o));
+}
+
+/* Shared memory disabled, or the algorithm not forced: no rank may read
+ * another's memory, so none allows it (before: every rank, always). */
+Test(ptracer, not_set_without_shared_memory, .timeout = 40) {
+  ptracer_case(1, RINGCC_ALGO_CMA, 0);
+}
+Test(ptracer, not_set_when_cma_is_not_forced, .timeout = 40) {
+  ptracer_case(0, -1, 0);
+}
+/* Forced on one host: set while the communicator lives, withdrawn at
+ * destroy (before: never withdrawn). */
+Test(ptracer, set_for_cma_and_withdrawn_at_destroy, .timeout = 40) {
+  ptracer_case(0, RINGCC_ALGO_CMA, 1);
 }

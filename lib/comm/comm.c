@@ -316,6 +316,7 @@ static void adapt_waiting(struct ringcc_comm *comm) {
 static void comm_free(struct ringcc_comm *comm) {
   rcc_cuda_destroy(comm); /* first: kernels may still use the FIFOs */
   rcc_transports_destroy(comm);
+  rcc_cma_release(comm);
   rcc_cuda_free(comm);
   if (comm->boot)
     rcc_bootstrap_close(comm->boot);

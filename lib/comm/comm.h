@@ -130,6 +130,7 @@ struct ringcc_comm {
   int64_t init_deadline;   /* for transports' connect phase */
   uint64_t cma_probe;      /* exec_cma.c */
   int cma_ok;              /* the direct large-message path is usable */
+  int cma_ptracer;         /* holds a share of PR_SET_PTRACER_ANY (exec_cma.c) */
   /* The one-shot board (exec_host.c): each rank's two regions, in its shm
    * segment (shm.c); set where this rank maps every rank's segment. */
   char **board;            /* [nranks] region 0 of each rank's board */
