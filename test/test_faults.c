@@ -36,6 +36,7 @@
 #include "clock.h"
 #include "error.h"
 #include "harness.h"
+#include "shmname.h"
 #include "soak/random_coll.h"
 #include "socket.h"
 #include "wire.h"
@@ -197,8 +198,8 @@ static void log_dump(const char *title, int fd) {
   free(text);
 }
 
-/* Names in /dev/shm that belong to one of pids (ringcc-PID-...), written into
- * found (comma separated); returns how many. */
+/* Names in /dev/shm that belong to one of pids (ringcc-BOOT-PIDNS-PID-...,
+ * shmname.h), written into found (comma separated); returns how many. */
 static int shm_leftovers(const pid_t *pids, int n, char *found, size_t len) {
   DIR *d = opendir("/dev/shm");
   int count = 0;
@@ -206,11 +207,15 @@ static int shm_leftovers(const pid_t *pids, int n, char *found, size_t len) {
   found[0] = '\0';
   if (d == NULL)
     return 0;
+  char boot[RCC_SHM_BOOT_DIGITS + 1], their_boot[RCC_SHM_BOOT_DIGITS + 1];
+  unsigned long long pidns, their_ns;
+  int pid;
+  rcc_shm_identity(boot, &pidns);
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     for (int i = 0; i < n; i++) {
-      char prefix[48];
-      snprintf(prefix, sizeof prefix, "ringcc-%d-", (int)pids[i]);
-      if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+      if (rcc_shm_name_parse(e->d_name, their_boot, &their_ns, &pid) != 0 ||
+          pid != (int)pids[i] || their_ns != pidns ||
+          strcmp(their_boot, boot) != 0)
         continue;
       count++;
       if (off < len)

@@ -4,7 +4,8 @@
  * integer and secret variables parsed strictly; no rank listens once init
  * is over; misuse caught (destroy under a running call, a handle used after
  * destroy, a communicator used in a forked child, partly overlapping
- * buffers); the ptrace exception only where cross-memory attach can run.
+ * buffers); the ptrace exception only where cross-memory attach can run;
+ * /dev/shm segments of dead creators swept at init.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -29,6 +30,7 @@
 #include "comm.h"
 #include "harness.h"
 #include "sha256.h"
+#include "shmname.h"
 
 /* ---- crypto: SHA-256 and HMAC-SHA-256 against the published vectors ------ */
 
@@ -644,4 +646,60 @@ Test(ptracer, not_set_when_cma_is_not_forced, .timeout = 40) {
  * destroy (before: never withdrawn). */
 Test(ptracer, set_for_cma_and_withdrawn_at_destroy, .timeout = 40) {
   ptracer_case(0, RINGCC_ALGO_CMA, 1);
+}
+
+/* ---- /dev/shm: segments of dead creators are swept ---------------------- */
+
+static void make_segment(char *name, size_t len, const char *boot,
+                         unsigned long long pidns, int pid) {
+  uint8_t rnd[16];
+  cr_assert_eq(rcc_random_bytes(rnd, sizeof rnd), 0);
+  rcc_shm_name_format(name, len, boot, pidns, pid, rnd);
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  cr_assert(fd >= 0, "shm_open %s: %s", name, strerror(errno));
+  close(fd);
+}
+
+static bool segment_exists(const char *name) {
+  char path[200];
+  snprintf(path, sizeof path, "/dev/shm%s", name);
+  return access(path, F_OK) == 0;
+}
+
+/* A rank killed during init leaves its segment. The next init on the host
+ * removes the segments of its naming whose creator is gone (same boot, same
+ * pid namespace), and only those (before: nothing removed them). */
+Test(shm, init_sweeps_segments_of_dead_creators, .timeout = 30) {
+  char boot[RCC_SHM_BOOT_DIGITS + 1], dead[RCC_SHM_NAME_MAX],
+      alive[RCC_SHM_NAME_MAX], other_boot[RCC_SHM_NAME_MAX],
+      other_ns[RCC_SHM_NAME_MAX];
+  unsigned long long pidns;
+  rcc_shm_identity(boot, &pidns);
+  pid_t child = fork();
+  if (child == 0)
+    _exit(0);
+  cr_assert(child > 0 && waitpid(child, NULL, 0) == child);
+  make_segment(dead, sizeof dead, boot, pidns, child); /* creator gone */
+  make_segment(alive, sizeof alive, boot, pidns, getpid());
+  make_segment(other_boot, sizeof other_boot, "0123456789ab", pidns, child);
+  make_segment(other_ns, sizeof other_ns, boot, pidns + 1, child);
+
+  ringcc_unique_id_t id;
+  ringcc_result_t r;
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS);
+  ringcc_comm_t comm = one_rank(&id, &r);
+  cr_assert_eq(r, RINGCC_SUCCESS, "%s", ringcc_comm_last_error(NULL));
+  ringcc_comm_destroy(comm);
+  bool gone = !segment_exists(dead), kept[3] = {segment_exists(alive),
+                                                segment_exists(other_boot),
+                                                segment_exists(other_ns)};
+  shm_unlink(dead);
+  shm_unlink(alive);
+  shm_unlink(other_boot);
+  shm_unlink(other_ns);
+  cr_expect(gone, "%s (creator pid %d exited) was not removed at init", dead,
+            (int)child);
+  cr_expect(kept[0], "%s (this live process's) was removed", alive);
+  cr_expect(kept[1], "%s (another boot's) was removed", other_boot);
+  cr_expect(kept[2], "%s (another pid namespace's) was removed", other_ns);
 }

@@ -13,7 +13,8 @@
  * SIGKILL grace). The rendezvous's listening socket is opened here before
  * any rank starts and handed to rank 0 when it asks (open_root,
  * serve_handoff), so the port is never free for someone else to take.
- * Standalone: it does not link libringcc (the header is used
+ * A rank that ended may have left shared-memory segments: they are removed
+ * (remove_segments_of). Standalone: it does not link libringcc (the header is used
  * for the version number only).
  */
 #ifndef _GNU_SOURCE
@@ -21,6 +22,7 @@
 #endif
 #include <arpa/inet.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
@@ -38,12 +40,14 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ringcc.h"
+#include "shmname.h"
 
 #define PROG_NAME "ringcc-run"
 #define MAX_RANKS 4096
@@ -874,6 +878,30 @@ static void verdict(struct job *j) {
   stop_job(j);
 }
 
+/* A rank that ended may have left shared-memory segments (killed before its
+ * init unlinked them): its name is on them (shmname.h). Same boot and pid
+ * namespace as the launcher's, same user. */
+static void remove_segments_of(pid_t pid) {
+  char boot[RCC_SHM_BOOT_DIGITS + 1], their_boot[RCC_SHM_BOOT_DIGITS + 1];
+  unsigned long long pidns, their_ns;
+  int their_pid;
+  DIR *d = opendir("/dev/shm");
+  if (d == NULL) return;
+  rcc_shm_identity(boot, &pidns);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    struct stat st;
+    if (rcc_shm_name_parse(e->d_name, their_boot, &their_ns, &their_pid) != 0 ||
+        their_pid != (int)pid || their_ns != pidns || pidns == 0 ||
+        strcmp(their_boot, boot) != 0 ||
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        st.st_uid != geteuid())
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+      say("removed /dev/shm/%s, left by rank process %d", e->d_name, (int)pid);
+  }
+  closedir(d);
+}
+
 static void reap(struct job *j) {
   for (;;) {
     int status;
@@ -883,6 +911,7 @@ static void reap(struct job *j) {
     for (int r = 0; r < j->nranks; r++)
       if (j->ranks[r].pid == pid && j->ranks[r].running) {
         rank_ended(j, r, status);
+        remove_segments_of(pid);
         break;
       }
   }
@@ -1019,11 +1048,13 @@ int main(int argc, char **argv) {
   char root[300], secret[33];
   const char *step;
   int root_fd = open_root(o.root, root, sizeof root, &step);
-  if (root_fd < 0) {
-    say("cannot open the rendezvous %s: %s: %s", o.root ? o.root : "port",
-        step, strerror(errno));
+  if (root_fd < 0 && o.root == NULL) {
+    say("cannot open the rendezvous port: %s: %s", step, strerror(errno));
     return EXIT_INTERNAL;
   }
+  if (root_fd < 0) /* rank 0 listens there itself, and says why it cannot */
+    say("%s %s: %s; rank 0 will listen there itself", step, o.root,
+        strerror(errno));
   if (make_secret(secret) != 0) {
     say("cannot make the rendezvous secret: getrandom: %s", strerror(errno));
     return EXIT_INTERNAL;
@@ -1039,8 +1070,8 @@ int main(int argc, char **argv) {
 
   struct rank_env env = {.root = root, .secret = secret};
   j.root_fd = root_fd;
-  j.handoff_fd = open_handoff(env.handoff, sizeof env.handoff);
-  if (j.handoff_fd < 0) { /* as before: rank 0 listens on the port itself */
+  j.handoff_fd = root_fd < 0 ? -1 : open_handoff(env.handoff, sizeof env.handoff);
+  if (root_fd >= 0 && j.handoff_fd < 0) { /* rank 0 listens itself */
     say("cannot offer the rendezvous socket to rank 0 (%s); rank 0 will "
         "listen on %s itself", strerror(errno), root);
     close_root(&j);

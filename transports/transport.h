@@ -77,6 +77,11 @@ extern const struct rcc_transport rcc_transport_net;
 ringcc_result_t rcc_shm_setup_host(struct ringcc_comm *comm, const int *peers,
                                    int npeers, void *blob, void **state);
 
+/* shm.c: removes the segments of this user whose creator is gone (same
+ * boot and pid namespace, no such process, or a zombie: a rank killed
+ * during init); returns how many. Init calls it. */
+int rcc_shm_sweep(int log_rank);
+
 /* The ordered table: the first transport that can connect an edge wins. */
 extern const struct rcc_transport *const rcc_transports[];
 extern const int rcc_num_transports;

@@ -374,6 +374,7 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   char err[RCC_ERRLEN];
   int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
   comm->init_deadline = deadline;
+  rcc_shm_sweep(comm->rank); /* what ranks killed during an init left */
   ringcc_result_t r =
       rcc_bootstrap_init(&comm->boot, id, comm->rank, comm->nranks, deadline,
                          err, sizeof(err));
