@@ -48,6 +48,7 @@
 
 #define RCC_NET_HANDLE_BYTES 128 /* a listen handle, opaque to the core */
 #define RCC_NET_KEY_BYTES 32     /* the communicator's network key */
+#define RCC_NET_LINK_CHECK_MS 500 /* how often the engine calls alive() */
 #define RCC_NET_HELLO_BYTES 64   /* the hello sent by connect() */
 #define RCC_NET_MAX_REQUESTS 64  /* outstanding requests per connection */
 
@@ -112,6 +113,14 @@ struct rcc_net_plugin {
    * each way. */
   ringcc_result_t (*reverse)(void *comm, void **other, char *err,
                              size_t errlen);
+  /* Optional: whether the link of a connection still works, for links that
+   * fail without closing (a host that lost power or its network sends no
+   * FIN). The engine calls it about every RCC_NET_LINK_CHECK_MS on every
+   * connection; a failure (RINGCC_ERR_NETWORK, one sentence naming the peer
+   * and why) fails the connection as a failed test() would. It must never
+   * take a peer that is alive but slow, busy or stopped for a dead one. NULL:
+   * only the plugin's own errors say so. */
+  ringcc_result_t (*alive)(void *comm, char *err, size_t errlen);
   /* Closing may happen in a process forked from the one that opened the
    * connection (destroy in a child, after fork): then free memory and close
    * descriptors only, nothing the peer or the parent would notice (no

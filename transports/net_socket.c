@@ -19,6 +19,18 @@
  * the first connection whose N sockets are all there, whatever order sockets
  * of different peers arrived in. A stranger is never waited for.
  *
+ * Links that fail without closing (a host that lost power or its network
+ * sends no FIN): every socket has TCP keepalive, so an idle one whose peer
+ * stopped answering is closed by the kernel (ETIMEDOUT) about
+ * RINGCC_SOCKET_LINK_TIMEOUT_MS (default 6 s) after the peer's last
+ * acknowledgement, and alive(), which the engine calls about twice a second,
+ * fails a connection whose socket has data in flight (or window probes out)
+ * and no acknowledgement for that long (TCP_INFO). Both look at what the
+ * peer's kernel acknowledges, not at whether its process runs, so a busy,
+ * stopped or starved peer is never taken for a dead one. TCP_USER_TIMEOUT is
+ * not used: it also ends a connection whose receiver is alive but has not
+ * read for that long (the window stays closed), a peer that merely computes.
+ *
  * Messages. A 64-byte header (u32 bytes, u32 imm, network order, then
  * zeros), the payload, and zeros up to a multiple of 64 bytes (see
  * MSG_HEADER_BYTES for why). Message k of a connection travels on socket
@@ -47,6 +59,7 @@
 #include <limits.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -114,7 +127,54 @@ static struct {
   int ready;
   struct sockaddr_storage addr; /* port 0 */
   char ifname[IF_NAMESIZE + 1];
+  int64_t link_timeout_ms; /* RINGCC_SOCKET_LINK_TIMEOUT_MS; 0: off */
 } g_net = {.lock = PTHREAD_MUTEX_INITIALIZER, .ifname = "none"};
+
+#define LINK_TIMEOUT_DEFAULT_MS 6000
+
+/* RINGCC_SOCKET_LINK_TIMEOUT_MS: how long a peer may leave this rank's data
+ * or keepalive probes unacknowledged before its link counts as down. Read
+ * here only, once per process. */
+static ringcc_result_t link_timeout(int64_t *ms, char *err, size_t errlen) {
+  const char *v = rcc_getenv("RINGCC_SOCKET_LINK_TIMEOUT_MS");
+  *ms = LINK_TIMEOUT_DEFAULT_MS;
+  if (v == NULL)
+    return RINGCC_SUCCESS;
+  if (rcc_parse_decimal(v, ms) != 0 || *ms < 0 ||
+      (*ms > 0 && *ms < 2000) || *ms > 3600000)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: RINGCC_SOCKET_LINK_TIMEOUT_MS=\"%s\" is not "
+                    "0 (off) or a number of milliseconds in 2000..3600000", v);
+  return RINGCC_SUCCESS;
+}
+
+#ifndef TCP_RTO_MAX_MS
+#define TCP_RTO_MAX_MS 44 /* Linux 6.15 */
+#endif
+
+/* Keepalive on a connection's socket, timed from the link timeout T: first
+ * probe after T/3 idle, then every T/6, closed after the probes that fit in
+ * T (6 s: 2 s, then 1 s apart, 4 probes). The retransmission timeout is
+ * capped at T/4 where the kernel allows it (TCP_RTO_MAX_MS, Linux 6.15), so
+ * that retransmissions and window probes keep asking while a link is down
+ * for a moment, and resume soon after it is back. */
+static void set_keepalive(int fd) {
+  int64_t t = g_net.link_timeout_ms;
+  if (t <= 0 || fd < 0)
+    return;
+  int one = 1, idle = (int)(t / 3000), intvl = (int)(t / 6000);
+  idle = idle < 1 ? 1 : idle;
+  intvl = intvl < 1 ? 1 : intvl;
+  int cnt = (int)((t / 1000 - idle) / intvl);
+  cnt = cnt < 1 ? 1 : cnt;
+  int rto_max = (int)(t / 4);
+  rto_max = rto_max < 1000 ? 1000 : rto_max > 120000 ? 120000 : rto_max;
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_max, sizeof(rto_max));
+}
 
 /* RINGCC_NSOCKS_PERPEER is read here only, at init (for the log) and at every
  * connect (the acceptor learns N from the preamble). */
@@ -175,15 +235,18 @@ static ringcc_result_t socket_init(const char *spec, char *err,
     goto out;
   if ((r = sockets_per_connection(&nsocks, err, errlen)) != RINGCC_SUCCESS ||
       (r = address_family(&family, err, errlen)) != RINGCC_SUCCESS ||
+      (r = link_timeout(&g_net.link_timeout_ms, err, errlen)) !=
+          RINGCC_SUCCESS ||
       (r = rcc_socket_pick_address_family(spec, family, &g_net.addr,
                                           g_net.ifname, sizeof(g_net.ifname),
                                           err, errlen)) != RINGCC_SUCCESS)
     goto out;
   g_net.ready = 1;
   RCC_INFO(-1, "NET/Socket: using interface %s (%s), %d socket%s per "
-               "connection%s%s%s%s",
+               "connection, link timeout %lld ms%s%s%s%s",
            g_net.ifname, host_str(&g_net.addr, host, sizeof(host)), nsocks,
-           nsocks == 1 ? "" : "s", named ? ", RINGCC_SOCKET_IFNAME=" : "",
+           nsocks == 1 ? "" : "s", (long long)g_net.link_timeout_ms,
+           named ? ", RINGCC_SOCKET_IFNAME=" : "",
            named ? spec : "",
            family != AF_UNSPEC ? ", RINGCC_SOCKET_FAMILY=" : "",
            family == AF_INET    ? "AF_INET"
@@ -392,16 +455,30 @@ static const char *request_where(const struct net_conn *c,
   return buf;
 }
 
+/* Why a socket error says a host stopped answering, or "". */
+static const char *unreachable_why(int e) {
+  if (e == ETIMEDOUT)
+    return " (the peer's host stopped answering: no acknowledgement of "
+           "keepalive probes or data for RINGCC_SOCKET_LINK_TIMEOUT_MS; it is "
+           "down, or its network is cut)";
+  if (e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN ||
+      e == ENETDOWN)
+    return " (no route to the peer's host: it is down, or its network is "
+           "cut)";
+  return "";
+}
+
 /* A failed send/recv: a peer that went away is PEER_FAILED. */
 static void conn_fail_io(struct net_conn *c, int sock, int e,
                          const struct net_request *r) {
   char where[96];
   int gone = e == ECONNRESET || e == EPIPE;
   conn_fail(c, gone ? RINGCC_ERR_PEER_FAILED : RINGCC_ERR_NETWORK,
-            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s",
+            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s%s",
             c->kind == COMM_SEND ? "send to" : "receive from", c->peer, sock,
             c->nsocks, request_where(c, r, where, sizeof(where)), strerror(e),
-            gone ? " (the peer closed the connection or died)" : "");
+            gone ? " (the peer closed the connection or died)" : "",
+            unreachable_why(e));
 }
 
 /* The head request of a socket is complete: off the queue; test() frees it. */
@@ -758,9 +835,11 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
                  pre + PREAMBLE_BYTES + hlen);
     r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
                            sizeof(why));
-    if (r == RINGCC_SUCCESS)
+    if (r == RINGCC_SUCCESS) {
+      set_keepalive(c->socks[i].fd);
       r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
                               sizeof(why));
+    }
     if (r != RINGCC_SUCCESS) {
       rcc_errf(err, errlen, r, "NET/Socket: opening socket %d of %d to %s: %s",
                i, nsocks, c->peer, why);
@@ -1137,6 +1216,7 @@ static struct net_conn *take_complete(struct net_listen *l, void *hello) {
       if (q->id != id || !q->proven)
         continue;
       c->socks[q->index].fd = q->fd;
+      set_keepalive(q->fd);
       l->pending[j--] = l->pending[--l->npending];
     }
     return c;
@@ -1237,6 +1317,48 @@ static void socket_readable(void *comm, int fd) {
       c->socks[i].idle = 0;
 }
 
+/* The link of a connection still carries acknowledgements (see the top):
+ * for each socket, the kernel gave up on it (keepalive: closed, with its
+ * error), or it has data in flight or window probes out and nothing
+ * acknowledged for the link timeout. The first such failure sticks to the
+ * connection (and its twin, which shares the sockets). */
+static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
+  struct net_conn *c = comm;
+  int64_t t = g_net.link_timeout_ms;
+  if (c == NULL || c->kind == COMM_LISTEN)
+    return RINGCC_SUCCESS;
+  for (int i = 0; i < c->nsocks && t > 0 && c->error == RINGCC_SUCCESS; i++) {
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (c->socks[i].fd < 0 || c->socks[i].eof ||
+        getsockopt(c->socks[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+      continue;
+    if (ti.tcpi_state == TCP_CLOSE) {
+      int e = 0;
+      socklen_t elen = sizeof(e);
+      getsockopt(c->socks[i].fd, SOL_SOCKET, SO_ERROR, &e, &elen);
+      if (e != 0)
+        conn_fail(c, RINGCC_ERR_NETWORK, "NET/Socket: the connection with %s "
+                  "failed on socket %d of %d: %s%s", c->peer, i, c->nsocks,
+                  strerror(e), unreachable_why(e));
+    } else if ((ti.tcpi_unacked > 0 || ti.tcpi_probes >= 2) &&
+               ti.tcpi_last_ack_recv > (uint32_t)t) {
+      conn_fail(c, RINGCC_ERR_NETWORK, "NET/Socket: %s acknowledged nothing "
+                "for %.1f s with %s on socket %d of %d: its host is down, or "
+                "its network is cut (RINGCC_SOCKET_LINK_TIMEOUT_MS=%lld)",
+                c->peer, ti.tcpi_last_ack_recv / 1000.0,
+                ti.tcpi_unacked > 0 ? "data in flight" : "window probes out",
+                i, c->nsocks, (long long)t);
+    }
+  }
+  if (c->error != RINGCC_SUCCESS && c->twin != NULL)
+    conn_fail(c->twin, c->error, "%s", c->message);
+  if (c->error != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, c->error, "%s", c->message);
+  return RINGCC_SUCCESS;
+}
+
 static void socket_close_conn(void *comm) { conn_free(comm); }
 
 static void socket_close_listen(void *listen_comm) {
@@ -1275,6 +1397,7 @@ const struct rcc_net_plugin rcc_net_socket = {
     .redirect = socket_redirect,
     .readable = socket_readable,
     .reverse = socket_reverse,
+    .alive = socket_alive,
     .close_send = socket_close_conn,
     .close_recv = socket_close_conn,
     .close_listen = socket_close_listen,

@@ -42,14 +42,14 @@ static void wake(uint32_t *word) {
 }
 
 /* Marks one host FIFO and wakes whoever sleeps on it (either end). */
-static void poison(struct rcc_conn *c, int dead, struct rcc_conn **engine) {
+static void poison(struct rcc_conn *c, uint32_t word, struct rcc_conn **engine) {
   if (c == NULL || c->fifo == NULL)
     return;
   if (c->ops != NULL) { /* an engine's FIFO: the engine tells the peer */
     *engine = c;
     return;
   }
-  __atomic_store_n(&c->fifo->dead, (uint32_t)dead + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->fifo->dead, word, __ATOMIC_RELEASE);
   wake(&c->fifo->tail);
   wake(&c->fifo->head);
 }
@@ -81,18 +81,30 @@ int rcc_dead_rank(const struct ringcc_comm *comm, int *told_by) {
     return -1;
   if (told_by != NULL)
     *told_by = (int)(d >> 32) - 1;
-  return (int)(uint32_t)d - 1;
+  return RCC_DEAD_RANK((uint32_t)d);
+}
+
+int rcc_dead_unreachable(const struct ringcc_comm *comm) {
+  uint64_t d = __atomic_load_n(&comm->dead, __ATOMIC_ACQUIRE);
+  return d != 0 && ((uint32_t)d & RCC_DEAD_UNREACHABLE) != 0;
 }
 
 void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
+  rcc_peer_lost(comm, dead, told_by, 0);
+}
+
+void rcc_peer_lost(struct ringcc_comm *comm, int dead, int told_by,
+                   int unreachable) {
   if (dead < 0 || dead >= comm->nranks || dead == comm->rank)
     return;
-  uint64_t want = (uint64_t)(uint32_t)(told_by + 1) << 32 | (uint32_t)(dead + 1);
+  uint32_t word = (uint32_t)(dead + 1) | (unreachable ? RCC_DEAD_UNREACHABLE
+                                                      : 0);
+  uint64_t want = (uint64_t)(uint32_t)(told_by + 1) << 32 | word;
   uint64_t have = __atomic_load_n(&comm->dead, __ATOMIC_ACQUIRE);
   for (;;) {
     /* First wins, except that a rank we believed dead which tells us about
      * another was alive when it learned it: its word is the better one. */
-    if (have != 0 && (int)(uint32_t)have - 1 != told_by)
+    if (have != 0 && RCC_DEAD_RANK((uint32_t)have) != told_by)
       return;
     if (have == want)
       return;
@@ -101,27 +113,29 @@ void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
       break;
   }
   const struct rcc_peer_info *q = &comm->peers[dead];
+  const char *what = unreachable ? "is unreachable" : "died";
   if (told_by == comm->rank)
-    RCC_INFO(comm->rank, "rank %d (pid %d on host %s) died; telling the "
-                         "peers", dead, (int)q->pid, q->hostname);
+    RCC_INFO(comm->rank, "rank %d (pid %d on host %s) %s; telling the "
+                         "peers", dead, (int)q->pid, q->hostname, what);
   else
     RCC_INFO(comm->rank, "rank %d told this rank that rank %d (pid %d on host "
-                         "%s) died; passing it on", told_by, dead, (int)q->pid,
-             q->hostname);
+                         "%s) %s; passing it on", told_by, dead, (int)q->pid,
+             q->hostname, what);
   struct rcc_conn *engine = NULL;
   for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
     for (int p = 0; p < comm->nranks; p++) {
       if (comm->send_conn[k] != NULL)
-        poison(&comm->send_conn[k][p], dead, &engine);
+        poison(&comm->send_conn[k][p], word, &engine);
       if (comm->recv_conn[k] != NULL)
-        poison(&comm->recv_conn[k][p], dead, &engine);
+        poison(&comm->recv_conn[k][p], word, &engine);
     }
   if (engine != NULL) /* one engine serves every network edge */
     engine->ops->notify(engine);
   rcc_board_wake(comm); /* peers asleep on this rank's one-shot board */
 }
 
-int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer) {
+int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer,
+                      int *unreachable) {
   for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++) {
     const struct rcc_conn *s = comm->send_conn[k] ? &comm->send_conn[k][peer]
                                                   : NULL;
@@ -133,11 +147,31 @@ int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer) {
       if (c == NULL || c->fifo == NULL || c->ops != NULL)
         continue;
       uint32_t d = __atomic_load_n(&c->fifo->dead, __ATOMIC_ACQUIRE);
+      if (d != 0 && unreachable != NULL)
+        *unreachable = (d & RCC_DEAD_UNREACHABLE) != 0;
       if (d != 0)
-        return (int)d - 1;
+        return RCC_DEAD_RANK(d);
     }
   }
   return -1;
+}
+
+void rcc_host_ranks(const struct ringcc_comm *comm, int rank, char *buf,
+                    size_t len) {
+  uint64_t host = comm->peers[rank].host_hash;
+  int n = 0, off;
+  for (int q = 0; q < comm->nranks; q++)
+    n += comm->peers[q].host_hash == host;
+  off = snprintf(buf, len, "rank%s", n == 1 ? "" : "s");
+  for (int q = 0, k = 0; q < comm->nranks && off > 0 && (size_t)off < len; q++)
+    if (comm->peers[q].host_hash == host) {
+      if (k == 8) {
+        snprintf(buf + off, len - (size_t)off, ", ...");
+        break;
+      }
+      off += snprintf(buf + off, len - (size_t)off, "%s %d", k++ ? "," : "",
+                      q);
+    }
 }
 
 int rcc_dead_describe(const struct ringcc_comm *comm, char *buf, size_t len) {
@@ -146,11 +180,20 @@ int rcc_dead_describe(const struct ringcc_comm *comm, char *buf, size_t len) {
   if (dead < 0)
     return -1;
   const struct rcc_peer_info *q = &comm->peers[dead];
-  if (told_by == comm->rank)
+  if (rcc_dead_unreachable(comm)) {
+    /* A host that vanished takes all of its ranks: name them. */
+    char ranks[128];
+    rcc_host_ranks(comm, dead, ranks, sizeof(ranks));
+    snprintf(buf, len, "rank %d (on host %s, which holds %s) is unreachable: "
+             "its host stopped acknowledging (down, or its network cut)",
+             dead, q->hostname, ranks);
+  } else {
     snprintf(buf, len, "rank %d (pid %d on host %s) died", dead, (int)q->pid,
              q->hostname);
-  else
-    snprintf(buf, len, "rank %d (pid %d on host %s) died (rank %d passed the "
-             "news on)", dead, (int)q->pid, q->hostname, told_by);
+  }
+  if (told_by != comm->rank) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, " (rank %d passed the news on)", told_by);
+  }
   return dead;
 }
