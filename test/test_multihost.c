@@ -1580,8 +1580,9 @@ Test(multihost, no_false_failure_under_load, .timeout = 240) {
 
 /* ---- the measurements of docs/reliability.md (scripts/measure-failures.sh) ---------- */
 
-/* Skipped unless RCC_MEASURE_TRIALS (trials per fault kind) or
- * RCC_MEASURE_CALLS (calls of the long runs) is set. */
+/* Skipped unless RCC_MEASURE_TRIALS (trials per fault kind),
+ * RCC_MEASURE_IMPAIRED_CALLS or RCC_MEASURE_LOAD_CALLS (calls of the long
+ * runs) is set. */
 static int measure_env(const char *name) {
   const char *v = getenv(name);
   return v ? atoi(v) : 0;
@@ -1626,15 +1627,15 @@ Test(measure, packets_dropped_detection, .timeout = 7200) {
   measure_detection(NS_CUT_DROP);
 }
 Test(measure, impaired_network_long, .timeout = 7200) {
-  int calls = measure_env("RCC_MEASURE_CALLS");
+  int calls = measure_env("RCC_MEASURE_IMPAIRED_CALLS");
   if (calls <= 0)
-    cr_skip_test("a measurement: set RCC_MEASURE_CALLS");
+    cr_skip_test("a measurement: set RCC_MEASURE_IMPAIRED_CALLS");
   impaired(calls, 7000);
 }
 Test(measure, under_load_long, .timeout = 7200) {
-  int calls = measure_env("RCC_MEASURE_CALLS");
+  int calls = measure_env("RCC_MEASURE_LOAD_CALLS");
   if (calls <= 0)
-    cr_skip_test("a measurement: set RCC_MEASURE_CALLS");
+    cr_skip_test("a measurement: set RCC_MEASURE_LOAD_CALLS");
   under_load(calls, 7000);
 }
 TestSuite(measure, .fini = net_down);

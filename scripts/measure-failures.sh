@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# measure-failures.sh - the failure-detection figures of docs/reliability.md
+# ("Hosts that vanish"): runs the "measure" suite of build/test/test_multihost
+# (virtual hosts in network namespaces; needs root) and prints a summary.
+#
+#   scripts/measure-failures.sh [TRIALS] [IMPAIRED_CALLS] [LOAD_CALLS]
+#
+#   TRIALS          trials per fault kind (default 100): 3 hosts x 2 ranks in
+#                   a stream of allreduces, the last host's link cut (switch
+#                   port down; or every packet dropped); the time from the cut
+#                   to the last survivor's error, median and max
+#   IMPAIRED_CALLS  random collectives at 1 % loss, 50 +- 20 ms delay
+#                   (default 2000: a few minutes), against the same calls on
+#                   a clean network
+#   LOAD_CALLS      random collectives with idle gaps while 8 CPU-bound
+#                   processes run (default 400: several minutes); no failure
+#                   allowed
+#
+# Not part of make test (it takes about 40 minutes); make test runs one trial
+# of each (test_multihost vanished_host_*, impaired_network_exact_results,
+# no_false_failure_under_load). Output: build/measure/failures-DATE.log.
+set -u
+cd "$(dirname "$0")/.."
+trials=${1:-100}
+impaired=${2:-2000}
+load=${3:-400}
+bin=build/test/test_multihost
+[ -x "$bin" ] || { echo "measure-failures: build $bin first (make tests)" >&2; exit 1; }
+mkdir -p build/measure
+log=build/measure/failures-$(date -u +%Y%m%dT%H%M%SZ).log
+{
+  echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# scripts/measure-failures.sh $trials $impaired $load (git $(git rev-parse --short HEAD 2>/dev/null))"
+} | tee "$log"
+run() {
+  RINGCC_CUDA_DEVICE=none "$@" "$bin" --jobs=1 --filter="$filter" 2>&1 | tee -a "$log" |
+    grep -E '^(MEASURE [a-z ]+:|impaired network:|under load)|FAIL|Synthesis'
+}
+filter='measure/link_down_detection' run env RCC_MEASURE_TRIALS="$trials"
+filter='measure/packets_dropped_detection' run env RCC_MEASURE_TRIALS="$trials"
+filter='measure/impaired_network_long' run env RCC_MEASURE_IMPAIRED_CALLS="$impaired"
+filter='measure/under_load_long' run env RCC_MEASURE_LOAD_CALLS="$load"
+echo "measure-failures: full output in $log"
