@@ -16,6 +16,7 @@
 #                   processes run (default 400: several minutes); no failure
 #                   allowed
 #
+# MEASURE_KINDS (default "link_down dropped impaired load") picks the parts.
 # Not part of make test (it takes about 40 minutes); make test runs one trial
 # of each (test_multihost vanished_host_*, impaired_network_exact_results,
 # no_false_failure_under_load). Output: build/measure/failures-DATE.log.
@@ -30,14 +31,19 @@ mkdir -p build/measure
 log=build/measure/failures-$(date -u +%Y%m%dT%H%M%SZ).log
 {
   echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# scripts/measure-failures.sh $trials $impaired $load (git $(git rev-parse --short HEAD 2>/dev/null))"
+  echo "# MEASURE_KINDS=\"${MEASURE_KINDS:-}\" scripts/measure-failures.sh $trials $impaired $load (git $(git rev-parse --short HEAD 2>/dev/null))"
 } | tee "$log"
 run() {
   RINGCC_CUDA_DEVICE=none "$@" "$bin" --jobs=1 --filter="$filter" 2>&1 | tee -a "$log" |
     grep -E '^(MEASURE [a-z ]+:|impaired network:|under load)|FAIL|Synthesis'
 }
-filter='measure/link_down_detection' run env RCC_MEASURE_TRIALS="$trials"
-filter='measure/packets_dropped_detection' run env RCC_MEASURE_TRIALS="$trials"
-filter='measure/impaired_network_long' run env RCC_MEASURE_IMPAIRED_CALLS="$impaired"
-filter='measure/under_load_long' run env RCC_MEASURE_LOAD_CALLS="$load"
+kinds=" ${MEASURE_KINDS:-link_down dropped impaired load} "
+case $kinds in *" link_down "*)
+  filter='measure/link_down_detection' run env RCC_MEASURE_TRIALS="$trials";; esac
+case $kinds in *" dropped "*)
+  filter='measure/packets_dropped_detection' run env RCC_MEASURE_TRIALS="$trials";; esac
+case $kinds in *" impaired "*)
+  filter='measure/impaired_network_long' run env RCC_MEASURE_IMPAIRED_CALLS="$impaired";; esac
+case $kinds in *" load "*)
+  filter='measure/under_load_long' run env RCC_MEASURE_LOAD_CALLS="$load";; esac
 echo "measure-failures: full output in $log"

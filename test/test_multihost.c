@@ -1319,7 +1319,7 @@ static double vanish_trial(ns_cut_t how, bool assert_each) {
   pthread_create(&tid, NULL, cutter, &c);
   ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
                      .body = body_vanish, .arg = a, .config = &cfg,
-                     .timeout_s = 45, .grace_s = 15, .name = "vanished host"};
+                     .timeout_s = 45, .grace_s = 5, .name = "vanished host"};
   ns_result_t res;
   ns_run(&o, &res);
   pthread_join(tid, NULL);
