@@ -642,6 +642,84 @@ bool ns_net_impair(ns_net_t *net, const ns_impair_t *im, char *why,
   return true;
 }
 
+/* ---- a sniffer on the switch ---------------------------------------------------- */
+
+bool ns_capture_start(const ns_net_t *net, ns_capture_t *c, size_t cap,
+                      char *why, size_t len) {
+  memset(c, 0, sizeof *c);
+  void *m = mmap(NULL, cap + sizeof(size_t), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return snprintf(why, len, "mmap: %s", strerror(errno)), false;
+  c->len = m;
+  c->buf = (unsigned char *)m + sizeof(size_t);
+  c->cap = cap;
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0)
+    return snprintf(why, len, "pipe: %s", strerror(errno)), false;
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char msg[256] = "ok", path[96];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+    close(ready[0]);
+    snprintf(path, sizeof path, NETNS_DIR "/%s", net->sw);
+    int nsfd = open(path, O_RDONLY | O_CLOEXEC), big = 16 << 20;
+    int fd = -1;
+    if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0)
+      snprintf(msg, sizeof msg, "joining %s: %s", path, strerror(errno));
+    else if ((fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC,
+                          htons(ETH_P_ALL))) < 0)
+      snprintf(msg, sizeof msg, "an AF_PACKET socket: %s", strerror(errno));
+    if (fd >= 0)
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+    ssize_t wr = write(ready[1], msg, strlen(msg));
+    (void)wr;
+    close(ready[1]);
+    if (strcmp(msg, "ok") != 0)
+      _exit(1);
+    for (;;) {
+      size_t at = __atomic_load_n(c->len, __ATOMIC_RELAXED);
+      if (at + 65536 > c->cap)
+        pause(); /* full: stop looking */
+      ssize_t n = recv(fd, c->buf + at, 65536, 0);
+      if (n > 0)
+        __atomic_store_n(c->len, at + (size_t)n, __ATOMIC_RELEASE);
+    }
+  }
+  close(ready[1]);
+  char msg[256];
+  ssize_t got = pid > 0 ? read(ready[0], msg, sizeof msg - 1) : -1;
+  close(ready[0]);
+  msg[got > 0 ? got : 0] = '\0';
+  c->pid = pid;
+  if (pid < 0 || strcmp(msg, "ok") != 0) {
+    snprintf(why, len, "the sniffer: %s", pid < 0 ? strerror(errno)
+                                         : got > 0 ? msg : "died at start");
+    return false;
+  }
+  return true;
+}
+
+void ns_capture_stop(ns_capture_t *c) {
+  if (c->pid > 0) {
+    kill(c->pid, SIGKILL);
+    while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    c->pid = 0;
+  }
+}
+
+void ns_capture_free(ns_capture_t *c) {
+  ns_capture_stop(c);
+  if (c->len != NULL)
+    munmap(c->len, c->cap + sizeof(size_t));
+  memset(c, 0, sizeof *c);
+}
+
 /* ---- joining a host ------------------------------------------------------------ */
 
 /* Joins host's network, UTS, mount and (for children) PID namespaces. Every

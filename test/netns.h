@@ -104,6 +104,20 @@ typedef struct {
 bool ns_net_impair(ns_net_t *net, const ns_impair_t *im, char *why,
                    size_t len);
 
+/* Every frame that crosses the switch (each port, both ways), as a sniffer
+ * on the wire would see it, appended to a shared buffer of cap bytes until
+ * ns_capture_stop. */
+typedef struct {
+  pid_t pid;
+  unsigned char *buf;
+  size_t cap;
+  size_t *len; /* bytes captured so far (in the shared mapping) */
+} ns_capture_t;
+bool ns_capture_start(const ns_net_t *net, ns_capture_t *c, size_t cap,
+                      char *why, size_t len);
+void ns_capture_stop(ns_capture_t *c); /* the bytes stay until _free */
+void ns_capture_free(ns_capture_t *c);
+
 /* ---- processes on a host ------------------------------------------------- */
 
 typedef int (*ns_fn)(void *arg);

@@ -34,7 +34,8 @@
  *                mid-allreduce: every other rank fails within 10 s naming
  *                it; a link down for 2 s: every rank carries on, exactly;
  *                1 % loss and 50 +- 20 ms delay: random collectives exact;
- *                8 CPU hogs: no live peer taken for a dead one. The suite
+ *                8 CPU hogs: no live peer taken for a dead one; a sniffer
+ *                on the switch never sees the secret or a key. The suite
  *                "measure" repeats these for docs/reliability.md
  *                (scripts/measure-failures.sh).
  *
@@ -45,6 +46,7 @@
  * (.fini) and first deletes any that a killed run left behind.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <libgen.h>
@@ -60,6 +62,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "harness.h"
 #include "netns.h"
 #include "soak/random_coll.h"
@@ -1242,6 +1245,8 @@ typedef struct {
   volatile int iterations; /* rank 0's, so that the cut comes mid-stream */
   double cut_at;           /* CLOCK_MONOTONIC, the same in every namespace */
   double stream_s;
+  int on_victim[NS_MAX_RANKS]; /* the rank runs on the cut host */
+  int survivors, failed;       /* ranks elsewhere; those that ended */
   struct {
     int code, iterations;
     double failed_at;
@@ -1249,8 +1254,23 @@ typedef struct {
   } rank[NS_MAX_RANKS];
 } vanish_area_t;
 
+/* On the cut host: once every other rank has failed, this rank's fate
+ * (its own peers went silent too) is of no interest: it leaves. */
+static void *leave_when_survivors_failed(void *p) {
+  vanish_area_t *a = p;
+  double give_up = h_now_s() + a->stream_s;
+  while (__atomic_load_n(&a->failed, __ATOMIC_ACQUIRE) < a->survivors &&
+         h_now_s() < give_up)
+    h_sleep_ms(20);
+  _exit(0);
+}
+
 static int body_vanish(h_ctx_t *h) {
   vanish_area_t *a = h->arg;
+  pthread_t tid;
+  if (a->on_victim[h->rank] &&
+      pthread_create(&tid, NULL, leave_when_survivors_failed, a) != 0)
+    return h_fail(h, "pthread_create failed");
   float *buf = xmalloc(STREAM_COUNT * sizeof(float));
   float *expect = xmalloc(STREAM_COUNT * sizeof(float));
   h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, 0, 5, expect,
@@ -1275,6 +1295,8 @@ static int body_vanish(h_ctx_t *h) {
   a->rank[h->rank].iterations = i;
   snprintf(a->rank[h->rank].message, sizeof a->rank[0].message, "%s",
            ringcc_comm_last_error(h->comm));
+  if (!a->on_victim[h->rank])
+    __atomic_fetch_add(&a->failed, 1, __ATOMIC_ACQ_REL);
   free(buf), free(expect);
   return 0;
 }
@@ -1313,6 +1335,10 @@ static double vanish_trial(ns_cut_t how, bool assert_each) {
   cr_assert_not_null(a);
   a->victim_host = VANISH_HOSTS - 1;
   a->stream_s = 40;
+  for (int r = 0; r < L.nranks; r++) {
+    a->on_victim[r] = L.host_of[r] == a->victim_host;
+    a->survivors += !a->on_victim[r];
+  }
   ringcc_config_t cfg = RINGCC_CONFIG_INIT; /* the default deadline: 10 min */
   cutter_t c = {.area = a, .net = &g_net, .how = how, .after = 3};
   pthread_t tid;
@@ -1639,3 +1665,107 @@ Test(measure, under_load_long, .timeout = 7200) {
   under_load(calls, 7000);
 }
 TestSuite(measure, .fini = net_down);
+
+/* ---- the secret never crosses the wire ------------------------------------------------- */
+
+/* What each rank knew, for the sniffer's test to look for. */
+typedef struct {
+  uint8_t secret[16];   /* RINGCC_SECRET, as bytes */
+  char secret_hex[33];
+  uint8_t key[NS_MAX_RANKS][32];   /* the communicator's */
+  uint8_t split_key[NS_MAX_RANKS][32];
+  int split_ok[NS_MAX_RANKS];
+} wire_area_t;
+
+static int body_secret(h_ctx_t *h) {
+  wire_area_t *a = h->arg;
+  const char *hex = getenv("RINGCC_SECRET");
+  if (h->rank == 0 && hex != NULL && strlen(hex) == 32) {
+    snprintf(a->secret_hex, sizeof a->secret_hex, "%s", hex);
+    for (int i = 0; i < 16; i++) {
+      unsigned b;
+      sscanf(hex + 2 * i, "%2x", &b);
+      a->secret[i] = (uint8_t)b;
+    }
+  }
+  memcpy(a->key[h->rank], h->comm->key, 32);
+  int64_t v = h->rank;
+  if (!h_ok(h, ringcc_allreduce(RINGCC_IN_PLACE, &v, 1, RINGCC_INT64,
+                                RINGCC_SUM, h->comm, NULL), "allreduce"))
+    return 1;
+  ringcc_comm_t sub = NULL; /* one group across both hosts, reversed */
+  if (!h_ok(h, ringcc_comm_split(h->comm, 0, -h->rank, &sub), "split"))
+    return 1;
+  memcpy(a->split_key[h->rank], sub->key, 32);
+  v = h->rank;
+  if (!h_ok(h, ringcc_allreduce(RINGCC_IN_PLACE, &v, 1, RINGCC_INT64,
+                                RINGCC_SUM, sub, NULL), "allreduce in split"))
+    return 1;
+  a->split_ok[h->rank] = 1;
+  return ringcc_comm_destroy(sub) != RINGCC_SUCCESS;
+}
+
+static bool holds(const unsigned char *buf, size_t len, const void *what,
+                  size_t n) {
+  return memmem(buf, len, what, n) != NULL;
+}
+
+/* A sniffer on the switch records every frame of a job on 2 hosts (init:
+ * rendezvous, bootstrap ring, TCP connections; an allreduce; a split and an
+ * allreduce in it). Nowhere on the wire: the secret (bytes, or hex in either
+ * case), either communicator's key, or an id with its secret (the split's
+ * records carry the new id with the secret zeroed). Before: the secret led
+ * every rendezvous and ring hello, the communicator's secret was
+ * all-gathered, and the split's id carried its secret. */
+Test(multihost, the_secret_never_crosses_the_wire, .timeout = 90) {
+  layout_t L = make_layout(2, 1, false);
+  net_up(2);
+  wire_area_t *a = h_shared_alloc(sizeof *a);
+  ns_capture_t cap;
+  char why[600];
+  cr_assert(ns_capture_start(&g_net, &cap, 64 << 20, why, sizeof why), "%s",
+            why);
+  ringcc_config_t cfg = test_config(30000);
+  ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
+                     .body = body_secret, .arg = a, .config = &cfg,
+                     .timeout_s = 60, .name = "secret on the wire"};
+  ns_result_t res;
+  bool ok = ns_run(&o, &res);
+  h_sleep_ms(200); /* the last frames */
+  ns_capture_stop(&cap);
+  ns_result_free(&res);
+  cr_assert(ok, "the ranks failed (above)");
+  size_t n = __atomic_load_n(cap.len, __ATOMIC_ACQUIRE);
+  const unsigned char *w = cap.buf;
+  fprintf(stderr, "secret on the wire: %zu bytes captured\n", n);
+  cr_assert(a->secret_hex[0] != '\0' && a->split_ok[0] && a->split_ok[1]);
+  cr_assert(holds(w, n, "RCCA", 4), "the capture holds no handshake: the "
+            "sniffer saw nothing");
+  char upper[33];
+  for (int i = 0; i < 33; i++)
+    upper[i] = (char)toupper((unsigned char)a->secret_hex[i]);
+  cr_expect(!holds(w, n, a->secret, 16), "the secret crossed the wire");
+  cr_expect(!holds(w, n, a->secret_hex, 32) && !holds(w, n, upper, 32),
+            "the secret crossed the wire in hex");
+  for (int r = 0; r < L.nranks; r++) {
+    cr_expect(!holds(w, n, a->key[r], 16), "rank %d's key crossed the wire",
+              r);
+    cr_expect(!holds(w, n, a->split_key[r], 16),
+              "rank %d's split communicator's key crossed the wire", r);
+  }
+  /* Ids on the wire (the split's records): magic, version, and a secret
+   * (bytes 32..47) of zeros. */
+  static const unsigned char magic[8] = {'R', 'C', 'C', 'I', 0, 1, 0, 0};
+  int ids = 0, with_secret = 0;
+  for (const unsigned char *p = w; (p = memmem(p, n - (size_t)(p - w), magic,
+                                               8)) != NULL; p++) {
+    static const unsigned char zero[16];
+    ids++;
+    with_secret += (size_t)(p - w) + 48 <= n && memcmp(p + 32, zero, 16) != 0;
+  }
+  fprintf(stderr, "secret on the wire: %d ids seen, %d with a secret\n", ids,
+          with_secret);
+  cr_expect_eq(with_secret, 0, "an id with its secret crossed the wire");
+  ns_capture_free(&cap);
+  h_shared_free(a, sizeof *a);
+}
