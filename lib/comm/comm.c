@@ -17,7 +17,6 @@
 #include <string.h>
 #include <signal.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "agree.h"
