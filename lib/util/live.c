@@ -134,12 +134,12 @@ static int live(const struct ringcc_comm *comm) {
 
 static ringcc_result_t forked_error(struct ringcc_comm *comm, const char *fn) {
   return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
-                        "%s: this communicator belongs to process %d, and "
-                        "this process (%d) is a child forked from it: a "
-                        "communicator does not survive fork(); make a new one "
-                        "here (ringcc_comm_destroy frees the child's copy "
-                        "without touching the parent's)", fn, comm->pid,
-                        (int)getpid());
+                        "%s on rank %d: this communicator belongs to process "
+                        "%d, and this process (%d) is a child forked from "
+                        "it: a communicator does not survive fork(); make a "
+                        "new one here (ringcc_comm_destroy frees the child's "
+                        "copy without touching the parent's)", fn, comm->rank,
+                        comm->pid, (int)getpid());
 }
 
 ringcc_result_t rcc_comm_enter(struct ringcc_comm *comm, const char *fn,
