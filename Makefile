@@ -7,6 +7,7 @@
 #   make install PREFIX=/opt/ringcc
 #   make test SANITIZE=address,undefined, make tsan-check, make fuzz-run,
 #   make valgrind-check  the sanitizer, fuzzing and valgrind checks (CI runs all)
+#   make ib-check        the verbs plugin on Soft-RoCE in a qemu guest
 #   make help            every target and variable
 #
 # Sources are found by wildcard, so a new file in a folder of lib/, in
@@ -82,6 +83,8 @@ VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
 LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
+# Tools that are scripts (no .c, no .h: tools/ringcc-trace) are copied.
+TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard test/test_*.c))
 TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
@@ -170,7 +173,8 @@ STATIC_LIB  := $(LIBOUT)/libringcc.a
 PC_FILE     := $(LIBOUT)/pkgconfig/ringcc.pc
 
 LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o) $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
-TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%)
+TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%) \
+               $(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
@@ -235,7 +239,7 @@ endif
 
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
-        gpu-tests gpu-check \
+        gpu-tests gpu-check ib-check \
         clean distclean help fuzz fuzz-run tsan-check valgrind-check
 
 all: lib tools examples
@@ -315,6 +319,43 @@ bench:
 	  { echo "make bench: needs tools/ringcc-run.c and tools/ringcc-bench.c" >&2; exit 1; }
 	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/ringcc-bench $(BENCH_ARGS)
 
+# ---- Python: the ringcc package and the torch backend (python/, docs/python.md) ----
+# make test-python: a venv in $(PY_VENV) with numpy, torch, pytest and
+# ml_dtypes (pip's cache keeps the torch download between runs), the package
+# installed from ./python (its setup.py runs make lib), then pytest on
+# python/tests. PY_TEST_ARGS adds pytest arguments (e.g. -k numpy, -x).
+# make python-bench: torch all_reduce ringcc vs gloo (python/benchmarks/).
+# Neither is part of make test, which needs no Python.
+PYTHON      ?= python3
+PY_VENV     ?= build/venv
+PY_PACKAGES ?= numpy torch pytest ml_dtypes setuptools wheel
+PY_TEST_ARGS ?=
+PY_BENCH_ARGS ?=
+
+.PHONY: python-venv test-python python-bench
+python-venv: $(PY_VENV)/.installed
+
+$(PY_VENV)/.installed:
+	@$(DEPS_SCRIPT) --python
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PY_VENV)/bin/python -m pip install -q $(PY_PACKAGES)
+	@touch $@
+
+test-python: python-venv
+	$(PY_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps \
+	  --force-reinstall ./python
+	@$(PY_VENV)/bin/python -c 'import numpy, torch, ringcc; print("test-python:", \
+	  "python", __import__("sys").version.split()[0], "numpy", numpy.__version__, \
+	  "torch", torch.__version__, "ringcc", ringcc.__version__, ringcc.library_path)'
+	cd python && env -u RINGCC_LIBRARY $(abspath $(PY_VENV))/bin/python -m pytest \
+	  -p no:cacheprovider -ra $(PY_TEST_ARGS) tests
+
+python-bench: python-venv
+	$(PY_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps \
+	  --force-reinstall ./python
+	$(PY_VENV)/bin/python python/benchmarks/torch_allreduce.py $(PY_BENCH_ARGS)
+
 # ringcc next to Open MPI and Gloo, interleaved, medians, table + plot under
 # build/bench-results/ (scripts/bench-compare.sh --help; docs/performance.md).
 BENCH_COMPARE_ARGS ?=
@@ -351,6 +392,10 @@ $(BINOUT)/%: $(OBJ)/tools/%.o $(SO_REAL) $(SO_DEV) $(STATIC_LIB)
 	  $(LDLIBS) -lm
 
 $(BINOUT)/ringcc-bench: $(BENCH_COMMON_OBJ)
+
+$(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%): $(BINOUT)/%: tools/%
+	@mkdir -p $(@D)
+	install -m 755 $< $@
 $(OBJ)/tools/ringcc-bench.o: RCC_CPPFLAGS += -iquote bench
 
 $(EXOUT)/%: $(OBJ)/examples/%.o $(SO_REAL) $(SO_DEV)
@@ -504,6 +549,25 @@ endif
 	echo "valgrind-check: $$pass passed, $$fail failed"; \
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
 
+# ---- the verbs plugin (transports/net_ib.c) ------------------------------------------
+# test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
+# RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
+# make ib-check runs scripts/ib-check.sh: the plugin on real verbs, Soft-RoCE
+# (rdma_rxe) in a qemu guest; prints "ib-check: N passed, N failed".
+FAKE_IBV    := $(TESTOUT)/libfakeibverbs.so
+
+$(TESTOUT)/test_net_ib: $(FAKE_IBV)
+
+$(FAKE_IBV): test/ibverbs/fake_ibverbs.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(RCC_CPPFLAGS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -shared -o $@ $< $(LINK_FLAGS) $(LDFLAGS)
+
+-include $(FAKE_IBV:.so=.d)
+
+ib-check:
+	@MAKE="$(MAKE)" scripts/ib-check.sh
+
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
 # make gpu-check runs scripts/gpu-check.sh: it builds gpu-tests, then runs the
 # device-buffer suite (test/gpu/gpu_suite.c) at 1, 2 and 4 ranks, the
@@ -578,7 +642,7 @@ help:
 	@echo '  all (default)  $(BUILD)/lib/libringcc.so.$(VERSION) (+ .so.$(VERSION_MAJOR), .so links),'
 	@echo '                 $(BUILD)/lib/libringcc.a, tools and examples'
 	@echo '  lib            the shared and static library only'
-	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME'
+	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME; scripts (tools/ringcc-trace) copied there'
 	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
 	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
 	@echo '  test           deps, build, scripts/check-layers.py (no file calls up a layer,'
@@ -586,6 +650,9 @@ help:
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
+	@echo '  test-python    venv $(PY_VENV) (numpy, torch, pytest), pip install ./python,'
+	@echo '                 pytest python/tests (PY_TEST_ARGS=...; docs/python.md)'
+	@echo '  python-bench   torch all_reduce and a DDP step, ringcc vs gloo (PY_BENCH_ARGS=...)'
 	@echo '  bench-compare  ringcc vs Open MPI and Gloo (scripts/bench-compare.sh $$BENCH_COMPARE_ARGS,'
 	@echo '                 e.g. "--quick", "--n 4 --sizes 8,64M --reps 5"; results in build/bench-results/)'
 	@echo '  fuzz           build test/fuzz/fuzz_*.c with clang (libFuzzer, ASan, UBSan)'
@@ -596,6 +663,8 @@ help:
 	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'
+	@echo '  ib-check       scripts/ib-check.sh: the verbs plugin on Soft-RoCE in a qemu'
+	@echo '                 guest (installs qemu etc.; kernel kept in build/ibvm/deb)'
 	@echo '  gpu-tests      build the GPU checks (test/gpu) -> $(GPU_OUT)/ (CUDA=1)'
 	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1, 2, 4 ranks,'
 	@echo '                 reduction throughput, ringcc-bench -G; exit 77 without a GPU'

@@ -200,6 +200,88 @@ RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
 RINGCC_API ringcc_result_t ringcc_comm_report(ringcc_comm_t comm, char *buf,
                                               size_t len);
 
+/* ---- statistics ------------------------------------------------------- */
+/* What a communicator did, counted by this rank since init: calls and bytes
+ * per collective and algorithm, bytes per transport and per edge (peer),
+ * and the time spent in collectives and waiting for peers, so that an edge
+ * that carries most of the wait stands out. Times are measured only when
+ * timing is on (RINGCC_STATS=time, RINGCC_TRACE or RINGCC_DEBUG=INFO; `timed`
+ * says so), since reading the clock costs an 8-byte call more than the call
+ * itself on fast links; counts always are. With RINGCC_DEBUG=INFO the same
+ * figures are logged at ringcc_comm_destroy(). Safe to call from another
+ * thread while a collective runs (the values may be a moment old). */
+
+/* One (collective, algorithm) pair. Names are the library's static
+ * strings: "allreduce", "ring" (docs/algorithms.md's table). */
+typedef struct {
+  const char *collective;
+  const char *algorithm;
+  uint64_t calls;
+  uint64_t bytes;      /* S of the calls, as ringcc-bench and nccl-tests
+                          count it: the buffer (allreduce, bcast, reduce,
+                          send, recv), the gathered output (allgather), the
+                          whole input (reduce_scatter), the whole send
+                          buffer (alltoall) */
+  uint64_t sent_bytes; /* what this rank sent to its peers in these calls */
+  uint64_t time_ns;    /* time inside these calls (0 unless timed) */
+  uint64_t wait_ns;    /* of which waiting for peers (0 unless timed) */
+} ringcc_stats_row_t;
+
+/* This rank's traffic with one peer (both directions of the pair). */
+typedef struct {
+  int peer;
+  const char *transport; /* how this rank reaches it: "SHM",
+                            "NET/Socket/eth0"; NULL for the rank itself */
+  uint64_t sent_bytes;
+  uint64_t received_bytes;
+  uint64_t send_wait_ns; /* waiting for a free slot toward the peer */
+  uint64_t recv_wait_ns; /* waiting for the peer's data */
+} ringcc_stats_edge_t;
+
+/* The edges of one transport, added up. */
+typedef struct {
+  const char *transport; /* "SHM", "NET", "P2P" */
+  int edges;
+  uint64_t sent_bytes;
+  uint64_t received_bytes;
+  uint64_t wait_ns;
+} ringcc_stats_transport_t;
+
+#define RINGCC_STATS_MAX_ROWS 32
+#define RINGCC_STATS_MAX_TRANSPORTS 4
+#define RINGCC_STATS_MAGIC 0x52435354u /* "RCST" */
+
+typedef struct {
+  size_t size;    /* sizeof(ringcc_comm_stats_t): RINGCC_COMM_STATS_INIT */
+  unsigned magic; /* RINGCC_STATS_MAGIC: RINGCC_COMM_STATS_INIT */
+  /* In: where to put one entry per peer (edges[p] is the edge to rank p),
+   * or NULL; room for edges_len entries (nranks covers every peer). */
+  ringcc_stats_edge_t *edges;
+  int edges_len;
+  /* Out: */
+  int rank, nranks;
+  int timed;           /* 1: the *_ns fields were measured */
+  int nedges;          /* entries written to edges: min(edges_len, nranks) */
+  uint64_t calls;      /* every collective and send/recv */
+  uint64_t bytes;      /* their S, summed */
+  uint64_t sent_bytes, received_bytes; /* over every edge */
+  uint64_t time_ns;    /* inside calls (timed) */
+  uint64_t wait_ns;    /* waiting for peers (timed) */
+  int nrows;           /* rows[0 .. nrows): pairs with calls, table order */
+  ringcc_stats_row_t rows[RINGCC_STATS_MAX_ROWS];
+  int ntransports;
+  ringcc_stats_transport_t transports[RINGCC_STATS_MAX_TRANSPORTS];
+} ringcc_comm_stats_t;
+
+#define RINGCC_COMM_STATS_INIT                                                 \
+  {.size = sizeof(ringcc_comm_stats_t), .magic = RINGCC_STATS_MAGIC}
+
+/* Fills *stats (initialised with RINGCC_COMM_STATS_INIT; set edges and
+ * edges_len to get the per-peer entries). A caller built against an older,
+ * shorter ringcc_comm_stats_t gets the fields its size covers. */
+RINGCC_API ringcc_result_t ringcc_comm_stats(ringcc_comm_t comm,
+                                             ringcc_comm_stats_t *stats);
+
 /* ---- collectives ------------------------------------------------------- */
 /* In place: sendbuf == recvbuf, or sendbuf == RINGCC_IN_PLACE (input read from
  * recvbuf). */

@@ -17,6 +17,11 @@
 #   4. ringcc-bench -G (device buffers), allreduce 8 B to 1 GiB, 2 and 4 ranks
 #      (processes: time-sliced on one GPU; the numbers show the protocol's
 #      cost there, not NVLink bandwidth)
+#   5. where an RDMA port is ACTIVE too: the suite over NET/IB
+#      (RINGCC_SHM_DISABLE=1 RINGCC_NET=IB) with GPUDirect RDMA where the
+#      plugin can register GPU memory (the log says which path each device
+#      edge took), then with RINGCC_NET_GDR_DISABLE=1 (staged); skipped
+#      without one
 # and prints a table of the steps last. Exit status: 0 when every step
 # passed, 1 otherwise, 77 without a GPU.
 set -u
@@ -110,6 +115,21 @@ else
     "$RUN" -np 2 "$BUILD/bin/ringcc-bench" -G -b 8 -e 1G -f 8 -n 3 -w 1 -C 0
   step bench-G-4 45 env RINGCC_CHUNK_BYTES="$chunk" \
     "$RUN" -np 4 "$BUILD/bin/ringcc-bench" -G -b 8 -e 1G -f 8 -n 3 -w 1 -C 0
+  if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
+    step suite-net-ib-gdr-2 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
+      RINGCC_DEBUG=INFO "$G/gpu_suite" --threads 2 --quick
+    paths=$(grep -o 'device edge [0-9]* -> [0-9]* via NET/IB/[^ ]*' \
+            "$LOGDIR/suite-net-ib-gdr-2.log" | sed 's/.* via //' | sort -u |
+            tr '\n' ' ')
+    notes[${#notes[@]}-1]="${notes[${#notes[@]}-1]}; edges: ${paths:-none logged}"
+    step suite-net-ib-staged-2 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
+      RINGCC_NET_GDR_DISABLE=1 "$G/gpu_suite" --threads 2 --quick
+    step suite-net-ib-procs-2 40 env RINGCC_SHM_DISABLE=1 RINGCC_NET=IB \
+      RINGCC_CHUNK_BYTES="$chunk" "$RUN" -np 2 "$G/gpu_suite" --quick
+  else
+    names+=(suite-net-ib) results+=(SKIP) times+=(-)
+    notes+=("no ACTIVE RDMA port (/sys/class/infiniband): GPUDirect RDMA not run")
+  fi
 fi
 
 echo

@@ -6,12 +6,20 @@
 #   scripts/install-deps.sh --bench  also what make bench-compare needs
 #   scripts/install-deps.sh --sanitize  also what make fuzz, fuzz-run and
 #                                    valgrind-check need (CI runs them)
+#   scripts/install-deps.sh --python also what make test-python needs
+#   scripts/install-deps.sh --ib     also what make ib-check needs (qemu,
+#                                    busybox, the rxe provider, verbs tools)
 #
 # Needs: gcc, make, ar and nm (binutils), pkg-config, Criterion (header +
 # library), Open MPI (mpirun, mpicc), iproute2 (ip), python3 (the layer
-# check); with --bench also g++, Gloo (libgloo-dev) and gnuplot
-# (gnuplot-nox); with --sanitize also clang
-# with libFuzzer (clang, libclang-rt-dev) and valgrind. Silent and fast (no apt)
+# check, ringcc-trace), gnuplot (gnuplot-nox: ringcc-trace --png), the verbs
+# headers (libibverbs-dev: the IB plugin is built always and loads
+# libibverbs at run time); with --bench also g++ and Gloo (libgloo-dev);
+# with --sanitize also clang with libFuzzer (clang, libclang-rt-dev) and
+# valgrind; with --python, python3 with venv and ensurepip (python3-venv);
+# with --ib also qemu-system-x86, busybox-static, cpio, ibverbs-providers
+# (rxe), ibverbs-utils and perftest (installed without their
+# recommendations). Silent and fast (no apt)
 # when all of it is present, so make test and make bench call it every time.
 # Installing: as root apt-get directly; otherwise through sudo -n when that
 # works without a password; otherwise it prints the command and exits 1.
@@ -20,12 +28,16 @@ set -euo pipefail
 check_only=0
 bench=0
 sanitize=0
+python=0
+ib=0
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=1 ;;
     --bench) bench=1 ;;
     --sanitize) sanitize=1 ;;
-    -h|--help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --python) python=1 ;;
+    --ib) ib=1 ;;
+    -h|--help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,6 +64,17 @@ have_gloo() {
     g++ -std=c++17 -x c++ - -o /dev/null -lgloo -pthread >/dev/null 2>&1
 }
 
+# The verbs headers (transports/net_ib.c).
+have_verbs_headers() {
+  printf '#include <infiniband/verbs.h>\n' |
+    "$CC_BIN" -x c -fsyntax-only - >/dev/null 2>&1
+}
+
+# The rxe provider of libibverbs (Soft-RoCE in make ib-check's guest).
+have_rxe_provider() {
+  ls /usr/lib/*/libibverbs/librxe-rdmav*.so >/dev/null 2>&1
+}
+
 # libFuzzer (for test/fuzz/): clang links a fuzz target with -fsanitize=fuzzer.
 have_libfuzzer() {
   have clang || return 1
@@ -71,11 +94,17 @@ missing_packages() {
   have ip || echo iproute2
   have nm || echo binutils
   have python3 || echo python3
+  have gnuplot || echo gnuplot-nox
+  have_verbs_headers || echo libibverbs-dev
   if [ "$bench" = 1 ]; then
     have g++ || echo g++
     have_gloo || echo libgloo-dev
     have gnuplot || echo gnuplot-nox
     have python3 || echo python3
+  fi
+  if [ "$python" = 1 ]; then
+    have python3 || echo python3
+    python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || echo python3-venv
   fi
   if [ "$sanitize" = 1 ]; then
     have clang || echo clang
@@ -84,19 +113,38 @@ missing_packages() {
   fi
 }
 
+# Prints the packages make ib-check needs that are missing (--ib).
+missing_ib_packages() {
+  [ "$ib" = 1 ] || return 0
+  have qemu-system-x86_64 || echo qemu-system-x86
+  have busybox || echo busybox-static
+  have cpio || echo cpio
+  have rdma || echo iproute2
+  have_rxe_provider || echo ibverbs-providers
+  have ibv_devinfo || echo ibverbs-utils
+  have ib_write_bw || echo perftest
+  have dpkg-deb || echo dpkg
+}
+
 missing=$(missing_packages | sort -u | tr '\n' ' ')
 missing=${missing% }
-[ -z "$missing" ] && exit 0
+missing_ib=$(missing_ib_packages | sort -u | tr '\n' ' ')
+missing_ib=${missing_ib% }
+[ -z "$missing" ] && [ -z "$missing_ib" ] && exit 0
 
-apt_cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $missing"
+apt_cmd="apt-get update"
+[ -n "$missing" ] &&
+  apt_cmd="$apt_cmd && DEBIAN_FRONTEND=noninteractive apt-get install -y $missing"
+[ -n "$missing_ib" ] &&
+  apt_cmd="$apt_cmd && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing_ib"
 if [ "$check_only" = 1 ]; then
-  echo "install-deps.sh: missing packages: $missing" >&2
+  echo "install-deps.sh: missing packages: $missing $missing_ib" >&2
   echo "install with: $apt_cmd" >&2
   exit 1
 fi
 
 if ! have apt-get; then
-  echo "install-deps.sh: missing: $missing (no apt-get here: install the equivalents" \
+  echo "install-deps.sh: missing: $missing $missing_ib (no apt-get here: install the equivalents" \
        "with this system's package manager)" >&2
   exit 1
 fi
@@ -106,21 +154,30 @@ if [ "$(id -u)" = 0 ]; then
 elif have sudo && sudo -n true >/dev/null 2>&1; then
   sudo_cmd=(sudo -n)
 else
-  echo "install-deps.sh: missing packages: $missing" >&2
+  echo "install-deps.sh: missing packages: $missing $missing_ib" >&2
   echo "install them as root: sudo sh -c '$apt_cmd'" >&2
   exit 1
 fi
 
-echo "install-deps.sh: installing $missing" >&2
+echo "install-deps.sh: installing $missing $missing_ib" >&2
 # shellcheck disable=SC2086 # one word per package
 "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null >&2
-# shellcheck disable=SC2086
-"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-  $missing </dev/null >&2
+if [ -n "$missing" ]; then
+  # shellcheck disable=SC2086
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+    $missing </dev/null >&2
+fi
+if [ -n "$missing_ib" ]; then
+  # shellcheck disable=SC2086
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+    $missing_ib </dev/null >&2
+fi
 
 hash -r
-still=$(missing_packages | sort -u | tr '\n' ' ')
+still=$( (missing_packages; missing_ib_packages) | sort -u | tr '\n' ' ')
 still=${still% }
 if [ -n "$still" ]; then
   echo "install-deps.sh: still missing after apt-get install: $still" >&2

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algorithms.h"
 #include "harness.h"
 
 /* ---- what a case is ----------------------------------------------------- */
@@ -1066,6 +1067,59 @@ static void subset(const char *what, int nranks, const ringcc_config_t *cfg,
               .big = false};
   run_spec_t s = {name, nranks, cfg, threads, 200, 0, skip_if_unsupported};
   run_plan(&s, &p);
+}
+
+/* ---- channels: a call's data split over several FIFOs per edge -------------
+ *
+ * RINGCC_NCHANNELS=C splits every collective call over exactly C channels
+ * (the tuner picks fewer without it), each with FIFOs of its own, the odd
+ * ones running the ring the other way round; the host executor runs them in
+ * turn. Every collective, datatype and op with every algorithm, over shared
+ * memory and over TCP, with counts that leave some channels nothing (1, 7,
+ * 13 elements over 3 channels of 64-byte granules). */
+
+static void channels_run(const char *what, int nchannels, int nranks,
+                         int shm_disable, int algo, bool every_type) {
+  char name[96], value[8];
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = shm_disable;
+  cfg.algo = algo;
+  snprintf(value, sizeof value, "%d", nchannels);
+  setenv("RINGCC_NCHANNELS", value, 1); /* this test's worker and its ranks */
+  snprintf(name, sizeof name, "%d channels, %s n=%d", nchannels, what, nranks);
+  plan_t p = {.colls = (1u << C_NUM) - 1,
+              .dts = every_type ? ALL_DTS : SUBSET_DTS,
+              .ops = every_type ? ALL_OPS : SUBSET_OPS,
+              .modes = ALL_MODES,
+              .counts = subset_counts,
+              .ncounts = NSUBSET,
+              .all_modes_max_count = 4099,
+              .all_roots_max_count = 13,
+              .big = false};
+  run_spec_t s = {name, nranks, &cfg, false, 200, 0, true};
+  run_plan(&s, &p);
+  unsetenv("RINGCC_NCHANNELS");
+}
+
+Test(channels, c2_every_type_shm_n3, .timeout = 300) {
+  channels_run("every datatype and op", 2, 3, 0, RINGCC_ALGO_AUTO, true);
+}
+Test(channels, c3_every_type_tcp_n4, .timeout = 300) {
+  channels_run("every datatype and op, TCP", 3, 4, 1, RINGCC_ALGO_AUTO, true);
+}
+Test(channels, c3_every_algorithm_shm_n5, .timeout = 300) {
+  static const int algos[] = {RINGCC_ALGO_RING, RINGCC_ALGO_TREE,
+                              RINGCC_ALGO_ONESHOT, RINGCC_ALGO_RECDOUBLING,
+                              RINGCC_ALGO_RABENSEIFNER, RINGCC_ALGO_CMA};
+  for (size_t i = 0; i < sizeof algos / sizeof algos[0]; i++)
+    channels_run(rcc_algo_setting_name(algos[i]), 3, 5, 0, algos[i], false);
+}
+Test(channels, c4_every_algorithm_tcp_n4, .timeout = 300) {
+  static const int algos[] = {RINGCC_ALGO_RING, RINGCC_ALGO_TREE,
+                              RINGCC_ALGO_ONESHOT, RINGCC_ALGO_RECDOUBLING,
+                              RINGCC_ALGO_RABENSEIFNER};
+  for (size_t i = 0; i < sizeof algos / sizeof algos[0]; i++)
+    channels_run(rcc_algo_setting_name(algos[i]), 4, 4, 1, algos[i], false);
 }
 
 static ringcc_config_t tiny_slots(int64_t chunk_bytes) {

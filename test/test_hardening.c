@@ -192,6 +192,33 @@ Test(env, integers_are_decimal, .timeout = 30) {
       ringcc_comm_destroy(comm);
   }
   unsetenv("RINGCC_TIMEOUT_MS");
+
+  /* RINGCC_TRACE_EVENTS (16 or more): 017 is seventeen (octal would be 15,
+   * too few), 0x20 no number at all. */
+  char dir[] = "/tmp/rcc-trace-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  setenv("RINGCC_TRACE", dir, 1);
+  setenv("RINGCC_TRACE_EVENTS", "017", 1);
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS); /* one init each */
+  comm = one_rank(&id, &r);
+  cr_expect_eq(r, RINGCC_SUCCESS, "RINGCC_TRACE_EVENTS=017: %s",
+               ringcc_comm_last_error(NULL));
+  if (comm != NULL)
+    ringcc_comm_destroy(comm);
+  setenv("RINGCC_TRACE_EVENTS", "0x20", 1);
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS);
+  comm = one_rank(&id, &r);
+  cr_expect_eq(r, RINGCC_ERR_INVALID_ARGUMENT, "RINGCC_TRACE_EVENTS=0x20: %s",
+               ringcc_strerror(r));
+  cr_expect(strstr(ringcc_comm_last_error(NULL), "RINGCC_TRACE_EVENTS") !=
+                NULL, "%s", ringcc_comm_last_error(NULL));
+  if (comm != NULL)
+    ringcc_comm_destroy(comm);
+  unsetenv("RINGCC_TRACE_EVENTS");
+  unsetenv("RINGCC_TRACE");
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect_eq(system(cmd), 0);
 }
 
 /* A port nobody listens on right now (for a one-rank RINGCC_ROOT). */

@@ -18,6 +18,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +286,34 @@ Test(model, terms_by_hand) {
                    "2(n-1)*alpha + 2(n-1)/n*S*beta + (n-1)/n*S*gamma");
 }
 
+Test(model, hierarchical_by_hand) {
+  /* 4 hosts of 8 ranks, 16e9 bytes: inside alpha 3.4 us at 450 GB/s,
+   * between 9.6 us at 50 GB/s, gamma 1/(1 TB/s). Reduce-scatter and
+   * allgather inside move 7/8 S each; the 8 rings across hosts each move
+   * 2 * 3/4 of a 2e9 shard, at half a link each (4 links per host). */
+  struct rcc_link_cost in = {3.4, 1.0 / 450e3, 0}, net = {9.6, 1.0 / 50e3, 0};
+  double sent = 0;
+  struct rcc_prediction p =
+      rcc_model_hierarchical(4, 8, 16e9, &in, &net, 0.5, 1.0 / 1e6, &sent);
+  expect_near(p.latency_us, 14 * 3.4 + 6 * 9.6, "hierarchical latency");
+  expect_near(p.wire_us, 2 * 14e9 / 450e3 + 3e9 / 50e3 / 0.5,
+              "hierarchical wire");
+  expect_near(p.reduce_us, (14e9 + 1.5e9) / 1e6, "hierarchical reduction");
+  expect_near(p.bandwidth_us, p.wire_us + p.reduce_us, "hierarchical bw");
+  expect_near(sent, 28e9 + 3e9, "hierarchical bytes sent");
+  /* One host: the ring inside it; one rank per host: the ring across. */
+  struct rcc_cost_terms t;
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RING, 8, 16e9, 65536, &t);
+  struct rcc_prediction ring = rcc_model_predict(&t, &in, 1.0 / 1e6, 0);
+  p = rcc_model_hierarchical(1, 8, 16e9, &in, &net, 1, 1.0 / 1e6, NULL);
+  expect_near(rcc_prediction_total(p), rcc_prediction_total(ring),
+              "one host = the ring");
+  ring = rcc_model_predict(&t, &net, 1.0 / 1e6, 0);
+  p = rcc_model_hierarchical(8, 1, 16e9, &in, &net, 1, 1.0 / 1e6, NULL);
+  expect_near(rcc_prediction_total(p), rcc_prediction_total(ring),
+              "one rank per host = the ring across hosts");
+}
+
 Test(model, predictions_by_hand) {
   struct rcc_cost_terms t;
   /* ring allreduce, n = 4, 64 KiB, alpha 2 us, 4 GB/s, reduce 8 GB/s:
@@ -294,6 +323,7 @@ Test(model, predictions_by_hand) {
   struct rcc_prediction p = rcc_model_predict(&t, &hand_link, hand_gamma, 0);
   expect_near(p.latency_us, 12.0, "ring latency");
   expect_near(p.reduce_us, 6.144, "ring reduction");
+  expect_near(p.wire_us, 24.576, "ring wire");
   expect_near(p.bandwidth_us, 30.72, "ring bandwidth");
   expect_near(rcc_prediction_total(p), 42.72, "ring total");
   /* one-shot, 8 B: 2 * 2 + 3 * 8 / 4000 + 4 * 8 / 8000 = 4.01 us */
@@ -324,6 +354,81 @@ Test(model, predictions_by_hand) {
   expect_near(p.bandwidth_us, 1.5 * 4194304 / 4000.0, "one beta");
   p = rcc_model_predict(&t, &hand_link, 0, cache); /* no beta_mem: one beta */
   expect_near(p.bandwidth_us, 1.5 * 4194304 / 4000.0, "no beta_mem");
+}
+
+Test(model, channels_by_hand) {
+  struct rcc_cost_terms t;
+  /* Ring allreduce, n = 4, 1 MiB on the hand link: 12 us + 393.216 us on
+   * the wire + 98.304 us reducing, on one channel. */
+  rcc_model_terms(RCC_COLL_ALLREDUCE, RCC_ALG_RING, 4, 1 << 20, 65536, &t);
+  struct rcc_prediction one = rcc_model_predict(&t, &hand_link, hand_gamma, 0);
+  expect_near(one.wire_us, 1.5 * 1048576 / 4000.0, "one channel's wire");
+  cr_expect_eq(one.channels, 1);
+  /* One thread runs 4 channels in turn: 4x the steps, the same bytes. */
+  struct rcc_channel_model host = {.max = 4, .serial = 1};
+  struct rcc_prediction p = rcc_model_channels(one, &t, 4, &host);
+  expect_near(p.latency_us, 4 * 12.0, "serial channels' latency");
+  expect_near(p.bandwidth_us, one.bandwidth_us, "serial channels' bandwidth");
+  cr_expect_eq(p.channels, 4);
+  /* Engines of a quarter of the link's rate each, running at once: one is
+   * 4x slower than the wire, two 2x, four keep up, eight no faster. */
+  struct rcc_channel_model dev = {
+      .max = 8, .beta_us_per_byte = 4 * hand_link.beta_us_per_byte};
+  p = rcc_model_channels(one, &t, 1, &dev);
+  expect_near(p.engine_us, 4 * one.wire_us, "one engine");
+  expect_near(p.bandwidth_us, 4 * one.wire_us + one.reduce_us, "one engine bw");
+  expect_near(p.latency_us, one.latency_us, "parallel channels' latency");
+  p = rcc_model_channels(one, &t, 2, &dev);
+  expect_near(p.bandwidth_us, 2 * one.wire_us + one.reduce_us, "two engines");
+  p = rcc_model_channels(one, &t, 4, &dev);
+  expect_near(p.bandwidth_us, one.bandwidth_us, "four engines keep up");
+  p = rcc_model_channels(one, &t, 8, &dev);
+  expect_near(p.bandwidth_us, one.bandwidth_us, "eight: the wire bounds");
+}
+
+/* The channels the choice gives the winner of an allreduce of S bytes at
+ * n = 4 on the hand link (shared memory, host or device buffers). */
+static int channels_of(double S, struct rcc_channel_model ch, int device,
+                       int *alg) {
+  struct rcc_candidate cand[RCC_MAX_CANDIDATES];
+  struct rcc_model_input in = {
+      .coll = RCC_COLL_ALLREDUCE, .nranks = 4, .bytes = S,
+      .ring_link = hand_link, .all_link = hand_link,
+      .gamma_us_per_byte = hand_gamma, .chunk_bytes = 65536,
+      .slot_bytes = 65536, .board_bytes = device ? 0 : 65536,
+      .device = device, .forced = RINGCC_ALGO_AUTO, .channels = ch};
+  int w;
+  rcc_model_choose(&in, cand, &w);
+  *alg = cand[w].alg;
+  return cand[w].pred.channels;
+}
+
+Test(choice, channels) {
+  int alg;
+  /* Host buffers: one thread; more channels only add steps. */
+  struct rcc_channel_model host = {.max = 8, .serial = 1,
+                                   .min_bytes = 65536};
+  cr_expect_eq(channels_of(64 << 20, host, 0, &alg), 1);
+  cr_expect_eq(alg, RCC_ALG_RING);
+  /* RINGCC_NCHANNELS: every FIFO call on all of them, the board on one. */
+  host.exact = 1;
+  cr_expect_eq(channels_of(64 << 20, host, 0, &alg), 8);
+  cr_expect_eq(channels_of(8, host, 0, &alg), 1);
+  cr_expect_eq(alg, RCC_ALG_BOARD);
+  /* Device buffers, 16 blocks that together keep up with the link (as the
+   * tuner assumes): one channel per 64 KiB, up to 16. */
+  struct rcc_channel_model dev = {
+      .max = 16, .beta_us_per_byte = 16 * hand_link.beta_us_per_byte,
+      .min_bytes = 65536};
+  cr_expect_eq(channels_of(8, dev, 1, &alg), 1);
+  cr_expect_eq(channels_of(65536, dev, 1, &alg), 1);
+  cr_expect_eq(channels_of(256 << 10, dev, 1, &alg), 4);
+  cr_expect_eq(channels_of(1 << 20, dev, 1, &alg), 16);
+  cr_expect_eq(channels_of(64 << 20, dev, 1, &alg), 16);
+  cr_expect_eq(alg, RCC_ALG_RING);
+  /* Blocks as fast as the link: one is enough; ties go to fewer. */
+  dev.beta_us_per_byte = hand_link.beta_us_per_byte;
+  cr_expect_eq(channels_of(64 << 20, dev, 1, &alg), 1);
 }
 
 /* ---- the choice ---------------------------------------------------------------------- */
@@ -852,32 +957,135 @@ Test(fit, recovers_exact_values) {
 
 /* ---- the tools ------------------------------------------------------------------------------ */
 
+/* The line of out that starts with prefix (a table row), or NULL. */
+static const char *row_of(const char *out, const char *prefix) {
+  for (const char *line = out; line && *line;) {
+    if (strncmp(line, prefix, strlen(prefix)) == 0)
+      return line;
+    line = strchr(line, '\n');
+    line = line ? line + 1 : NULL;
+  }
+  return NULL;
+}
+
+/* Whether the row starting with prefix holds text (before its newline). */
+static bool row_has(const char *out, const char *prefix, const char *text) {
+  const char *row = row_of(out, prefix);
+  if (row == NULL)
+    return false;
+  const char *end = strchr(row, '\n');
+  const char *at = strstr(row, text);
+  return at != NULL && (end == NULL || at < end);
+}
+
+static const char *us_text(double us, char *buf, size_t len) {
+  return rcc_format_us(us, buf, len);
+}
+
 Test(tools, ringcc_model_output_and_errors, .timeout = 60) {
-  char cmd[1024], out[16384];
+  char cmd[1024], out[32768], t[32];
   const char *bin = bin_dir();
   snprintf(cmd, sizeof cmd,
            "RINGCC_TUNER_FILE=none %s/ringcc-model -c allreduce -n 8 -s 16GB "
            "--link nvlink4", bin);
   cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
   cr_expect(strstr(out, "16000000000 bytes") != NULL, "%s", out);
-  cr_expect(strstr(out, "450 GB/s per direction") != NULL, "%s", out);
+  cr_expect(strstr(out, "450 GB/s per direction (3.6 Tb/s)") != NULL, "%s",
+            out);
   cr_expect(strstr(out, "900 GB/s\" is the bidirectional aggregate") != NULL,
             "%s", out);
-  cr_expect(strstr(out, "ring               28 GB (1.75 S)") != NULL, "%s",
-            out);
+  cr_expect(strstr(out, "reduction: 1.117 TB/s, on the GPU: the H100 SXM's") !=
+                NULL, "%s", out);
+  /* The ring's terms, each computed here: 2(n-1)/n S = 28 GB over 450 GB/s,
+   * 2(n-1) steps of 3.4 us, (n-1)/n S reduced at 3.35 TB/s / 3. */
+  const char *ring = "  ring ";
+  cr_expect(row_has(out, ring, "28 GB (1.75 S)"), "%s", out);
+  cr_expect(row_has(out, ring, us_text(28e9 / 450e3, t, sizeof t)), "%s", out);
+  cr_expect(row_has(out, ring, us_text(14 * 3.4, t, sizeof t)), "%s", out);
+  cr_expect(row_has(out, ring, us_text(14e9 * 3 / 3.35e6, t, sizeof t)),
+            "%s", out);
+  double ring_total = 28e9 / 450e3 + 14 * 3.4 + 14e9 * 3 / 3.35e6;
+  cr_expect(row_has(out, ring, us_text(ring_total, t, sizeof t)), "%s", out);
   cr_expect(strstr(out, "winner: ring") != NULL, "%s", out);
+
+  /* The same link typed from a datasheet: bidirectional 900 GB/s, the
+   * latency, the GPU. */
+  snprintf(cmd, sizeof cmd, "%s/ringcc-model -n 8 -s 16GB --bw 900GB/s "
+           "--bidir --lat 3.4 --reduce-bw h100", bin);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  cr_expect(row_has(out, ring, us_text(ring_total, t, sizeof t)), "%s", out);
+  cr_expect(strstr(out, "--bw 900GB/s is a bidirectional figure (both "
+                        "directions added), so 450 GB/s per direction") != NULL,
+            "%s", out);
+
+  /* --bw alone: no latency, no reduction, both said. */
+  snprintf(cmd, sizeof cmd, "%s/ringcc-model -n 8 -s 16GB --bw 900GB/s", bin);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  cr_expect(strstr(out, "latency: 0 (no --lat given") != NULL, "%s", out);
+  cr_expect(strstr(out, "reduction: not counted") != NULL, "%s", out);
+  cr_expect(strstr(out, "add --bidir: 450 GB/s per direction") != NULL, "%s",
+            out);
+  cr_expect(row_has(out, ring, us_text(28e9 / 900e3, t, sizeof t)), "%s", out);
+  cr_expect(row_has(out, ring, "0.00 us     0.00 us"), "%s", out);
+
+  /* Bits and bytes: the same link in five spellings. */
+  static const char *const same[] = {"400Gb/s", "400Gbps", "400Gbit/s",
+                                     "50GB/s", "50GBps"};
+  for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+    snprintf(cmd, sizeof cmd, "%s/ringcc-model -c allgather -n 4 -s 1GiB "
+             "--bw %s --lat 2", bin, same[i]);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+    cr_expect(strstr(out, "1073741824 bytes") != NULL, "%s", out);
+    cr_expect(strstr(out, "bandwidth: 50 GB/s per direction (400 Gb/s)") !=
+                  NULL, "%s: %s", same[i], out);
+  }
+  snprintf(cmd, sizeof cmd, "%s/ringcc-model -n 4 -s 1GiB --bw 32GiB/s", bin);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  cr_expect(strstr(out, "34.36 GB/s per direction (274.9 Gb/s)") != NULL, "%s",
+            out);
 
   snprintf(cmd, sizeof cmd,
            "RINGCC_TUNER_FILE=none %s/ringcc-model -c allreduce -n 4 -s 8 "
            "--link shm", bin);
   cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
   cr_expect(strstr(out, "winner: one-shot") != NULL, "%s", out);
+  cr_expect(strstr(out, "this machine's CPU") != NULL, "%s", out);
 
-  snprintf(cmd, sizeof cmd, "%s/ringcc-model -c allgather -n 4 -s 1GiB "
-           "--bw 400Gb/s --lat 2", bin);
+  /* A table over rank counts: the ring's total at each n, by hand. */
+  snprintf(cmd, sizeof cmd, "%s/ringcc-model -n 8,16,64,512 -s 16GB --link "
+           "nvlink4", bin);
   cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
-  cr_expect(strstr(out, "1073741824 bytes") != NULL, "%s", out);
-  cr_expect(strstr(out, "beta = 1/(50 GB/s)") != NULL, "%s", out);
+  static const int ns[] = {8, 16, 64, 512};
+  for (size_t i = 0; i < 4; i++) {
+    int n = ns[i];
+    char prefix[32];
+    double f = (n - 1.0) / n;
+    double total = 2 * (n - 1) * 3.4 + 2 * f * 16e9 / 450e3 +
+                   f * 16e9 * 3 / 3.35e6;
+    snprintf(prefix, sizeof prefix, "  %7d ", n);
+    cr_expect(row_has(out, prefix, us_text(total, t, sizeof t)),
+              "n = %d: no %s in\n%s", n, t, out);
+  }
+
+  /* Hierarchical: 4 hosts of 8 on NVLink 4, NDR between. */
+  snprintf(cmd, sizeof cmd, "%s/ringcc-model -s 16GB --hosts 4 --per-host 8",
+           bin);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+  double hier = 2 * 7 * 3.4 + 2 * 3 * 9.6 + 2 * (7.0 / 8) * 16e9 / 450e3 +
+                2 * (3.0 / 4) * 2e9 / 50e3 +
+                (7.0 / 8 * 16e9 + 3.0 / 4 * 2e9) * 3 / 3.35e6;
+  cr_expect(row_has(out, "  hierarchical ", us_text(hier, t, sizeof t)),
+            "no %s in\n%s", t, out);
+  /* The flat ring and tree, both on one NDR link: equal where
+   * 62*alpha + 31/32*(2 beta + gamma) S = 15*alpha + (2 beta + gamma) S. */
+  double cross = (62 - 15) * 9.6 / ((2 / 50e3 + 3 / 3.35e6) / 32);
+  char want[128], b[32];
+  snprintf(want, sizeof want, "ring (flat) = tree (flat) at S = %s: tree "
+           "(flat) faster below", rcc_format_bytes(round(cross), 0, b,
+                                                   sizeof b));
+  cr_expect(strstr(out, want) != NULL, "no '%s' in\n%s", want, out);
+  cr_expect(strstr(out, "fastest at this size: hierarchical") != NULL, "%s",
+            out);
 
   static const struct {
     const char *args, *names;
@@ -888,8 +1096,15 @@ Test(tools, ringcc_model_output_and_errors, .timeout = 60) {
       {"-n 4 -s 1M --bw 50GB/s --lat 1h", "--lat"},
       {"-n 4 -s 1M --link warp9", "warp9"},
       {"-n 1 -s 1M --link shm", "-n"},
+      {"-n 4,x -s 1M --link shm", "-n"},
       {"-c allsum -n 4 -s 1M --link shm", "allsum"},
       {"-n 4 -s 1M", "--link"},
+      {"-n 4 -s 1M --link nvlink4 --bw 50GB/s", "either"},
+      {"-n 4 -s 1M --link nvlink4 --reduce-bw fast", "--reduce-bw"},
+      {"-s 1M --hosts 2", "--per-host"},
+      {"-n 4 -s 1M --hosts 2 --per-host 2", "-n"},
+      {"-n 4 -s 1M --link shm --net ib-ndr", "--hosts"},
+      {"-c allgather -s 1M --hosts 2 --per-host 2", "allreduce"},
       {"--explain -c bcast -n 4", "bcast"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -900,7 +1115,8 @@ Test(tools, ringcc_model_output_and_errors, .timeout = 60) {
   }
   snprintf(cmd, sizeof cmd, "%s/ringcc-model --help", bin);
   cr_expect_eq(run_cmd(cmd, out, sizeof out), 0);
-  cr_expect(strstr(out, "--explain") != NULL && strstr(out, "--link") != NULL);
+  cr_expect(strstr(out, "--explain") != NULL && strstr(out, "--link") != NULL &&
+            strstr(out, "--hosts") != NULL && strstr(out, "--bidir") != NULL);
   snprintf(cmd, sizeof cmd, "%s/ringcc-model --explain -c reduce_scatter -n 4",
            bin);
   cr_expect_eq(run_cmd(cmd, out, sizeof out), 0);

@@ -148,6 +148,11 @@ static void usage(FILE *f) {
 "  (reduce_scatter). bcast has one buffer, so both groups time the same call;\n"
 "  sendrecv (rank r sends to r+1 and receives from r-1) has no in-place form.\n"
 "\n"
+"What ran: ringcc-run --trace DIR records every step of every call (each\n"
+"  timed call has its sequence number), and ringcc-trace DIR/trace.json\n"
+"  --calls, --summary or --png draws them (docs/trace.md). RINGCC_TRACE and\n"
+"  RINGCC_STATS=time read the clock at every step and wait: time without them.\n"
+"\n"
 "Exit status: 0 when every call succeeded and every element was right;\n"
 "%d when a call failed; %d for a usage error; %d when elements were wrong.\n",
           BC_EXIT_FAILED, BC_EXIT_USAGE, BC_EXIT_WRONG);

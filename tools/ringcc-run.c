@@ -48,6 +48,7 @@
 
 #include "ringcc.h"
 #include "shmname.h"
+#include "trace_merge.h"
 
 #define PROG_NAME "ringcc-run"
 #define MAX_RANKS 4096
@@ -184,6 +185,12 @@ static void usage(FILE *f) {
 "  --no-prefix         relay output lines without the \"[R] \" rank tag\n"
 "  --timeout SEC       stop the whole job after SEC seconds (decimals allowed)\n"
 "                      and exit with status %d\n"
+"  --trace DIR         record every step of every collective (RINGCC_TRACE=DIR\n"
+"                      for each rank; a former run's rank files there are\n"
+"                      removed first) and, when the job ends, merge the\n"
+"                      ranks' files into DIR/trace.json: one timeline, the\n"
+"                      clocks aligned at init; open it in ui.perfetto.dev or\n"
+"                      chrome://tracing, or draw it with ringcc-trace --png\n"
 "  -h, --help          print this help and exit\n"
 "  --version           print the version and exit\n"
 "\n"
@@ -199,6 +206,7 @@ static void usage(FILE *f) {
 "                      it started, then closed here)\n"
 "  RINGCC_SECRET       the rendezvous secret: 32 random hex digits (128 bits\n"
 "                      from getrandom), new for every job\n"
+"  RINGCC_TRACE        DIR, with --trace\n"
 "\n"
 "Output: each rank's stdout and stderr go to the launcher's stdout and\n"
 "stderr one whole line at a time, each line prefixed \"[R] \" (R right-aligned\n"
@@ -238,6 +246,7 @@ struct options {
   const char *root; /* NULL: pick a free port on 127.0.0.1 */
   bool prefix;
   double timeout_s;
+  const char *trace_dir; /* --trace DIR, or NULL */
   char **argv;
 };
 
@@ -312,6 +321,9 @@ static void parse_options(int argc, char **argv, struct options *o) {
       o->prefix = false;
     } else if ((v = option_value(argc, argv, &i, "--timeout"))) {
       o->timeout_s = parse_timeout(v);
+    } else if ((v = option_value(argc, argv, &i, "--trace"))) {
+      if (*v == '\0') usage_error("--trace needs a directory");
+      o->trace_dir = v;
     } else {
       usage_error("unknown option '%s'", a);
     }
@@ -1036,6 +1048,24 @@ static int run_loop(struct job *j, const sigset_t *wait_mask) {
   return j->exit_code;
 }
 
+/* --trace: the ranks' files into DIR/trace.json, said on stderr. */
+static void merge_trace(const char *dir, int nranks) {
+  char out[4096], msg[8400];
+  int comms;
+  snprintf(out, sizeof out, "%s/trace.json", dir);
+  int n = trace_merge(dir, out, &comms, msg, sizeof msg);
+  if (n < 0)
+    say("trace: %s", msg);
+  else if (n == 0)
+    say("trace: no rank wrote a trace in %s (did the program create a "
+        "communicator?)", dir);
+  else
+    say("trace: %d rank file%s (%d communicator%s%s) merged into %s%s%s",
+        n, plural(n, "", "s"), comms, plural(comms, "", "s"),
+        comms == 1 && n < nranks ? ", some ranks missing" : "", out,
+        msg[0] ? "; " : "", msg);
+}
+
 int main(int argc, char **argv) {
   /* Pipes must never become fd 0, 1 or 2 (a launcher started with one of
    * them closed). */
@@ -1081,6 +1111,10 @@ int main(int argc, char **argv) {
   sigprocmask(SIG_SETMASK, NULL, &env.child_mask);
   setup_signals(&wait_mask);
 
+  if (o.trace_dir != NULL) { /* the ranks inherit it */
+    trace_clean(o.trace_dir);
+    setenv("RINGCC_TRACE", o.trace_dir, 1);
+  }
   for (int r = 0; r < o.nranks; r++) {
     const char *what;
     int e = spawn_rank(&j, r, &env, &what);
@@ -1099,6 +1133,8 @@ int main(int argc, char **argv) {
   }
 
   int code = run_loop(&j, &wait_mask);
+  if (o.trace_dir != NULL)
+    merge_trace(o.trace_dir, o.nranks);
   for (int r = 0; r < o.nranks; r++)
     for (int s = 0; s < 2; s++) free(j.ranks[r].out[s].buf);
   free(j.ranks);

@@ -3,18 +3,27 @@
  * hosts, joined by a network plugin (net.h) and the proxy thread
  * (net_proxy.c).
  *
- * For every peer it serves and every connection kind, a rank owns a send FIFO
- * (the executor fills slots, the proxy sends them) and a receive FIFO (the
- * proxy receives into free slots, the executor consumes them), both in local
- * memory registered with the plugin. Setup: listen and publish the handle;
- * connect to every peer (the hello carries our rank and the connection kind;
- * the plugin proves the communicator's network key on every connection, so
- * the hello is trusted) and accept every peer's connections, then close the
- * listener: after init nobody can connect. Where the plugin can use a link
- * both ways (reverse), only the lower rank of a pair connects, once per kind,
+ * For every peer it serves and every FIFO set (connection kind and channel,
+ * comm.h), a rank owns a send FIFO (the executor fills slots, the proxy
+ * sends them) and a receive FIFO (the proxy receives into free slots, the
+ * executor consumes them), both in local memory registered with the
+ * plugin. Setup: listen and publish the handle; connect to every peer (the
+ * hello carries our rank and the FIFO set; the plugin proves the
+ * communicator's network key on every connection, so the hello is trusted)
+ * and accept every peer's connections, then close the listener: after init
+ * nobody can connect. Where the plugin can use a link both ways (reverse),
+ * only the lower rank of a pair connects, once per set,
  * and both ends take their send and receive connections from that link: each
  * message then carries the acknowledgement of the last one that came the
  * other way, where one-way links cost an ACK packet per message.
+ *
+ * The plugin: RINGCC_NET (IB or Socket) forces one; RINGCC_IB_DISABLE=1
+ * leaves verbs out; otherwise the first of plugins[] whose init succeeds on
+ * every rank with network edges (verbs where a port is active, else TCP):
+ * the ranks agree on it at init, so ranks that would choose differently
+ * fail with a sentence, not a hang. Where
+ * the plugin registers GPU memory (gdr), device-kind FIFOs keep their slots
+ * in GPU memory (GPUDirect RDMA); else in host memory, staged.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +42,16 @@
 #include "sha256.h"
 #include "wire.h"
 
+#if RINGCC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #define HELLO_MAGIC 0x52434e48u /* "RCNH" */
 
 struct net_hello {
   uint32_t magic;
   int32_t rank;
-  int32_t kind;
+  int32_t kind;   /* the FIFO set: (connection kind, channel), comm.h */
   int32_t nranks;
 };
 _Static_assert(sizeof(struct net_hello) <= RCC_NET_HELLO_BYTES, "hello size");
@@ -47,10 +60,13 @@ struct net_state {
   const struct rcc_net_plugin *plugin;
   void *listen_comm;
   uint8_t key[RCC_NET_KEY_BYTES]; /* from the communicator's (net_key) */
-  struct rcc_proxy_conn *conns; /* [2 * kinds * npeers]: send, recv pairs */
+  struct rcc_proxy_conn *conns; /* [2 * sets * npeers]: send, recv pairs */
+  char **gpu_data;              /* [nconns] slots in GPU memory, or NULL */
   int nconns;
-  int nkinds;   /* comm->nkinds: host kinds, and device kinds (staged) */
+  int nsets;    /* FIFO sets (kinds x channels, comm.h) of comm->nkinds
+                   kinds: host kinds, and device kinds */
   int duplex;   /* one link per pair and kind, used both ways (reverse) */
+  int gdr;      /* device kinds' slots in GPU memory (GPUDirect RDMA) */
   struct rcc_proxy *proxy;
   char describe[96];
 };
@@ -59,6 +75,7 @@ struct net_state {
  * every rank with network edges can use carries them. A new plugin is one
  * file (net_<name>.c, a struct rcc_net_plugin) and one line here. */
 static const struct rcc_net_plugin *const plugins[] = {
+    &rcc_net_ib,
     &rcc_net_socket,
 };
 #define NUM_PLUGINS (int)(sizeof(plugins) / sizeof(plugins[0]))
@@ -79,50 +96,80 @@ static const char *ifname_spec(const struct ringcc_comm *comm) {
                                     : rcc_getenv("RINGCC_SOCKET_IFNAME");
 }
 
-/* The plugins this rank can use (bit p: plugins[p]), trying each in order
- * (only the one RINGCC_NET names, when it is set); INFO says why one is
- * not used. A rank without network edges can use any. */
+/* For a plugin's locate(): this rank's place on its host and its GPU. */
+static void locality(const struct ringcc_comm *comm,
+                     struct rcc_net_locality *where) {
+  const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  memset(where, 0, sizeof(*where));
+  for (int p = 0; p < comm->nranks; p++)
+    if (comm->peers[p].host_hash == me->host_hash) {
+      where->local_rank += p < comm->rank;
+      where->local_size++;
+    }
+  uint64_t b = me->gpu.bus_id;
+  if (me->gpu.device >= 0 && b != 0)
+    snprintf(where->gpu_pci, sizeof(where->gpu_pci), "%04x:%02x:%02x.%x",
+             (unsigned)(b >> 32), (unsigned)(b >> 16) & 0xff,
+             (unsigned)(b >> 8) & 0xff, (unsigned)b & 0xff);
+}
+
+/* The plugins this rank can use (bit p: plugins[p]), trying each in order:
+ * only the one RINGCC_NET names, when it is set; not IB where
+ * RINGCC_IB_DISABLE=1 (both variables are read here only). INFO says why
+ * one is not used. A rank without network edges can use any. */
 static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
                                       uint32_t *mask) {
   const char *forced = rcc_getenv("RINGCC_NET");
-  char err[RCC_ERRLEN];
-  int found = forced == NULL;
+  const char *off = rcc_getenv("RINGCC_IB_DISABLE");
+  int ib_off = off != NULL && strcmp(off, "0") != 0;
+  char err[RCC_ERRLEN], names[128];
+  int found = forced == NULL, len = 0;
+  for (int p = 0; p < NUM_PLUGINS; p++) {
+    len += snprintf(names + len, sizeof(names) - (size_t)len, "%s%s",
+                    p == 0 ? "" : p == NUM_PLUGINS - 1 ? " or " : ", ",
+                    plugins[p]->name);
+    found |= forced != NULL && strcasecmp(forced, plugins[p]->name) == 0;
+  }
+  if (!found)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: RINGCC_NET=\"%s\" names no "
+                          "network plugin (%s)", comm->rank, forced, names);
+  if (forced != NULL && ib_off && strcasecmp(forced, rcc_net_ib.name) == 0)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: RINGCC_NET=%s but "
+                          "RINGCC_IB_DISABLE=%s", comm->rank, forced, off);
+  struct rcc_net_locality where;
+  locality(comm, &where);
   *mask = 0;
   for (int p = 0; p < NUM_PLUGINS; p++) {
-    if (forced != NULL && strcasecmp(forced, plugins[p]->name) != 0)
+    const struct rcc_net_plugin *pl = plugins[p];
+    if (forced != NULL && strcasecmp(forced, pl->name) != 0)
       continue;
-    found = 1;
     if (npeers == 0) {
       *mask |= 1u << p;
       continue;
     }
-    ringcc_result_t r = plugins[p]->init(ifname_spec(comm), err, sizeof(err));
-    if (r == RINGCC_SUCCESS) {
-      *mask |= 1u << p;
-    } else if (forced != NULL) {
-      return rcc_comm_error(comm, r, "net on rank %d: RINGCC_NET=%s, but the "
-                            "%s plugin cannot run here: %s", comm->rank,
-                            forced, plugins[p]->name, err);
-    } else {
-      RCC_INFO(comm->rank, "net: the %s plugin is not used: %s",
-               plugins[p]->name, err);
+    if (pl == &rcc_net_ib && ib_off) {
+      RCC_INFO(comm->rank, "net: NET/IB left out (RINGCC_IB_DISABLE=%s)", off);
+      continue;
     }
-  }
-  if (!found) {
-    char names[128];
-    int off = 0;
-    for (int p = 0; p < NUM_PLUGINS; p++)
-      off += snprintf(names + off, sizeof(names) - (size_t)off, "%s%s",
-                      p ? ", " : "", plugins[p]->name);
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "net on rank %d: RINGCC_NET=%s is not a network "
-                          "plugin (%s)", comm->rank, forced, names);
+    if (pl->locate)
+      pl->locate(&where);
+    ringcc_result_t r = pl->init(ifname_spec(comm), err, sizeof(err));
+    if (r == RINGCC_SUCCESS)
+      *mask |= 1u << p;
+    else if (forced != NULL)
+      return rcc_comm_error(comm, r, "net on rank %d: RINGCC_NET=%s, but: %s",
+                            comm->rank, forced, err);
+    else
+      RCC_INFO(comm->rank, "net: NET/%s is not used: %s", pl->name, err);
   }
   return RINGCC_SUCCESS;
 }
 
 /* The plugin every rank uses: the first that all can (all ranks call this
- * in the same step of init, so they agree through the bootstrap). */
+ * in the same step of init, so they agree through the bootstrap; ranks
+ * that set RINGCC_NET differently fail here, with a sentence). */
 static ringcc_result_t choose_plugin(struct ringcc_comm *comm, int npeers,
                                      int *chosen) {
   struct record {
@@ -149,9 +196,12 @@ static ringcc_result_t choose_plugin(struct ringcc_comm *comm, int npeers,
   if (*chosen < 0 && npeers > 0)
     return rcc_comm_error(comm, RINGCC_ERR_NETWORK,
                           "net on rank %d: no network plugin works on every "
-                          "rank (this rank's mask 0x%x, all ranks' 0x%x); "
-                          "RINGCC_DEBUG=INFO on each rank says why",
-                          comm->rank, mine, every);
+                          "rank (this rank's mask 0x%x, all ranks' 0x%x; "
+                          "RINGCC_NET must agree); RINGCC_DEBUG=INFO on each "
+                          "rank says why", comm->rank, mine, every);
+  if (npeers > 0 && (mine & ~every) != 0)
+    RCC_INFO(comm->rank, "net: using NET/%s, the first plugin every rank can",
+             plugins[*chosen]->name);
   return RINGCC_SUCCESS;
 }
 
@@ -168,7 +218,7 @@ static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
   char err[RCC_ERRLEN];
   struct net_state *st = calloc(1, sizeof(*st));
-  int chosen;
+  int chosen = -1;
   (void)peers;
   *state = st;
   if (st == NULL)
@@ -187,16 +237,72 @@ static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
   return RINGCC_SUCCESS;
 }
 
+/* Device kinds over a plugin that registers GPU memory: slots in GPU memory
+ * (the FIFO header, which the proxy reads, stays in host memory). */
+static void gdr_decide(struct ringcc_comm *comm, struct net_state *st) {
+  struct rcc_net_locality where;
+  char why[300] = "the plugin cannot register GPU memory";
+  if (comm->nkinds != RCC_MAX_CONN_KINDS)
+    return; /* host buffers only */
+  locality(comm, &where);
+#if RINGCC_HAVE_CUDA
+  st->gdr = st->plugin->gdr != NULL && where.gpu_pci[0] != '\0' &&
+            st->plugin->gdr(where.gpu_pci, why, sizeof(why));
+#else
+  snprintf(why, sizeof(why), "built without CUDA");
+#endif
+  RCC_INFO(comm->rank, "net: device FIFOs %s: %s",
+           st->gdr ? "in GPU memory" : "staged through host memory", why);
+}
+
+/* The slots of a GPUDirect RDMA FIFO, in this rank's GPU. */
+static ringcc_result_t alloc_gpu_slots(struct ringcc_comm *comm, size_t bytes,
+                                       char **out) {
+#if RINGCC_HAVE_CUDA
+  int dev = comm->peers[comm->rank].gpu.device, prev = -1;
+  void *p = NULL;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e == cudaSuccess && prev != dev)
+    e = cudaSetDevice(dev);
+  if (e == cudaSuccess)
+    e = cudaMalloc(&p, bytes);
+  if (prev >= 0 && prev != dev)
+    cudaSetDevice(prev);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return rcc_comm_error(comm, RINGCC_ERR_CUDA,
+                          "net on rank %d: cudaMalloc of %zu bytes of FIFO "
+                          "slots on GPU %d failed: %s", comm->rank, bytes, dev,
+                          cudaGetErrorString(e));
+  }
+  *out = p;
+  return RINGCC_SUCCESS;
+#else
+  (void)bytes, (void)out;
+  return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
+                        "net on rank %d: GPU FIFO slots without CUDA",
+                        comm->rank);
+#endif
+}
+
+/* Whether FIFO set `set` is of a device kind. */
+static int set_is_device(const struct ringcc_comm *comm, int set) {
+  int kind, ch;
+  rcc_fifo_set_kind(comm, set, &kind, &ch);
+  return kind >= RCC_CONN_DEVICE;
+}
+
 static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
                                   const struct net_state *st,
                                   struct rcc_proxy_conn *c, int peer,
-                                  int is_send) {
-  char err[RCC_ERRLEN];
+                                  int is_send, int device_kind, char **gpu) {
   size_t data = (size_t)comm->set.nslots * net_slot_bytes(comm);
   void *mem = NULL;
+  int on_gpu = device_kind && st->gdr;
   /* Whole pages: device kinds are registered with CUDA (cuda.c), and two
    * FIFOs must never share a page. */
-  size_t bytes = (RCC_FIFO_DATA_OFFSET + data + 4095) & ~(size_t)4095;
+  size_t bytes = (RCC_FIFO_DATA_OFFSET + (on_gpu ? 0 : data) + 4095) &
+                 ~(size_t)4095;
   if (posix_memalign(&mem, 4096, bytes) != 0)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: no memory for a %zu-byte FIFO",
@@ -208,8 +314,12 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
   c->slot_bytes = net_slot_bytes(comm);
   c->is_send = is_send;
   c->peer = peer;
-  (void)st, (void)err;
-  return RINGCC_SUCCESS;
+  if (!on_gpu)
+    return RINGCC_SUCCESS;
+  ringcc_result_t r = alloc_gpu_slots(comm, data, gpu);
+  if (r == RINGCC_SUCCESS)
+    c->data = *gpu; /* cuda.c sees slots away from the header: GDR */
+  return r;
 }
 
 int rcc_net_hello_parse(const uint8_t *in, size_t len, int my_rank,
@@ -222,10 +332,10 @@ int rcc_net_hello_parse(const uint8_t *in, size_t len, int my_rank,
   *kind = h.kind;
   return h.magic == HELLO_MAGIC && h.nranks == nranks &&
          h.rank >= 0 && h.rank < nranks && h.rank != my_rank &&
-         h.kind >= 0 && h.kind < RCC_MAX_CONN_KINDS;
+         h.kind >= 0 && h.kind < RCC_NET_MAX_SETS;
 }
 
-/* The receive connection slot for (peer, kind), or NULL if not ours (or
+/* The receive connection slot for (peer, set), or NULL if not ours (or
  * taken, or, both ways, a peer that should not connect to us). */
 static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
                                         int peer, int kind) {
@@ -233,7 +343,7 @@ static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
     return NULL;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
-    if (!c->is_send && c->peer == peer && (i / 2) % st->nkinds == kind)
+    if (!c->is_send && c->peer == peer && (i / 2) % st->nsets == kind)
       return c->net_comm ? NULL : c;
   }
   return NULL;
@@ -244,17 +354,19 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
                                    int npeers, const char *all_blobs) {
   char err[RCC_ERRLEN];
   for (int i = 0; i < npeers; i++)
-    for (int k = 0; k < st->nkinds; k++) {
-      struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nkinds + k)];
+    for (int k = 0; k < st->nsets; k++) {
+      struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
       if (st->duplex && peers[i] < comm->rank)
         continue; /* the lower rank connects; we accept */
       struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
                                 .kind = k, .nranks = comm->nranks};
       uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
       memcpy(wire, &hello, sizeof(hello));
-      ringcc_result_t r = st->plugin->connect(
-          st->key, all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES,
-          wire, &c->net_comm, comm->init_deadline, err, sizeof(err));
+      const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
+      ringcc_result_t r = st->plugin->connect(st->key, blob, wire,
+                                              &c->net_comm,
+                                              comm->init_deadline, err,
+                                              sizeof(err));
       if (r == RINGCC_SUCCESS && st->duplex)
         r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
       if (r != RINGCC_SUCCESS)
@@ -311,6 +423,29 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
+/* Where the plugin finishes setups apart (ready): the send connections,
+ * whose peers answered in accept(), then the receive ones. */
+static ringcc_result_t ready_all(struct ringcc_comm *comm,
+                                 struct net_state *st) {
+  char err[RCC_ERRLEN];
+  if (st->plugin->ready == NULL)
+    return RINGCC_SUCCESS;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < st->nconns; i++) {
+      struct rcc_proxy_conn *c = &st->conns[i];
+      if (c->is_send != (pass == 0) || c->net_comm == NULL)
+        continue;
+      ringcc_result_t r = st->plugin->ready(c->net_comm, comm->init_deadline,
+                                            err, sizeof(err));
+      if (r != RINGCC_SUCCESS)
+        return rcc_comm_error(comm, r, "net on rank %d: the connection %s "
+                              "rank %d (host %s): %s", comm->rank,
+                              c->is_send ? "to" : "from", c->peer,
+                              comm->peers[c->peer].hostname, err);
+    }
+  return RINGCC_SUCCESS;
+}
+
 static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                                    const int *peers, int npeers,
                                    const char *all_blobs) {
@@ -319,24 +454,28 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   ringcc_result_t r;
   if (npeers == 0)
     return RINGCC_SUCCESS;
-  st->nkinds = comm->nkinds;
-  st->nconns = 2 * st->nkinds * npeers;
+  st->nsets = rcc_fifo_sets(comm, comm->nkinds);
+  st->nconns = 2 * st->nsets * npeers;
   st->duplex = st->plugin->reverse != NULL;
   int lower = 0; /* peers that connect to us */
   for (int i = 0; i < npeers; i++)
     lower += peers[i] < comm->rank;
   st->conns = calloc((size_t)st->nconns, sizeof(*st->conns));
-  if (st->conns == NULL)
+  st->gpu_data = calloc((size_t)st->nconns, sizeof(*st->gpu_data));
+  if (st->conns == NULL || st->gpu_data == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: out of memory", comm->rank);
+  gdr_decide(comm, st);
   for (int i = 0; i < st->nconns; i++)
-    if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * st->nkinds)],
-                        i % 2 == 0)) != RINGCC_SUCCESS)
+    if ((r = alloc_fifo(comm, st, &st->conns[i], peers[i / (2 * st->nsets)],
+                        i % 2 == 0, set_is_device(comm, (i / 2) % st->nsets),
+                        &st->gpu_data[i])) != RINGCC_SUCCESS)
       return r;
   if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
       (r = accept_all(comm, st,
-                      st->duplex ? lower * st->nkinds : st->nconns / 2)) !=
-          RINGCC_SUCCESS)
+                      st->duplex ? lower * st->nsets : st->nconns / 2)) !=
+          RINGCC_SUCCESS ||
+      (r = ready_all(comm, st)) != RINGCC_SUCCESS)
     return r;
   /* Every peer is connected: nobody may connect any more. */
   st->plugin->close_listen(st->listen_comm);
@@ -349,7 +488,7 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     if (r != RINGCC_SUCCESS)
       return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
   }
-  int links = st->duplex ? st->nkinds : 2 * st->nkinds;
+  int links = st->duplex ? st->nsets : 2 * st->nsets;
   RCC_INFO(comm->rank, "net: %d peer%s, %d link%s per peer%s", npeers,
            npeers == 1 ? "" : "s", links, links == 1 ? "" : "s",
            st->duplex ? ", each used both ways (the lower rank connects)"
@@ -359,9 +498,10 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     return r;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
-    int kind = (i / 2) % st->nkinds;
-    rcc_proxy_bind(c->is_send ? &comm->send_conn[kind][c->peer]
-                              : &comm->recv_conn[kind][c->peer],
+    int kind, ch;
+    rcc_fifo_set_kind(comm, (i / 2) % st->nsets, &kind, &ch);
+    rcc_proxy_bind(c->is_send ? rcc_send_conn(comm, kind, ch, c->peer)
+                              : rcc_recv_conn(comm, kind, ch, c->peer),
                    c);
   }
   return RINGCC_SUCCESS;
@@ -392,11 +532,16 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
         st->plugin->close_recv(c->net_comm);
     }
     free(c->fifo);
+#if RINGCC_HAVE_CUDA
+    if (st->gpu_data && st->gpu_data[i])
+      cudaFree(st->gpu_data[i]);
+#endif
   }
   if (st->listen_comm)
     st->plugin->close_listen(st->listen_comm);
   free(st->conns);
   memset(st->key, 0, sizeof(st->key));
+  free(st->gpu_data);
   free(st);
 }
 

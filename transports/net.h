@@ -1,5 +1,6 @@
 /*
- * net.h - the network plugin interface (TCP sockets today, verbs next).
+ * net.h - the network plugin interface: TCP sockets (net_socket.c) and
+ * verbs, InfiniBand and RoCE (net_ib.c).
  *
  * A plugin moves whole messages between two ranks on different hosts. The
  * "net" transport (transports/net.c) puts a FIFO on each side in local
@@ -52,8 +53,10 @@
 #define RCC_NET_HELLO_BYTES 64   /* the hello sent by connect() */
 #define RCC_NET_MAX_REQUESTS 64  /* outstanding requests per connection */
 
+struct rcc_net_locality;
+
 struct rcc_net_plugin {
-  const char *name; /* "Socket"; RINGCC_NET=name forces it */
+  const char *name; /* "Socket", "IB"; RINGCC_NET=name forces it */
   int link;         /* the cost model's link kind of its edges (link.h) */
   /* Once per process (a second call returns the first's result). spec:
    * the interface choice (RINGCC_SOCKET_IFNAME syntax, NULL for the
@@ -128,8 +131,40 @@ struct rcc_net_plugin {
   void (*close_send)(void *send_comm);
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);
+
+  /* ---- optional members, appended for the verbs plugin (net_ib.c); NULL
+   * in the Socket plugin ---- */
+  /* Where this process sits, called before init(): a plugin with several
+   * NICs picks the one nearest the rank's GPU, else spreads a host's
+   * ranks over them. Ignored after the first init(). */
+  void (*locate)(const struct rcc_net_locality *where);
+  /* Whether the NIC can read and write this GPU's memory directly
+   * (GPUDirect RDMA): 1, with how in why[len], or 0 with the reason. Where
+   * it can, the core puts device FIFOs in GPU memory and registers them
+   * with reg_mr (a receive into device memory completes only once its data
+   * is visible to the GPU); else they stay in host memory (staged). */
+  int (*gdr)(const char *gpu_pci, char *why, size_t len);
+  /* Completes the setup of a connection (a send comm from connect() or a
+   * receive comm from accept()) by deadline_ns; the core calls it for
+   * every send comm, then every receive comm, once all are accepted, so
+   * setup errors surface at init. Without it (or before it) the first
+   * isend/irecv/test completes the setup. */
+  ringcc_result_t (*ready)(void *comm, int64_t deadline_ns, char *err,
+                           size_t errlen);
+  /* The poll() events that say a send comm's fds() have news while a send
+   * is pending; 0: POLLOUT (a socket with room to write). The verbs
+   * plugin's fds are completion channels: POLLIN. */
+  short send_events;
+};
+
+/* For locate(): this rank among the ranks of its host, and its GPU. */
+struct rcc_net_locality {
+  int local_rank;    /* 0-based place among the host's ranks */
+  int local_size;
+  char gpu_pci[32];  /* "0000:17:00.0"; "" without a GPU */
 };
 
 extern const struct rcc_net_plugin rcc_net_socket;
+extern const struct rcc_net_plugin rcc_net_ib; /* verbs: InfiniBand, RoCE */
 
 #endif /* RCC_NET_H */

@@ -685,6 +685,9 @@ static void settle(struct rcc_proxy *px) {
  * then progresses the connections that are ready. */
 static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
   int nfds = 0;
+  /* What a send connection waits for: room in a socket, or news. */
+  short send_events = px->plugin->send_events ? px->plugin->send_events
+                                              : POLLOUT;
   pthread_mutex_lock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
@@ -703,7 +706,7 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
       px->xconn[nfds] = i;
       px->xfds[nfds++] = (struct pollfd){
-          .fd = fds[j], .events = c->is_send ? POLLOUT : POLLIN};
+          .fd = fds[j], .events = c->is_send ? send_events : POLLIN};
     }
   }
   pthread_mutex_unlock(&px->lock);
@@ -796,6 +799,10 @@ static void op_notify(struct rcc_conn *end) {
   ring(engine(end)->proxy->doorbell);
 }
 
+static void op_release(struct rcc_conn *end) {
+  drive(engine(end)->proxy, 0);
+}
+
 /* The executor writes from[] before the tail that publishes the slot, and
  * the proxy reads it only after loading that tail (acquire). */
 static void op_lend(struct rcc_conn *end, const char *p) {
@@ -825,6 +832,7 @@ static const struct rcc_conn_ops net_conn_ops = {
     .published = op_published,
     .wait = op_wait,
     .notify = op_notify,
+    .release = op_release,
     .lend = op_lend,
     .land = op_land,
     .landed = op_landed,

@@ -14,7 +14,7 @@
  *   - host kinds: shared host memory, exactly as the shm transport makes them
  *     (this file delegates to shm.c for those), used by the host executor;
  *   - device kinds: each rank cudaMallocs one block holding a FIFO per
- *     (device kind, sender) and exports it with cudaIpcGetMemHandle; a sender
+ *     (device kind, channel, sender) and exports it with cudaIpcGetMemHandle; a sender
  *     opens its receivers' blocks with cudaIpcOpenMemHandle (or, for a rank
  *     that is a thread of the same process, uses the pointer itself) and its
  *     kernel writes slots, meta words and the tail there; the receiver's
@@ -71,9 +71,17 @@ static size_t fifo_bytes(const struct ringcc_comm *comm) {
   return (b + 4095) & ~(size_t)4095;
 }
 
-/* FIFO (device kind k, sender) inside a receiver's block. */
-static size_t fifo_offset(const struct ringcc_comm *comm, int k, int sender) {
-  return ((size_t)k * (size_t)comm->nranks + (size_t)sender) *
+/* The number of a device set: (device kind k, channel) among the device
+ * kinds' sets (comm.h's numbering, from the first device kind). */
+static int device_set(const struct ringcc_comm *comm, int k, int ch) {
+  return rcc_fifo_set(comm, RCC_CONN_DEVICE + k, ch) -
+         rcc_fifo_sets(comm, RCC_CONN_DEVICE);
+}
+
+/* FIFO (device set, sender) inside a receiver's block. */
+static size_t fifo_offset(const struct ringcc_comm *comm, int set,
+                          int sender) {
+  return ((size_t)set * (size_t)comm->nranks + (size_t)sender) *
          fifo_bytes(comm);
 }
 
@@ -137,7 +145,10 @@ static void p2p_destroy(struct ringcc_comm *comm, void *state) {
 static ringcc_result_t make_own(struct ringcc_comm *comm, struct p2p_state *st,
                                 struct p2p_blob *b) {
   cudaError_t e;
-  st->own_bytes = fifo_offset(comm, RCC_NUM_CONN_KINDS, 0);
+  st->own_bytes = fifo_offset(
+      comm, device_set(comm, RCC_NUM_CONN_KINDS - 1,
+                       comm->kind_channels[RCC_MAX_CONN_KINDS - 1]),
+      0);
   if ((e = cudaMalloc((void **)&st->own, st->own_bytes)) != cudaSuccess)
     return cuda_fail(comm, "cudaMalloc of the device FIFOs", -1, e);
   /* Synchronous for this thread's default stream only: kernels of other
@@ -248,12 +259,15 @@ static ringcc_result_t p2p_connect(struct ringcc_comm *comm, void *state,
         (const void *)(all_blobs + (size_t)p * RCC_TRANSPORT_BLOB_BYTES +
                        P2P_BLOB_OFFSET);
     r = map_peer(comm, st, p, b);
-    for (int k = 0; k < RCC_NUM_CONN_KINDS && r == RINGCC_SUCCESS; k++) {
-      init_conn(&comm->send_conn[RCC_CONN_DEVICE + k][p],
-                st->peer_map[p] + fifo_offset(comm, k, comm->rank), comm, p);
-      init_conn(&comm->recv_conn[RCC_CONN_DEVICE + k][p],
-                st->own + fifo_offset(comm, k, p), comm, p);
-    }
+    for (int k = 0; k < RCC_NUM_CONN_KINDS && r == RINGCC_SUCCESS; k++)
+      for (int ch = 0; ch < comm->kind_channels[RCC_CONN_DEVICE + k]; ch++) {
+        int set = device_set(comm, k, ch);
+        init_conn(rcc_send_conn(comm, RCC_CONN_DEVICE + k, ch, p),
+                  st->peer_map[p] + fifo_offset(comm, set, comm->rank), comm,
+                  p);
+        init_conn(rcc_recv_conn(comm, RCC_CONN_DEVICE + k, ch, p),
+                  st->own + fifo_offset(comm, set, p), comm, p);
+      }
   }
   cudaSetDevice(prev);
   return r;

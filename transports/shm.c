@@ -2,7 +2,8 @@
  * shm.c - shared host memory transport.
  *
  * Every rank owns one POSIX shared-memory segment holding its receive FIFOs:
- * one per (connection kind, sender) for each peer this transport serves. The
+ * one per (connection kind, channel, sender) for each peer this transport
+ * serves. The
  * sender maps the receiver's segment and writes straight into the slots, so
  * a fused ring step reduces into the next rank's slot with no extra copy.
  *
@@ -66,10 +67,11 @@ static size_t fifo_bytes(const struct ringcc_comm *comm) {
   return (b + 4095) & ~(size_t)4095;
 }
 
-/* FIFO (kind, sender) inside a receiver's segment. */
-static size_t fifo_offset(const struct ringcc_comm *comm, int kind,
+/* FIFO (set, sender) inside a receiver's segment: a set is a (kind,
+ * channel) of comm.h's numbering. */
+static size_t fifo_offset(const struct ringcc_comm *comm, int set,
                           int sender) {
-  return ((size_t)kind * (size_t)comm->nranks + (size_t)sender) *
+  return ((size_t)set * (size_t)comm->nranks + (size_t)sender) *
          fifo_bytes(comm);
 }
 
@@ -85,7 +87,7 @@ static size_t board_stride(const struct ringcc_comm *comm) {
 
 static size_t board_offset(const struct ringcc_comm *comm,
                            const struct shm_state *st) {
-  return fifo_offset(comm, st->nkinds, 0);
+  return fifo_offset(comm, rcc_fifo_sets(comm, st->nkinds), 0);
 }
 
 static int shm_can_connect(const struct ringcc_comm *comm,
@@ -173,7 +175,7 @@ static ringcc_result_t create_segment(struct ringcc_comm *comm,
   ringcc_result_t r = random_name(comm, st->name, sizeof(st->name));
   if (r != RINGCC_SUCCESS)
     return r;
-  st->own_bytes = fifo_offset(comm, st->nkinds, 0);
+  st->own_bytes = fifo_offset(comm, rcc_fifo_sets(comm, st->nkinds), 0);
   if (st->board)
     st->own_bytes += (2 * board_stride(comm) + 4095) & ~(size_t)4095;
   int fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -323,13 +325,15 @@ static ringcc_result_t shm_connect(struct ringcc_comm *comm, void *state,
       return r;
     if (st->board)
       comm->board[p] = (char *)st->peer_map[p] + board_offset(comm, st);
-    for (int k = 0; k < st->nkinds; k++) {
-      init_conn(&comm->send_conn[k][p],
-                (char *)st->peer_map[p] + fifo_offset(comm, k, comm->rank),
-                comm, p);
-      init_conn(&comm->recv_conn[k][p],
-                (char *)st->own + fifo_offset(comm, k, p), comm, p);
-    }
+    for (int k = 0; k < st->nkinds; k++)
+      for (int ch = 0; ch < comm->kind_channels[k]; ch++) {
+        int set = rcc_fifo_set(comm, k, ch);
+        init_conn(rcc_send_conn(comm, k, ch, p),
+                  (char *)st->peer_map[p] + fifo_offset(comm, set, comm->rank),
+                  comm, p);
+        init_conn(rcc_recv_conn(comm, k, ch, p),
+                  (char *)st->own + fifo_offset(comm, set, p), comm, p);
+      }
   }
   return RINGCC_SUCCESS;
 }

@@ -46,7 +46,7 @@ void rcc_board_link_terms(int link, int n, struct rcc_cost_terms *t) {
     t->alpha_count = (n - 1) / 2.0;
 }
 
-void rcc_plan_oneshot(struct rcc_plan *p) {
+RCC_HD void rcc_plan_oneshot(struct rcc_plan *p) {
   p->alg = RCC_ALG_ONESHOT;
   p->steps_per_loop = 2 * (uint64_t)p->nranks - 1;
   p->nsteps = p->count == 0 ? 0 : p->steps_per_loop;

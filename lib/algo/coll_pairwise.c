@@ -44,9 +44,9 @@ void rcc_local_terms(int coll, int n, double S, double C,
   rcc_set_terms(t, 0, 0, 0, 0);
 }
 
-static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+RCC_HD static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
-void rcc_plan_pairwise(struct rcc_plan *p) {
+RCC_HD void rcc_plan_pairwise(struct rcc_plan *p) {
   int n = p->nranks;
   uint64_t nloops = div_up(p->count, p->chunk_elems);
 

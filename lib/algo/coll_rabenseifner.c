@@ -98,7 +98,7 @@ static RCC_HD uint64_t hd_exchange_steps(const struct rcc_plan *p, int k) {
   return 2 * (a > b ? a : b);
 }
 
-void rcc_plan_rabenseifner(struct rcc_plan *p) {
+RCC_HD void rcc_plan_rabenseifner(struct rcc_plan *p) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   uint64_t whole = hd_pieces(p->count, p->chunk_elems), steps = 0;
   p->alg = RCC_ALG_RABENSEIFNER;

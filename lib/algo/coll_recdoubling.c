@@ -52,7 +52,7 @@ void rcc_recdoubling_link_terms(int link, int n, struct rcc_cost_terms *t) {
     t->alpha_count += rcc_floor_log2(n); /* two steps per exchange */
 }
 
-void rcc_plan_recdoubling(struct rcc_plan *p) {
+RCC_HD void rcc_plan_recdoubling(struct rcc_plan *p) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   p->alg = RCC_ALG_RECDOUBLING;
   p->steps_per_loop = r >= pw ? 2

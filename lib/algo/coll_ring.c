@@ -23,8 +23,9 @@
  * Data is cut into chunks of at most chunk_elems elements (one FIFO slot) and
  * pipelined: a chunk moves on as soon as it arrives, so a large message never
  * waits for a whole block. AllReduce works on loops of n chunks: in loop l the
- * region [l*n*C, (l+1)*n*C) is split into n chunks and the rank at ring
- * position p runs (all chunk indices modulo n):
+ * region [l*n*C, (l+1)*n*C) is split into n chunks (whole granules, so that a
+ * chunk starts where vector loads can) and the rank at ring position p runs
+ * (all chunk indices modulo n):
  *
  *   step 0          send               chunk p-1
  *   steps 1..n-2    recvReduceSend     chunk p-1-j
@@ -66,9 +67,9 @@ RCC_HD static inline int mod_n(long v, int n) {
 
 RCC_HD static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+RCC_HD static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
-void rcc_plan_ring(struct rcc_plan *p) {
+RCC_HD void rcc_plan_ring(struct rcc_plan *p) {
   int n = p->nranks;
   uint64_t nloops;
 
@@ -111,6 +112,8 @@ RCC_HD static void allreduce_chunk(const struct rcc_plan *p, uint64_t loop,
   size_t base = (size_t)loop * loop_elems;
   size_t rem = min_sz(loop_elems, p->count - base);
   size_t per = (rem + (size_t)p->nranks - 1) / (size_t)p->nranks;
+  size_t g = p->granule > 0 ? p->granule : 1; /* aligned chunks: vectors */
+  per = min_sz((per + g - 1) / g * g, p->chunk_elems);
   size_t off = min_sz((size_t)c * per, rem);
 
   s->block = c;

@@ -41,7 +41,7 @@ void rcc_tree_terms(int coll, int n, double S, double C,
 }
 
 /* NCCL's binary tree over 0..n-1: parent of r and its two children. */
-static void btree(int n, int r, int *up, int *down0, int *down1) {
+RCC_HD static void btree(int n, int r, int *up, int *down0, int *down1) {
   int bit;
   for (bit = 1; bit < n; bit <<= 1)
     if (bit & r)
@@ -66,7 +66,7 @@ static void btree(int n, int r, int *up, int *down0, int *down1) {
 }
 
 /* The second tree: mirrored (n even) or shifted by one (n odd). */
-static void dtree(int n, int r, int *up, int *down0, int *down1) {
+RCC_HD static void dtree(int n, int r, int *up, int *down0, int *down1) {
   int u, d0, d1;
   if (n % 2 == 1) {
     btree(n, (r - 1 + n) % n, &u, &d0, &d1);
@@ -85,7 +85,7 @@ RCC_HD static int nchildren(const struct rcc_plan *p, int t) {
   return (p->tree_down[t][0] >= 0) + (p->tree_down[t][1] >= 0);
 }
 
-void rcc_plan_tree(struct rcc_plan *p) {
+RCC_HD void rcc_plan_tree(struct rcc_plan *p) {
   int n = p->nranks, up, d0, d1;
 
   p->alg = RCC_ALG_TREE;

@@ -2,6 +2,9 @@
  * names.c - the names of collectives and step kinds, as the logs, the hang
  * report, the trace and ringcc-model print them.
  */
+#include <stdio.h>
+
+#include "algorithms.h"
 #include "schedule.h"
 
 static const char *const coll_names[RCC_NUM_COLLS] = {
@@ -27,4 +30,12 @@ const char *rcc_step_kind_name(int kind) {
       [RCC_STEP_REDUCE_LOCAL] = "reduceLocal",
   };
   return kind >= 0 && kind < RCC_NUM_STEP_KINDS ? names[kind] : "?";
+}
+
+int rcc_step_describe(char *buf, size_t len, const struct rcc_step_label *s) {
+  return snprintf(buf, len, "%s seq %llu, %s, channel %d, step %llu of %llu: "
+                  "%s block %d, %zu elements", rcc_coll_name(s->coll), s->seq,
+                  rcc_alg_name(s->alg), s->channel, (unsigned long long)s->step,
+                  (unsigned long long)s->nsteps, rcc_step_kind_name(s->kind),
+                  s->block, s->nelem);
 }

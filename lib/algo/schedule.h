@@ -107,6 +107,9 @@ enum rcc_acc {
                          operand of a rank's first combine) */
 };
 
+/* Channels of a call (and of a kind's FIFOs), at most. */
+#define RCC_MAX_CHANNELS 32
+
 struct rcc_plan {
   int alg;            /* enum rcc_alg */
   int coll;           /* enum rcc_coll */
@@ -114,6 +117,23 @@ struct rcc_plan {
   int rank;
   int pos;            /* this rank's position in ring[] */
   const int *ring;    /* ring[pos] = rank; nranks entries */
+  /* Channels. A call's data is split over nchannels copies of its schedule,
+   * each on FIFOs of its own (rcc_plan_channel). In a channel's plan, count
+   * is the channel's share of each block (of the whole buffer where the
+   * collective has no blocks), base where that share starts in a block and
+   * stride the elements from one block to the next (the call's count); the
+   * schedule computes offsets as if its share were the whole call, and
+   * rcc_plan_step moves them to where the share is. Odd channels run the
+   * ring the other way round (ring_rev), so both directions of every ring
+   * edge carry data. */
+  int channel;
+  int nchannels;      /* >= 1 */
+  size_t granule;     /* a channel's share is a multiple of this many
+                         elements (but the last): vector-aligned offsets */
+  size_t base;
+  size_t stride;
+  const int *ring_rev; /* the ring the other way round; NULL: as ring */
+  int pos_rev;
   size_t count;       /* see each schedule */
   size_t chunk_elems; /* elements per step, >= 1 */
   int root;           /* bcast/reduce root, p2p peer */
@@ -160,13 +180,14 @@ RCC_HD static inline int rcc_log2_of(int p) {
 
 /* Filled by the algorithm files; each sets plan->alg and nsteps. The ring
  * file plans the chains too (its edges), the pairwise file the local copy,
- * point-to-point and the barrier. */
-void rcc_plan_ring(struct rcc_plan *p);         /* coll_ring.c */
-void rcc_plan_pairwise(struct rcc_plan *p);     /* coll_pairwise.c */
-void rcc_plan_oneshot(struct rcc_plan *p);      /* coll_oneshot.c */
-void rcc_plan_tree(struct rcc_plan *p);         /* coll_tree.c */
-void rcc_plan_recdoubling(struct rcc_plan *p);  /* coll_recdoubling.c */
-void rcc_plan_rabenseifner(struct rcc_plan *p); /* coll_rabenseifner.c */
+ * point-to-point and the barrier. Pure: they run on the host and, for
+ * each channel of a device collective, in the kernel. */
+RCC_HD void rcc_plan_ring(struct rcc_plan *p);         /* coll_ring.c */
+RCC_HD void rcc_plan_pairwise(struct rcc_plan *p);     /* coll_pairwise.c */
+RCC_HD void rcc_plan_oneshot(struct rcc_plan *p);      /* coll_oneshot.c */
+RCC_HD void rcc_plan_tree(struct rcc_plan *p);         /* coll_tree.c */
+RCC_HD void rcc_plan_recdoubling(struct rcc_plan *p);  /* coll_recdoubling.c */
+RCC_HD void rcc_plan_rabenseifner(struct rcc_plan *p); /* coll_rabenseifner.c */
 
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s);
@@ -180,6 +201,80 @@ RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,
                                  struct rcc_step *s);
 RCC_HD void rcc_rabenseifner_step(const struct rcc_plan *p, uint64_t i,
                                   struct rcc_step *s);
+
+/* Plans p (a call's plan, or a channel's) with its algorithm's schedule. */
+RCC_HD static inline void rcc_plan_build(struct rcc_plan *p) {
+  switch (p->alg) {
+  case RCC_ALG_RING:
+  case RCC_ALG_CHAIN:
+    rcc_plan_ring(p);
+    break;
+  case RCC_ALG_ONESHOT:
+  case RCC_ALG_BOARD:
+    rcc_plan_oneshot(p);
+    break;
+  case RCC_ALG_TREE:
+    rcc_plan_tree(p);
+    break;
+  case RCC_ALG_RECDOUBLING:
+    rcc_plan_recdoubling(p);
+    break;
+  case RCC_ALG_RABENSEIFNER:
+    rcc_plan_rabenseifner(p);
+    break;
+  default: /* local copy, pairwise, p2p, dissemination */
+    rcc_plan_pairwise(p);
+    break;
+  }
+}
+
+/* The granule of a call's plan for elements of esize bytes: shares and
+ * ring chunks start on 64-byte boundaries of the buffers (vector loads on
+ * the device, whole cache lines on the host). */
+RCC_HD static inline size_t rcc_plan_granule(size_t esize) {
+  return esize < 64 ? 64 / esize : 1;
+}
+
+/* Channel c's share of n elements over nch channels, in granules of g:
+ * [*off, *off + *len). Shares differ by at most one granule; a channel may
+ * get none. */
+RCC_HD static inline void rcc_channel_share(size_t n, int c, int nch,
+                                            size_t g, size_t *off,
+                                            size_t *len) {
+  size_t units = (n + g - 1) / g, per = units / (size_t)nch;
+  size_t extra = units % (size_t)nch, uc = (size_t)c;
+  size_t first = uc * per + (uc < extra ? uc : extra);
+  size_t end = first + per + (uc < extra);
+  *off = first * g < n ? first * g : n;
+  *len = (end * g < n ? end * g : n) - *off;
+}
+
+/* Channel c of call plan `call` (whose count is the call's): its share and
+ * its ring direction; its schedule is planned next (the table's plan
+ * function on the host, rcc_plan_build in a kernel). */
+RCC_HD static inline void rcc_plan_channel(const struct rcc_plan *call, int c,
+                                           struct rcc_plan *p) {
+  *p = *call;
+  p->channel = c;
+  p->nchannels = call->nchannels > 1 ? call->nchannels : 1;
+  p->stride = call->count;
+  rcc_channel_share(call->count, c, p->nchannels,
+                    call->granule > 0 ? call->granule : 1, &p->base,
+                    &p->count);
+  if ((c & 1) && call->ring_rev != NULL) {
+    p->ring = call->ring_rev;
+    p->pos = call->pos_rev;
+  }
+}
+
+/* Where offset o of a channel's share lies in the call's buffer: blocks of
+ * the share's count become blocks of stride, starting at base. */
+RCC_HD static inline size_t rcc_channel_offset(const struct rcc_plan *p,
+                                               size_t o, int blocked) {
+  if (!blocked || p->count == 0)
+    return p->base + o;
+  return o / p->count * p->stride + p->base + o % p->count;
+}
 
 /* Step i of any plan. */
 RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
@@ -206,10 +301,33 @@ RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
     rcc_pairwise_step(p, i, s);
     break;
   }
+  if (p->nchannels > 1) { /* the share's offsets in the call's buffers */
+    int all = p->coll == RCC_COLL_ALLTOALL;
+    s->src_off = rcc_channel_offset(
+        p, s->src_off, all || p->coll == RCC_COLL_REDUCE_SCATTER);
+    s->dst_off = rcc_channel_offset(p, s->dst_off,
+                                    all || p->coll == RCC_COLL_ALLGATHER);
+  }
 }
 
 /* names.c */
 const char *rcc_coll_name(int coll);
 const char *rcc_step_kind_name(int kind);
+
+/* One step of one call, as the hang report and the trace name it. */
+struct rcc_step_label {
+  int coll;              /* enum rcc_coll */
+  unsigned long long seq; /* the call's sequence number on its communicator */
+  int alg;               /* enum rcc_alg */
+  int channel;
+  uint64_t step, nsteps;
+  int kind;              /* enum rcc_step_kind */
+  int block;
+  size_t nelem;
+};
+/* "allreduce seq 17, ring, channel 0, step 35 of 63: recvReduceSend block
+ * 1, 16384 elements": the one way the hang report (report.c) and the trace
+ * (trace.c) name a step. Returns what snprintf returns. */
+int rcc_step_describe(char *buf, size_t len, const struct rcc_step_label *s);
 
 #endif /* RCC_SCHEDULE_H */

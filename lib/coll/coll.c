@@ -22,6 +22,8 @@
 #include "exec.h"
 #include "live.h"
 #include "log.h"
+#include "stats.h"
+#include "trace.h"
 #include "tuner.h"
 
 struct call {
@@ -303,7 +305,7 @@ static void choose(const struct call *c, struct rcc_tuning *tune) {
   struct ringcc_comm *comm = c->comm;
   size_t esize = ringcc_datatype_size(c->dt);
   tune->chunk_bytes = step_bytes(c);
-  tune->channels = 1;
+  tune->channels = 1; /* point-to-point, one rank */
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
     tune->alg = RCC_ALG_P2P;
   else if (comm->nranks == 1)
@@ -313,7 +315,10 @@ static void choose(const struct call *c, struct rcc_tuning *tune) {
                      (c->uses & ON_DEVICE) != 0, tune);
 }
 
-static ringcc_result_t execute(const struct call *c) {
+/* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
+ * convention (the statistics' and the trace's). */
+static ringcc_result_t execute(const struct call *c, int *alg,
+                               uint64_t *bytes) {
   struct ringcc_comm *comm = c->comm;
   const void *src = source_buffer(c);
   size_t esize = ringcc_datatype_size(c->dt);
@@ -321,26 +326,41 @@ static ringcc_result_t execute(const struct call *c) {
   struct rcc_tuning tune;
 
   choose(c, &tune);
+  *alg = tune.alg;
+  *bytes = (uint64_t)c->count * esize *
+           (c->coll == RCC_COLL_REDUCE_SCATTER || c->coll == RCC_COLL_ALLGATHER ||
+                    c->coll == RCC_COLL_ALLTOALL
+                ? (uint64_t)comm->nranks
+                : 1);
   const struct rcc_algorithm *a = &rcc_algorithms[tune.alg];
   RCC_TRACE(comm->rank, "%s: %s", c->fn, a->name);
   if (a->exec == RCC_EXEC_CMA)
     return run_cma(c, src);
+  /* The call's plan; the executors split it over its channels. */
   struct rcc_plan plan = {
+      .alg = a->id,
       .coll = c->coll,
       .nranks = comm->nranks,
       .rank = comm->rank,
       .pos = comm->ring_pos,
       .ring = comm->ring,
+      .nchannels = tune.channels,
+      .granule = rcc_plan_granule(esize),
+      .ring_rev = comm->ring_rev,
+      .pos_rev = comm->ring_pos_rev,
       .count = c->count,
       .chunk_elems = tune.chunk_bytes / esize,
       .root = (c->uses & USES_PEER) ? c->peer : c->root,
       .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
   };
-  a->plan(&plan);
-  plan.alg = a->id; /* the board runs the one-shot's plan */
-  if (a->exec == RCC_EXEC_BOARD) /* its regions hold the input: no staging */
-    return rcc_exec_host_board(comm, &plan, src, c->recvbuf,
+  if (a->exec == RCC_EXEC_BOARD) { /* its regions hold the input: no staging */
+    struct rcc_plan whole;
+    rcc_plan_channel(&plan, 0, &whole); /* one channel: the whole call */
+    a->plan(&whole);
+    whole.alg = a->id; /* the one-shot's plan, on the board */
+    return rcc_exec_host_board(comm, &whole, src, c->recvbuf,
                                (ringcc_datatype_t)c->dt, op);
+  }
   if ((a->flags & RCC_ALG_STAGE_IN_PLACE) && src == c->recvbuf &&
       c->count > 0) {
     size_t bytes = c->count * esize *
@@ -352,8 +372,8 @@ static ringcc_result_t execute(const struct call *c) {
   if (c->uses & ON_DEVICE)
     return rcc_exec_cuda(comm, &plan, src, c->recvbuf,
                          (ringcc_datatype_t)c->dt, op, c->stream);
-  return rcc_exec_host(comm, &plan, src, c->recvbuf, (ringcc_datatype_t)c->dt,
-                       op);
+  return rcc_exec_host_channels(comm, &plan, src, c->recvbuf,
+                                (ringcc_datatype_t)c->dt, op);
 }
 
 /* ---- RINGCC_CHECK: do all ranks make the same call? ------------------- */
@@ -445,6 +465,7 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
  * on it meanwhile, and it is not destroyed under this one. */
 static ringcc_result_t run_inside(struct call *c) {
   struct ringcc_comm *comm = c->comm;
+  struct rcc_stats_mark mark;
   ringcc_result_t r;
 
   rcc_cuda_poll(comm); /* a device collective that failed since */
@@ -464,12 +485,29 @@ static ringcc_result_t run_inside(struct call *c) {
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
             ringcc_datatype_name((ringcc_datatype_t)c->dt));
-  int mismatch = 0;
+  int mismatch = 0, alg = -1;
+  uint64_t bytes = 0;
+  struct rcc_stats *st = comm->stats;
   r = RINGCC_SUCCESS;
+  mark.sent = st->sent_total;
+  if (st->timing) { /* RINGCC_STATS=time, RINGCC_TRACE, RINGCC_DEBUG=INFO */
+    rcc_stats_time_begin(st, &mark);
+    if (comm->trace != NULL) /* a trace implies timing */
+      rcc_trace_poll_signal(comm);
+  }
   if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
     r = check_agreement(c, &mismatch);
   if (r == RINGCC_SUCCESS)
-    r = execute(c);
+    r = execute(c, &alg, &bytes);
+  rcc_stats_count(st, c->coll, alg, bytes, &mark);
+  if (st->timing) {
+    int64_t end = rcc_stats_time_end(st, c->coll, alg, &mark);
+    if (comm->trace != NULL) {
+      rcc_trace_call(comm, c->coll, alg, bytes, mark.t0, end, r);
+      if (r != RINGCC_SUCCESS)
+        rcc_trace_flush(comm, "error");
+    }
+  }
   /* A mismatch the check found is seen by every rank before any data moved:
    * the communicator stays usable. Any other failure leaves FIFOs in an
    * unknown state. */

@@ -24,6 +24,7 @@
 #include "board.h"
 #include "bootstrap.h"
 #include "clock.h"
+#include "clocksync.h"
 #include "cma.h"
 #include "comm.h"
 #include "cuda.h"
@@ -35,6 +36,8 @@
 #include "report.h"
 #include "sha256.h"
 #include "socket.h"
+#include "stats.h"
+#include "trace.h"
 #include "transport.h"
 #include "tuner.h"
 
@@ -186,6 +189,7 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
   SETTING(-1, "RINGCC_SPIN", -1, -1, 1 << 24, s->spin);
   SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
   SETTING(-1, "RINGCC_NET_ZEROCOPY", 1, 0, 1, s->net_zerocopy);
+  SETTING(-1, "RINGCC_NCHANNELS", -1, -1, RCC_MAX_CHANNELS, s->nchannels);
 #undef SETTING
   if (s->chunk_bytes % 64 != 0 || s->net_chunk_bytes % 64 != 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
@@ -243,8 +247,10 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->chunk_bytes = comm->set.chunk_bytes;
   me->net_chunk_bytes = comm->set.net_chunk_bytes;
   me->nslots = comm->set.nslots;
+  me->nchannels = comm->set.nchannels;
   me->shm_disable = comm->set.shm_disable;
   rcc_cma_prepare(comm, me);
+  me->trace_id = rcc_trace_id();
 }
 
 static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
@@ -266,16 +272,18 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
     const struct rcc_peer_info *q = &comm->peers[p];
     if (q->chunk_bytes != comm->set.chunk_bytes ||
         q->net_chunk_bytes != comm->set.net_chunk_bytes ||
-        q->nslots != comm->set.nslots)
+        q->nslots != comm->set.nslots || q->nchannels != comm->set.nchannels)
       return rcc_comm_error(
           comm, RINGCC_ERR_INVALID_USAGE,
           "init on rank %d: rank %d uses chunk_bytes=%lld net_chunk_bytes=%lld "
-          "nslots=%d but rank %d uses %lld, %lld, %d; all ranks must agree "
-          "(RINGCC_CHUNK_BYTES, RINGCC_NET_CHUNK_BYTES, RINGCC_NSLOTS)",
+          "nslots=%d nchannels=%d but rank %d uses %lld, %lld, %d, %d; all "
+          "ranks must agree (RINGCC_CHUNK_BYTES, RINGCC_NET_CHUNK_BYTES, "
+          "RINGCC_NSLOTS, RINGCC_NCHANNELS; -1 is unset)",
           comm->rank, p, (long long)q->chunk_bytes,
-          (long long)q->net_chunk_bytes, q->nslots, comm->rank,
+          (long long)q->net_chunk_bytes, q->nslots, q->nchannels, comm->rank,
           (long long)comm->set.chunk_bytes,
-          (long long)comm->set.net_chunk_bytes, comm->set.nslots);
+          (long long)comm->set.net_chunk_bytes, comm->set.nslots,
+          comm->set.nchannels);
   }
   return RINGCC_SUCCESS;
 }
@@ -313,6 +321,8 @@ static void adapt_waiting(struct ringcc_comm *comm) {
 /* ---- init ------------------------------------------------------------- */
 
 static void comm_free(struct ringcc_comm *comm) {
+  rcc_trace_close(comm); /* writes the trace: edges still named */
+  rcc_stats_destroy(comm); /* logs the summary at INFO */
   rcc_cuda_destroy(comm); /* first: kernels may still use the FIFOs */
   rcc_transports_destroy(comm);
   rcc_cma_release(comm);
@@ -325,19 +335,37 @@ static void comm_free(struct ringcc_comm *comm) {
   }
   free(comm->edge_transport);
   free(comm->ring);
+  free(comm->ring_rev);
   free(comm->peers);
   free(comm->scratch);
   memset(comm->key, 0, sizeof(comm->key));
   free(comm);
 }
 
+/* Channels of each kind of FIFO: point-to-point kinds one; the collective
+ * kinds RINGCC_NCHANNELS, else one for host collectives (the CPU runs its
+ * channels in turn: more only cost memory) and, for device collectives,
+ * as many as the links want (rcc_cuda_channels). */
+static void kind_channels(struct ringcc_comm *comm) {
+  for (int k = 0; k < RCC_MAX_CONN_KINDS; k++) {
+    int coll = k % RCC_NUM_CONN_KINDS == RCC_CONN_COLL;
+    int device = k >= RCC_CONN_DEVICE;
+    comm->kind_channels[k] = !coll ? 1
+                             : comm->set.nchannels > 0 ? comm->set.nchannels
+                             : device ? rcc_cuda_channels(comm)
+                                      : 1;
+  }
+}
+
 static ringcc_result_t alloc_conns(struct ringcc_comm *comm) {
   size_t n = (size_t)comm->nranks;
+  kind_channels(comm);
   comm->edge_transport = calloc(n, sizeof(*comm->edge_transport));
   int ok = comm->edge_transport != NULL;
   for (int k = 0; k < RCC_MAX_CONN_KINDS; k++) {
-    comm->send_conn[k] = calloc(n, sizeof(struct rcc_conn));
-    comm->recv_conn[k] = calloc(n, sizeof(struct rcc_conn));
+    size_t conns = n * (size_t)comm->kind_channels[k];
+    comm->send_conn[k] = calloc(conns, sizeof(struct rcc_conn));
+    comm->recv_conn[k] = calloc(conns, sizeof(struct rcc_conn));
     ok = ok && comm->send_conn[k] && comm->recv_conn[k];
   }
   return ok ? RINGCC_SUCCESS
@@ -360,11 +388,15 @@ static void log_ring(const struct ringcc_comm *comm) {
   }
   RCC_INFO(comm->rank,
            "settings: nranks %d, timeout_ms %lld, chunk_bytes %lld (ring step "
-           "%zu), net_chunk_bytes %lld, nslots %d, shm_disable %d, spin %d, "
-           "yields %d",
+           "%zu), net_chunk_bytes %lld, nslots %d, channels %d (device %d), "
+           "shm_disable %d, spin %d, yields %d",
            comm->nranks, (long long)comm->set.timeout_ms,
            (long long)comm->set.chunk_bytes, comm->ring_chunk_bytes,
            (long long)comm->set.net_chunk_bytes, comm->set.nslots,
+           comm->kind_channels[RCC_CONN_COLL],
+           comm->nkinds == RCC_MAX_CONN_KINDS
+               ? comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL]
+               : 0,
            comm->set.shm_disable, comm->spin.spin, comm->spin.yields);
 }
 
@@ -387,6 +419,7 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   comm->nkinds = rcc_cuda_kinds(comm); /* device FIFOs if every rank has a GPU */
   if ((r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
+      (r = rcc_stats_create(comm)) != RINGCC_SUCCESS ||
       (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   /* The device side of the FIFOs; agreed on, so that no rank launches a
@@ -399,8 +432,10 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
       (r = rcc_board_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   log_ring(comm);
-  if ((r = rcc_tuner_init(comm, deadline)) != RINGCC_SUCCESS)
+  if ((r = rcc_tuner_init(comm, deadline)) != RINGCC_SUCCESS ||
+      (r = rcc_trace_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
+  rcc_stats_start(comm); /* the user's calls from here on */
   return RINGCC_SUCCESS;
 }
 

@@ -17,6 +17,8 @@
 
 struct rcc_bootstrap;
 struct rcc_cuda;
+struct rcc_stats;
+struct rcc_trace;
 struct rcc_transport;
 
 #define RCC_MAX_TRANSPORTS 4
@@ -31,8 +33,10 @@ struct rcc_peer_info {
   int64_t chunk_bytes; /* must agree across ranks */
   int64_t net_chunk_bytes; /* must agree across ranks */
   int32_t nslots;      /* must agree across ranks */
+  int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
   int32_t shm_disable;
   uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
+  uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
   char hostname[RCC_HOSTNAME_LEN];
 };
@@ -44,6 +48,8 @@ struct rcc_settings {
   int64_t chunk_bytes;     /* shared-memory slots */
   int64_t net_chunk_bytes; /* network slots */
   int nslots;
+  int nchannels;   /* RINGCC_NCHANNELS: channels of collective FIFOs; -1:
+                      by kind (host 1, device by link: rcc_cuda_channels) */
   int shm_disable;
   int cuda_device; /* RINGCC_CUDA_DEVICE: -1 current, -2 none */
   int p2p_disable; /* RINGCC_P2P_DISABLE */
@@ -63,6 +69,7 @@ struct rcc_progress {
   int active;                  /* a collective is running */
   int coll;
   int alg;                     /* enum rcc_alg */
+  int channel;                 /* of the step (several run in turn) */
   uint64_t step;
   uint64_t nsteps;
   int kind;                    /* of the current step: enum rcc_step_kind */
@@ -77,6 +84,7 @@ struct rcc_progress {
   uint32_t board_want;         /* ... and the call waited for */
 };
 #define RCC_PUT(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+
 #define RCC_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
 struct ringcc_comm {
@@ -90,10 +98,15 @@ struct ringcc_comm {
   /* Ring order: ring[pos] is a rank; ranks of one host are contiguous. */
   int *ring;
   int ring_pos;
+  int *ring_rev;           /* the same ring the other way round (channels) */
+  int ring_pos_rev;
 
-  /* Connections: [kind][peer]; .fifo == NULL where no edge exists. */
+  /* Connections: kind k has kind_channels[k] FIFOs per peer and
+   * direction, send_conn[k][channel * nranks + peer] (rcc_send_conn);
+   * .fifo == NULL where no edge exists. Point-to-point kinds have one. */
   struct rcc_conn *send_conn[RCC_MAX_CONN_KINDS];
   struct rcc_conn *recv_conn[RCC_MAX_CONN_KINDS];
+  int kind_channels[RCC_MAX_CONN_KINDS];
   int nkinds;              /* kinds of FIFOs per peer: host only, or + device */
   struct rcc_cuda *cuda;   /* device-side state (cuda.c); NULL without GPU */
   /* Set by cuda.c once device FIFOs exist: 1 while a kernel of this
@@ -114,10 +127,13 @@ struct ringcc_comm {
     size_t bytes;
     int alg;
     size_t chunk_bytes;
+    int channels;
   } tune_last;
 
   uint64_t seq;            /* collectives issued on this communicator */
   struct rcc_progress progress;
+  struct rcc_stats *stats; /* counters (stats.c); set from init's end */
+  struct rcc_trace *trace; /* RINGCC_TRACE's steps (trace.c); NULL: off */
   int report_seen;         /* report signals handled (report.c) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
@@ -165,5 +181,39 @@ struct ringcc_comm {
                               transports then close descriptors and nothing
                               the parent's peers could notice */
 };
+
+/* The FIFO of connection kind `kind`, channel ch, to or from peer. */
+static inline struct rcc_conn *rcc_send_conn(const struct ringcc_comm *comm,
+                                             int kind, int ch, int peer) {
+  return &comm->send_conn[kind][(size_t)ch * (size_t)comm->nranks +
+                                (size_t)peer];
+}
+static inline struct rcc_conn *rcc_recv_conn(const struct ringcc_comm *comm,
+                                             int kind, int ch, int peer) {
+  return &comm->recv_conn[kind][(size_t)ch * (size_t)comm->nranks +
+                                (size_t)peer];
+}
+
+/* FIFO sets: every (kind, channel) of the first nkinds kinds, numbered kind
+ * by kind; a transport makes one FIFO per set, peer and direction. */
+static inline int rcc_fifo_sets(const struct ringcc_comm *comm, int nkinds) {
+  int sets = 0;
+  for (int k = 0; k < nkinds; k++)
+    sets += comm->kind_channels[k];
+  return sets;
+}
+static inline int rcc_fifo_set(const struct ringcc_comm *comm, int kind,
+                               int ch) {
+  return rcc_fifo_sets(comm, kind) + ch;
+}
+/* The kind and channel of set number set. */
+static inline void rcc_fifo_set_kind(const struct ringcc_comm *comm, int set,
+                                     int *kind, int *ch) {
+  int k = 0;
+  while (k < RCC_MAX_CONN_KINDS - 1 && set >= comm->kind_channels[k])
+    set -= comm->kind_channels[k++];
+  *kind = k;
+  *ch = set;
+}
 
 #endif /* RCC_COMM_H */

@@ -45,8 +45,10 @@ struct rcc_cuda {
   int device;
   struct rcc_cuda_status *status;     /* host view (mapped) */
   struct rcc_cuda_status *status_dev; /* the kernels' view */
-  struct rcc_conn *conns_dev;         /* [send, recv][kind][nranks] */
-  int *ring_dev;
+  struct rcc_conn *conns_dev;         /* [send, recv][set][nranks] */
+  int nsets;                          /* device sets: collective channels,
+                                         then point-to-point */
+  int *ring_dev;                      /* the ring, then the ring reversed */
   cudaEvent_t last;                   /* the last kernel of this comm */
   int have_last;
   uint32_t launches;                  /* kernels enqueued (read by engines) */
@@ -200,13 +202,32 @@ int rcc_cuda_kinds(const struct ringcc_comm *comm) {
   return RCC_MAX_CONN_KINDS;
 }
 
+int rcc_cuda_channels(const struct ringcc_comm *comm) {
+  int best = 2; /* staged through host memory, or the network */
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++) {
+      struct rcc_edge_topo e;
+      rcc_topo_edge(&comm->peers[a], &comm->peers[b], &e);
+      int path = rcc_topo_device_path(&e);
+      if (path == RCC_PATH_P2P_NVLINK || path == RCC_PATH_P2P_SAME_GPU)
+        best = 16;
+      else if (path == RCC_PATH_P2P_PCIE && best < 4)
+        best = 4;
+    }
+  return best;
+}
+
 /* ---- device FIFO tables (connect) ---------------------------------------- */
 
 static ringcc_result_t register_fifo(struct ringcc_comm *comm,
                                      const struct rcc_conn *host,
                                      struct rcc_conn *dev) {
   struct rcc_cuda *cu = comm->cuda;
-  size_t bytes = RCC_FIFO_DATA_OFFSET + (size_t)host->nslots * host->slot_bytes;
+  /* Slots away from the header are in GPU memory already (GPUDirect RDMA,
+   * net.c): only the header needs mapping. */
+  int gdr = host->data != (char *)host->fifo + RCC_FIFO_DATA_OFFSET;
+  size_t bytes = RCC_FIFO_DATA_OFFSET +
+                 (gdr ? 0 : (size_t)host->nslots * host->slot_bytes);
   void *base = host->fifo, *dbase = NULL;
   cudaError_t e = cudaHostRegister(base, bytes, cudaHostRegisterMapped |
                                                     cudaHostRegisterPortable);
@@ -217,7 +238,8 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
     return cuda_error(comm, "cudaHostGetDevicePointer", e);
   *dev = *host;
   dev->fifo = dbase;
-  dev->data = (char *)dbase + (host->data - (char *)host->fifo);
+  dev->data = gdr ? host->data
+                  : (char *)dbase + (host->data - (char *)host->fifo);
   dev->ops = NULL; /* kernels wake nobody; the engine polls (cuda_busy) */
   dev->engine = NULL;
   return RINGCC_SUCCESS;
@@ -226,13 +248,16 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
 /* The device view of peer p's device-kind FIFOs, into table. */
 static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
                                    struct rcc_conn *table) {
-  int n = comm->nranks;
+  int n = comm->nranks, nsets = comm->cuda->nsets;
   unsigned flags = rcc_edge_flags(comm, p);
   for (int dir = 0; dir < 2; dir++)
-    for (int k = 0; k < RCC_NUM_CONN_KINDS; k++) {
-      const struct rcc_conn *h =
-          &(dir == 0 ? comm->send_conn : comm->recv_conn)[RCC_CONN_DEVICE + k][p];
-      struct rcc_conn *d = &table[((size_t)dir * RCC_NUM_CONN_KINDS + k) * n + p];
+    for (int set = 0; set < nsets; set++) {
+      int kind, ch;
+      rcc_fifo_set_kind(comm, rcc_fifo_sets(comm, RCC_CONN_DEVICE) + set,
+                        &kind, &ch);
+      const struct rcc_conn *h = dir == 0 ? rcc_send_conn(comm, kind, ch, p)
+                                          : rcc_recv_conn(comm, kind, ch, p);
+      struct rcc_conn *d = &table[((size_t)dir * nsets + set) * n + p];
       if (h->fifo == NULL)
         return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
                               "init on rank %d: the transport to rank %d made "
@@ -249,19 +274,26 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
     }
   struct rcc_edge_topo e;
   rcc_topo_edge(&comm->peers[comm->rank], &comm->peers[p], &e);
-  if (flags & RCC_TRANSPORT_NETWORK)
-    RCC_INFO(comm->rank, "device edge %d -> %d via %s/staged", comm->rank, p,
-             rcc_edge_name(comm, p));
-  else
+  if (flags & RCC_TRANSPORT_NETWORK) {
+    const struct rcc_conn *rh =
+        rcc_recv_conn(comm, RCC_CONN_DEVICE + RCC_CONN_COLL, 0, p);
+    RCC_INFO(comm->rank, "device edge %d -> %d via %s/%s", comm->rank, p,
+             rcc_edge_name(comm, p),
+             rh->data != (char *)rh->fifo + RCC_FIFO_DATA_OFFSET ? "GDR"
+                                                                 : "staged");
+  } else {
     RCC_INFO(comm->rank, "device edge %d -> %d via %s", comm->rank, p,
              rcc_topo_path_name(rcc_topo_device_path(&e)));
+  }
   return RINGCC_SUCCESS;
 }
 
 static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   int n = comm->nranks;
-  size_t nconns = 2 * RCC_NUM_CONN_KINDS * (size_t)n;
+  cu->nsets = rcc_fifo_sets(comm, RCC_MAX_CONN_KINDS) -
+              rcc_fifo_sets(comm, RCC_CONN_DEVICE);
+  size_t nconns = 2 * (size_t)cu->nsets * (size_t)n;
   struct rcc_conn *table = calloc(nconns, sizeof(*table));
   ringcc_result_t r = RINGCC_SUCCESS;
   cudaError_t e;
@@ -301,7 +333,10 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   if ((e = cudaHostGetDevicePointer((void **)&cu->status_dev, cu->status, 0)) !=
       cudaSuccess)
     return cuda_error(comm, "cudaHostGetDevicePointer", e);
-  if ((e = cudaMalloc((void **)&cu->ring_dev, ring_bytes)) != cudaSuccess ||
+  if ((e = cudaMalloc((void **)&cu->ring_dev, 2 * ring_bytes)) !=
+          cudaSuccess ||
+      (e = cudaMemcpy(cu->ring_dev + comm->nranks, comm->ring_rev, ring_bytes,
+                      cudaMemcpyHostToDevice)) != cudaSuccess ||
       (e = cudaMemcpy(cu->ring_dev, comm->ring, ring_bytes,
                       cudaMemcpyHostToDevice)) != cudaSuccess)
     return cuda_error(comm, "copying the ring to the GPU", e);
@@ -605,7 +640,8 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
       .src = src,
       .dst = dst,
       .send_conns = cu->conns_dev,
-      .recv_conns = cu->conns_dev + (size_t)RCC_NUM_CONN_KINDS * n,
+      .recv_conns = cu->conns_dev + (size_t)cu->nsets * n,
+      .coll_channels = comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL],
       .status = cu->status_dev,
       .timeout_ns = comm->set.timeout_ms > 0
                         ? (uint64_t)comm->set.timeout_ms * 1000000u
@@ -616,6 +652,9 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
       .op = op,
   };
   a.plan.ring = cu->ring_dev;
+  a.plan.ring_rev = cu->ring_dev + n;
+  if (a.plan.nchannels < 1)
+    a.plan.nchannels = 1;
   cudaError_t e = enter_device(cu->device, &prev);
   if (e != cudaSuccess)
     return cuda_error(comm, "cudaSetDevice", e);
@@ -641,6 +680,11 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
 int rcc_cuda_kinds(const struct ringcc_comm *comm) {
   (void)comm;
   return RCC_NUM_CONN_KINDS;
+}
+
+int rcc_cuda_channels(const struct ringcc_comm *comm) {
+  (void)comm;
+  return 1; /* no device collectives */
 }
 
 ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {

@@ -48,16 +48,22 @@ struct rcc_cuda_status {
   uint32_t got_bytes; /* meta mismatch: what arrived */
   uint32_t want_bytes;
   uint32_t got_last;  /* ... and its "last piece" flag */
-  uint32_t pad;
+  uint32_t blocks_done; /* kernel: blocks of the running kernel that ended
+                           (the last one reports done and resets it) */
 };
 
 /* Everything one collective kernel needs, by value. */
 struct rcc_cuda_args {
-  struct rcc_plan plan;         /* plan.ring points to device memory */
+  struct rcc_plan plan;         /* the call's plan, not split: block c runs
+                                   channel c (rcc_plan_channel); plan.ring
+                                   and ring_rev point to device memory */
   const void *src;
   void *dst;
-  struct rcc_conn *send_conns;  /* device: [RCC_NUM_CONN_KINDS][nranks] */
+  struct rcc_conn *send_conns;  /* device: [set][nranks], sets the device
+                                   collective kind's channels, then the
+                                   device point-to-point kind */
   struct rcc_conn *recv_conns;
+  int32_t coll_channels;        /* channels of the collective kind */
   struct rcc_cuda_status *status; /* device view of the mapped status */
   uint64_t timeout_ns;          /* each wait; 0: none */
   uint64_t seq;                 /* the collective's sequence number */
@@ -70,7 +76,7 @@ struct rcc_cuda_args {
  * cudaStream_t). Returns 0, or a cudaError_t with err filled in. */
 int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream, char *err,
                     size_t errlen);
-/* Threads per collective kernel (one block). */
+/* Threads per block; a collective kernel has one block per channel. */
 #define RCC_CUDA_THREADS 512
 
 /* The core's side. Without CUDA (cuda.c's other half) they are stubs: one
@@ -85,6 +91,11 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
 /* After the exchange: RCC_MAX_CONN_KINDS if every rank has a GPU, else
  * RCC_NUM_CONN_KINDS. */
 int rcc_cuda_kinds(const struct ringcc_comm *comm);
+/* After the exchange: the channels device collectives want, by the links
+ * between this communicator's GPUs: 16 where some same-host pair has
+ * NVLink, 4 for PCIe peer access, 2 for staging through host memory or the
+ * network (the same on every rank). */
+int rcc_cuda_channels(const struct ringcc_comm *comm);
 /* After the transports connected: makes the device-kind FIFOs usable by
  * kernels (registers staged host FIFOs, uploads the connection tables),
  * logs each edge's path at INFO, and sets comm->device_busy. */

@@ -13,6 +13,12 @@ struct ringcc_comm;
 ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op);
+/* Runs call, a call's plan not yet split (rcc_plan_channel), over its
+ * call->nchannels channels: one as rcc_exec_host does, several in turn. */
+ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
+                                       const struct rcc_plan *call,
+                                       const void *src, void *dst,
+                                       ringcc_datatype_t dt, ringcc_op_t op);
 /* One-shot allreduce over the board (board.h): where comm->board_ok and the
  * message fits a region. */
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,

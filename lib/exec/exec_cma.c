@@ -49,6 +49,7 @@
 #include "exec.h"
 #include "log.h"
 #include "reduce.h"
+#include "stats.h"
 
 /* Under ThreadSanitizer (make tsan-check runs ranks as threads of one
  * process): the FIFOs that order our reads of peers' buffers are mapped at a
@@ -84,10 +85,13 @@ struct call_info {
   uint64_t pad;
 };
 
-/* Reads bytes at a peer's address into local memory; 0 or an errno. */
+/* Reads bytes at a peer's address into local memory; 0 or an errno. The
+ * bytes count as received from the peer (stats.h); what peers read from
+ * this rank, this rank does not see. */
 static int peer_read(const struct ringcc_comm *comm, int peer, void *local,
                      uint64_t remote, size_t bytes) {
   pid_t pid = comm->peers[peer].pid;
+  rcc_stats_received(comm->stats, peer, bytes);
   if (pid == getpid()) { /* ranks as threads: one address space */
     memcpy(local, (const void *)(uintptr_t)remote, bytes);
     return 0;

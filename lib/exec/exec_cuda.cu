@@ -2,11 +2,14 @@
  * exec_cuda.cu - runs a collective's schedule in a CUDA kernel, for device
  * buffers: the device twin of exec_host.c.
  *
- * One kernel per collective call, one block of RCC_CUDA_THREADS threads,
- * enqueued on the caller's stream (cuda.c). The kernel walks the same
- * schedule as the host executor - the step functions of coll_ring.c,
- * coll_oneshot.c, coll_pairwise.c, coll_tree.c, coll_recdoubling.c and
- * coll_rabenseifner.c are #included below and
+ * One kernel per collective call, enqueued on the caller's stream
+ * (cuda.c), with one block of RCC_CUDA_THREADS threads per channel: block c
+ * plans channel c of the call (rcc_plan_channel, rcc_plan_build: its share
+ * of the data, its own FIFOs, the ring the other way round for odd c), so
+ * as many SMs as channels drive the links at once. Each block walks the
+ * same schedule as the host executor - the plan and step functions of
+ * coll_ring.c, coll_oneshot.c, coll_pairwise.c, coll_tree.c,
+ * coll_recdoubling.c and coll_rabenseifner.c are #included below and
  * compiled for the device - and drives the same FIFO protocol, proto.h, with
  * device hooks:
  *
@@ -28,8 +31,9 @@
  * producer/consumer handshake however many threads move the data.
  *
  * A failure (timeout, abort, a peer that sends another size) is written to
- * the mapped status record for the host (cuda.c), and the kernel ends; later
- * kernels of the communicator see it and end at once.
+ * the mapped status record for the host (cuda.c), and the block ends; later
+ * kernels of the communicator see it and end at once. The last block to end
+ * reports the kernel done.
  */
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -67,6 +71,21 @@ namespace rcc_sched_rabenseifner {
 #include "coll_rabenseifner.c"
 }
 
+RCC_HD void rcc_plan_ring(struct rcc_plan *p) { rcc_sched_ring::rcc_plan_ring(p); }
+RCC_HD void rcc_plan_oneshot(struct rcc_plan *p) {
+  rcc_sched_oneshot::rcc_plan_oneshot(p);
+}
+RCC_HD void rcc_plan_pairwise(struct rcc_plan *p) {
+  rcc_sched_pairwise::rcc_plan_pairwise(p);
+}
+RCC_HD void rcc_plan_tree(struct rcc_plan *p) { rcc_sched_tree::rcc_plan_tree(p); }
+RCC_HD void rcc_plan_recdoubling(struct rcc_plan *p) {
+  rcc_sched_recdoubling::rcc_plan_recdoubling(p);
+}
+RCC_HD void rcc_plan_rabenseifner(struct rcc_plan *p) {
+  rcc_sched_rabenseifner::rcc_plan_rabenseifner(p);
+}
+
 RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s) {
   rcc_sched_ring::rcc_ring_step(p, i, s);
@@ -98,6 +117,7 @@ namespace {
 
 /* What thread 0 knows while it waits. */
 struct dev_ctx {
+  const struct rcc_plan *plan; /* the block's channel's plan */
   struct rcc_cuda_status *status;
   uint64_t deadline; /* %globaltimer ns; 0: none */
   int peer;
@@ -192,10 +212,14 @@ __device__ inline int step_sends(int kind) {
          kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
 }
 
-__device__ inline struct rcc_conn *conn_of(struct rcc_conn *table,
+/* The FIFO of a step: the channel's own for collectives (sets 0 ..
+ * coll_channels - 1), the one point-to-point set after them. */
+__device__ inline struct rcc_conn *conn_of(const rcc_cuda_args &a,
+                                           struct rcc_conn *table,
                                            const struct rcc_plan &p, int kind,
                                            int peer) {
-  return &table[(size_t)kind * p.nranks + peer];
+  int set = kind == RCC_CONN_COLL ? p.channel : a.coll_channels;
+  return &table[(size_t)set * p.nranks + peer];
 }
 
 __device__ inline uint64_t meta_of(const struct rcc_step &s, size_t bytes) {
@@ -206,7 +230,8 @@ __device__ inline uint64_t meta_of(const struct rcc_step &s, size_t bytes) {
 __device__ int acquire_recv(const rcc_cuda_args &a, dev_ctx *x,
                             const struct rcc_step &s, size_t esize,
                             const char **in) {
-  struct rcc_conn *c = conn_of(a.recv_conns, a.plan, s.conn_kind, s.recv_peer);
+  const struct rcc_plan &P = *x->plan;
+  struct rcc_conn *c = conn_of(a, a.recv_conns, P, s.conn_kind, s.recv_peer);
   uint64_t meta = 0;
   x->peer = s.recv_peer;
   x->waiting_send = 0;
@@ -224,7 +249,8 @@ __device__ int acquire_recv(const rcc_cuda_args &a, dev_ctx *x,
 /* Thread 0: wait for a free outgoing slot. */
 __device__ int acquire_send(const rcc_cuda_args &a, dev_ctx *x,
                             const struct rcc_step &s, char **out) {
-  struct rcc_conn *c = conn_of(a.send_conns, a.plan, s.conn_kind, s.send_peer);
+  const struct rcc_plan &P = *x->plan;
+  struct rcc_conn *c = conn_of(a, a.send_conns, P, s.conn_kind, s.send_peer);
   x->peer = s.send_peer;
   x->waiting_send = 1;
   return rcc_proto_send_begin(x, c, out);
@@ -239,7 +265,7 @@ __device__ void report(const rcc_cuda_args &a, const dev_ctx *x, uint64_t step,
   st->coll = a.plan.coll;
   st->seq = a.seq;
   st->step = step;
-  st->nsteps = a.plan.nsteps;
+  st->nsteps = x->plan->nsteps;
   st->peer = x->peer;
   st->waiting_send = x->waiting_send;
   st->got_bytes = RCC_META_BYTES(x->got_meta);
@@ -322,6 +348,7 @@ __device__ void step_data(const rcc_cuda_args &a, const struct rcc_step &s,
 template <class T>
 __device__ int send_recv_step(const rcc_cuda_args &a, dev_ctx *x,
                               step_state &sh, uint64_t step) {
+  const struct rcc_plan &P = *x->plan;
   const size_t tid = threadIdx.x, nt = blockDim.x;
   const struct rcc_step &s = sh.s;
   size_t bytes = s.nelem * sizeof(T);
@@ -335,7 +362,7 @@ __device__ int send_recv_step(const rcc_cuda_args &a, dev_ctx *x,
                 bytes, tid, nt);
   fence_and_sync();
   if (tid == 0) {
-    rcc_proto_send_end(conn_of(a.send_conns, a.plan, s.conn_kind, s.send_peer),
+    rcc_proto_send_end(conn_of(a, a.send_conns, P, s.conn_kind, s.send_peer),
                        meta_of(s, bytes));
     if ((sh.err = acquire_recv(a, x, s, sizeof(T), &sh.in)) != 0)
       report(a, x, step, s, sizeof(T), sh.err);
@@ -347,16 +374,17 @@ __device__ int send_recv_step(const rcc_cuda_args &a, dev_ctx *x,
                 nt);
   __syncthreads();
   if (tid == 0)
-    rcc_proto_recv_end(conn_of(a.recv_conns, a.plan, s.conn_kind, s.recv_peer));
+    rcc_proto_recv_end(conn_of(a, a.recv_conns, P, s.conn_kind, s.recv_peer));
   return 0;
 }
 
 template <class T, int OP>
 __device__ int run_step(const rcc_cuda_args &a, dev_ctx *x, step_state &sh,
                         uint64_t step) {
+  const struct rcc_plan &P = *x->plan;
   const size_t tid = threadIdx.x;
   if (tid == 0) {
-    rcc_plan_step(&a.plan, step, &sh.s);
+    rcc_plan_step(&P, step, &sh.s);
     sh.in = nullptr;
     sh.out = nullptr;
     sh.err = 0;
@@ -381,11 +409,11 @@ __device__ int run_step(const rcc_cuda_args &a, dev_ctx *x, step_state &sh,
   if (tid == 0) {
     if (sh.out)
       rcc_proto_send_end(
-          conn_of(a.send_conns, a.plan, s.conn_kind, s.send_peer),
+          conn_of(a, a.send_conns, P, s.conn_kind, s.send_peer),
           meta_of(s, s.nelem * sizeof(T)));
     if (sh.in)
       rcc_proto_recv_end(
-          conn_of(a.recv_conns, a.plan, s.conn_kind, s.recv_peer));
+          conn_of(a, a.recv_conns, P, s.conn_kind, s.recv_peer));
   }
   return 0;
 }
@@ -399,9 +427,13 @@ __global__ void __launch_bounds__(RCC_CUDA_THREADS, 1)
     rcc_coll_kernel(const struct rcc_cuda_args a) {
   __shared__ step_state sh;
   __shared__ dev_ctx x;
+  __shared__ struct rcc_plan plan; /* this block's channel */
   __shared__ int dead;
 
   if (threadIdx.x == 0) {
+    rcc_plan_channel(&a.plan, (int)blockIdx.x, &plan);
+    rcc_plan_build(&plan);
+    x.plan = &plan;
     x.status = a.status;
     x.deadline = a.timeout_ns ? globaltimer() + a.timeout_ns : 0;
     x.peer = -1;
@@ -411,13 +443,19 @@ __global__ void __launch_bounds__(RCC_CUDA_THREADS, 1)
     dead = ld_volatile(&a.status->code) != 0 || ld_volatile(&a.status->abort);
   }
   __syncthreads();
-  for (uint64_t i = 0; i < a.plan.nsteps && !dead; i++)
+  for (uint64_t i = 0; i < plan.nsteps && !dead; i++)
     if (run_step<T, OP>(a, &x, sh, i) != 0)
       break;
   __syncthreads();
+  /* The kernel is done when its last block is: that block says so (and
+   * resets the count for the next kernel, which runs after this one). */
   if (threadIdx.x == 0) {
     __threadfence_system();
-    st_release_sys(&a.status->done, a.launch);
+    if (atomicAdd(&a.status->blocks_done, 1u) == gridDim.x - 1) {
+      a.status->blocks_done = 0;
+      __threadfence_system();
+      st_release_sys(&a.status->done, a.launch);
+    }
   }
 }
 
@@ -441,9 +479,10 @@ extern "C" int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream,
     return (int)cudaErrorInvalidValue;
   }
   void *args[] = {(void *)a};
+  unsigned blocks = a->plan.nchannels > 1 ? (unsigned)a->plan.nchannels : 1;
   cudaError_t e = cudaLaunchKernel((const void *)kernels[a->dt][a->op],
-                                   dim3(1), dim3(RCC_CUDA_THREADS), args, 0,
-                                   (cudaStream_t)stream);
+                                   dim3(blocks), dim3(RCC_CUDA_THREADS), args,
+                                   0, (cudaStream_t)stream);
   if (e != cudaSuccess)
     snprintf(err, errlen, "cudaLaunchKernel: %s (%s)", cudaGetErrorString(e),
              cudaGetErrorName(e));

@@ -48,6 +48,7 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
                       uint32_t *waiters);
 
 #include "agree.h"
+#include "algorithms.h"
 #include "board.h"
 #include "clock.h"
 #include "comm.h"
@@ -57,6 +58,8 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #include "log.h"
 #include "reduce.h"
 #include "report.h"
+#include "stats.h"
+#include "trace.h"
 
 #define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
 #define ZC_MAX 32 /* sends from user buffers tracked at once */
@@ -98,7 +101,25 @@ struct exec {
   int land;           /* network receives may land in dst */
   int nland;
   struct land *lands; /* LAND_MAX entries, nland in use */
+  int channel;        /* of the plan running: which FIFOs its steps use */
+  struct rcc_stats *stats; /* bytes per edge; waits when timing */
+  int timing;              /* waits are timed (stats.h) */
+  int64_t wait_recv_ns;    /* the current step's waits, when timing */
+  int64_t wait_send_ns;
 };
+
+/* The FIFOs of a step: its channel's for collectives; point-to-point
+ * kinds have one channel. */
+static struct rcc_conn *send_conn(const struct exec *x,
+                                  const struct rcc_step *s) {
+  int ch = s->conn_kind == RCC_CONN_COLL ? x->channel : 0;
+  return rcc_send_conn(x->comm, s->conn_kind, ch, s->send_peer);
+}
+static struct rcc_conn *recv_conn(const struct exec *x,
+                                  const struct rcc_step *s) {
+  int ch = s->conn_kind == RCC_CONN_COLL ? x->channel : 0;
+  return rcc_recv_conn(x->comm, s->conn_kind, ch, s->recv_peer);
+}
 
 /* Records what this rank is about to wait for (the hang report reads it). */
 static inline void waiting_on(struct exec *x, const char *what, int peer,
@@ -205,6 +226,8 @@ static int wait_failed(struct exec *x) {
     rcc_report_format(comm, report, sizeof(report));
     rcc_log(RINGCC_LOG_WARN, comm->rank, "report on request:\n%s", report);
   }
+  if (comm->trace != NULL) /* the same signal writes the trace */
+    rcc_trace_poll_signal(comm);
   /* The deadline counts from this rank's first sleep in the call (a call
    * that never sleeps cannot hang), which saves reading the clock on every
    * call; the first sleep comes within a few microseconds of waiting. */
@@ -223,7 +246,8 @@ static int wait_failed(struct exec *x) {
         rcc_coll_name(x->plan->coll), (unsigned long long)comm->seq,
         comm->rank, (long long)comm->set.timeout_ms,
         (unsigned long long)x->at->step,
-        (unsigned long long)x->plan->nsteps, x->at->waiting_for, x->at->peer);
+        (unsigned long long)RCC_GET(x->at->nsteps), x->at->waiting_for,
+        x->at->peer);
   }
   return RINGCC_SUCCESS;
 }
@@ -231,8 +255,9 @@ static int wait_failed(struct exec *x) {
 /* An engine's wait runs these checks after each sleep. */
 static int wait_check(void *ctx) { return wait_failed(ctx); }
 
-static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
-                     uint32_t old) {
+static inline __attribute__((always_inline)) int
+wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
+                uint32_t old) {
   struct rcc_conn *conn = (struct rcc_conn *)x->at->conn;
   if (conn != NULL && conn->ops != NULL)
     return conn->ops->wait(conn, word, old, wait_check, x);
@@ -265,6 +290,25 @@ static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
     if (r != RINGCC_SUCCESS)
       return r;
   }
+}
+
+/* Where timing is on, a wait is timed and charged to the step (the trace)
+ * and to the edge waited on (stats); waits happen only when data or a slot
+ * is not there yet, so a call that never waits reads no clock here. */
+static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
+                     uint32_t old) {
+  if (!x->timing)
+    return wait_for_change(x, word, waiters, old);
+  int64_t t0 = rcc_now_ns();
+  int r = wait_for_change(x, word, waiters, old);
+  int64_t ns = rcc_now_ns() - t0;
+  int send = RCC_GET(x->at->waiting_send);
+  if (send)
+    x->wait_send_ns += ns;
+  else
+    x->wait_recv_ns += ns;
+  rcc_stats_waited(x->stats, RCC_GET(x->at->peer), send, ns);
+  return r;
 }
 
 #include "proto.h"
@@ -421,7 +465,6 @@ static struct land *land_find(struct exec *x, const struct rcc_conn *c,
 
 /* Lands the receives of steps i .. i + LAND_AHEAD that can. */
 static void land_ahead(struct exec *x, uint64_t i) {
-  struct ringcc_comm *comm = x->comm;
   struct rcc_step s[LAND_AHEAD];
   int n = 0;
   if (x->nland == LAND_MAX)
@@ -433,13 +476,12 @@ static void land_ahead(struct exec *x, uint64_t i) {
     if (t->kind != RCC_STEP_RECV && t->kind != RCC_STEP_RECV_COPY_SEND)
       continue;
     size_t bytes = t->nelem * x->esize;
-    struct rcc_conn *rc = &comm->recv_conn[t->conn_kind][t->recv_peer];
+    struct rcc_conn *rc = recv_conn(x, t);
     if (rc->ops == NULL || rc->ops->land == NULL || bytes < LAND_MIN_BYTES)
       continue;
     uint32_t seq = rc->step; /* this step's message on rc */
     for (int b = 0; b < a; b++)
-      seq += receives(s[b].kind) &&
-             &comm->recv_conn[s[b].conn_kind][s[b].recv_peer] == rc;
+      seq += receives(s[b].kind) && recv_conn(x, &s[b]) == rc;
     if (land_find(x, rc, seq) != NULL)
       continue;
     char *p = x->dst + t->dst_off * x->esize;
@@ -568,27 +610,30 @@ static uint64_t meta_of(const struct rcc_step *s, size_t bytes) {
   return (uint64_t)bytes | (s->last ? RCC_META_LAST : 0);
 }
 
-/* AllToAll and Barrier: send to one peer, then receive from another. */
-static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
-  struct ringcc_comm *comm = x->comm;
-  struct rcc_conn *sc = &comm->send_conn[s->conn_kind][s->send_peer];
-  struct rcc_conn *rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
+/* AllToAll and Barrier: send to one peer (the first half of the step),
+ * then receive from another (the second). */
+static ringcc_result_t send_half(struct exec *x, const struct rcc_step *s) {
+  struct rcc_conn *sc = send_conn(x, s);
   size_t bytes = s->nelem * x->esize;
-  const char *in;
   char *out;
-  uint64_t meta;
   int r;
 
   const char *zc = x->zerocopy && can_lend(sc) ? zc_source(x, s) : NULL;
-  char *dst = x->dst + s->dst_off * x->esize;
-
   waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
   if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
     return r;
   if (zc == NULL)
     copy_bytes(out, x->src + s->src_off * x->esize, bytes);
-  if ((r = send_publish(x, sc, zc, bytes, meta_of(s, bytes))) != 0)
-    return r;
+  return send_publish(x, sc, zc, bytes, meta_of(s, bytes));
+}
+
+static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
+  struct rcc_conn *rc = recv_conn(x, s);
+  size_t bytes = s->nelem * x->esize;
+  char *dst = x->dst + s->dst_off * x->esize;
+  const char *in;
+  uint64_t meta;
+  int r;
 
   waiting_on(x, "data from", s->recv_peer, rc, 0);
   if ((r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
@@ -599,12 +644,18 @@ static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
     return r;
   copy_bytes(dst, in, bytes);
   rcc_proto_recv_end(rc);
+  rcc_stats_sent(x->stats, s->send_peer, bytes);
+  rcc_stats_received(x->stats, s->recv_peer, bytes);
   return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
+  ringcc_result_t r = send_half(x, s);
+  return r != RINGCC_SUCCESS ? r : recv_half(x, s);
 }
 
 static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
                                 uint64_t i) {
-  struct ringcc_comm *comm = x->comm;
   struct rcc_conn *rc = NULL, *sc = NULL;
   const char *in = NULL;
   char *out = NULL;
@@ -615,7 +666,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
   if (s->kind == RCC_STEP_SEND_RECV)
     return run_send_recv(x, s);
   if (step_receives(s->kind)) {
-    rc = &comm->recv_conn[s->conn_kind][s->recv_peer];
+    rc = recv_conn(x, s);
     if (x->land)
       land_ahead(x, i);
     waiting_on(x, "data from", s->recv_peer, rc, 0);
@@ -629,7 +680,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
   }
   const char *zc = NULL;
   if (step_sends(s->kind)) {
-    sc = &comm->send_conn[s->conn_kind][s->send_peer];
+    sc = send_conn(x, s);
     waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
@@ -644,9 +695,69 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
   step_data(x, s, in, out);
   if (sc && (r = send_publish(x, sc, zc, bytes, meta_of(s, bytes))) != 0)
     return r;
-  if (rc)
+  if (sc)
+    rcc_stats_sent(x->stats, s->send_peer, bytes);
+  if (rc) {
     rcc_proto_recv_end(rc);
+    rcc_stats_received(x->stats, s->recv_peer, bytes);
+  }
   return RINGCC_SUCCESS;
+}
+
+/* What of a step to run: all of it, or one half of a send-then-receive
+ * step (the channel executor runs those as two). */
+enum step_part { STEP_WHOLE, STEP_SEND_HALF, STEP_RECV_HALF };
+
+static ringcc_result_t run_part(struct exec *x, const struct rcc_step *s,
+                                uint64_t i, enum step_part part) {
+  switch (part) {
+  case STEP_SEND_HALF:
+    return send_half(x, s);
+  case STEP_RECV_HALF:
+    return recv_half(x, s);
+  default:
+    return run_step(x, s, i);
+  }
+}
+
+/* A step (or half) with RINGCC_TRACE on: run, timed, and recorded (also
+ * when it failed: the step where a call stopped is what a reader looks
+ * for). */
+static ringcc_result_t traced_step(struct exec *x, const struct rcc_step *s,
+                                   uint64_t i, enum step_part part) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_trace_event e;
+  memset(&e, 0, sizeof(e));
+  e.type = RCC_TRACE_STEP;
+  e.kind = s->kind;
+  e.coll = (uint8_t)x->plan->coll;
+  e.alg = (uint8_t)x->plan->alg;
+  e.conn_kind = s->conn_kind;
+  e.channel = (uint8_t)x->channel;
+  e.seq = comm->seq;
+  e.step = i;
+  e.nsteps = x->plan->nsteps;
+  e.nelem = s->nelem;
+  e.bytes = s->nelem * x->esize;
+  e.block = s->block;
+  e.send_peer = (step_sends(s->kind) || s->kind == RCC_STEP_SEND_RECV) &&
+                        part != STEP_RECV_HALF
+                    ? s->send_peer : -1;
+  e.recv_peer = receives(s->kind) && part != STEP_SEND_HALF ? s->recv_peer
+                                                            : -1;
+  e.send_msg = e.recv_msg = UINT32_MAX;
+  if (e.send_peer >= 0)
+    e.send_msg = send_conn(x, s)->step;
+  if (e.recv_peer >= 0)
+    e.recv_msg = recv_conn(x, s)->step;
+  x->wait_recv_ns = x->wait_send_ns = 0;
+  e.start_ns = rcc_now_ns();
+  ringcc_result_t r = run_part(x, s, i, part);
+  e.end_ns = rcc_now_ns();
+  e.wait_recv_ns = x->wait_recv_ns;
+  e.wait_send_ns = x->wait_send_ns;
+  rcc_trace_record(comm, &e);
+  return r;
 }
 
 ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
@@ -674,11 +785,15 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
               plan->coll != RCC_COLL_RECV &&
               plan->chunk_elems * ringcc_datatype_size(dt) >= LAND_MIN_BYTES,
       .lands = lands,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
   };
+  int traced = comm->trace != NULL;
   ringcc_result_t r = RINGCC_SUCCESS;
 
   RCC_PUT(x.at->coll, plan->coll);
   RCC_PUT(x.at->alg, plan->alg);
+  RCC_PUT(x.at->channel, 0);
   RCC_PUT(x.at->nsteps, plan->nsteps);
   waiting_on(&x, "nothing", -1, NULL, 0);
   RCC_PUT(x.at->active, 1);
@@ -689,7 +804,8 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     RCC_PUT(x.at->kind, (int)cur.kind);
     RCC_PUT(x.at->block, cur.block);
     RCC_PUT(x.at->nelem, cur.nelem);
-    r = run_step(&x, &cur, i);
+    r = traced ? traced_step(&x, &cur, i, STEP_WHOLE)
+               : run_step(&x, &cur, i);
   }
   if (r == RINGCC_SUCCESS && x.nzc > 0)
     r = zc_wait(&x, NULL, 0);
@@ -697,6 +813,241 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     zc_release(&x);
   if (r != RINGCC_SUCCESS && x.nland > 0)
     land_release(&x);
+  RCC_PUT(x.at->active, 0);
+  return r;
+}
+
+/* ---- channels -----------------------------------------------------------------
+ *
+ * A call split over C > 1 channels runs C plans, each over FIFOs of its own.
+ * This thread progresses them in turn: it runs the next step of every
+ * channel whose FIFOs are ready for it, and waits only when none is (so a
+ * channel that waits for its peer never holds up another). A step runs only
+ * once everything it waits for is there (its incoming slot, a free outgoing
+ * slot), so it never blocks half done; a send-then-receive step (AllToAll,
+ * Barrier) runs as two halves. Sends from and receives into the user's
+ * buffers are for one channel only: with several, every byte goes through
+ * its slot. */
+
+struct chan {
+  struct rcc_plan plan;
+  uint64_t i;   /* its next step */
+  int half;     /* a sendRecv step whose send is done */
+};
+
+/* 1 if the FIFO a step half waits on is ready for it. */
+static int slot_ready(const struct rcc_conn *c, int send) {
+  if (send)
+    return (uint32_t)(c->step - __atomic_load_n(&c->fifo->head,
+                                                __ATOMIC_ACQUIRE)) < c->nslots;
+  return __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE) != c->step;
+}
+
+/* Whether channel k's next step (or half) can run now; if not, *word and
+ * *old say what it waits for, and *waiter the FIFO. */
+static int chan_ready(struct exec *x, const struct chan *k,
+                      const struct rcc_step *s, struct rcc_conn **waiter,
+                      int *send) {
+  if (s->kind == RCC_STEP_SEND_RECV) {
+    *send = !k->half;
+    *waiter = k->half ? recv_conn(x, s) : send_conn(x, s);
+    return slot_ready(*waiter, *send);
+  }
+  if (step_receives(s->kind) && !slot_ready(*waiter = recv_conn(x, s), 0))
+    return *send = 0, 0;
+  if (step_sends(s->kind) && !slot_ready(*waiter = send_conn(x, s), 1))
+    return *send = 1, 0;
+  return 1;
+}
+
+static void chan_select(struct exec *x, struct chan *k, int c) {
+  x->plan = &k->plan;
+  x->channel = c;
+  RCC_PUT(x->at->channel, c);
+}
+
+/* The channel waits of a pass with nothing ready: poll them all, yield,
+ * then sleep on the counter one of them waits for with a short slice (a
+ * wake-up on another is seen at the next slice). Engines serve their
+ * FIFOs from their own threads meanwhile (release, before the run) and
+ * wake the counters' sleepers as executors do. */
+#define CHANNEL_SLICE_NS 1000000L
+
+struct chan_wait {
+  struct exec *x;
+  struct chan *ch;
+  int n;
+};
+
+static int any_ready(struct chan_wait *w) {
+  for (int c = 0; c < w->n; c++) {
+    struct chan *k = &w->ch[c];
+    struct rcc_conn *waiter;
+    struct rcc_step s;
+    int send;
+    if (k->i >= k->plan.nsteps)
+      continue;
+    chan_select(w->x, k, c);
+    rcc_plan_step(&k->plan, k->i, &s);
+    if (chan_ready(w->x, k, &s, &waiter, &send))
+      return 1;
+  }
+  return 0;
+}
+
+static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
+                                             struct chan *k, int c) {
+  struct exec *x = w->x;
+  struct rcc_spin *spin = &x->comm->spin;
+  struct rcc_conn *conn;
+  struct rcc_step s;
+  int send;
+  for (int i = 0; i < spin->now + spin->yields; i++) {
+    if (any_ready(w))
+      return RINGCC_SUCCESS;
+    if (i < spin->now)
+      cpu_relax();
+    else
+      sched_yield();
+  }
+  chan_select(x, k, c);
+  rcc_plan_step(&k->plan, k->i, &s);
+  if (chan_ready(x, k, &s, &conn, &send))
+    return RINGCC_SUCCESS;
+  waiting_on(x, send ? "a free slot to send to" : "data from", conn->peer,
+             conn, send);
+  uint32_t *word = send ? &conn->fifo->head : &conn->fifo->tail;
+  uint32_t *waiters = send ? &conn->fifo->head_waiters
+                           : &conn->fifo->tail_waiters;
+  uint32_t old = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  if (chan_ready(x, k, &s, &conn, &send))
+    return RINGCC_SUCCESS; /* it changed meanwhile */
+  struct timespec slice = {0, CHANNEL_SLICE_NS};
+  __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == old)
+    futex(word, FUTEX_WAIT, old, &slice);
+  __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old || any_ready(w))
+    return RINGCC_SUCCESS;
+  return wait_failed(x);
+}
+
+/* As host_wait: where timing is on, the wait is charged to the edge the
+ * first blocked channel waits on (the stats; a trace shows channel steps
+ * without their waits between them). */
+static ringcc_result_t wait_channels(struct chan_wait *w, struct chan *k,
+                                     int c) {
+  struct exec *x = w->x;
+  if (!x->timing)
+    return wait_channels_untimed(w, k, c);
+  struct rcc_conn *conn = NULL;
+  struct rcc_step s;
+  int send = 0;
+  chan_select(x, k, c);
+  rcc_plan_step(&k->plan, k->i, &s);
+  (void)chan_ready(x, k, &s, &conn, &send);
+  int64_t t0 = rcc_now_ns();
+  ringcc_result_t r = wait_channels_untimed(w, k, c);
+  if (conn != NULL)
+    rcc_stats_waited(x->stats, conn->peer, send, rcc_now_ns() - t0);
+  return r;
+}
+
+/* Hands the engine serving the communicator's network FIFOs (one serves
+ * them all) its sockets back for the run. */
+static void release_engines(struct ringcc_comm *comm) {
+  for (int p = 0; p < comm->nranks; p++) {
+    struct rcc_conn *conn = rcc_send_conn(comm, RCC_CONN_COLL, 0, p);
+    if (conn->fifo != NULL && conn->ops != NULL) {
+      conn->ops->release(conn);
+      return;
+    }
+  }
+}
+
+/* Runs the channels' plans to the end, or to the first failure. */
+static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
+  struct chan_wait w = {x, ch, n};
+  ringcc_result_t r = RINGCC_SUCCESS;
+  for (;;) {
+    int moved = 0, left = 0, blocked = -1;
+    for (int c = 0; c < n && r == RINGCC_SUCCESS; c++) {
+      struct chan *k = &ch[c];
+      struct rcc_conn *waiter;
+      struct rcc_step s;
+      int send;
+      if (k->i >= k->plan.nsteps)
+        continue;
+      left = 1;
+      chan_select(x, k, c);
+      rcc_plan_step(&k->plan, k->i, &s);
+      if (!chan_ready(x, k, &s, &waiter, &send)) {
+        blocked = blocked < 0 ? c : blocked;
+        continue;
+      }
+      RCC_PUT(x->at->step, k->i);
+      RCC_PUT(x->at->kind, (int)s.kind);
+      RCC_PUT(x->at->block, s.block);
+      RCC_PUT(x->at->nelem, s.nelem);
+      enum step_part part = s.kind != RCC_STEP_SEND_RECV ? STEP_WHOLE
+                            : !k->half                   ? STEP_SEND_HALF
+                                                         : STEP_RECV_HALF;
+      r = x->comm->trace != NULL ? traced_step(x, &s, k->i, part)
+                                 : run_part(x, &s, k->i, part);
+      if (s.kind == RCC_STEP_SEND_RECV && !k->half)
+        k->half = 1;
+      else
+        k->half = 0, k->i++;
+      moved = 1;
+    }
+    if (r != RINGCC_SUCCESS || !left)
+      return r;
+    if (!moved && (r = wait_channels(&w, &ch[blocked], blocked)) !=
+                      RINGCC_SUCCESS)
+      return r;
+  }
+}
+
+ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
+                                       const struct rcc_plan *call,
+                                       const void *src, void *dst,
+                                       ringcc_datatype_t dt, ringcc_op_t op) {
+  const struct rcc_algorithm *a = &rcc_algorithms[call->alg];
+  int n = call->nchannels > 1 ? call->nchannels : 1;
+  if (n == 1) { /* as one plan, with the user-buffer paths */
+    struct rcc_plan plan;
+    rcc_plan_channel(call, 0, &plan);
+    a->plan(&plan);
+    return rcc_exec_host(comm, &plan, src, dst, dt, op);
+  }
+  struct chan ch[RCC_MAX_CHANNELS];
+  uint64_t total = 0;
+  for (int c = 0; c < n; c++) {
+    rcc_plan_channel(call, c, &ch[c].plan);
+    a->plan(&ch[c].plan);
+    ch[c].i = 0;
+    ch[c].half = 0;
+    total += ch[c].plan.nsteps;
+  }
+  struct exec x = {
+      .comm = comm,
+      .plan = &ch[0].plan,
+      .src = src,
+      .dst = dst,
+      .esize = ringcc_datatype_size(dt),
+      .dt = dt,
+      .reduce = rcc_reduce_get(dt, op),
+      .at = &comm->progress,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
+  };
+  RCC_PUT(x.at->coll, call->coll);
+  RCC_PUT(x.at->alg, call->alg);
+  RCC_PUT(x.at->nsteps, total);
+  waiting_on(&x, "nothing", -1, NULL, 0);
+  RCC_PUT(x.at->active, 1);
+  release_engines(comm);
+  ringcc_result_t r = run_channels(&x, ch, n);
   RCC_PUT(x.at->active, 0);
   return r;
 }
@@ -719,6 +1070,30 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
  * peer each way. A failed call leaves the communicator unusable (coll.c),
  * so the sequence numbers never disagree between calls that succeed. */
 
+/* Step k of the board (reading rank k's region), for the trace. */
+static void board_traced(struct exec *x, int k, int64_t t0, size_t bytes) {
+  struct ringcc_comm *comm = x->comm;
+  struct rcc_trace_event e;
+  memset(&e, 0, sizeof(e));
+  e.type = RCC_TRACE_STEP;
+  e.kind = k == 0 ? RCC_STEP_RECV : RCC_STEP_RECV_REDUCE_COPY;
+  e.coll = (uint8_t)x->plan->coll;
+  e.alg = RCC_ALG_BOARD;
+  e.seq = comm->seq;
+  e.step = (uint64_t)k;
+  e.nsteps = (uint64_t)comm->nranks;
+  e.nelem = x->plan->count;
+  e.bytes = bytes;
+  e.block = k;
+  e.send_peer = -1;
+  e.recv_peer = k == comm->rank ? -1 : k;
+  e.send_msg = e.recv_msg = UINT32_MAX; /* no FIFO: no message numbers */
+  e.start_ns = t0;
+  e.end_ns = rcc_now_ns();
+  e.wait_recv_ns = x->wait_recv_ns;
+  rcc_trace_record(comm, &e);
+}
+
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
                                     const struct rcc_plan *plan,
                                     const void *src, void *dst,
@@ -730,6 +1105,8 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
       .dt = dt,
       .reduce = rcc_reduce_get(dt, op),
       .at = &comm->progress,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
   };
   int n = comm->nranks;
   size_t bytes = plan->count * x.esize;
@@ -757,18 +1134,28 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   if (__atomic_load_n(&mine->waiters, __ATOMIC_RELAXED) != 0)
     futex(&mine->seq, FUTEX_WAKE, INT_MAX, NULL);
 
+  int traced = comm->trace != NULL;
   for (int k = 0; k < n && r == RINGCC_SUCCESS; k++) {
     const struct rcc_board *b = rcc_board_region(comm, k, seq);
     uint32_t now;
+    int64_t t0 = 0;
+    if (traced) {
+      t0 = rcc_now_ns();
+      x.wait_recv_ns = 0;
+    }
     RCC_PUT(x.at->step, (uint64_t)k);
     /* The FIFO from rank k: where it writes the news of a dead rank. */
-    waiting_on(&x, "data from", k, &comm->recv_conn[RCC_CONN_COLL][k], 0);
+    waiting_on(&x, "data from", k, rcc_recv_conn(comm, RCC_CONN_COLL, 0, k),
+               0);
     RCC_PUT(x.at->board_seq, &b->seq);
     while (r == RINGCC_SUCCESS &&
            (now = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE)) != seq)
       r = host_wait(&x, (uint32_t *)&b->seq, (uint32_t *)&b->waiters, now);
-    if (r != RINGCC_SUCCESS)
+    if (r != RINGCC_SUCCESS) {
+      if (traced) /* the step where the call stopped */
+        board_traced(&x, k, t0, bytes);
       break;
+    }
     if (b->bytes != bytes) {
       r = rcc_comm_error(
           comm, RINGCC_ERR_INVALID_USAGE,
@@ -784,7 +1171,12 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
       memcpy(dst, in, bytes);
     else
       x.reduce(dst, dst, in, plan->count);
+    if (traced)
+      board_traced(&x, k, t0, bytes);
   }
+  if (r == RINGCC_SUCCESS) /* each peer read this rank's region, and it
+                              each peer's */
+    rcc_stats_board(x.stats, bytes, n);
   if (r == RINGCC_SUCCESS && plan->postop)
     rcc_reduce_avg_finish(dt, dst, dst, plan->count, n);
   RCC_PUT(x.at->board_seq, NULL);

@@ -90,7 +90,7 @@ struct rcc_conn {
 };
 
 /* What a host executor asks of a connection whose other end is an engine.
- * The first three are required, the rest optional (NULL: not offered). */
+ * The first four are required, the rest optional (NULL: not offered). */
 struct rcc_conn_ops {
   /* The executor published a slot on c (tail of a send FIFO, head of a
    * receive FIFO): hand it on now, from this thread if that is cheapest. */
@@ -102,6 +102,10 @@ struct rcc_conn_ops {
   /* Wakes the engine: something it must act on changed (a dead rank to
    * pass on, a kernel that publishes without waking anybody). */
   void (*notify)(struct rcc_conn *c);
+  /* The executor will not drive the engine through wait() for a while (it
+   * progresses several channels and sleeps on their counters): the
+   * engine's own thread moves the slots and wakes futex sleepers. */
+  void (*release)(struct rcc_conn *c);
   /* Send FIFO, before every publish where the engine offers it: the slot
    * about to be published (number c->step) leaves from p instead, which the
    * executor keeps unchanged until the FIFO's head passes it (a send

@@ -26,11 +26,13 @@
 #include "live.h"
 #include "log.h"
 
-static volatile sig_atomic_t report_generation;
+/* Signals received: counted by the handler, read by the threads that run
+ * collectives (lock-free atomics are async-signal-safe). */
+static int report_generation;
 
 static void on_signal(int sig) {
   (void)sig;
-  report_generation++;
+  __atomic_fetch_add(&report_generation, 1, __ATOMIC_RELAXED);
 }
 
 void rcc_report_signal_setup(void) {
@@ -57,8 +59,12 @@ void rcc_report_signal_setup(void) {
             name);
 }
 
+int rcc_report_signals(void) {
+  return __atomic_load_n(&report_generation, __ATOMIC_RELAXED);
+}
+
 int rcc_report_requested(struct ringcc_comm *comm) {
-  int gen = report_generation;
+  int gen = rcc_report_signals();
   if (gen == comm->report_seen)
     return 0;
   comm->report_seen = gen;
@@ -76,16 +82,15 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
              comm->rank, seq);
     return;
   }
-  int alg = RCC_GET(at->alg), peer = RCC_GET(at->peer);
-  off = snprintf(buf, len,
-                 "  rank %d: %s seq %llu, %s, step %llu of %llu: %s block %d, "
-                 "%zu elements",
-                 comm->rank, rcc_coll_name(RCC_GET(at->coll)), seq,
-                 rcc_alg_name(alg),
-                 (unsigned long long)RCC_GET(at->step),
-                 (unsigned long long)RCC_GET(at->nsteps),
-                 rcc_step_kind_name(RCC_GET(at->kind)), RCC_GET(at->block),
-                 RCC_GET(at->nelem));
+  int peer = RCC_GET(at->peer);
+  struct rcc_step_label step = {
+      .coll = RCC_GET(at->coll), .seq = seq, .alg = RCC_GET(at->alg), .channel = RCC_GET(at->channel),
+      .step = RCC_GET(at->step), .nsteps = RCC_GET(at->nsteps),
+      .kind = RCC_GET(at->kind), .block = RCC_GET(at->block),
+      .nelem = RCC_GET(at->nelem)};
+  off = snprintf(buf, len, "  rank %d: ", comm->rank);
+  if (off >= 0 && (size_t)off < len)
+    off += rcc_step_describe(buf + off, len - (size_t)off, &step);
   if (peer >= 0 && off >= 0 && (size_t)off < len)
     off += snprintf(buf + off, len - (size_t)off, "; waiting for %s rank %d",
                     RCC_GET(at->waiting_for), peer);

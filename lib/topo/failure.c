@@ -123,12 +123,13 @@ void rcc_peer_lost(struct ringcc_comm *comm, int dead, int told_by,
              q->hostname, what);
   struct rcc_conn *engine = NULL;
   for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
-    for (int p = 0; p < comm->nranks; p++) {
-      if (comm->send_conn[k] != NULL)
-        poison(&comm->send_conn[k][p], word, &engine);
-      if (comm->recv_conn[k] != NULL)
-        poison(&comm->recv_conn[k][p], word, &engine);
-    }
+    for (int ch = 0; ch < comm->kind_channels[k]; ch++)
+      for (int p = 0; p < comm->nranks; p++) {
+        if (comm->send_conn[k] != NULL)
+          poison(rcc_send_conn(comm, k, ch, p), word, &engine);
+        if (comm->recv_conn[k] != NULL)
+          poison(rcc_recv_conn(comm, k, ch, p), word, &engine);
+      }
   if (engine != NULL) /* one engine serves every network edge */
     engine->ops->notify(engine);
   rcc_board_wake(comm); /* peers asleep on this rank's one-shot board */
@@ -136,23 +137,24 @@ void rcc_peer_lost(struct ringcc_comm *comm, int dead, int told_by,
 
 int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer,
                       int *unreachable) {
-  for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++) {
-    const struct rcc_conn *s = comm->send_conn[k] ? &comm->send_conn[k][peer]
-                                                  : NULL;
-    const struct rcc_conn *r = comm->recv_conn[k] ? &comm->recv_conn[k][peer]
-                                                  : NULL;
-    const struct rcc_conn *both[2] = {s, r};
-    for (int i = 0; i < 2; i++) {
-      const struct rcc_conn *c = both[i];
-      if (c == NULL || c->fifo == NULL || c->ops != NULL)
-        continue;
-      uint32_t d = __atomic_load_n(&c->fifo->dead, __ATOMIC_ACQUIRE);
-      if (d != 0 && unreachable != NULL)
-        *unreachable = (d & RCC_DEAD_UNREACHABLE) != 0;
-      if (d != 0)
-        return RCC_DEAD_RANK(d);
+  for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
+    for (int ch = 0; ch < comm->kind_channels[k]; ch++) {
+      const struct rcc_conn *s =
+          comm->send_conn[k] ? rcc_send_conn(comm, k, ch, peer) : NULL;
+      const struct rcc_conn *r =
+          comm->recv_conn[k] ? rcc_recv_conn(comm, k, ch, peer) : NULL;
+      const struct rcc_conn *both[2] = {s, r};
+      for (int i = 0; i < 2; i++) {
+        const struct rcc_conn *c = both[i];
+        if (c == NULL || c->fifo == NULL || c->ops != NULL)
+          continue;
+        uint32_t d = __atomic_load_n(&c->fifo->dead, __ATOMIC_ACQUIRE);
+        if (d != 0 && unreachable != NULL)
+          *unreachable = (d & RCC_DEAD_UNREACHABLE) != 0;
+        if (d != 0)
+          return RCC_DEAD_RANK(d);
+      }
     }
-  }
   return -1;
 }
 

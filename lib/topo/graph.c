@@ -23,7 +23,8 @@ ringcc_result_t rcc_graph_build_ring(struct ringcc_comm *comm) {
   int *leader = malloc((size_t)n * sizeof(int));
 
   comm->ring = malloc((size_t)n * sizeof(int));
-  if (leader == NULL || comm->ring == NULL) {
+  comm->ring_rev = malloc((size_t)n * sizeof(int));
+  if (leader == NULL || comm->ring == NULL || comm->ring_rev == NULL) {
     free(leader);
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "init on rank %d: out of memory", comm->rank);
@@ -38,9 +39,12 @@ ringcc_result_t rcc_graph_build_ring(struct ringcc_comm *comm) {
       if (leader[r] == h)
         comm->ring[filled++] = r;
   }
-  for (int p = 0; p < n; p++)
+  for (int p = 0; p < n; p++) {
+    comm->ring_rev[p] = comm->ring[n - 1 - p]; /* odd channels' direction */
     if (comm->ring[p] == comm->rank)
       comm->ring_pos = p;
+  }
+  comm->ring_pos_rev = n - 1 - comm->ring_pos;
   free(leader);
   return RINGCC_SUCCESS;
 }

@@ -28,8 +28,10 @@
  * (RCC_ALG_ALL_EDGES) the slowest of all edges. What the tuner picks today:
  * the algorithm; the chunk, which is one FIFO slot of the edges the
  * schedule uses (a step never moves more, and the pipeline wants the
- * largest step); channels, always 1 (libringcc runs one ring over one set
- * of FIFOs per peer).
+ * largest step); the channels (rcc_model_channels, tuner.h): none more
+ * where one thread runs them in turn (each costs its steps' alphas and
+ * adds no bandwidth), as many as the engines need to keep up with the
+ * wire where they run at once, one per min_bytes of the call at most.
  */
 #include <math.h>
 #include <stdio.h>
@@ -112,11 +114,73 @@ struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
     beta = link->beta_mem_us_per_byte;
   p.latency_us = t->alpha_count * link->alpha_us;
   p.reduce_us = t->gamma_bytes * gamma_us_per_byte;
-  p.bandwidth_us = t->beta_bytes * beta + p.reduce_us;
+  p.wire_us = t->beta_bytes * beta;
+  p.bandwidth_us = p.wire_us + p.reduce_us;
+  p.channels = 1;
+  p.engine_us = 0;
+  return p;
+}
+
+struct rcc_prediction rcc_model_channels(struct rcc_prediction one,
+                                         const struct rcc_cost_terms *t,
+                                         int channels,
+                                         const struct rcc_channel_model *m) {
+  struct rcc_prediction p = one;
+  double c = channels > 1 ? channels : 1;
+  p.channels = (int)c;
+  if (m->serial)
+    p.latency_us *= c;
+  p.engine_us = m->beta_us_per_byte > 0 ? t->beta_bytes * m->beta_us_per_byte / c
+                                        : 0;
+  p.bandwidth_us = (p.engine_us > p.wire_us ? p.engine_us : p.wire_us) +
+                   p.reduce_us;
+  return p;
+}
+
+struct rcc_prediction rcc_model_hierarchical(int hosts, int per_host, double S,
+                                             const struct rcc_link_cost *intra,
+                                             const struct rcc_link_cost *inter,
+                                             double inter_share,
+                                             double gamma_us_per_byte,
+                                             double *sent) {
+  double G = per_host, H = hosts;
+  double in = G > 1 ? (G - 1) / G * S : 0;          /* RS or AG inside */
+  double shard = S / G;                             /* across hosts */
+  double out = H > 1 ? 2 * (H - 1) / H * shard : 0; /* that ring's bytes */
+  struct rcc_prediction p;
+  memset(&p, 0, sizeof(p));
+  p.latency_us = 2 * (G - 1) * intra->alpha_us + 2 * (H - 1) * inter->alpha_us;
+  p.wire_us = 2 * in * intra->beta_us_per_byte +
+              out * inter->beta_us_per_byte / (inter_share > 0 ? inter_share : 1);
+  p.reduce_us = (in + (H > 1 ? (H - 1) / H * shard : 0)) * gamma_us_per_byte;
+  p.bandwidth_us = p.wire_us + p.reduce_us;
+  if (sent != NULL)
+    *sent = 2 * in + out;
   return p;
 }
 
 /* ---- the choice ------------------------------------------------------------ */
+
+/* Candidate c's one-channel prediction on the channels that make it
+ * fastest (the fewest of equals). Algorithms without FIFO plans (the board,
+ * cross-memory attach) and the barrier (no data) run on one. */
+static struct rcc_prediction on_channels(const struct rcc_model_input *in,
+                                         const struct rcc_algorithm *a,
+                                         const struct rcc_candidate *c) {
+  const struct rcc_channel_model *m = &in->channels;
+  struct rcc_prediction best = rcc_model_channels(c->pred, &c->terms, 1, m);
+  if (m->max <= 1 || a->exec != RCC_EXEC_FIFO ||
+      a->id == RCC_ALG_DISSEMINATION)
+    return best;
+  if (m->exact)
+    return rcc_model_channels(c->pred, &c->terms, m->max, m);
+  for (int k = 2; k <= m->max && in->bytes / k >= m->min_bytes; k++) {
+    struct rcc_prediction p = rcc_model_channels(c->pred, &c->terms, k, m);
+    if (rcc_prediction_total(p) < rcc_prediction_total(best) * (1 - 1e-9))
+      best = p;
+  }
+  return best;
+}
 
 static void evaluate(const struct rcc_model_input *in,
                      const struct rcc_algorithm *a, struct rcc_candidate *c) {
@@ -141,6 +205,7 @@ static void evaluate(const struct rcc_model_input *in,
     rcc_model_link_terms(in->all_link_type, a->id, in->nranks, &c->terms);
   c->pred = rcc_model_predict(&c->terms, all ? &in->all_link : &in->ring_link,
                               in->gamma_us_per_byte, in->cache_bytes);
+  c->pred = on_channels(in, a, c);
 }
 
 /* The fastest runnable candidate (forced ones only if only_forced), or -1. */

@@ -163,11 +163,41 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
     links_text(t->all_links, every, sizeof(every));
     RCC_INFO(comm->rank,
              "tuner: ring edges %s, all edges %s; chunk = one FIFO slot "
-             "(ring %zu B, all edges %zu B); channels 1; RINGCC_ALGO %s",
+             "(ring %zu B, all edges %zu B); channels: host %d, device %d "
+             "(%s); RINGCC_ALGO %s",
              ring, every, comm->ring_chunk_bytes, comm->all_chunk_bytes,
+             comm->kind_channels[RCC_CONN_COLL],
+             comm->nkinds == RCC_MAX_CONN_KINDS
+                 ? comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL]
+                 : 0,
+             comm->set.nchannels > 0 ? "RINGCC_NCHANNELS: every call"
+                                     : "at most; one per 64 KiB of a call",
              rcc_algo_setting_name(comm->set.algo));
   }
   return RINGCC_SUCCESS;
+}
+
+/* The channels the model may use for a call (tuner.h): RINGCC_NCHANNELS
+ * exactly where it is set (every call then exercises every channel, shares
+ * of nothing included); else, for host buffers, the one channel there is
+ * (the CPU runs channels in turn: more would only add steps), and for
+ * device buffers up to the FIFOs the links were given (rcc_cuda_channels
+ * sizes them so that that many blocks keep up with the link: one block is
+ * taken to move 1/max of it), at least CHANNEL_MIN_BYTES each. */
+#define CHANNEL_MIN_BYTES (64 << 10)
+
+static struct rcc_channel_model channel_model(const struct ringcc_comm *comm,
+                                              const struct rcc_link_cost *ring,
+                                              int device) {
+  int have = comm->kind_channels[device ? RCC_CONN_DEVICE + RCC_CONN_COLL
+                                        : RCC_CONN_COLL];
+  return (struct rcc_channel_model){
+      .max = have,
+      .exact = comm->set.nchannels > 0,
+      .serial = !device,
+      .beta_us_per_byte = device ? ring->beta_us_per_byte * have : 0,
+      .min_bytes = CHANNEL_MIN_BYTES,
+  };
 }
 
 /* S in nccl-tests' convention from the call's count argument. */
@@ -183,7 +213,7 @@ static void log_choice(const struct ringcc_comm *comm,
                        const struct rcc_model_input *in,
                        const struct rcc_candidate *cand, int count, int winner,
                        const struct rcc_tuning *out) {
-  char line[900], ring[32], every[32];
+  char line[1200], ring[32], every[32];
   int off;
 
   links_text(comm->tuner.ring_links, ring, sizeof(ring));
@@ -193,19 +223,21 @@ static void log_choice(const struct ringcc_comm *comm,
                  in->bytes, in->nranks, ring, every);
   for (int i = 0; i < count && off < (int)sizeof(line); i++) {
     const struct rcc_candidate *c = &cand[i];
-    char total[32], lat[32], bw[32];
+    char total[32], lat[32], bw[32], chans[24] = "";
     rcc_format_us(rcc_prediction_total(c->pred), total, sizeof(total));
     rcc_format_us(c->pred.latency_us, lat, sizeof(lat));
     rcc_format_us(c->pred.bandwidth_us, bw, sizeof(bw));
+    if (c->pred.channels > 1)
+      snprintf(chans, sizeof(chans), ", %d channels", c->pred.channels);
     if (!c->runnable)
       off += snprintf(line + off, sizeof(line) - (size_t)off,
                       "%s %s %s but n/a (%s)", i ? "," : "",
                       rcc_alg_name(c->alg), total, c->why_not);
     else
       off += snprintf(line + off, sizeof(line) - (size_t)off,
-                      "%s %s %s (latency %s + bandwidth %s%s)", i ? "," : "",
-                      rcc_alg_name(c->alg), total, lat, bw,
-                      c->pred.in_memory ? ", beyond the cache" : "");
+                      "%s %s %s (latency %s + bandwidth %s%s%s)",
+                      i ? "," : "", rcc_alg_name(c->alg), total, lat, bw,
+                      c->pred.in_memory ? ", beyond the cache" : "", chans);
   }
   char forced[40] = "";
   if (in->forced != RINGCC_ALGO_AUTO)
@@ -213,7 +245,8 @@ static void log_choice(const struct ringcc_comm *comm,
              rcc_algo_setting_name(in->forced));
   if (off < (int)sizeof(line))
     snprintf(line + off, sizeof(line) - (size_t)off,
-             " -> %s%s%s, chunk %zu B, %d channel", rcc_alg_name(cand[winner].alg),
+             " -> %s%s%s, chunk %zu B, %d channel(s)",
+             rcc_alg_name(cand[winner].alg),
              count == 1 ? " (its only schedule)" : "", forced,
              out->chunk_bytes, out->channels);
   rcc_log(RINGCC_LOG_INFO, comm->rank, "%s", line);
@@ -230,7 +263,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       comm->tune_last.device == device) {
     out->alg = comm->tune_last.alg;
     out->chunk_bytes = comm->tune_last.chunk_bytes;
-    out->channels = 1;
+    out->channels = comm->tune_last.channels;
     return;
   }
   struct rcc_candidate cand[RCC_MAX_CANDIDATES];
@@ -251,6 +284,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       .cma = comm->cma_ok,
       .device = device,
       .forced = comm->set.algo,
+      .channels = channel_model(comm, &t->ring_link, device),
   };
   int winner, count = rcc_model_choose(&in, cand, &winner);
   const struct rcc_algorithm *a = &rcc_algorithms[cand[winner].alg];
@@ -258,13 +292,14 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   out->alg = a->id;
   out->chunk_bytes = (a->flags & RCC_ALG_ALL_EDGES) ? comm->all_chunk_bytes
                                                     : comm->ring_chunk_bytes;
-  out->channels = 1;
+  out->channels = cand[winner].pred.channels;
   comm->tune_last.valid = 1;
   comm->tune_last.coll = coll;
   comm->tune_last.bytes = count_bytes;
   comm->tune_last.device = device;
   comm->tune_last.alg = out->alg;
   comm->tune_last.chunk_bytes = out->chunk_bytes;
+  comm->tune_last.channels = out->channels;
   if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);
   if (logging && in.forced != RINGCC_ALGO_AUTO &&

@@ -65,12 +65,18 @@ const char *rcc_model_formula(int coll, int alg);
 int rcc_model_in_memory(const struct rcc_cost_terms *t, double cache_bytes);
 
 /* A predicted time, split into its latency and bandwidth terms; the
- * bandwidth term includes the reduction (gamma) part, also given alone. */
+ * bandwidth term includes the reduction (gamma) part, also given alone,
+ * beside the wire's (beta) part. */
 struct rcc_prediction {
-  double latency_us;
-  double bandwidth_us;
-  double reduce_us; /* the part of bandwidth_us that is gamma's */
-  int in_memory;    /* beta_mem was used */
+  double latency_us;   /* alpha's term */
+  double bandwidth_us; /* wire_us + reduce_us */
+  double wire_us;      /* beta's term: bytes over the link / bandwidth */
+  double reduce_us;    /* gamma's term: bytes reduced / reduction rate */
+  int in_memory;       /* beta_mem was used */
+  int channels;        /* the call's data over this many channels */
+  double engine_us;    /* the channels' own term (rcc_model_channels);
+                          where it exceeds wire_us it replaces it in
+                          bandwidth_us */
 };
 struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
                                         const struct rcc_link_cost *link,
@@ -79,6 +85,53 @@ struct rcc_prediction rcc_model_predict(const struct rcc_cost_terms *t,
 static inline double rcc_prediction_total(struct rcc_prediction p) {
   return p.latency_us + p.bandwidth_us;
 }
+
+/* Channels (algorithms.md): a call's data split over C copies of its
+ * schedule, each with FIFOs of its own. What C changes in a prediction:
+ *
+ *   - where one thread runs the channels in turn (the host executor), each
+ *     channel's steps cost their alpha: the latency term times C; where
+ *     they run at once (the CUDA executor's blocks), it stays;
+ *   - each channel's engine (a GPU block) moves at most 1/beta_channel
+ *     bytes/s, so C of them need beta_bytes * beta_channel / C; the
+ *     bandwidth term is the larger of that and the wire's. 0: no limit per
+ *     channel (the host: its one thread is priced by the link's beta).
+ *
+ * A channel gets at least min_bytes of the call (one share of every block
+ * of it), so small calls run on fewer. */
+struct rcc_channel_model {
+  int max;                  /* channels there are FIFOs for (>= 1) */
+  int exact;                /* 1: every FIFO call uses max (RINGCC_NCHANNELS
+                               set), the model only prices it */
+  int serial;               /* 1: one thread runs them in turn */
+  double beta_us_per_byte;  /* of one channel's engine; 0: no limit */
+  double min_bytes;         /* of S per channel */
+};
+/* The one-channel prediction `one` of terms t over C channels. */
+struct rcc_prediction rcc_model_channels(struct rcc_prediction one,
+                                         const struct rcc_cost_terms *t,
+                                         int channels,
+                                         const struct rcc_channel_model *m);
+
+/* A hierarchical AllReduce over hosts x per_host ranks (docs/tuning.md):
+ * a reduce-scatter inside every host (a ring over its per_host ranks, on
+ * the intra link), then per_host concurrent ring AllReduces across the
+ * hosts, each of one 1/per_host shard (on the inter link, each getting
+ * inter_share of one link's bandwidth: the host's NICs split among the
+ * per_host rings), then an allgather inside every host:
+ *
+ *   T = 2(G-1)*a_in + 2(G-1)/G*S*b_in + 2(H-1)*a_net
+ *       + 2(H-1)/H*S/G*b_net/share + ((G-1)/G + (H-1)/(H*G))*S*gamma
+ *
+ * (H hosts, G ranks per host). libringcc runs one flat ring or tree today;
+ * this is the model ringcc-model --hosts compares them with. *sent: the
+ * bytes each rank sends (may be NULL). */
+struct rcc_prediction rcc_model_hierarchical(int hosts, int per_host, double S,
+                                             const struct rcc_link_cost *intra,
+                                             const struct rcc_link_cost *inter,
+                                             double inter_share,
+                                             double gamma_us_per_byte,
+                                             double *sent);
 
 /* What the tuner chooses from. */
 struct rcc_model_input {
@@ -98,6 +151,7 @@ struct rcc_model_input {
   int forced;              /* RINGCC_ALGO (a ringcc_algo_t) */
   int all_link_type;       /* enum rcc_link of all_link (0: shm) */
   int network_only;        /* 1: every edge crosses the network */
+  struct rcc_channel_model channels; /* max 0: one channel */
 };
 
 #define RCC_MAX_CANDIDATES RCC_NUM_ALGS
@@ -111,7 +165,9 @@ struct rcc_candidate {
 };
 
 /* The algorithms of the table (algorithms.h) that run in->coll, each with
- * its prediction and whether it can run (why_not), in table order, and the
+ * its prediction (on the channels that make it fastest, the fewest of
+ * equals; one for algorithms that run without FIFOs or have no data) and
+ * whether it can run (why_not), in table order, and the
  * one the tuner picks (*winner, an index into cand): the fastest runnable
  * one (a tie goes to the earlier); with RINGCC_ALGO set, the fastest
  * runnable one it forces, and where none of those can run, the first
@@ -224,7 +280,8 @@ ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline);
 struct rcc_tuning {
   int alg;            /* enum rcc_alg: an entry of rcc_algorithms[] */
   size_t chunk_bytes; /* bytes per step: one FIFO slot of the edges used */
-  int channels;       /* always 1 for now */
+  int channels;       /* the call's data over this many channels, each on
+                         FIFOs of its own (RINGCC_NCHANNELS) */
 };
 /* Picks for coll (enum rcc_coll) on count_bytes = the call's count times
  * the datatype size, on host (device 0) or device buffers; logs every

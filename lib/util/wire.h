@@ -142,9 +142,13 @@ int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
 
 /* ---- the network transport (transports/net.c) ------------------------------ */
 
+/* The FIFO sets a network hello may name: (connection kind, channel) pairs,
+ * at most 4 kinds of 32 channels (comm.h). */
+#define RCC_NET_MAX_SETS 128
 /* The hello a connecting peer sent (RCC_NET_HELLO_BYTES; the plugin
  * checked its proof): 1 when it has the magic and names another rank of
- * nranks (not my_rank) and a connection kind, into *peer and *kind; else 0. */
+ * nranks (not my_rank) and a FIFO set (below RCC_NET_MAX_SETS), into *peer
+ * and *kind; else 0. */
 int rcc_net_hello_parse(const uint8_t *in, size_t len, int my_rank,
                         int nranks, int *peer, int *kind);
 

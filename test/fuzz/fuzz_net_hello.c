@@ -29,10 +29,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(&magic, in, sizeof(magic)); /* native order, as the core writes */
     FUZZ_CHECK(magic == 0x52434e48u);
     FUZZ_CHECK(peer >= 0 && peer < nranks && peer != my_rank);
-    FUZZ_CHECK(kind >= 0 && kind < RCC_MAX_CONN_KINDS);
+    FUZZ_CHECK(kind >= 0 && kind < RCC_NET_MAX_SETS);
     /* The slot the core picks, [peer][kind], is inside its table. */
-    int *slots = calloc((size_t)nranks * RCC_MAX_CONN_KINDS, sizeof(int));
-    slots[peer * RCC_MAX_CONN_KINDS + kind] = 1;
+    int *slots = calloc((size_t)nranks * RCC_NET_MAX_SETS, sizeof(int));
+    slots[peer * RCC_NET_MAX_SETS + kind] = 1;
     free(slots);
   }
   free(in);

@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int peer = -1, kind = -1;
     if (rcc_net_hello_parse(hello, sizeof(hello), 1, 4, &peer, &kind)) {
       FUZZ_CHECK(peer >= 0 && peer < 4 && peer != 1);
-      FUZZ_CHECK(kind >= 0 && kind < RCC_MAX_CONN_KINDS);
+      FUZZ_CHECK(kind >= 0 && kind < RCC_NET_MAX_SETS);
     }
   }
   return 0;

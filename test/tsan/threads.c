@@ -13,6 +13,11 @@
  *   tcp        4 ranks with shm_disable = 1: the TCP plugin and its proxy
  *              thread
  *
+ *   trace      as shm with RINGCC_TRACE (a small ring buffer, so it wraps)
+ *              and RINGCC_STATS=time; the monitor also reads
+ *              ringcc_comm_stats and sends the process RINGCC_REPORT_SIGNAL
+ *              (SIGUSR1), on which every rank's thread writes its trace
+ *
  *   direct     4 ranks with algo = direct: the large calls take the
  *              cross-memory-attach path (exec_cma.c), which with ranks as
  *              threads reads peers' buffers with memcpy, ordered by FIFO
@@ -24,12 +29,14 @@
  * TSan's exitcode (66 under make tsan-check) on a report.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ringcc.h"
 
@@ -46,6 +53,8 @@ struct phase {
   int ncomms;      /* communicators per rank, each with its own thread */
   int shm_disable;
   int monitor;     /* a thread calls ringcc_comm_report meanwhile */
+  int trace;       /* RINGCC_TRACE, RINGCC_STATS=time; the monitor also
+                      reads the statistics and sends SIGUSR1 */
   int algo[MAX_COMMS]; /* config.algo of each communicator (0: auto) */
   ringcc_unique_id_t ids[MAX_COMMS];
   ringcc_comm_t comms[MAX_COMMS][NRANKS]; /* published for the monitor */
@@ -223,17 +232,30 @@ static void *monitor_main(void *p) {
   char buf[1024];
   while (atomic_load(&ph->ready) < nworkers)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
-  unsigned long reports = 0;
+  unsigned long reports = 0, stats = 0, signals = 0;
   while (!atomic_load(&ph->done)) {
     for (int c = 0; c < ph->ncomms; c++)
-      for (int r = 0; r < NRANKS; r++)
+      for (int r = 0; r < NRANKS; r++) {
+        ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
+        ringcc_stats_edge_t edges[NRANKS];
+        st.edges = edges;
+        st.edges_len = NRANKS;
         if (ph->comms[c][r] != NULL &&
             ringcc_comm_report(ph->comms[c][r], buf, sizeof(buf)) ==
                 RINGCC_SUCCESS)
           reports++;
+        if (ph->trace && ph->comms[c][r] != NULL &&
+            ringcc_comm_stats(ph->comms[c][r], &st) == RINGCC_SUCCESS)
+          stats++;
+      }
+    if (ph->trace && reports % 256 == 0) { /* the ranks write their traces */
+      kill(getpid(), SIGUSR1);
+      signals++;
+    }
     nanosleep(&(struct timespec){0, 2000000}, NULL);
   }
-  printf("  monitor: %lu reports taken while collectives ran\n", reports);
+  printf("  monitor: %lu reports, %lu statistics, %lu signals taken while "
+         "collectives ran\n", reports, stats, signals);
   return NULL;
 }
 
@@ -243,11 +265,34 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* The trace phase's files: one per rank, written at least at destroy. */
+static int check_traces(const char *dir) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "test $(ls %s/ringcc-trace-*-r*.json | wc -l) "
+           "-eq %d && grep -l '\"written_at\":\"destroy\"' %s/*.json | wc -l "
+           "| grep -qx %d", dir, NRANKS, dir, NRANKS);
+  int bad = system(cmd) != 0;
+  if (bad)
+    printf("FAIL trace: not %d trace files written at destroy in %s\n",
+           NRANKS, dir);
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  if (system(cmd) != 0)
+    printf("(could not remove %s)\n", dir);
+  return bad;
+}
+
 static int run_phase(struct phase *ph) {
   struct worker w[MAX_COMMS * NRANKS];
   pthread_t tid[MAX_COMMS * NRANKS], mon;
   int n = NRANKS * ph->ncomms, failed = 0;
   double start = now_s();
+  char dir[64];
+  if (ph->trace) {
+    snprintf(dir, sizeof(dir), "/tmp/ringcc-tsan-trace-%d", (int)getpid());
+    setenv("RINGCC_TRACE", dir, 1);
+    setenv("RINGCC_TRACE_EVENTS", "4096", 1);
+    setenv("RINGCC_STATS", "time", 1);
+  }
 
   printf("== phase %s: %d ranks x %d communicator%s, shm_disable=%d, %d "
          "rounds\n", ph->name, NRANKS, ph->ncomms, ph->ncomms > 1 ? "s" : "",
@@ -288,6 +333,12 @@ static int run_phase(struct phase *ph) {
       failed = 1;
     }
   }
+  if (ph->trace) {
+    unsetenv("RINGCC_TRACE");
+    unsetenv("RINGCC_TRACE_EVENTS");
+    unsetenv("RINGCC_STATS");
+    failed |= check_traces(dir);
+  }
   printf("%s phase %s (%.1f s)\n", failed ? "FAIL" : "ok", ph->name,
          now_s() - start);
   fflush(stdout);
@@ -302,6 +353,8 @@ int main(void) {
        .shm_disable = 0,
        .algo = {RINGCC_ALGO_TREE, RINGCC_ALGO_AUTO}},
       {.name = "tcp", .ncomms = 1, .shm_disable = 1, .monitor = 1},
+      {.name = "trace", .ncomms = 1, .shm_disable = 0, .monitor = 1,
+       .trace = 1},
       {.name = "direct",
        .ncomms = 1,
        .shm_disable = 0,
@@ -309,6 +362,8 @@ int main(void) {
   };
   int failed = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* Read at the first init: the trace phase sends this signal. */
+  setenv("RINGCC_REPORT_SIGNAL", "USR1", 1);
   for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
     failed |= run_phase(&phases[i]);
   printf("tsan driver: %s\n", failed ? "FAILED" : "all phases passed");

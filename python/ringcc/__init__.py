@@ -1,0 +1,43 @@
+"""ringcc - Python binding of libringcc, a collective-communication library.
+
+    import numpy as np, ringcc
+    with ringcc.Comm.from_env() as comm:          # ringcc-run, mpirun, srun, torchrun
+        x = np.full(4, comm.rank, dtype=np.float32)
+        comm.allreduce(x)                           # in place, op "sum"
+        assert (x == comm.size * (comm.size - 1) / 2).all()
+
+Buffers: NumPy arrays, objects with __dlpack__ (torch tensors, CuPy, ...)
+and objects with the buffer protocol, C-contiguous, of the ten datatypes
+(bfloat16 NumPy arrays through ml_dtypes). `import ringcc.torch` registers
+the torch.distributed backend "ringcc". docs/python.md has the whole API.
+"""
+
+from . import _lib
+from ._buffers import datatype_of
+from ._lib import Algo, Datatype, Op, Result
+from .comm import (HOST, IN_PLACE, Comm, RingccError, UniqueId, get_unique_id,
+                   op_of)
+
+SUM, PROD, MIN, MAX, AVG = Op.SUM, Op.PROD, Op.MIN, Op.MAX, Op.AVG
+INT8, UINT8, INT32, UINT32, INT64, UINT64 = (
+    Datatype.INT8, Datatype.UINT8, Datatype.INT32, Datatype.UINT32,
+    Datatype.INT64, Datatype.UINT64)
+FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = (
+    Datatype.FLOAT16, Datatype.BFLOAT16, Datatype.FLOAT32, Datatype.FLOAT64)
+
+__version__ = "%d.%d.%d" % _lib.version()
+library_path = _lib.path  # the libringcc.so this process loaded
+
+
+def version():
+    """libringcc's version as (major, minor, patch)."""
+    return _lib.version()
+
+
+__all__ = [
+    "Comm", "UniqueId", "get_unique_id", "RingccError", "IN_PLACE", "HOST",
+    "Op", "Datatype", "Result", "Algo", "op_of", "datatype_of", "version",
+    "library_path", "SUM", "PROD", "MIN", "MAX", "AVG", "INT8", "UINT8",
+    "INT32", "UINT32", "INT64", "UINT64", "FLOAT16", "BFLOAT16", "FLOAT32",
+    "FLOAT64",
+]

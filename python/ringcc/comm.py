@@ -1,0 +1,487 @@
+"""comm.py - communicators and their collectives, over the C API.
+
+A `Comm` owns one ringcc_comm_t. Each collective checks its arguments
+(buffers through _buffers.describe, counts, datatypes, root, peer) and
+raises before the library is called, so a bad argument on one rank sends
+nothing and leaves the communicator working; then it makes one C call, with
+the GIL released (ctypes.CDLL), and turns a non-zero result into a
+`RingccError` carrying the code and ringcc_comm_last_error()'s message.
+
+In place, both ways: pass the one buffer alone (`recvbuf=None`), or
+`IN_PLACE` as `sendbuf` and the buffer as `recvbuf`; the input is where
+MPI_IN_PLACE puts it (all of the buffer for allreduce, reduce at the root,
+reduce_scatter and alltoall; the rank's own block for allgather).
+Collectives return the object that holds the result.
+
+As in the C API, a communicator is used by one thread at a time; different
+communicators may be used from different threads at once.
+"""
+
+import ctypes
+import operator
+
+from . import _lib
+from ._buffers import describe
+from ._lib import Datatype, Op, Result, lib
+
+HOST = _lib.SPLIT_HOST
+
+
+class _InPlace:
+    """The IN_PLACE marker (MPI_IN_PLACE, RINGCC_IN_PLACE)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "ringcc.IN_PLACE"
+
+    def __reduce__(self):
+        return (_InPlace, ())
+
+
+IN_PLACE = _InPlace()
+
+
+class RingccError(RuntimeError):
+    """A libringcc call failed. `code` is the ringcc_result_t (a `Result`),
+    `message` the library's detailed message (ringcc_comm_last_error)."""
+
+    def __init__(self, code, message, call=None):
+        self.code = Result(code) if code in Result._value2member_map_ else code
+        self.message = message
+        self.call = call
+        name = lib.ringcc_strerror(int(code)).decode(errors="replace")
+        text = f"{call}: {name}" if call else name
+        super().__init__(f"{text}: {message}" if message else text)
+
+
+def _check(rc, call, handle=None):
+    if rc != Result.SUCCESS:
+        msg = lib.ringcc_comm_last_error(handle)
+        raise RingccError(rc, msg.decode(errors="replace") if msg else "",
+                          call)
+
+
+_OP_NAMES = {"sum": Op.SUM, "prod": Op.PROD, "product": Op.PROD,
+             "min": Op.MIN, "max": Op.MAX, "avg": Op.AVG}
+
+
+def op_of(op):
+    """An Op from an Op, its value, or its name ('sum', 'prod', 'min', 'max',
+    'avg'); ValueError otherwise."""
+    if isinstance(op, str):
+        if op.lower() in _OP_NAMES:
+            return _OP_NAMES[op.lower()]
+    elif isinstance(op, int) and op in Op._value2member_map_:
+        return Op(op)
+    raise ValueError(f"argument 'op' is {op!r}; ringcc's ops are sum, prod, "
+                     "min, max and avg (names or ringcc.SUM, ...)")
+
+
+def _int_arg(value, name):
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"argument '{name}' is {value!r}, not an integer") \
+            from None
+
+
+def _stream_address(stream):
+    """A cudaStream_t (int) from None, an int, or an object with
+    `cuda_stream` (torch.cuda.Stream) or `ptr` (CuPy)."""
+    if stream is None:
+        return None
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr)) or None
+    return _int_arg(stream, "stream") or None
+
+
+def _same_kind(a, b, a_name, b_name):
+    if a.dtype != b.dtype:
+        raise TypeError(f"argument '{b_name}' has dtype {b.dtype.name.lower()}"
+                        f" but '{a_name}' has {a.dtype.name.lower()}; they "
+                        "must match")
+    if a.device != b.device:
+        raise ValueError(f"argument '{b_name}' is {b.device} memory but "
+                         f"'{a_name}' is {a.device} memory")
+
+
+def _uid_struct(uid):
+    if isinstance(uid, UniqueId):
+        return uid._struct
+    if isinstance(uid, (bytes, bytearray)) and len(uid) == 128:
+        return UniqueId(bytes(uid))._struct
+    raise TypeError(f"argument 'uid' is {type(uid).__name__}; pass what "
+                    "ringcc.get_unique_id() returned (or its 128 bytes)")
+
+
+class UniqueId:
+    """A rendezvous id (ringcc_unique_id_t): give the same one to every rank.
+    `bytes(uid)` and `UniqueId(data)` carry it between processes; it pickles."""
+
+    __slots__ = ("_struct",)
+
+    def __init__(self, data=None):
+        self._struct = _lib.UniqueIdStruct()
+        if data is not None:
+            data = bytes(data)
+            if len(data) != 128:
+                raise ValueError(f"a ringcc unique id is 128 bytes, got "
+                                 f"{len(data)}")
+            ctypes.memmove(ctypes.addressof(self._struct), data, 128)
+
+    def __bytes__(self):
+        return ctypes.string_at(ctypes.addressof(self._struct), 128)
+
+    def __reduce__(self):
+        return (UniqueId, (bytes(self),))
+
+    def __eq__(self, other):
+        return isinstance(other, UniqueId) and bytes(self) == bytes(other)
+
+    def __hash__(self):
+        return hash(bytes(self))
+
+    def __repr__(self):
+        return "ringcc.UniqueId(<128 bytes>)"
+
+
+def get_unique_id():
+    """A new UniqueId. This process then serves the rendezvous from a
+    background thread until every rank arrived (or the timeout passed)."""
+    uid = UniqueId()
+    _check(lib.ringcc_get_unique_id(ctypes.byref(uid._struct)),
+           "ringcc_get_unique_id")
+    return uid
+
+
+def _config(timeout, config):
+    fields = dict(config)
+    if timeout is not None:
+        if "timeout_ms" in fields:
+            raise TypeError("pass either 'timeout' (seconds) or 'timeout_ms'")
+        fields["timeout_ms"] = int(round(float(timeout) * 1000))
+    if isinstance(fields.get("algo"), str):
+        fields["algo"] = _lib.Algo[fields["algo"].upper()]
+    known = {name for name, _ in _lib.ConfigStruct._fields_} - {
+        "size", "magic", "version", "reserved"}
+    unknown = set(fields) - known
+    if unknown:
+        raise TypeError(f"unknown config field(s) {sorted(unknown)}; known: "
+                        f"timeout (seconds), {', '.join(sorted(known))}")
+    return _lib.config_struct(**fields)
+
+
+class Comm:
+    """A communicator.
+
+    Comm(nranks, uid, rank, timeout=None, **config): join the ranks that got
+    the same `uid` (ringcc_comm_init). Comm.from_env(): the launcher's
+    variables (ringcc_comm_init_env). `timeout` is in seconds (every
+    blocking wait, init included); the other keywords are ringcc_config_t's
+    fields (algo, debug_level, chunk_bytes, nslots, shm_disable, check,
+    socket_ifname, net_chunk_bytes, cuda_device, timeout_ms).
+    """
+
+    def __init__(self, nranks, uid, rank, timeout=None, **config):
+        nranks = _int_arg(nranks, "nranks")
+        rank = _int_arg(rank, "rank")
+        cfg = _config(timeout, config)
+        handle = ctypes.c_void_p()
+        _check(lib.ringcc_comm_init(ctypes.byref(handle), nranks,
+                                    ctypes.byref(_uid_struct(uid)), rank,
+                                    ctypes.byref(cfg)),
+               "ringcc_comm_init")
+        self._adopt(handle)
+
+    @classmethod
+    def from_env(cls, timeout=None, **config):
+        """A communicator from RINGCC_RANK/NRANKS/ROOT (ringcc-run), mpirun,
+        srun or torchrun's variables (see docs/environment.md)."""
+        cfg = _config(timeout, config)
+        handle = ctypes.c_void_p()
+        _check(lib.ringcc_comm_init_env(ctypes.byref(handle),
+                                        ctypes.byref(cfg)),
+               "ringcc_comm_init_env")
+        comm = cls.__new__(cls)
+        comm._adopt(handle)
+        return comm
+
+    def _adopt(self, handle):
+        self._handle = handle.value
+        value = ctypes.c_int()
+        _check(lib.ringcc_comm_rank(self._handle, ctypes.byref(value)),
+               "ringcc_comm_rank", self._handle)
+        self._rank = value.value
+        _check(lib.ringcc_comm_size(self._handle, ctypes.byref(value)),
+               "ringcc_comm_size", self._handle)
+        self._size = value.value
+
+    # ---- lifecycle --------------------------------------------------------
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def size(self):
+        return self._size
+
+    @property
+    def handle(self):
+        """The ringcc_comm_t as an int (for other ctypes or C code)."""
+        return self._live()
+
+    def _live(self):
+        if self._handle is None:
+            raise ValueError("this communicator was destroyed")
+        return self._handle
+
+    def destroy(self):
+        """Frees the communicator (local; no communication). Idempotent."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle is not None:
+            _check(lib.ringcc_comm_destroy(handle), "ringcc_comm_destroy")
+
+    def abort(self):
+        """ringcc_comm_abort: a call blocked in another thread returns
+        RINGCC_ERR_ABORTED; the communicator is freed."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle is not None:
+            _check(lib.ringcc_comm_abort(handle), "ringcc_comm_abort")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:  # interpreter shutdown: nothing to report to
+            pass
+
+    def __repr__(self):
+        state = "destroyed" if self._handle is None else \
+            f"rank {self._rank} of {self._size}"
+        return f"<ringcc.Comm {state}>"
+
+    @property
+    def last_error(self):
+        """ringcc_comm_last_error(): "" when nothing failed."""
+        return lib.ringcc_comm_last_error(self._live()).decode(
+            errors="replace")
+
+    def report(self):
+        """ringcc_comm_report(): where this rank stands (safe from another
+        thread while a collective runs)."""
+        buf = ctypes.create_string_buffer(4096)
+        _check(lib.ringcc_comm_report(self._live(), buf, len(buf)),
+               "ringcc_comm_report", self._handle)
+        return buf.value.decode(errors="replace")
+
+    def async_error(self):
+        """ringcc_comm_get_async_error(): a Result (SUCCESS when none)."""
+        r = ctypes.c_int()
+        _check(lib.ringcc_comm_get_async_error(self._live(), ctypes.byref(r)),
+               "ringcc_comm_get_async_error", self._handle)
+        return Result(r.value)
+
+    def split(self, color, key=0):
+        """MPI_Comm_split: a Comm of the ranks with the same color, ordered
+        by (key, rank); None for color None or a negative color. Collective."""
+        color = _lib.SPLIT_NOCOLOR if color is None else _int_arg(color, "color")
+        if color < 0:
+            color = _lib.SPLIT_NOCOLOR
+        return self._split("ringcc_comm_split", color, _int_arg(key, "key"))
+
+    def split_type(self, split_type=HOST, key=0):
+        """MPI_Comm_split_type: ringcc.HOST gives one Comm per host."""
+        return self._split("ringcc_comm_split_type",
+                           _int_arg(split_type, "split_type"),
+                           _int_arg(key, "key"))
+
+    def _split(self, fn, a, key):
+        out = ctypes.c_void_p()
+        _check(getattr(lib, fn)(self._live(), a, key, ctypes.byref(out)), fn,
+               self._handle)
+        if not out.value:
+            return None
+        comm = Comm.__new__(Comm)
+        comm._adopt(out)
+        return comm
+
+    # ---- argument checks ---------------------------------------------------
+
+    def _root(self, root, name="root"):
+        root = _int_arg(root, name)
+        if not 0 <= root < self._size:
+            raise ValueError(f"argument '{name}' is {root}; it must be in "
+                             f"[0, {self._size - 1}]")
+        return root
+
+    def _peer(self, peer):
+        peer = self._root(peer, "peer")
+        if peer == self._rank:
+            raise ValueError(f"argument 'peer' is this rank ({peer}); a "
+                             "blocking send to oneself cannot complete")
+        return peer
+
+    def _pair(self, sendbuf, recvbuf):
+        """(input Buffer or IN_PLACE_ADDRESS, output Buffer, in_place)."""
+        if sendbuf is IN_PLACE:
+            if recvbuf is None:
+                raise TypeError("argument 'recvbuf' is None; with IN_PLACE "
+                                "as 'sendbuf' the buffer goes in 'recvbuf'")
+            return None, describe(recvbuf, "recvbuf", True), True
+        if recvbuf is None:
+            return None, describe(sendbuf, "sendbuf", True), True
+        inp = describe(sendbuf, "sendbuf", False)
+        out = describe(recvbuf, "recvbuf", True)
+        _same_kind(inp, out, "sendbuf", "recvbuf")
+        return inp, out, False
+
+    def _blocks(self, buf, name, what):
+        if buf.count % self._size:
+            raise ValueError(f"argument '{name}' has {buf.count} elements "
+                             f"(shape {buf.shape}), not a multiple of the "
+                             f"{self._size} ranks ({what})")
+        return buf.count // self._size
+
+    def _run(self, fn, *args):
+        _check(getattr(lib, fn)(*args), fn, self._handle)
+
+    @staticmethod
+    def _address(inp):
+        return _lib.IN_PLACE_ADDRESS if inp is None else inp.address or None
+
+    # ---- collectives -------------------------------------------------------
+
+    def allreduce(self, sendbuf, recvbuf=None, op=Op.SUM, *, stream=None):
+        """Every rank gets the reduction of every rank's sendbuf."""
+        handle, op = self._live(), op_of(op)
+        inp, out, in_place = self._pair(sendbuf, recvbuf)
+        if not in_place and inp.count != out.count:
+            raise ValueError(f"argument 'recvbuf' has {out.count} elements "
+                             f"(shape {out.shape}) but 'sendbuf' has "
+                             f"{inp.count} (shape {inp.shape})")
+        self._run("ringcc_allreduce", self._address(inp), out.address or None,
+                  out.count, out.dtype, op, handle, _stream_address(stream))
+        return out.obj
+
+    def reduce_scatter(self, sendbuf, recvbuf=None, op=Op.SUM, *, stream=None):
+        """sendbuf holds size blocks; rank r gets block r reduced over the
+        ranks. In place, the result is the first block of the buffer."""
+        handle, op = self._live(), op_of(op)
+        inp, out, in_place = self._pair(sendbuf, recvbuf)
+        if in_place:
+            count = self._blocks(out, "recvbuf" if recvbuf is not None
+                                 else "sendbuf", "in place it holds a block "
+                                 "per rank")
+        else:
+            count = out.count
+            if inp.count != count * self._size:
+                raise ValueError(
+                    f"argument 'sendbuf' has {inp.count} elements (shape "
+                    f"{inp.shape}); reduce_scatter needs {self._size} ranks x "
+                    f"{count} (the size of 'recvbuf') = {count * self._size}")
+        self._run("ringcc_reduce_scatter", self._address(inp),
+                  out.address or None, count, out.dtype, op, handle,
+                  _stream_address(stream))
+        return out.obj
+
+    def allgather(self, sendbuf, recvbuf=None, *, stream=None):
+        """Rank r's sendbuf lands at block r of every rank's recvbuf. In
+        place, the rank's own block is read from its place in the buffer."""
+        handle = self._live()
+        inp, out, in_place = self._pair(sendbuf, recvbuf)
+        if in_place:
+            count = self._blocks(out, "recvbuf" if recvbuf is not None
+                                 else "sendbuf", "in place it holds a block "
+                                 "per rank")
+        else:
+            count = inp.count
+            if out.count != count * self._size:
+                raise ValueError(
+                    f"argument 'recvbuf' has {out.count} elements (shape "
+                    f"{out.shape}); allgather needs {self._size} ranks x "
+                    f"{count} (the size of 'sendbuf') = {count * self._size}")
+        self._run("ringcc_allgather", self._address(inp), out.address or None,
+                  count, out.dtype, handle, _stream_address(stream))
+        return out.obj
+
+    def bcast(self, buf, root=0, *, stream=None):
+        """The root's buf is copied into every rank's buf."""
+        handle, root = self._live(), self._root(root)
+        b = describe(buf, "buf", root != self._rank)
+        self._run("ringcc_bcast", b.address or None, b.count, b.dtype, root,
+                  handle, _stream_address(stream))
+        return b.obj
+
+    def reduce(self, sendbuf, recvbuf=None, op=Op.SUM, root=0, *,
+               stream=None):
+        """The root gets the reduction; recvbuf is ignored elsewhere."""
+        handle, op, root = self._live(), op_of(op), self._root(root)
+        if root != self._rank:
+            if sendbuf is IN_PLACE:
+                raise ValueError(f"argument 'sendbuf' is IN_PLACE on rank "
+                                 f"{self._rank}, but IN_PLACE is only valid "
+                                 f"at the root (rank {root})")
+            inp = describe(sendbuf, "sendbuf", False)
+            self._run("ringcc_reduce", inp.address or None, None, inp.count,
+                      inp.dtype, op, root, handle, _stream_address(stream))
+            return recvbuf
+        inp, out, in_place = self._pair(sendbuf, recvbuf)
+        if not in_place and inp.count != out.count:
+            raise ValueError(f"argument 'recvbuf' has {out.count} elements "
+                             f"(shape {out.shape}) but 'sendbuf' has "
+                             f"{inp.count} (shape {inp.shape})")
+        self._run("ringcc_reduce", self._address(inp), out.address or None,
+                  out.count, out.dtype, op, root, handle,
+                  _stream_address(stream))
+        return out.obj
+
+    def alltoall(self, sendbuf, recvbuf=None, *, stream=None):
+        """Block j of sendbuf goes to rank j; block i of recvbuf comes from
+        rank i."""
+        handle = self._live()
+        inp, out, in_place = self._pair(sendbuf, recvbuf)
+        name = "sendbuf" if in_place and recvbuf is None else "recvbuf"
+        count = self._blocks(out, name, "alltoall sends a block per rank")
+        if not in_place and inp.count != out.count:
+            raise ValueError(f"argument 'recvbuf' has {out.count} elements "
+                             f"(shape {out.shape}) but 'sendbuf' has "
+                             f"{inp.count} (shape {inp.shape})")
+        self._run("ringcc_alltoall", self._address(inp), out.address or None,
+                  count, out.dtype, handle, _stream_address(stream))
+        return out.obj
+
+    def send(self, buf, peer, *, stream=None):
+        """Sends buf to rank peer (matched in order with peer's recv)."""
+        handle, peer = self._live(), self._peer(peer)
+        b = describe(buf, "buf", False)
+        self._run("ringcc_send", b.address or None, b.count, b.dtype, peer,
+                  handle, _stream_address(stream))
+
+    def recv(self, buf, peer, *, stream=None):
+        """Receives into buf from rank peer; the sizes must match."""
+        handle, peer = self._live(), self._peer(peer)
+        b = describe(buf, "buf", True)
+        self._run("ringcc_recv", b.address or None, b.count, b.dtype, peer,
+                  handle, _stream_address(stream))
+        return b.obj
+
+    def barrier(self, *, stream=None):
+        """Returns when every rank has entered the barrier."""
+        self._run("ringcc_barrier", self._live(), _stream_address(stream))
+
+
+__all__ = ["Comm", "UniqueId", "get_unique_id", "RingccError", "IN_PLACE",
+           "HOST", "op_of", "Datatype", "Op", "Result"]
