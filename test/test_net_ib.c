@@ -869,6 +869,55 @@ static void t_unproven_offers(void) {
   pair_close(&other);
 }
 
+/* A child forked after the connections were made closes its copies (as
+ * ringcc_comm_destroy does in a child): the parent's connection does not
+ * notice, and its messages still arrive exactly. */
+static void t_forked_child_closes(void) {
+  pair_t p;
+  pair_open(&p);
+  one_message(&p, p.sfifo, 10, p.rfifo, FIFO_BYTES, 1, 901);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    P.dereg_mr(p.send, p.smh);
+    P.dereg_mr(p.recv, p.rmh);
+    P.close_send(p.send);
+    P.close_recv(p.recv);
+    P.close_listen(p.listen);
+    _exit(0);
+  }
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the child's close ended with status 0x%x", status);
+  /* A receive waits half a second for nothing (test() looks at the side
+   * channel every 50 ms): it must not hear a CLOSE from the child. */
+  char err[RCC_ERRLEN];
+  void *rr = post_recv(&p, p.rfifo, FIFO_BYTES);
+  for (double until = h_now_s() + 0.5; h_now_s() < until;) {
+    int done = 0;
+    size_t bytes;
+    uint32_t imm;
+    cr_assert_eq(P.test(rr, &done, &bytes, &imm, err, sizeof err),
+                 RINGCC_SUCCESS, "the receive after the child's close: %s",
+                 err);
+    cr_assert(!done, "a receive completed with nothing sent");
+    usleep(10000);
+  }
+  fill(p.sfifo, 1000, 902);
+  void *sr = post_send(&p, p.sfifo, 1000, 2);
+  size_t got;
+  uint32_t imm;
+  wait_req(sr, NULL, NULL, "send");
+  wait_req(rr, &got, &imm, "receive");
+  cr_assert_eq(got, 1000);
+  cr_assert_eq(imm, 2);
+  check_fill(p.rfifo, 1000, 902, "message");
+  one_message(&p, p.sfifo, 5000, p.rfifo, FIFO_BYTES, 3, 903);
+  pair_close(&p);
+}
+
 /* Nobody accepts: the connector's setup ends at its deadline. */
 static void t_setup_timeout(void) {
   pair_t p;
@@ -917,6 +966,7 @@ BOTH(sender_closes, 60, NULL, NULL, t_sender_closes())
 BOTH(receiver_closes, 60, NULL, NULL, t_receiver_closes())
 BOTH(stranger, 60, NULL, NULL, t_stranger())
 BOTH(unproven_offers, 60, NULL, NULL, t_unproven_offers())
+BOTH(forked_child_closes, 60, NULL, NULL, t_forked_child_closes())
 BOTH(setup_timeout, 60, NULL, NULL, t_setup_timeout())
 
 /* ==== error paths on the fake device ========================================= */

@@ -508,7 +508,20 @@ static struct {
   uint64_t flushes;
   struct ib_comm *live; /* every open comm (listen, send, recv) */
   int nlive;
+  pid_t pid; /* the process that opened the device */
 } g_ib = {.lock = PTHREAD_MUTEX_INITIALIZER, .dev = {.async_fd = -1}};
+
+/* In a process forked from the one that opened the device (a communicator
+ * destroyed in a child after fork), the verbs objects, registrations and
+ * side channels are the parent's: the device's file is shared, so
+ * destroying a queue pair or a registration here would destroy the
+ * parent's, and a CLOSE on a side channel would end the parent's
+ * connection. Closing then only closes this process's descriptors and
+ * frees what is not registered; no verbs call, no message, and no lock a
+ * thread of the parent may have held at fork. */
+static int forked_child(void) {
+  return g_ib.pid != 0 && g_ib.pid != getpid();
+}
 
 #define IBV (&g_ib.ibv)
 
@@ -1035,6 +1048,7 @@ static ringcc_result_t ib_init(const char *spec, char *err, size_t errlen) {
   pthread_mutex_lock(&g_ib.lock);
   if (!g_ib.tried) { /* once per process: the first outcome stands */
     g_ib.tried = 1;
+    g_ib.pid = getpid();
     g_ib.result = init_locked(spec, g_ib.err, sizeof(g_ib.err));
     if (g_ib.result != RINGCC_SUCCESS)
       init_undo();
@@ -1444,7 +1458,8 @@ static void ib_dereg_mr(void *comm, void *mhandle) {
   (void)comm;
   if (m == NULL)
     return;
-  IBV->dereg_mr(m->mr);
+  if (!forked_child()) /* the parent's registration, else */
+    IBV->dereg_mr(m->mr);
   free(m);
 }
 
@@ -3270,6 +3285,14 @@ static void ib_close(void *comm) {
   struct ib_comm *c = comm;
   if (c == NULL)
     return;
+  if (forked_child()) { /* the rest is the parent's (forked_child) */
+    if (c->fd >= 0)
+      close(c->fd);
+    if (c->chan != NULL)
+      close(c->chan->fd);
+    free(c);
+    return;
+  }
   if (c->fd >= 0 && c->side_end == 0 && c->hs == HS_DONE) {
     uint8_t m[4], *p = m;
     put32(&p, CLOSE_MAGIC);
@@ -3289,7 +3312,8 @@ static void ib_close_listen(void *listen_comm) {
   if (l->fd >= 0)
     close(l->fd);
   listen_free(l);
-  live_remove(NULL);
+  if (!forked_child())
+    live_remove(NULL);
 }
 
 const struct rcc_net_plugin rcc_net_ib = {
