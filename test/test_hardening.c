@@ -17,10 +17,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <pthread.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -29,6 +27,7 @@
 
 #include "comm.h"
 #include "harness.h"
+#include "prctl_spy.h"
 #include "sha256.h"
 #include "shmname.h"
 
@@ -605,24 +604,8 @@ Test(misuse, partly_overlapping_buffers_refused, .timeout = 40) {
 
 /* ---- ptrace: the exception only where cross-memory attach can run -------- */
 
-/* This binary's own prctl, which libringcc.a (linked statically) calls: it
- * records what PR_SET_PTRACER was set to, then does it. Linux has no way to
- * read the setting back, and without Yama it does nothing anyway. */
-static int ptracer_calls;
-static unsigned long ptracer_last = 12345; /* never set */
-
-int prctl(int option, ...) {
-  va_list ap;
-  va_start(ap, option);
-  unsigned long a2 = va_arg(ap, unsigned long), a3 = va_arg(ap, unsigned long);
-  unsigned long a4 = va_arg(ap, unsigned long), a5 = va_arg(ap, unsigned long);
-  va_end(ap);
-  if (option == PR_SET_PTRACER) {
-    ptracer_calls++;
-    ptracer_last = a2;
-  }
-  return (int)syscall(SYS_prctl, option, a2, a3, a4, a5);
-}
+/* What the library set PR_SET_PTRACER to: test/prctl_spy.c is this
+ * binary's prctl (libringcc.a, linked statically, calls it). */
 
 struct ptracer_case {
   int shm_disable;
@@ -640,17 +623,18 @@ static int ptracer_body(h_ctx_t *ctx) {
                                        &cfg);
   if (r != RINGCC_SUCCESS)
     return h_fail(ctx, "init: %s", ringcc_comm_last_error(NULL));
-  int set = ptracer_calls > 0 && ptracer_last == (unsigned long)PR_SET_PTRACER_ANY;
-  int calls = ptracer_calls;
+  int set = h_ptracer_calls() > 0 &&
+            h_ptracer_last() == (unsigned long)PR_SET_PTRACER_ANY;
+  int calls = h_ptracer_calls();
   ringcc_comm_destroy(comm);
   if (set != c->want_set)
     return h_fail(ctx, "shm_disable %d, algo %d: PR_SET_PTRACER_ANY is %s "
                   "after init (%d prctl calls), expected %s", c->shm_disable,
                   c->algo, set ? "set" : "not set", calls,
                   c->want_set ? "set" : "not set");
-  if (ptracer_calls > 0 && ptracer_last != 0)
+  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
     return h_fail(ctx, "PR_SET_PTRACER is still %lu after destroy (not "
-                  "withdrawn)", ptracer_last);
+                  "withdrawn)", h_ptracer_last());
   return 0;
 }
 
