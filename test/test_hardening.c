@@ -424,6 +424,7 @@ Test(misuse, use_after_destroy, .timeout = 30) {
     char buf[256];
     ringcc_result_t rs;
     ringcc_comm_t out = NULL;
+    ringcc_comm_stats_t stats = RINGCC_COMM_STATS_INIT;
     struct {
       const char *call;
       ringcc_result_t r;
@@ -437,6 +438,7 @@ Test(misuse, use_after_destroy, .timeout = 30) {
         {"ringcc_comm_size", ringcc_comm_size(c, &x)},
         {"ringcc_comm_get_async_error", ringcc_comm_get_async_error(c, &rs)},
         {"ringcc_comm_report", ringcc_comm_report(c, buf, sizeof buf)},
+        {"ringcc_comm_stats", ringcc_comm_stats(c, &stats)},
         {"ringcc_comm_split", ringcc_comm_split(c, 0, 0, &out)},
         {"ringcc_comm_split_type",
          ringcc_comm_split_type(c, RINGCC_SPLIT_HOST, 0, &out)},
@@ -522,6 +524,53 @@ Test(misuse, fork_child_cannot_use_the_parents_comm_shm, .timeout = 60) {
 }
 Test(misuse, fork_child_cannot_use_the_parents_comm_tcp, .timeout = 60) {
   fork_case(1);
+}
+
+/* Files in dir whose name starts with prefix. */
+static int files_named(const char *dir, const char *prefix) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  if (d != NULL)
+    closedir(d);
+  return n;
+}
+
+/* With RINGCC_TRACE, a child forked after init destroys its copy without
+ * writing the parent's trace file (before: it wrote the rank's file with
+ * the parent's events, which the parent's own destroy then had to
+ * overwrite); the parent's destroy still writes it. */
+Test(misuse, fork_child_writes_no_trace, .timeout = 30) {
+  char dir[] = "/tmp/rcc-trace-XXXXXX";
+  ringcc_unique_id_t id;
+  ringcc_result_t r;
+  cr_assert_not_null(mkdtemp(dir));
+  setenv("RINGCC_TRACE", dir, 1);
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS);
+  ringcc_comm_t comm = one_rank(&id, &r);
+  cr_assert_eq(r, RINGCC_SUCCESS, "init: %s", ringcc_comm_last_error(NULL));
+  int32_t a[4] = {1, 2, 3, 4}, b[4];
+  cr_assert_eq(ringcc_allreduce(a, b, 4, RINGCC_INT32, RINGCC_SUM, comm,
+                                NULL), RINGCC_SUCCESS);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0)
+    _exit(ringcc_comm_destroy(comm) == RINGCC_SUCCESS ? 0 : 1);
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the child's destroy: status 0x%x", status);
+  cr_expect_eq(files_named(dir, "ringcc-trace-"), 0,
+               "the forked child wrote a trace file into %s", dir);
+  cr_assert_eq(ringcc_comm_destroy(comm), RINGCC_SUCCESS);
+  cr_expect_eq(files_named(dir, "ringcc-trace-"), 1,
+               "the parent's destroy wrote no trace file into %s", dir);
+  unsetenv("RINGCC_TRACE");
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect_eq(system(cmd), 0);
 }
 
 /* Every collective with two buffers refuses partly overlapping ones

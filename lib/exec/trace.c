@@ -405,7 +405,10 @@ void rcc_trace_close(struct ringcc_comm *comm) {
   struct rcc_trace *t = comm->trace;
   if (t == NULL)
     return;
-  rcc_trace_flush(comm, "destroy");
+  /* A forked child's copy holds the parent's events: the parent writes
+   * the rank's file, the child must not overwrite it. */
+  if (!comm->forked)
+    rcc_trace_flush(comm, "destroy");
   free(t->ev);
   free(t);
   comm->trace = NULL;
