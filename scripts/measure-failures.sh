@@ -8,7 +8,12 @@
 #   TRIALS          trials per fault kind (default 100): 3 hosts x 2 ranks in
 #                   a stream of allreduces, the last host's link cut (switch
 #                   port down; or every packet dropped); the time from the cut
-#                   to the last survivor's error, median and max
+#                   to the last survivor's error, median and max. Also the
+#                   runs of the link flap (test_multihost
+#                   link_flap_of_2s_continues_exactly: 3 hosts x 1 rank, 40
+#                   allreduces, host 1's link down for 2 s): every rank must
+#                   finish exactly; the longest allreduce of each run, median
+#                   and max
 #   IMPAIRED_CALLS  random collectives at 1 % loss, 50 +- 20 ms delay
 #                   (default 2000: a few minutes), against the same calls on
 #                   a clean network
@@ -16,10 +21,10 @@
 #                   processes run (default 400: several minutes); no failure
 #                   allowed
 #
-# MEASURE_KINDS (default "link_down dropped impaired load") picks the parts.
-# Not part of make test (it takes about 40 minutes); make test runs one trial
-# of each (test_multihost vanished_host_*, impaired_network_exact_results,
-# no_false_failure_under_load). Output: build/measure/failures-DATE.log.
+# MEASURE_KINDS (default "link_down dropped flap impaired load") picks the
+# parts. Not part of make test (it takes about 50 minutes); make test runs one trial
+# of each (test_multihost vanished_host_*, link_flap_of_2s_continues_exactly,
+# impaired_network_exact_results, no_false_failure_under_load). Output: build/measure/failures-DATE.log.
 set -u
 cd "$(dirname "$0")/.."
 trials=${1:-100}
@@ -37,11 +42,30 @@ run() {
   RINGCC_CUDA_DEVICE=none "$@" "$bin" --jobs=1 --filter="$filter" 2>&1 | tee -a "$log" |
     grep -E '^(MEASURE [a-z ]+:|impaired network:|under load)|FAIL|Synthesis'
 }
-kinds=" ${MEASURE_KINDS:-link_down dropped impaired load} "
+# The link flap, TRIALS runs of its test, each rank's longest call logged.
+flap() {
+  local ok=0
+  for i in $(seq 1 "$trials"); do
+    echo "# flap trial $i, load $(cut -d' ' -f1 /proc/loadavg)" >> "$log"
+    RINGCC_CUDA_DEVICE=none "$bin" --jobs=1 \
+      --filter='multihost/link_flap_of_2s_continues_exactly' >> "$log" 2>&1 &&
+      ok=$((ok + 1))
+  done
+  awk -v ok="$ok" '
+    /^# flap trial / { if (n++) v[n - 1] = m; m = 0 }
+    /longest allreduce took/ { for (i = 1; i <= NF; i++) if ($i == "took" && $(i + 1) + 0 > m) m = $(i + 1) + 0 }
+    END { if (n) v[n] = m
+          for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+          med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+          printf "MEASURE link flap: %d runs (3 hosts x 1 rank, host 1 down 2 s), %d with every rank exact; longest allreduce of a run: median %.2f s, min %.2f s, max %.2f s\n", n, ok, med, v[1], v[n] }' \
+    <(sed -n '/^# flap trial 1,/,$p' "$log") | tee -a "$log"
+}
+kinds=" ${MEASURE_KINDS:-link_down dropped flap impaired load} "
 case $kinds in *" link_down "*)
   filter='measure/link_down_detection' run env RCC_MEASURE_TRIALS="$trials";; esac
 case $kinds in *" dropped "*)
   filter='measure/packets_dropped_detection' run env RCC_MEASURE_TRIALS="$trials";; esac
+case $kinds in *" flap "*) flap;; esac
 case $kinds in *" impaired "*)
   filter='measure/impaired_network_long' run env RCC_MEASURE_IMPAIRED_CALLS="$impaired";; esac
 case $kinds in *" load "*)
