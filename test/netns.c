@@ -9,9 +9,14 @@
  */
 #include "netns.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,8 +29,10 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -37,36 +44,31 @@ extern char **environ;
 
 /* ---- running ip ----------------------------------------------------------- */
 
-static const char *ip_path(void) {
-  static const char *const candidates[] = {"/usr/sbin/ip", "/sbin/ip",
-                                           "/usr/bin/ip", "/bin/ip", NULL};
-  for (int i = 0; candidates[i]; i++)
-    if (access(candidates[i], X_OK) == 0)
-      return candidates[i];
+static const char *tool_path(const char *tool) {
+  static char path[64];
+  static const char *const dirs[] = {"/usr/sbin", "/sbin", "/usr/bin", "/bin",
+                                     NULL};
+  for (int i = 0; dirs[i]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dirs[i], tool);
+    if (access(path, X_OK) == 0)
+      return path;
+  }
   return NULL;
 }
 
-/* Runs `ip ARGS...` (NULL-terminated); on failure why gets the command and
- * what ip printed. */
-static bool ip(char *why, size_t len, ...) {
-  const char *argv[24];
-  int argc = 0;
-  va_list ap;
-  argv[argc++] = "ip";
-  va_start(ap, len);
-  for (const char *a; argc < 23 && (a = va_arg(ap, const char *)) != NULL;)
-    argv[argc++] = a;
-  va_end(ap);
-  argv[argc] = NULL;
+static const char *ip_path(void) { return tool_path("ip"); }
 
+/* Runs argv (argv[0]: "ip" or "tc", found in the usual directories); on
+ * failure why gets the command and what it printed. */
+static bool run_tool(const char *const *argv, char *why, size_t len) {
   char cmd[512] = "";
   size_t off = 0;
-  for (int i = 0; i < argc && off < sizeof cmd; i++)
+  for (int i = 0; argv[i] && off < sizeof cmd; i++)
     off += (size_t)snprintf(cmd + off, sizeof cmd - off, "%s%s", i ? " " : "",
                             argv[i]);
-  const char *path = ip_path();
+  const char *path = tool_path(argv[0]);
   if (path == NULL) {
-    snprintf(why, len, "%s: iproute2's ip is not installed", cmd);
+    snprintf(why, len, "%s: %s is not installed (iproute2)", cmd, argv[0]);
     return false;
   }
   int pipefd[2];
@@ -117,6 +119,34 @@ static bool ip(char *why, size_t len, ...) {
            WIFEXITED(status) ? "exit status nonzero" : "killed",
            got ? out : "(no output)");
   return false;
+}
+
+/* Runs `ip ARGS...` (NULL-terminated); on failure why says why. */
+static bool ip(char *why, size_t len, ...) {
+  const char *argv[24];
+  int argc = 0;
+  va_list ap;
+  argv[argc++] = "ip";
+  va_start(ap, len);
+  for (const char *a; argc < 23 && (a = va_arg(ap, const char *)) != NULL;)
+    argv[argc++] = a;
+  va_end(ap);
+  argv[argc] = NULL;
+  return run_tool(argv, why, len);
+}
+
+/* The same for `tc ARGS...`. */
+static bool tc(char *why, size_t len, ...) {
+  const char *argv[24];
+  int argc = 0;
+  va_list ap;
+  argv[argc++] = "tc";
+  va_start(ap, len);
+  for (const char *a; argc < 23 && (a = va_arg(ap, const char *)) != NULL;)
+    argv[argc++] = a;
+  va_end(ap);
+  argv[argc] = NULL;
+  return run_tool(argv, why, len);
 }
 
 /* ---- support, stale namespaces ---------------------------------------------- */
@@ -321,6 +351,16 @@ bool ns_net_create(ns_net_t *net, int nhosts, char *why, size_t len) {
 void ns_net_destroy(ns_net_t *net) {
   if (net->nhosts <= 0)
     return;
+  if (net->wire > 0) {
+    kill(net->wire, SIGKILL);
+    while (waitpid(net->wire, NULL, 0) < 0 && errno == EINTR) {
+    }
+    net->wire = 0;
+  }
+  if (net->wire_stats != NULL) {
+    munmap(net->wire_stats, sizeof *net->wire_stats);
+    net->wire_stats = NULL;
+  }
   for (int k = 0; k < net->nhosts; k++) {
     if (net->init[k] > 0) {
       kill(net->init[k], SIGKILL);
@@ -342,6 +382,342 @@ void ns_net_destroy(ns_net_t *net) {
       fprintf(stderr, "netns: %s\n", why);
   }
   net->nhosts = 0;
+}
+
+/* ---- faults on the network ---------------------------------------------------- */
+
+const char *ns_cut_name(ns_cut_t how) {
+  return how == NS_CUT_LINK_DOWN ? "link down" : "packets dropped";
+}
+
+bool ns_cut(const ns_net_t *net, int host, ns_cut_t how, char *why,
+            size_t len) {
+  char port[16];
+  snprintf(port, sizeof port, "v%d", host);
+  if (how == NS_CUT_LINK_DOWN)
+    return ip(why, len, "-n", net->sw, "link", "set", port, "down", NULL);
+  return tc(why, len, "-n", net->sw, "qdisc", "add", "dev", port, "root",
+            "pfifo", "limit", "0", NULL) &&
+         tc(why, len, "-n", net->host[host], "qdisc", "add", "dev", NS_IFNAME,
+            "root", "pfifo", "limit", "0", NULL);
+}
+
+bool ns_restore(const ns_net_t *net, int host, ns_cut_t how, char *why,
+                size_t len) {
+  char port[16];
+  snprintf(port, sizeof port, "v%d", host);
+  if (how == NS_CUT_LINK_DOWN)
+    return ip(why, len, "-n", net->sw, "link", "set", port, "up", NULL);
+  return tc(why, len, "-n", net->sw, "qdisc", "del", "dev", port, "root",
+            NULL) &&
+         tc(why, len, "-n", net->host[host], "qdisc", "del", "dev", NS_IFNAME,
+            "root", NULL);
+}
+
+/* ---- an impaired wire ---------------------------------------------------------- */
+
+/* A frame on its way: due when it leaves on port. The frame carries its
+ * virtio_net_hdr (PACKET_VNET_HDR): a TCP segment is often a GSO super-frame
+ * with its checksum left to the device, and that must survive the trip. */
+struct wire_frame {
+  int64_t due;
+  uint64_t order; /* arrival order, to count reordering */
+  int port;
+  size_t len;
+  uint8_t *data;
+};
+
+struct wire {
+  int nports;
+  int fd[NS_MAX_HOSTS];
+  uint8_t mac[NS_MAX_HOSTS][6]; /* learned: the host behind each port */
+  int known[NS_MAX_HOSTS];
+  struct wire_frame *heap;
+  int nheap, cap;
+  uint64_t rnd, arrivals, last_sent[NS_MAX_HOSTS];
+  ns_impair_t im;
+  ns_wire_stats_t *stats;
+};
+
+static int64_t wire_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static double wire_uniform(struct wire *w) { /* [0, 1) */
+  w->rnd ^= w->rnd << 13;
+  w->rnd ^= w->rnd >> 7;
+  w->rnd ^= w->rnd << 17;
+  return (double)(w->rnd >> 11) / 9007199254740992.0;
+}
+
+static void heap_push(struct wire *w, struct wire_frame f) {
+  if (w->nheap == w->cap) {
+    w->cap = w->cap ? 2 * w->cap : 1024;
+    w->heap = realloc(w->heap, (size_t)w->cap * sizeof *w->heap);
+  }
+  int i = w->nheap++;
+  while (i > 0 && w->heap[(i - 1) / 2].due > f.due) {
+    w->heap[i] = w->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  w->heap[i] = f;
+}
+
+static struct wire_frame heap_pop(struct wire *w) {
+  struct wire_frame top = w->heap[0], last = w->heap[--w->nheap];
+  int i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= w->nheap)
+      break;
+    if (c + 1 < w->nheap && w->heap[c + 1].due < w->heap[c].due)
+      c++;
+    if (w->heap[c].due >= last.due)
+      break;
+    w->heap[i] = w->heap[c];
+    i = c;
+  }
+  if (w->nheap > 0)
+    w->heap[i] = last;
+  return top;
+}
+
+#define VNET_HDR 10 /* struct virtio_net_hdr */
+
+/* One frame arrived on port in: learn, impair, queue for the way out. */
+static void wire_take(struct wire *w, int in, const uint8_t *buf, size_t len) {
+  if (len < VNET_HDR + 14)
+    return;
+  const uint8_t *dst = buf + VNET_HDR, *src = dst + 6;
+  memcpy(w->mac[in], src, 6);
+  w->known[in] = 1;
+  w->stats->frames++;
+  uint64_t order = w->arrivals++;
+  for (int out = 0; out < w->nports; out++) {
+    if (out == in)
+      continue;
+    int flood = (dst[0] & 1) || !w->known[out];
+    if (!flood && memcmp(w->mac[out], dst, 6) != 0)
+      continue;
+    if (wire_uniform(w) < w->im.loss || w->nheap > 20000) {
+      w->stats->dropped++;
+      continue;
+    }
+    double jitter = (2 * wire_uniform(w) - 1) * w->im.jitter_ms;
+    double ms = w->im.delay_ms + jitter;
+    struct wire_frame f = {.due = wire_now() + (int64_t)((ms > 0 ? ms : 0) *
+                                                         1e6),
+                           .order = order, .port = out, .len = len,
+                           .data = malloc(len)};
+    if (f.data == NULL)
+      continue;
+    memcpy(f.data, buf, len);
+    heap_push(w, f);
+  }
+}
+
+static _Noreturn void wire_main(struct wire *w) {
+  static uint8_t buf[VNET_HDR + 65536 + 64];
+  for (;;) {
+    struct pollfd pfd[NS_MAX_HOSTS];
+    for (int k = 0; k < w->nports; k++)
+      pfd[k] = (struct pollfd){.fd = w->fd[k], .events = POLLIN};
+    int timeout = 100;
+    if (w->nheap > 0) {
+      int64_t left = w->heap[0].due - wire_now();
+      timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
+      if (timeout > 100)
+        timeout = 100;
+    }
+    poll(pfd, (nfds_t)w->nports, timeout);
+    for (int k = 0; k < w->nports; k++)
+      for (int n = 0; n < 256; n++) {
+        ssize_t got = recv(w->fd[k], buf, sizeof buf, MSG_DONTWAIT);
+        if (got <= 0)
+          break;
+        wire_take(w, k, buf, (size_t)got);
+      }
+    int64_t now = wire_now();
+    while (w->nheap > 0 && w->heap[0].due <= now) {
+      struct wire_frame f = heap_pop(w);
+      ssize_t sent = send(w->fd[f.port], f.data, f.len, MSG_DONTWAIT);
+      if (sent < 0 && (errno == EAGAIN || errno == ENOBUFS)) {
+        f.due = now + 1000000; /* the port is full: a moment later */
+        heap_push(w, f);
+        break;
+      }
+      if (sent >= 0) {
+        w->stats->forwarded++;
+        if (f.order < w->last_sent[f.port])
+          w->stats->reordered++;
+        else
+          w->last_sent[f.port] = f.order;
+      } else {
+        w->stats->dropped++;
+      }
+      free(f.data);
+    }
+  }
+}
+
+bool ns_net_impair(ns_net_t *net, const ns_impair_t *im, char *why,
+                   size_t len) {
+  ns_wire_stats_t *stats = mmap(NULL, sizeof *stats, PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (stats == MAP_FAILED)
+    return snprintf(why, len, "mmap: %s", strerror(errno)), false;
+  memset(stats, 0, sizeof *stats);
+  net->wire_stats = stats;
+  for (int k = 0; k < net->nhosts; k++) {
+    char port[16];
+    snprintf(port, sizeof port, "v%d", k);
+    if (!ip(why, len, "-n", net->sw, "link", "set", port, "nomaster", NULL))
+      return false;
+  }
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0)
+    return snprintf(why, len, "pipe: %s", strerror(errno)), false;
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(ready[0]), close(ready[1]);
+    return snprintf(why, len, "fork: %s", strerror(errno)), false;
+  }
+  if (pid == 0) {
+    char msg[256] = "ok", path[96];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+    close(ready[0]);
+    static struct wire w;
+    w.nports = net->nhosts;
+    w.im = *im;
+    w.stats = stats;
+    if (getrandom(&w.rnd, sizeof w.rnd, 0) != (ssize_t)sizeof w.rnd || !w.rnd)
+      w.rnd = 88172645463325252ull;
+    snprintf(path, sizeof path, NETNS_DIR "/%s", net->sw);
+    int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0)
+      snprintf(msg, sizeof msg, "joining %s: %s", path, strerror(errno));
+    for (int k = 0; k < w.nports && strcmp(msg, "ok") == 0; k++) {
+      char port[16];
+      int one = 1, big = 8 << 20;
+      snprintf(port, sizeof port, "v%d", k);
+      struct sockaddr_ll a = {.sll_family = AF_PACKET,
+                              .sll_protocol = htons(ETH_P_ALL),
+                              .sll_ifindex = (int)if_nametoindex(port)};
+      w.fd[k] = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
+      if (w.fd[k] < 0 || a.sll_ifindex == 0 ||
+          setsockopt(w.fd[k], SOL_PACKET, PACKET_VNET_HDR, &one,
+                     sizeof one) != 0 ||
+          setsockopt(w.fd[k], SOL_PACKET, PACKET_IGNORE_OUTGOING, &one,
+                     sizeof one) != 0 ||
+          bind(w.fd[k], (struct sockaddr *)&a, sizeof a) != 0)
+        snprintf(msg, sizeof msg, "an AF_PACKET socket on %s: %s", port,
+                 strerror(errno));
+      setsockopt(w.fd[k], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+      setsockopt(w.fd[k], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
+    }
+    ssize_t wr = write(ready[1], msg, strlen(msg));
+    (void)wr;
+    close(ready[1]);
+    if (strcmp(msg, "ok") != 0)
+      _exit(1);
+    wire_main(&w);
+    _exit(0);
+  }
+  close(ready[1]);
+  char msg[256];
+  ssize_t got = read(ready[0], msg, sizeof msg - 1);
+  close(ready[0]);
+  msg[got > 0 ? got : 0] = '\0';
+  net->wire = pid;
+  if (strcmp(msg, "ok") != 0) {
+    snprintf(why, len, "the wire: %s", got > 0 ? msg : "died at start");
+    return false;
+  }
+  return true;
+}
+
+/* ---- a sniffer on the switch ---------------------------------------------------- */
+
+bool ns_capture_start(const ns_net_t *net, ns_capture_t *c, size_t cap,
+                      char *why, size_t len) {
+  memset(c, 0, sizeof *c);
+  void *m = mmap(NULL, cap + sizeof(size_t), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return snprintf(why, len, "mmap: %s", strerror(errno)), false;
+  c->len = m;
+  c->buf = (unsigned char *)m + sizeof(size_t);
+  c->cap = cap;
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0)
+    return snprintf(why, len, "pipe: %s", strerror(errno)), false;
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char msg[256] = "ok", path[96];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+    close(ready[0]);
+    snprintf(path, sizeof path, NETNS_DIR "/%s", net->sw);
+    int nsfd = open(path, O_RDONLY | O_CLOEXEC), big = 16 << 20;
+    int fd = -1;
+    if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0)
+      snprintf(msg, sizeof msg, "joining %s: %s", path, strerror(errno));
+    else if ((fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC,
+                          htons(ETH_P_ALL))) < 0)
+      snprintf(msg, sizeof msg, "an AF_PACKET socket: %s", strerror(errno));
+    if (fd >= 0)
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+    ssize_t wr = write(ready[1], msg, strlen(msg));
+    (void)wr;
+    close(ready[1]);
+    if (strcmp(msg, "ok") != 0)
+      _exit(1);
+    for (;;) {
+      size_t at = __atomic_load_n(c->len, __ATOMIC_RELAXED);
+      if (at + 65536 > c->cap)
+        pause(); /* full: stop looking */
+      ssize_t n = recv(fd, c->buf + at, 65536, 0);
+      if (n > 0)
+        __atomic_store_n(c->len, at + (size_t)n, __ATOMIC_RELEASE);
+    }
+  }
+  close(ready[1]);
+  char msg[256];
+  ssize_t got = pid > 0 ? read(ready[0], msg, sizeof msg - 1) : -1;
+  close(ready[0]);
+  msg[got > 0 ? got : 0] = '\0';
+  c->pid = pid;
+  if (pid < 0 || strcmp(msg, "ok") != 0) {
+    snprintf(why, len, "the sniffer: %s", pid < 0 ? strerror(errno)
+                                         : got > 0 ? msg : "died at start");
+    return false;
+  }
+  return true;
+}
+
+void ns_capture_stop(ns_capture_t *c) {
+  if (c->pid > 0) {
+    kill(c->pid, SIGKILL);
+    while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    c->pid = 0;
+  }
+}
+
+void ns_capture_free(ns_capture_t *c) {
+  ns_capture_stop(c);
+  if (c->len != NULL)
+    munmap(c->len, c->cap + sizeof(size_t));
+  memset(c, 0, sizeof *c);
 }
 
 /* ---- joining a host ------------------------------------------------------------ */

@@ -44,12 +44,19 @@
 
 /* ---- the virtual network ----------------------------------------------- */
 
+/* What the wire counted (ns_net_impair): frames in, dropped, forwarded. */
+typedef struct {
+  unsigned long long frames, dropped, forwarded, reordered;
+} ns_wire_stats_t;
+
 typedef struct {
   int nhosts; /* 0: nothing created */
   char sw[40];                   /* switch namespace (bridge br0) */
   char host[NS_MAX_HOSTS][40];   /* host namespaces */
   pid_t init[NS_MAX_HOSTS];      /* host init processes (pid 1 inside) */
   int keepalive[NS_MAX_HOSTS];   /* write ends; an init exits on EOF */
+  pid_t wire;                    /* the impairing switch (ns_net_impair) */
+  ns_wire_stats_t *wire_stats;   /* shared with it */
 } ns_net_t;
 
 /* true when this process can create namespaces (root, `ip` found); else
@@ -70,6 +77,46 @@ void ns_net_destroy(ns_net_t *net);
 
 /* "198.18.0.(host+1)". */
 const char *ns_host_addr(int host, char *buf, size_t len);
+
+/* ---- faults on the network ------------------------------------------------ */
+
+/* How host's link fails: its switch port goes down (a cable pulled: the host
+ * sees no carrier), or every packet to and from it is dropped silently by a
+ * qdisc (pfifo with limit 0 on both ends: carrier and routes stay up). */
+typedef enum { NS_CUT_LINK_DOWN, NS_CUT_DROP } ns_cut_t;
+const char *ns_cut_name(ns_cut_t how);
+bool ns_cut(const ns_net_t *net, int host, ns_cut_t how, char *why,
+            size_t len);
+bool ns_restore(const ns_net_t *net, int host, ns_cut_t how, char *why,
+                size_t len);
+
+/* netem's job where the kernel has no netem (sch_netem is not built here):
+ * the switch's bridge is replaced by a process that forwards frames between
+ * the ports (AF_PACKET, learning MACs), dropping each with probability loss
+ * and delaying it by delay_ms plus a uniform jitter of +-jitter_ms, which
+ * reorders frames as netem's jitter does. Applied once per frame, on the
+ * way from one host to another. */
+typedef struct {
+  double loss;
+  int delay_ms;
+  int jitter_ms;
+} ns_impair_t;
+bool ns_net_impair(ns_net_t *net, const ns_impair_t *im, char *why,
+                   size_t len);
+
+/* Every frame that crosses the switch (each port, both ways), as a sniffer
+ * on the wire would see it, appended to a shared buffer of cap bytes until
+ * ns_capture_stop. */
+typedef struct {
+  pid_t pid;
+  unsigned char *buf;
+  size_t cap;
+  size_t *len; /* bytes captured so far (in the shared mapping) */
+} ns_capture_t;
+bool ns_capture_start(const ns_net_t *net, ns_capture_t *c, size_t cap,
+                      char *why, size_t len);
+void ns_capture_stop(ns_capture_t *c); /* the bytes stay until _free */
+void ns_capture_free(ns_capture_t *c);
 
 /* ---- processes on a host ------------------------------------------------- */
 

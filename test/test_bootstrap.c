@@ -15,6 +15,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #include "clock.h"
 #include "error.h"
 #include "socket.h"
+#include "wire.h"
 
 #define MAX_RANKS 8
 #define RUN_DEADLINE_MS 20000
@@ -217,7 +219,7 @@ static int body_full(int rank, int nranks, const ringcc_unique_id_t *id,
 
 static void new_id(ringcc_unique_id_t *id, int64_t timeout_ms) {
   char err[RCC_ERRLEN];
-  cr_assert_eq(rcc_bootstrap_new_id(id, timeout_ms, err, sizeof(err)), 0,
+  cr_assert_eq(rcc_bootstrap_new_id(id, NULL, timeout_ms, err, sizeof(err)), 0,
                "%s", err);
   cr_assert_eq(rcc_bootstrap_check_id(id, err, sizeof(err)), 0, "%s", err);
 }
@@ -296,7 +298,7 @@ Test(bootstrap, id_rejects_garbage, .timeout = 5) {
   cr_expect_eq(rcc_bootstrap_init(&b, &id, 3, 3, rcc_deadline_after_ms(100),
                                   err, sizeof(err)),
                RINGCC_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(rcc_bootstrap_serve(&bad, 100, err, sizeof(err)),
+  cr_expect_eq(rcc_bootstrap_serve(&bad, -1, 100, err, sizeof(err)),
                RINGCC_ERR_INVALID_ARGUMENT);
 }
 
@@ -335,7 +337,7 @@ Test(bootstrap, serve_late_root_ipv6, .timeout = 20) {
   for (int r = 1; r < 3; r++)
     pids[r] = fork_rank(body_full, r, 3, &id, NULL);
   sleep_ms(300);
-  cr_assert_eq(rcc_bootstrap_serve(&id, 20000, err, sizeof(err)), 0, "%s",
+  cr_assert_eq(rcc_bootstrap_serve(&id, -1, 20000, err, sizeof(err)), 0, "%s",
                err);
   pids[0] = fork_rank(body_full, 0, 3, &id, NULL);
   reap(pids, 3, codes);
@@ -380,7 +382,7 @@ Test(bootstrap, wrong_secret_and_duplicate_rank_refused, .timeout = 20) {
   memset(other, 0x22, sizeof(other));
   cr_assert_eq(rcc_bootstrap_id_from_root(&impostor, hp, other, err,
                                           sizeof(err)), 0);
-  cr_assert_eq(rcc_bootstrap_serve(&id, 20000, err, sizeof(err)), 0, "%s",
+  cr_assert_eq(rcc_bootstrap_serve(&id, -1, 20000, err, sizeof(err)), 0, "%s",
                err);
   pids[0] = fork_rank(body_full, 0, 3, &id, NULL);
   pids[1] = fork_rank(body_full, 1, 3, &id, NULL);
@@ -416,7 +418,7 @@ Test(bootstrap, strangers_do_not_stop_the_ranks, .timeout = 20) {
   uint8_t junk[300];
 
   make_root_id(&id, "127.0.0.1", 0x44, hp, sizeof(hp));
-  cr_assert_eq(rcc_bootstrap_serve(&id, 20000, err, sizeof(err)), 0, "%s",
+  cr_assert_eq(rcc_bootstrap_serve(&id, -1, 20000, err, sizeof(err)), 0, "%s",
                err);
   /* One stays silent, one sends a few bytes, one sends lots of garbage, one
    * sends exactly a hello's worth of garbage, one connects and leaves. */
@@ -440,6 +442,117 @@ Test(bootstrap, strangers_do_not_stop_the_ranks, .timeout = 20) {
   close(partial);
   close(babbler);
   close(hello_sized);
+}
+
+/* ---- a squatter on the rendezvous port ----------------------------------- */
+
+/* What the rank of a squatter test must see: the code, and the message. */
+struct squat_want {
+  ringcc_result_t code;
+  const char *says;
+};
+
+static int body_squatted(int rank, int nranks, const ringcc_unique_id_t *id,
+                         void *arg) {
+  const struct squat_want *want = arg;
+  struct rcc_bootstrap *b;
+  char err[RCC_ERRLEN] = "";
+  ringcc_result_t r = rcc_bootstrap_init(&b, id, rank, nranks,
+                                         rcc_deadline_after_ms(2000), err,
+                                         sizeof(err));
+  if (r == RINGCC_SUCCESS) {
+    rcc_bootstrap_close(b);
+    fprintf(stderr, "rank %d joined a squatter's rendezvous\n", rank);
+    return 1;
+  }
+  if (r != want->code || strstr(err, want->says) == NULL) {
+    fprintf(stderr, "rank %d: code %d (%s), expected %d and \"%s\"\n", rank,
+            (int)r, err, (int)want->code, want->says);
+    return 1;
+  }
+  return 0;
+}
+
+/* A stranger listens on the rendezvous's port before the real rendezvous
+ * (fake_challenge: it answers the opening as a rendezvous would, with a
+ * proof it had to make up; else it stays silent). The rank must leave with
+ * a clear error, and everything it sent must hold neither the secret nor
+ * anything but its opening. */
+static void squat(bool fake_challenge) {
+  struct sockaddr_storage a, bound;
+  char err[RCC_ERRLEN], hp[80];
+  int lfd;
+  uint8_t secret[16];
+  for (int i = 0; i < 16; i++)
+    secret[i] = (uint8_t)(0xc3 ^ (i * 29));
+  memset(&a, 0, sizeof a);
+  ((struct sockaddr_in *)&a)->sin_family = AF_INET;
+  ((struct sockaddr_in *)&a)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert_eq(rcc_socket_listen(&a, &lfd, &bound, err, sizeof err), 0, "%s",
+               err);
+  snprintf(hp, sizeof hp, "127.0.0.1:%d", rcc_socket_addr_port(&bound));
+  ringcc_unique_id_t id;
+  cr_assert_eq(rcc_bootstrap_id_from_root(&id, hp, secret, err, sizeof err),
+               0);
+  struct squat_want want = {
+      fake_challenge ? RINGCC_ERR_NETWORK : RINGCC_ERR_TIMEOUT,
+      fake_challenge ? "could not prove that it knows this id's secret"
+                     : "timed out"};
+  pid_t pid = fork_rank(body_squatted, 1, 3, &id, &want);
+
+  /* What the rank sends, until it closes the connection. */
+  uint8_t got[4096];
+  size_t n = 0;
+  int c = -1;
+  int64_t until = rcc_now_ns() + 8000000000LL;
+  while (c < 0 && rcc_now_ns() < until) {
+    cr_assert_eq(rcc_socket_accept(lfd, &c, NULL, err, sizeof err), 0);
+    if (c < 0)
+      sleep_ms(5);
+  }
+  cr_assert(c >= 0, "the rank never connected");
+  bool answered = false;
+  while (rcc_now_ns() < until) {
+    ssize_t k = recv(c, got + n, sizeof got - n, MSG_DONTWAIT);
+    if (k == 0)
+      break;
+    if (k > 0)
+      n += (size_t)k;
+    if (fake_challenge && !answered && n >= RCC_BOOT_OPEN_BYTES) {
+      uint8_t chal[RCC_BOOT_CHALLENGE_BYTES];
+      memset(chal, 0x5a, sizeof chal);
+      memcpy(chal, "RCCB\0\1\0\0", 8); /* magic, purpose 1 */
+      cr_assert_eq(send(c, chal, sizeof chal, MSG_NOSIGNAL),
+                   (ssize_t)sizeof chal);
+      answered = true;
+    }
+    if (k < 0)
+      sleep_ms(5);
+  }
+  int codes[1];
+  reap(&pid, 1, codes);
+  close(c);
+  close(lfd);
+  cr_expect_eq(codes[0], 0, "the rank did not fail as it should (above)");
+  cr_expect_eq(n, (size_t)RCC_BOOT_OPEN_BYTES, "the rank sent %zu bytes to "
+               "the squatter, expected only its %d-byte opening", n,
+               RCC_BOOT_OPEN_BYTES);
+  cr_expect(memmem(got, n, secret, sizeof secret) == NULL,
+            "the squatter read the secret");
+  char hex[33];
+  for (int i = 0; i < 16; i++)
+    snprintf(hex + 2 * i, 3, "%02x", secret[i]);
+  cr_expect(memmem(got, n, hex, 32) == NULL, "the squatter read the secret "
+            "in hex");
+  cr_expect(n < 4 || memcmp(got, "RCCA", 4) == 0, "not a handshake opening");
+}
+
+Test(bootstrap, squatter_answering_learns_nothing, .timeout = 20) {
+  squat(true);
+}
+
+Test(bootstrap, squatter_silent_learns_nothing, .timeout = 20) {
+  squat(false);
 }
 
 /* ---- failures ----------------------------------------------------------- */

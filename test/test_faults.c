@@ -36,6 +36,7 @@
 #include "clock.h"
 #include "error.h"
 #include "harness.h"
+#include "shmname.h"
 #include "soak/random_coll.h"
 #include "socket.h"
 #include "wire.h"
@@ -197,8 +198,8 @@ static void log_dump(const char *title, int fd) {
   free(text);
 }
 
-/* Names in /dev/shm that belong to one of pids (ringcc-PID-...), written into
- * found (comma separated); returns how many. */
+/* Names in /dev/shm that belong to one of pids (ringcc-BOOT-PIDNS-PID-...,
+ * shmname.h), written into found (comma separated); returns how many. */
 static int shm_leftovers(const pid_t *pids, int n, char *found, size_t len) {
   DIR *d = opendir("/dev/shm");
   int count = 0;
@@ -206,11 +207,15 @@ static int shm_leftovers(const pid_t *pids, int n, char *found, size_t len) {
   found[0] = '\0';
   if (d == NULL)
     return 0;
+  char boot[RCC_SHM_BOOT_DIGITS + 1], their_boot[RCC_SHM_BOOT_DIGITS + 1];
+  unsigned long long pidns, their_ns;
+  int pid;
+  rcc_shm_identity(boot, &pidns);
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     for (int i = 0; i < n; i++) {
-      char prefix[48];
-      snprintf(prefix, sizeof prefix, "ringcc-%d-", (int)pids[i]);
-      if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+      if (rcc_shm_name_parse(e->d_name, their_boot, &their_ns, &pid) != 0 ||
+          pid != (int)pids[i] || their_ns != pidns ||
+          strcmp(their_boot, boot) != 0)
         continue;
       count++;
       if (off < len)
@@ -1598,8 +1603,9 @@ static int stranger_connect(const struct sockaddr_storage *root) {
   return fd;
 }
 
-/* Strangers at the rendezvous (silent, babbling, truncated hellos, some with
- * the right secret), an impostor with a valid-looking id but another secret,
+/* Strangers at the rendezvous (silent, babbling, public openings left
+ * unanswered or followed by a made-up proof),
+ * an impostor with a valid-looking id but another secret,
  * and a late-comer once the rendezvous is over: each gets a clear error or
  * is dropped, and the three real ranks still form their communicator. */
 Test(faults, strangers_and_impostors_at_the_rendezvous, .timeout = 40) {
@@ -1617,22 +1623,27 @@ Test(faults, strangers_and_impostors_at_the_rendezvous, .timeout = 40) {
                                        &root, secret, err, sizeof err), 0);
   for (size_t i = 0; i < sizeof junk; i++)
     junk[i] = (uint8_t)(h_mix64(i) >> 7);
-  uint8_t hello[16 + RCC_BOOT_HELLO_BYTES];
-  memcpy(hello, secret, 16);
-  memcpy(hello + 16, junk, RCC_BOOT_HELLO_BYTES); /* not a hello's magic */
+  /* A handshake's opening is public (magic, version 2, purpose 1, a nonce);
+   * what follows the challenge needs the secret. */
+  uint8_t opening[RCC_BOOT_OPEN_BYTES] = {0x52, 0x43, 0x43, 0x41, 0, 2, 0, 1};
+  uint8_t answer[RCC_BOOT_PROOF_BYTES + RCC_BOOT_HELLO_BYTES];
+  memcpy(answer, junk, sizeof answer); /* a made-up proof */
+  answer[RCC_BOOT_PROOF_BYTES] = 0x52; /* then a hello's magic */
+  (void)secret;
   int fds[8], nfd = 0;
   fds[nfd++] = stranger_connect(&root); /* silent */
   fds[nfd] = stranger_connect(&root);
   (void)send(fds[nfd++], junk, 5, MSG_NOSIGNAL);
   fds[nfd] = stranger_connect(&root);
   (void)send(fds[nfd++], junk, sizeof junk, MSG_NOSIGNAL);
-  fds[nfd] = stranger_connect(&root); /* the secret, a truncated hello, gone */
-  (void)send(fds[nfd], hello, 16 + 10, MSG_NOSIGNAL);
+  fds[nfd] = stranger_connect(&root); /* an opening, then gone */
+  (void)send(fds[nfd], opening, sizeof opening, MSG_NOSIGNAL);
   close(fds[nfd]);
-  fds[nfd] = stranger_connect(&root); /* the same, but stays */
-  (void)send(fds[nfd++], hello, 16 + 10, MSG_NOSIGNAL);
-  fds[nfd] = stranger_connect(&root); /* the secret and a whole non-hello */
-  (void)send(fds[nfd++], hello, sizeof hello, MSG_NOSIGNAL);
+  fds[nfd] = stranger_connect(&root); /* an opening, then silent */
+  (void)send(fds[nfd++], opening, sizeof opening, MSG_NOSIGNAL);
+  fds[nfd] = stranger_connect(&root); /* an opening and a wrong proof */
+  (void)send(fds[nfd], opening, sizeof opening, MSG_NOSIGNAL);
+  (void)send(fds[nfd++], answer, sizeof answer, MSG_NOSIGNAL);
   close(stranger_connect(&root)); /* connects and leaves */
   double t0 = h_now_s();
   __atomic_store_n(&a->strangers_in, 1, __ATOMIC_RELEASE);

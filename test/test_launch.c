@@ -43,6 +43,7 @@ extern char **environ;
  * itself a launched job) cannot leak in. */
 static const char *const launcher_vars[] = {
     "RINGCC_RANK",  "RINGCC_NRANKS", "RINGCC_ROOT",  "RINGCC_SECRET",
+    "RINGCC_ROOT_HANDOFF",
     "RINGCC_LOCAL_RANK", "RINGCC_LOCAL_SIZE",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -55,6 +56,9 @@ static const char *const launcher_vars[] = {
 #define CHILD_ENV "RCC_TEST_LAUNCH_CHILD"
 #define DIR_ENV "RCC_TEST_LAUNCH_DIR"
 #define CHILD_FILTER "--filter=launch_child/run"
+/* Set by the ringcc-run tests: the rendezvous port must be held before
+ * init, and only rank 0 told where to get its socket (check_root_held). */
+#define ROOT_FD_ENV "RCC_TEST_EXPECT_ROOT_HELD"
 
 /* ---- the rank's side ---------------------------------------------------------- */
 
@@ -82,12 +86,47 @@ static const char *expected_rank_size(int *rank, int *size) {
   return NULL;
 }
 
+/* Under ringcc-run, before init: the rendezvous port is held already (the
+ * launcher opened its listening socket before starting the ranks, so binding
+ * it here must fail: nobody can take it in between), rank 0 is told where to
+ * ask for that socket (RINGCC_ROOT_HANDOFF), and no other rank is. */
+static int check_root_held(int rank) {
+  const char *v = getenv("RINGCC_ROOT_HANDOFF");
+  if (rank != 0 && v != NULL)
+    return h_fail_rank(rank, "RINGCC_ROOT_HANDOFF=%s is set on rank %d; only "
+                       "rank 0 serves the rendezvous", v, rank);
+  if (rank == 0 && v == NULL)
+    return h_fail_rank(0, "rank 0 has no RINGCC_ROOT_HANDOFF: the launcher "
+                       "does not hand over the rendezvous's listening socket");
+  const char *root = getenv("RINGCC_ROOT");
+  const char *colon = root ? strrchr(root, ':') : NULL;
+  if (colon == NULL)
+    return h_fail_rank(rank, "no RINGCC_ROOT");
+  int one = 1, other = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)atoi(colon + 1)),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  setsockopt(other, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int bound = bind(other, (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(other, 4) == 0;
+  int e = errno;
+  close(other);
+  if (bound)
+    return h_fail_rank(rank, "the rendezvous port %s was free to take "
+                       "before init", colon + 1);
+  if (e != EADDRINUSE)
+    return h_fail_rank(rank, "binding the rendezvous port: %s", strerror(e));
+  return 0;
+}
+
 /* init_env, check rank/size, allreduce, allgather, marker file. */
 static int launched_rank(void) {
   int want_rank, want_size;
   const char *from = expected_rank_size(&want_rank, &want_size);
   if (from == NULL)
     return h_fail_rank(-1, "launched rank: no rank variables in the environment");
+  if (getenv(ROOT_FD_ENV) != NULL && check_root_held(want_rank) != 0)
+    return 1;
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
   cfg.timeout_ms = 40000;
   ringcc_comm_t comm = NULL;
@@ -186,7 +225,8 @@ static bool is_launcher_var(const char *entry) {
   if (strncmp(entry, "BXFI_", 5) == 0)
     return true;
   return strncmp(entry, CHILD_ENV "=", strlen(CHILD_ENV) + 1) == 0 ||
-         strncmp(entry, DIR_ENV "=", strlen(DIR_ENV) + 1) == 0;
+         strncmp(entry, DIR_ENV "=", strlen(DIR_ENV) + 1) == 0 ||
+         strncmp(entry, ROOT_FD_ENV "=", strlen(ROOT_FD_ENV) + 1) == 0;
 }
 
 /* environ without launcher variables (nor Criterion's), plus extra
@@ -348,7 +388,7 @@ static void under_ringcc_run(int nranks) {
   snprintf(np, sizeof np, "%d", nranks);
   char *argv[] = {launcher, "-np", np, "--timeout", "60", "--",
                   (char *)self_exe(), CHILD_FILTER, "--jobs=1", NULL};
-  char *extra[] = {CHILD_ENV "=1", d.dir_env, NULL};
+  char *extra[] = {CHILD_ENV "=1", d.dir_env, ROOT_FD_ENV "=1", NULL};
   char **env = make_env(extra);
   char what[64];
   snprintf(what, sizeof what, "ringcc-run -np %d", nranks);

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,6 +416,38 @@ Test(launcher, rank_killed_by_a_signal, .timeout = 20) {
   cr_expect_not_null(strstr(r.err, "rank 1 (pid "), "stderr: %s", r.err);
   cr_expect_not_null(strstr(r.err, "killed by signal 9"), "stderr: %s", r.err);
   check_ranks_gone(dir, 3, -1);
+  free_result(&r);
+}
+
+/* A rank killed before its init unlinked its shared-memory segment leaves it
+ * in /dev/shm, named after its creator (shmname.h): the launcher removes the
+ * segments of the ranks it reaped (before: they stayed). */
+Test(launcher, segments_of_a_killed_rank_are_removed, .timeout = 20) {
+  char dir[256], script[1024], path[300], seg[256] = "";
+  make_tmpdir(dir, sizeof dir);
+  snprintf(script, sizeof script,
+           "boot=$(tr -d - < /proc/sys/kernel/random/boot_id | cut -c1-12); "
+           "ns=$(stat -Lc %%i /proc/self/ns/pid); "
+           "seg=/dev/shm/ringcc-$boot-$ns-$$-0123456789abcdef0123456789abcdef; "
+           ": > $seg; echo $seg > %s/seg; kill -9 $$",
+           dir);
+  const char *args[] = {"-np", "1", "/bin/sh", "-c", script, NULL};
+  struct result r = run_launcher(args);
+  cr_expect_eq(exit_status(&r), 128 + 9, "stderr: %s", r.err);
+  snprintf(path, sizeof path, "%s/seg", dir);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "the rank did not make its segment; stderr: %s",
+                     r.err);
+  cr_assert_not_null(fgets(seg, sizeof seg, f));
+  fclose(f);
+  seg[strcspn(seg, "\n")] = '\0';
+  bool left = access(seg, F_OK) == 0;
+  unlink(seg);
+  unlink(path);
+  rmdir(dir);
+  cr_expect(!left, "%s was left in /dev/shm; stderr: %s", seg, r.err);
+  cr_expect_not_null(strstr(r.err, "removed /dev/shm/ringcc-"), "stderr: %s",
+                     r.err);
   free_result(&r);
 }
 

@@ -30,6 +30,14 @@
  *                a stranger at the rendezvous does not stop the ranks; a peer
  *                that leaves cleanly (goodbye, then close) right after its
  *                last send is no failure for the ranks still running.
+ *   vanishing    a host whose link goes down, or whose packets are dropped,
+ *                mid-allreduce: every other rank fails within 10 s naming
+ *                it; a link down for 2 s: every rank carries on, exactly;
+ *                1 % loss and 50 +- 20 ms delay: random collectives exact;
+ *                8 CPU hogs: no live peer taken for a dead one; a sniffer
+ *                on the switch never sees the secret or a key. The suite
+ *                "measure" repeats these for docs/reliability.md
+ *                (scripts/measure-failures.sh).
  *
  * docs/testing.md describes the virtual hosts and how to run this by hand.
  *
@@ -38,6 +46,7 @@
  * (.fini) and first deletes any that a killed run left behind.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <libgen.h>
@@ -48,12 +57,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "harness.h"
 #include "netns.h"
+#include "soak/random_coll.h"
 
 /* ---- the virtual network of a test ---------------------------------------- */
 
@@ -1213,5 +1225,547 @@ Test(multihost, stranger_at_the_rendezvous, .timeout = 60) {
   for (int r = 1; r < L.nranks; r++)
     cr_assert_lt(a->init_seconds[r], 4.0, "rank %d's init took %.1f s with a "
                  "stranger at the rendezvous", r, a->init_seconds[r]);
+  h_shared_free(a, sizeof *a);
+}
+
+/* ---- hosts that vanish, links that misbehave ---------------------------------------- */
+
+/* One host's link fails in the middle of a stream of allreduces: its switch
+ * port goes down, or every packet to and from it is dropped (netns.h,
+ * ns_cut). Nothing closes: no FIN, no RST. Every rank on the other hosts
+ * must fail with RINGCC_ERR_NETWORK or RINGCC_ERR_PEER_FAILED naming a rank
+ * of that host and the host, within 10 s of the cut (before: only the
+ * 10-minute deadline caught it). The delays are printed. */
+
+#define VANISH_HOSTS 3
+#define VANISH_PER_HOST 2
+
+typedef struct {
+  int victim_host;
+  volatile int iterations; /* rank 0's, so that the cut comes mid-stream */
+  double cut_at;           /* CLOCK_MONOTONIC, the same in every namespace */
+  double stream_s;
+  int on_victim[NS_MAX_RANKS]; /* the rank runs on the cut host */
+  int survivors, failed;       /* ranks elsewhere; those that ended */
+  struct {
+    int code, iterations;
+    double failed_at;
+    char message[600];
+  } rank[NS_MAX_RANKS];
+} vanish_area_t;
+
+/* On the cut host: once every other rank has failed, this rank's fate
+ * (its own peers went silent too) is of no interest: it leaves. */
+static void *leave_when_survivors_failed(void *p) {
+  vanish_area_t *a = p;
+  double give_up = h_now_s() + a->stream_s;
+  while (__atomic_load_n(&a->failed, __ATOMIC_ACQUIRE) < a->survivors &&
+         h_now_s() < give_up)
+    h_sleep_ms(20);
+  _exit(0);
+}
+
+static int body_vanish(h_ctx_t *h) {
+  vanish_area_t *a = h->arg;
+  pthread_t tid;
+  if (a->on_victim[h->rank] &&
+      pthread_create(&tid, NULL, leave_when_survivors_failed, a) != 0)
+    return h_fail(h, "pthread_create failed");
+  float *buf = xmalloc(STREAM_COUNT * sizeof(float));
+  float *expect = xmalloc(STREAM_COUNT * sizeof(float));
+  h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, 0, 5, expect,
+                  STREAM_COUNT);
+  double start = h_now_s();
+  int i = 0;
+  ringcc_result_t r = RINGCC_SUCCESS;
+  for (; h_now_s() - start < a->stream_s; i++) {
+    h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, h->rank, 0, 5, buf, STREAM_COUNT);
+    r = ringcc_allreduce(RINGCC_IN_PLACE, buf, STREAM_COUNT, RINGCC_FLOAT32,
+                         RINGCC_SUM, h->comm, NULL);
+    if (r != RINGCC_SUCCESS)
+      break;
+    if (!h_check_elems(h, "allreduce of the stream", RINGCC_FLOAT32, buf,
+                       expect, STREAM_COUNT))
+      return 1;
+    if (h->rank == 0)
+      a->iterations = i + 1;
+  }
+  a->rank[h->rank].failed_at = h_now_s();
+  a->rank[h->rank].code = (int)r;
+  a->rank[h->rank].iterations = i;
+  snprintf(a->rank[h->rank].message, sizeof a->rank[0].message, "%s",
+           ringcc_comm_last_error(h->comm));
+  if (!a->on_victim[h->rank])
+    __atomic_fetch_add(&a->failed, 1, __ATOMIC_ACQ_REL);
+  free(buf), free(expect);
+  return 0;
+}
+
+typedef struct {
+  vanish_area_t *area;
+  const ns_net_t *net;
+  ns_cut_t how;
+  double flap_s; /* > 0: restore the link after this long */
+  int after;     /* rank 0's iterations before the cut */
+  bool ok;
+  char why[600];
+} cutter_t;
+
+static void *cutter(void *p) {
+  cutter_t *c = p;
+  double give_up = h_now_s() + 30;
+  while (c->area->iterations < c->after && h_now_s() < give_up)
+    h_sleep_ms(1);
+  h_sleep_ms((int)(h_mix64((uint64_t)getpid() ^ (uint64_t)h_now_s()) % 30));
+  c->area->cut_at = h_now_s();
+  c->ok = ns_cut(c->net, c->area->victim_host, c->how, c->why, sizeof c->why);
+  if (c->ok && c->flap_s > 0) {
+    h_sleep_ms((int)(c->flap_s * 1000));
+    c->ok = ns_restore(c->net, c->area->victim_host, c->how, c->why,
+                       sizeof c->why);
+  }
+  return NULL;
+}
+
+/* One trial on g_net: the longest delay among the survivors (< 0: failed,
+ * with the reason printed). */
+static double vanish_trial(ns_cut_t how, bool assert_each) {
+  layout_t L = make_layout(VANISH_HOSTS, VANISH_PER_HOST, false);
+  vanish_area_t *a = h_shared_alloc(sizeof *a);
+  cr_assert_not_null(a);
+  a->victim_host = VANISH_HOSTS - 1;
+  a->stream_s = 40;
+  for (int r = 0; r < L.nranks; r++) {
+    a->on_victim[r] = L.host_of[r] == a->victim_host;
+    a->survivors += !a->on_victim[r];
+  }
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT; /* the default deadline: 10 min */
+  cutter_t c = {.area = a, .net = &g_net, .how = how, .after = 3};
+  pthread_t tid;
+  pthread_create(&tid, NULL, cutter, &c);
+  ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
+                     .body = body_vanish, .arg = a, .config = &cfg,
+                     .timeout_s = 45, .grace_s = 5, .name = "vanished host"};
+  ns_result_t res;
+  ns_run(&o, &res);
+  pthread_join(tid, NULL);
+  cr_assert(c.ok, "cutting host %d's link: %s", a->victim_host, c.why);
+  double worst = 0;
+  char st[96], host[32];
+  snprintf(host, sizeof host, "host%d", a->victim_host);
+  for (int r = 0; r < L.nranks; r++) {
+    if (L.host_of[r] == a->victim_host)
+      continue;
+    int code = a->rank[r].code;
+    double delay = a->rank[r].failed_at - a->cut_at;
+    bool names = false;
+    for (int q = 0; q < L.nranks; q++) {
+      char rank[16];
+      snprintf(rank, sizeof rank, "rank %d", q);
+      names |= L.host_of[q] == a->victim_host &&
+               strstr(a->rank[r].message, rank) != NULL;
+    }
+    names = names && strstr(a->rank[r].message, host) != NULL;
+    bool good = res.status[r] == 0 &&
+                (code == RINGCC_ERR_NETWORK || code == RINGCC_ERR_PEER_FAILED) &&
+                delay < 10.0 && names;
+    if (assert_each || !good)
+      fprintf(stderr, "%s: rank %d (%s) %s after %.2f s with %s: %s\n",
+              ns_cut_name(how), r, ns_describe_status(res.status[r], st,
+                                                       sizeof st),
+              code == RINGCC_SUCCESS ? "never failed" : "failed", delay,
+              ringcc_strerror((ringcc_result_t)code), a->rank[r].message);
+    if (assert_each) {
+      cr_expect_eq(res.status[r], 0, "survivor rank %d %s", r, st);
+      cr_expect(code == RINGCC_ERR_NETWORK || code == RINGCC_ERR_PEER_FAILED,
+                "rank %d: %s, expected RINGCC_ERR_NETWORK or "
+                "RINGCC_ERR_PEER_FAILED", r,
+                ringcc_strerror((ringcc_result_t)code));
+      cr_expect_lt(delay, 10.0, "rank %d noticed only after %.1f s", r, delay);
+      cr_expect(names, "rank %d's error names no rank of %s: %s", r, host,
+                a->rank[r].message);
+    }
+    if (!good)
+      worst = -1;
+    else if (worst >= 0 && delay > worst)
+      worst = delay;
+  }
+  ns_result_free(&res);
+  h_shared_free(a, sizeof *a);
+  return worst;
+}
+
+Test(multihost, vanished_host_link_down, .timeout = 90) {
+  net_up(VANISH_HOSTS);
+  double worst = vanish_trial(NS_CUT_LINK_DOWN, true);
+  fprintf(stderr, "link down: the last survivor failed %.2f s after the cut\n",
+          worst);
+}
+
+Test(multihost, vanished_host_packets_dropped, .timeout = 90) {
+  net_up(VANISH_HOSTS);
+  double worst = vanish_trial(NS_CUT_DROP, true);
+  fprintf(stderr, "packets dropped: the last survivor failed %.2f s after "
+          "the cut\n", worst);
+}
+
+/* A link that goes down for 2 s and comes back, well inside the 6 s after
+ * which a silent peer counts as gone: TCP retransmits what was lost, and
+ * every rank carries on with exact results (no rank fails; none could fail
+ * alone: a rank that gave up would close its sockets, and its peers would
+ * fail naming it). The pause is printed. */
+static int body_flap(h_ctx_t *h) {
+  vanish_area_t *a = h->arg;
+  float *buf = xmalloc(STREAM_COUNT * sizeof(float));
+  float *expect = xmalloc(STREAM_COUNT * sizeof(float));
+  double longest = 0;
+  for (int i = 0; i < 40; i++) {
+    h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, h->rank, 0, 5 + i, buf,
+                 STREAM_COUNT);
+    h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, 0, 5 + i, expect,
+                    STREAM_COUNT);
+    double t0 = h_now_s();
+    ringcc_result_t r = ringcc_allreduce(RINGCC_IN_PLACE, buf, STREAM_COUNT,
+                                         RINGCC_FLOAT32, RINGCC_SUM, h->comm,
+                                         NULL);
+    if (r != RINGCC_SUCCESS)
+      return h_fail(h, "allreduce %d (the link flapped at %.2f s): %s", i,
+                    a->cut_at, ringcc_comm_last_error(h->comm));
+    if (!h_check_elems(h, "allreduce across the flap", RINGCC_FLOAT32, buf,
+                       expect, STREAM_COUNT))
+      return 1;
+    if (h_now_s() - t0 > longest)
+      longest = h_now_s() - t0;
+    if (h->rank == 0)
+      a->iterations = i + 1;
+    h_sleep_ms(50);
+  }
+  a->rank[h->rank].failed_at = longest;
+  free(buf), free(expect);
+  return 0;
+}
+
+Test(multihost, link_flap_of_2s_continues_exactly, .timeout = 90) {
+  layout_t L = make_layout(VANISH_HOSTS, 1, false);
+  net_up(VANISH_HOSTS);
+  vanish_area_t *a = h_shared_alloc(sizeof *a);
+  a->victim_host = 1;
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cutter_t c = {.area = a, .net = &g_net, .how = NS_CUT_LINK_DOWN,
+                .flap_s = 2.0, .after = 10};
+  pthread_t tid;
+  pthread_create(&tid, NULL, cutter, &c);
+  ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
+                     .body = body_flap, .arg = a, .config = &cfg,
+                     .timeout_s = 60, .name = "link flap"};
+  ns_result_t res;
+  bool ok = ns_run(&o, &res);
+  pthread_join(tid, NULL);
+  cr_assert(c.ok, "flapping host 1's link: %s", c.why);
+  cr_assert(ok, "a rank failed across a 2 s flap (above)");
+  for (int r = 0; r < L.nranks; r++)
+    fprintf(stderr, "link flap (down 2 s): rank %d's longest allreduce took "
+            "%.2f s (40 in all, exact)\n", r, a->rank[r].failed_at);
+  ns_result_free(&res);
+  h_shared_free(a, sizeof *a);
+}
+
+/* ---- random collectives on a bad network, and under load ---------------------------- */
+
+typedef struct {
+  int calls;       /* every rank makes the same calls */
+  bool gaps;       /* idle now and then (up to 3 s): links go quiet */
+  uint64_t seed;
+  double seconds[NS_MAX_RANKS];
+  int done[NS_MAX_RANKS];
+} soak_area_t;
+
+/* Random collectives drawn alike on every rank (soak/random_coll.h), each
+ * result checked; with gaps, every rank idles alike before some calls. */
+static int body_random(h_ctx_t *h) {
+  soak_area_t *a = h->arg;
+  rc_rank_t s;
+  if (!rc_rank_init(&s, h->rank, h->nranks, 4096))
+    return h_fail(h, "out of memory");
+  double t0 = h_now_s();
+  for (int i = 0; i < a->calls; i++) {
+    rc_call_t c;
+    uint64_t gap = h_hash3(a->seed, (uint64_t)i, 0x676170);
+    if (a->gaps && gap % 4 == 0)
+      h_sleep_ms((int)(gap / 4 % 3000));
+    rc_draw(a->seed, (uint64_t)i, h->nranks, 4096, &c);
+    int r = rc_run(&s, &c, h->comm);
+    if (r != 0) {
+      char what[160];
+      rc_describe(&c, what, sizeof what);
+      rc_rank_free(&s);
+      return h_fail(h, "call %d (%s): %s: %s", i, what,
+                    r == RC_WRONG_DATA ? "wrong data"
+                                       : ringcc_strerror((ringcc_result_t)r),
+                    ringcc_comm_last_error(h->comm));
+    }
+    a->done[h->rank] = i + 1;
+  }
+  a->seconds[h->rank] = h_now_s() - t0;
+  rc_rank_free(&s);
+  return 0;
+}
+
+static double run_random(soak_area_t *a, const char *name, double timeout_s) {
+  layout_t L = make_layout(VANISH_HOSTS, 1, false);
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
+                     .body = body_random, .arg = a, .config = &cfg,
+                     .timeout_s = timeout_s, .name = name};
+  ns_result_t res;
+  bool ok = ns_run(&o, &res);
+  ns_result_free(&res);
+  cr_assert(ok, "%s: a rank failed (above): %d, %d, %d calls done", name,
+            a->done[0], a->done[1], a->done[2]);
+  double worst = 0;
+  for (int r = 0; r < L.nranks; r++)
+    worst = a->seconds[r] > worst ? a->seconds[r] : worst;
+  return worst;
+}
+
+/* netem's 1 % loss, 50 ms +- 20 ms delay (which reorders) on the way between
+ * any two hosts (ns_net_impair: this kernel has no sch_netem). Every result
+ * exact, nothing hangs; the slowdown against the same calls on the clean
+ * network is printed. */
+static void impaired(int calls, double timeout_s) {
+  net_up(VANISH_HOSTS);
+  soak_area_t *a = h_shared_alloc(sizeof *a);
+  a->calls = calls;
+  a->seed = 0x6e6574656dull;
+  double clean = run_random(a, "clean network", timeout_s);
+  char why[600];
+  ns_impair_t im = {.loss = 0.01, .delay_ms = 50, .jitter_ms = 20};
+  cr_assert(ns_net_impair(&g_net, &im, why, sizeof why), "%s", why);
+  memset(a->seconds, 0, sizeof a->seconds);
+  double bad = run_random(a, "impaired network", timeout_s);
+  ns_wire_stats_t *w = g_net.wire_stats;
+  fprintf(stderr, "impaired network: %d random collectives on 3 hosts took "
+          "%.2f s, %.2f s on the clean network (%.0fx slower); the wire "
+          "carried %llu frames, dropped %llu (%.2f %%), delivered %llu out of "
+          "order; every result exact\n", calls, bad, clean,
+          clean > 0 ? bad / clean : 0, w->frames, w->dropped,
+          w->frames ? 100.0 * (double)w->dropped / (double)w->frames : 0,
+          w->reordered);
+  cr_expect_gt(w->dropped, 0, "the wire dropped nothing");
+  h_shared_free(a, sizeof *a);
+}
+
+Test(multihost, impaired_network_exact_results, .timeout = 240) {
+  impaired(40, 150);
+}
+
+/* 8 CPU-bound processes on this 2-CPU machine while the ranks run random
+ * collectives with idle gaps of up to 3 s (longer than keepalive's first
+ * probe): no rank may take a live peer for a dead one. */
+static pid_t *start_hogs(int n) {
+  pid_t *pids = calloc((size_t)n, sizeof *pids);
+  for (int i = 0; i < n; i++) {
+    fflush(NULL);
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      volatile uint64_t x = (uint64_t)i;
+      for (;;)
+        x = x * 6364136223846793005ull + 1;
+    }
+  }
+  return pids;
+}
+
+static void stop_hogs(pid_t *pids, int n) {
+  for (int i = 0; i < n; i++)
+    if (pids[i] > 0) {
+      kill(pids[i], SIGKILL);
+      waitpid(pids[i], NULL, 0);
+    }
+  free(pids);
+}
+
+static void under_load(int calls, double timeout_s) {
+  net_up(VANISH_HOSTS);
+  soak_area_t *a = h_shared_alloc(sizeof *a);
+  a->calls = calls;
+  a->gaps = true;
+  a->seed = 0x6c6f6164ull;
+  pid_t *hogs = start_hogs(8);
+  double took = run_random(a, "under load", timeout_s);
+  stop_hogs(hogs, 8);
+  fprintf(stderr, "under load 8: %d random collectives with idle gaps on 3 "
+          "hosts took %.1f s, no failure\n", calls, took);
+  h_shared_free(a, sizeof *a);
+}
+
+Test(multihost, no_false_failure_under_load, .timeout = 240) {
+  under_load(40, 200);
+}
+
+/* ---- the measurements of docs/reliability.md (scripts/measure-failures.sh) ---------- */
+
+/* Skipped unless RCC_MEASURE_TRIALS (trials per fault kind),
+ * RCC_MEASURE_IMPAIRED_CALLS or RCC_MEASURE_LOAD_CALLS (calls of the long
+ * runs) is set. */
+static int measure_env(const char *name) {
+  const char *v = getenv(name);
+  return v ? atoi(v) : 0;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+static void measure_detection(ns_cut_t how) {
+  int trials = measure_env("RCC_MEASURE_TRIALS");
+  if (trials <= 0)
+    cr_skip_test("a measurement: set RCC_MEASURE_TRIALS");
+  net_up(VANISH_HOSTS);
+  double *d = calloc((size_t)trials, sizeof *d);
+  int failed = 0;
+  for (int t = 0; t < trials; t++) {
+    char why[600];
+    d[t] = vanish_trial(how, false);
+    cr_assert(ns_restore(&g_net, VANISH_HOSTS - 1, how, why, sizeof why),
+              "%s", why);
+    if (d[t] < 0)
+      failed++;
+    fprintf(stderr, "MEASURE %s trial %d: %.3f s\n", ns_cut_name(how), t + 1,
+            d[t]);
+  }
+  qsort(d, (size_t)trials, sizeof *d, cmp_double);
+  fprintf(stderr, "MEASURE %s: %d trials (3 hosts x 2 ranks, the last host "
+          "cut mid-allreduce), %d failed a check; time from the cut to the "
+          "last survivor's error: median %.2f s, min %.2f s, max %.2f s\n",
+          ns_cut_name(how), trials, failed, d[trials / 2], d[0],
+          d[trials - 1]);
+  cr_expect_eq(failed, 0);
+  free(d);
+}
+
+Test(measure, link_down_detection, .timeout = 7200) {
+  measure_detection(NS_CUT_LINK_DOWN);
+}
+Test(measure, packets_dropped_detection, .timeout = 7200) {
+  measure_detection(NS_CUT_DROP);
+}
+Test(measure, impaired_network_long, .timeout = 7200) {
+  int calls = measure_env("RCC_MEASURE_IMPAIRED_CALLS");
+  if (calls <= 0)
+    cr_skip_test("a measurement: set RCC_MEASURE_IMPAIRED_CALLS");
+  impaired(calls, 7000);
+}
+Test(measure, under_load_long, .timeout = 7200) {
+  int calls = measure_env("RCC_MEASURE_LOAD_CALLS");
+  if (calls <= 0)
+    cr_skip_test("a measurement: set RCC_MEASURE_LOAD_CALLS");
+  under_load(calls, 7000);
+}
+TestSuite(measure, .fini = net_down);
+
+/* ---- the secret never crosses the wire ------------------------------------------------- */
+
+/* What each rank knew, for the sniffer's test to look for. */
+typedef struct {
+  uint8_t secret[16];   /* RINGCC_SECRET, as bytes */
+  char secret_hex[33];
+  uint8_t key[NS_MAX_RANKS][32];   /* the communicator's */
+  uint8_t split_key[NS_MAX_RANKS][32];
+  int split_ok[NS_MAX_RANKS];
+} wire_area_t;
+
+static int body_secret(h_ctx_t *h) {
+  wire_area_t *a = h->arg;
+  const char *hex = getenv("RINGCC_SECRET");
+  if (h->rank == 0 && hex != NULL && strlen(hex) == 32) {
+    snprintf(a->secret_hex, sizeof a->secret_hex, "%s", hex);
+    for (int i = 0; i < 16; i++) {
+      unsigned b;
+      sscanf(hex + 2 * i, "%2x", &b);
+      a->secret[i] = (uint8_t)b;
+    }
+  }
+  memcpy(a->key[h->rank], h->comm->key, 32);
+  int64_t v = h->rank;
+  if (!h_ok(h, ringcc_allreduce(RINGCC_IN_PLACE, &v, 1, RINGCC_INT64,
+                                RINGCC_SUM, h->comm, NULL), "allreduce"))
+    return 1;
+  ringcc_comm_t sub = NULL; /* one group across both hosts, reversed */
+  if (!h_ok(h, ringcc_comm_split(h->comm, 0, -h->rank, &sub), "split"))
+    return 1;
+  memcpy(a->split_key[h->rank], sub->key, 32);
+  v = h->rank;
+  if (!h_ok(h, ringcc_allreduce(RINGCC_IN_PLACE, &v, 1, RINGCC_INT64,
+                                RINGCC_SUM, sub, NULL), "allreduce in split"))
+    return 1;
+  a->split_ok[h->rank] = 1;
+  return ringcc_comm_destroy(sub) != RINGCC_SUCCESS;
+}
+
+static bool holds(const unsigned char *buf, size_t len, const void *what,
+                  size_t n) {
+  return memmem(buf, len, what, n) != NULL;
+}
+
+/* A sniffer on the switch records every frame of a job on 2 hosts (init:
+ * rendezvous, bootstrap ring, TCP connections; an allreduce; a split and an
+ * allreduce in it). Nowhere on the wire: the secret (bytes, or hex in either
+ * case), either communicator's key, or an id with its secret (the split's
+ * records carry the new id with the secret zeroed). Before: the secret led
+ * every rendezvous and ring hello, the communicator's secret was
+ * all-gathered, and the split's id carried its secret. */
+Test(multihost, the_secret_never_crosses_the_wire, .timeout = 90) {
+  layout_t L = make_layout(2, 1, false);
+  net_up(2);
+  wire_area_t *a = h_shared_alloc(sizeof *a);
+  ns_capture_t cap;
+  char why[600];
+  cr_assert(ns_capture_start(&g_net, &cap, 64 << 20, why, sizeof why), "%s",
+            why);
+  ringcc_config_t cfg = test_config(30000);
+  ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
+                     .body = body_secret, .arg = a, .config = &cfg,
+                     .timeout_s = 60, .name = "secret on the wire"};
+  ns_result_t res;
+  bool ok = ns_run(&o, &res);
+  h_sleep_ms(200); /* the last frames */
+  ns_capture_stop(&cap);
+  ns_result_free(&res);
+  cr_assert(ok, "the ranks failed (above)");
+  size_t n = __atomic_load_n(cap.len, __ATOMIC_ACQUIRE);
+  const unsigned char *w = cap.buf;
+  fprintf(stderr, "secret on the wire: %zu bytes captured\n", n);
+  cr_assert(a->secret_hex[0] != '\0' && a->split_ok[0] && a->split_ok[1]);
+  cr_assert(holds(w, n, "RCCA", 4), "the capture holds no handshake: the "
+            "sniffer saw nothing");
+  char upper[33];
+  for (int i = 0; i < 33; i++)
+    upper[i] = (char)toupper((unsigned char)a->secret_hex[i]);
+  cr_expect(!holds(w, n, a->secret, 16), "the secret crossed the wire");
+  cr_expect(!holds(w, n, a->secret_hex, 32) && !holds(w, n, upper, 32),
+            "the secret crossed the wire in hex");
+  for (int r = 0; r < L.nranks; r++) {
+    cr_expect(!holds(w, n, a->key[r], 16), "rank %d's key crossed the wire",
+              r);
+    cr_expect(!holds(w, n, a->split_key[r], 16),
+              "rank %d's split communicator's key crossed the wire", r);
+  }
+  /* Ids on the wire (the split's records): magic, version, and a secret
+   * (bytes 32..47) of zeros. */
+  static const unsigned char magic[8] = {'R', 'C', 'C', 'I', 0, 1, 0, 0};
+  int ids = 0, with_secret = 0;
+  for (const unsigned char *p = w; (p = memmem(p, n - (size_t)(p - w), magic,
+                                               8)) != NULL; p++) {
+    static const unsigned char zero[16];
+    ids++;
+    with_secret += (size_t)(p - w) + 48 <= n && memcmp(p + 32, zero, 16) != 0;
+  }
+  fprintf(stderr, "secret on the wire: %d ids seen, %d with a secret\n", ids,
+          with_secret);
+  cr_expect_eq(with_secret, 0, "an id with its secret crossed the wire");
+  ns_capture_free(&cap);
   h_shared_free(a, sizeof *a);
 }

@@ -62,6 +62,10 @@
 #define FIFO_BYTES (SLOT * NSLOT)
 #define WAIT_S 20.0
 
+/* The communicator's network key every connection proves, and another. */
+static const uint8_t KEY[RCC_NET_KEY_BYTES] = "the test's network key, 32 byte";
+static const uint8_t OTHER_KEY[RCC_NET_KEY_BYTES] = "another communicator's key, 32 ";
+
 /* ==== unit tests of the pure parts ========================================= */
 
 TestSuite(ib_unit);
@@ -296,7 +300,7 @@ static void pair_listen(pair_t *p) {
   char err[RCC_ERRLEN];
   memset(p, 0, sizeof *p);
   init_ok();
-  cr_assert_eq(P.listen(p->handle, &p->listen, err, sizeof err),
+  cr_assert_eq(P.listen(KEY, p->handle, &p->listen, err, sizeof err),
                RINGCC_SUCCESS, "listen: %s", err);
   handle_addr(p->handle, p->addr, sizeof p->addr);
 }
@@ -306,7 +310,7 @@ static void pair_connect(pair_t *p) {
   uint8_t hello[RCC_NET_HELLO_BYTES] = "a hello from the connector";
   uint8_t got[RCC_NET_HELLO_BYTES];
   int64_t dl = rcc_now_ns() + (int64_t)(WAIT_S * 1e9);
-  cr_assert_eq(P.connect(p->handle, hello, &p->send, dl, err, sizeof err),
+  cr_assert_eq(P.connect(KEY, p->handle, hello, &p->send, dl, err, sizeof err),
                RINGCC_SUCCESS, "connect: %s", err);
   cr_assert_eq(P.accept(p->listen, got, &p->recv, dl, err, sizeof err),
                RINGCC_SUCCESS, "accept: %s", err);
@@ -767,6 +771,153 @@ static void t_stranger(void) {
   pair_close(&p);
 }
 
+/* Offers that do not prove the key are dropped as soon as the accepting
+ * listener has read them, before any queue pair is made for them: one made
+ * with another key, one made for another listener (its nonce in the
+ * handle), and a copy of an offer this listener accepted already (a
+ * replay). Each stranger's side channel ends; the real connection still
+ * comes in. */
+static void t_unproven_offers(void) {
+  pair_t p, other;
+  char err[RCC_ERRLEN];
+  uint8_t hello[RCC_NET_HELLO_BYTES] = "a stranger's hello";
+  uint8_t got[RCC_NET_HELLO_BYTES], mixed[RCC_NET_HANDLE_BYTES];
+  int64_t dl = rcc_now_ns() + (int64_t)(WAIT_S * 1e9);
+  void *wrong_key, *wrong_listener;
+  pair_listen(&other);
+  pair_listen(&p);
+  memcpy(mixed, p.handle, sizeof mixed); /* p's address, other's nonce */
+  memcpy(mixed + 28, other.handle + 28, 16);
+  cr_assert_eq(P.connect(OTHER_KEY, p.handle, hello, &wrong_key, dl, err,
+                         sizeof err), RINGCC_SUCCESS, "%s", err);
+  cr_assert_eq(P.connect(KEY, mixed, hello, &wrong_listener, dl, err,
+                         sizeof err), RINGCC_SUCCESS, "%s", err);
+  void *none = NULL;
+  ringcc_result_t r = P.accept(p.listen, got, &none,
+                               rcc_now_ns() + 1500000000LL, err, sizeof err);
+  if (none != NULL)
+    P.close_recv(none);
+  cr_assert_eq(r, RINGCC_ERR_TIMEOUT, "a stranger's offer was accepted: %s",
+               err);
+  double t0 = h_now_s();
+  int64_t soon = rcc_now_ns() + 3000000000LL;
+  cr_assert_eq(P.ready(wrong_key, soon, err, sizeof err),
+               RINGCC_ERR_PEER_FAILED, "another key's offer: %s", err);
+  cr_assert(strstr(err, "ended during setup") != NULL, "%s", err);
+  cr_assert_eq(P.ready(wrong_listener, soon, err, sizeof err),
+               RINGCC_ERR_PEER_FAILED, "another listener's offer: %s", err);
+  cr_assert(h_now_s() - t0 < 1.5, "the strangers were dropped after %.2f s",
+            h_now_s() - t0);
+  P.close_send(wrong_key);
+  P.close_send(wrong_listener);
+  pair_connect(&p); /* the real one still comes in */
+
+  /* A replay: an offer for p caught on the way (sent to a socket of ours
+   * instead), then given to p twice. */
+  struct sockaddr_storage a, bound;
+  int cap_fd, fd = -1, copy[2];
+  uint8_t offer[256]; /* an offer, its proof at the end (net_ib.c) */
+  void *caught, *first;
+  cr_assert_eq(rcc_socket_parse_host_port(p.addr, &a, err, sizeof err),
+               RINGCC_SUCCESS, "%s", err);
+  rcc_socket_addr_set_port(&a, 0);
+  cr_assert_eq(rcc_socket_listen(&a, &cap_fd, &bound, err, sizeof err),
+               RINGCC_SUCCESS, "%s", err);
+  uint8_t via[RCC_NET_HANDLE_BYTES];
+  uint16_t port = htons((uint16_t)rcc_socket_addr_port(&bound));
+  memcpy(via, p.handle, sizeof via);
+  memcpy(via + 6, &port, 2);
+  cr_assert_eq(P.connect(KEY, via, hello, &caught, dl, err, sizeof err),
+               RINGCC_SUCCESS, "%s", err);
+  while (fd < 0 && rcc_now_ns() < dl) {
+    cr_assert_eq(rcc_socket_accept(cap_fd, &fd, NULL, err, sizeof err),
+                 RINGCC_SUCCESS, "%s", err);
+    if (fd < 0)
+      h_sleep_ms(10);
+  }
+  cr_assert(fd >= 0, "the offer never came to the catching socket");
+  cr_assert_eq(rcc_socket_recv_all(fd, offer, sizeof offer, dl, err,
+                                   sizeof err), RINGCC_SUCCESS, "%s", err);
+  cr_assert_eq(rcc_socket_parse_host_port(p.addr, &a, err, sizeof err),
+               RINGCC_SUCCESS, "%s", err);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(rcc_socket_connect(&a, dl, &copy[i], err, sizeof err),
+                 RINGCC_SUCCESS, "%s", err);
+    cr_assert_eq(rcc_socket_send_all(copy[i], offer, sizeof offer, dl, err,
+                                     sizeof err), RINGCC_SUCCESS, "%s", err);
+    if (i == 1)
+      break;
+    cr_assert_eq(P.accept(p.listen, got, &first, dl, err, sizeof err),
+                 RINGCC_SUCCESS, "the first copy: %s", err);
+    cr_assert_eq(memcmp(got, hello, sizeof got), 0);
+  }
+  void *replayed = NULL;
+  r = P.accept(p.listen, got, &replayed,
+               rcc_now_ns() + 1500000000LL, err, sizeof err);
+  if (replayed != NULL)
+    P.close_recv(replayed);
+  cr_assert_eq(r, RINGCC_ERR_TIMEOUT, "the replay: %s", err);
+  char byte;
+  struct pollfd pfd = {.fd = copy[1], .events = POLLIN};
+  cr_assert_eq(poll(&pfd, 1, 0), 1, "the replay's socket is still open");
+  cr_assert_eq(recv(copy[1], &byte, 1, MSG_DONTWAIT), 0,
+               "the replay's socket was not closed");
+  P.close_recv(first);
+  P.close_send(caught);
+  close(copy[0]), close(copy[1]), close(fd), close(cap_fd);
+  pair_close(&p);
+  pair_close(&other);
+}
+
+/* A child forked after the connections were made closes its copies (as
+ * ringcc_comm_destroy does in a child): the parent's connection does not
+ * notice, and its messages still arrive exactly. */
+static void t_forked_child_closes(void) {
+  pair_t p;
+  pair_open(&p);
+  one_message(&p, p.sfifo, 10, p.rfifo, FIFO_BYTES, 1, 901);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    P.dereg_mr(p.send, p.smh);
+    P.dereg_mr(p.recv, p.rmh);
+    P.close_send(p.send);
+    P.close_recv(p.recv);
+    P.close_listen(p.listen);
+    _exit(0);
+  }
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the child's close ended with status 0x%x", status);
+  /* A receive waits half a second for nothing (test() looks at the side
+   * channel every 50 ms): it must not hear a CLOSE from the child. */
+  char err[RCC_ERRLEN];
+  void *rr = post_recv(&p, p.rfifo, FIFO_BYTES);
+  for (double until = h_now_s() + 0.5; h_now_s() < until;) {
+    int done = 0;
+    size_t bytes;
+    uint32_t imm;
+    cr_assert_eq(P.test(rr, &done, &bytes, &imm, err, sizeof err),
+                 RINGCC_SUCCESS, "the receive after the child's close: %s",
+                 err);
+    cr_assert(!done, "a receive completed with nothing sent");
+    usleep(10000);
+  }
+  fill(p.sfifo, 1000, 902);
+  void *sr = post_send(&p, p.sfifo, 1000, 2);
+  size_t got;
+  uint32_t imm;
+  wait_req(sr, NULL, NULL, "send");
+  wait_req(rr, &got, &imm, "receive");
+  cr_assert_eq(got, 1000);
+  cr_assert_eq(imm, 2);
+  check_fill(p.rfifo, 1000, 902, "message");
+  one_message(&p, p.sfifo, 5000, p.rfifo, FIFO_BYTES, 3, 903);
+  pair_close(&p);
+}
+
 /* Nobody accepts: the connector's setup ends at its deadline. */
 static void t_setup_timeout(void) {
   pair_t p;
@@ -774,7 +925,7 @@ static void t_setup_timeout(void) {
   uint8_t hello[RCC_NET_HELLO_BYTES] = {0};
   pair_listen(&p);
   int64_t dl = rcc_now_ns() + 300000000LL;
-  cr_assert_eq(P.connect(p.handle, hello, &p.send, dl, err, sizeof err),
+  cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
   cr_assert_eq(P.ready(p.send, dl, err, sizeof err), RINGCC_ERR_TIMEOUT);
   snprintf(want, sizeof want, "NET/IB: the connection to %s did not finish "
@@ -814,11 +965,112 @@ BOTH(flush, 60, NULL, NULL, t_flush())
 BOTH(sender_closes, 60, NULL, NULL, t_sender_closes())
 BOTH(receiver_closes, 60, NULL, NULL, t_receiver_closes())
 BOTH(stranger, 60, NULL, NULL, t_stranger())
+BOTH(unproven_offers, 60, NULL, NULL, t_unproven_offers())
+BOTH(forked_child_closes, 60, NULL, NULL, t_forked_child_closes())
 BOTH(setup_timeout, 60, NULL, NULL, t_setup_timeout())
 
 /* ==== error paths on the fake device ========================================= */
 
 TestSuite(ib_fake);
+
+/* A raw TCP connection to the listener of p, from a stranger. */
+static int stranger_connect(const pair_t *p) {
+  struct sockaddr_storage a;
+  char err[RCC_ERRLEN];
+  int fd;
+  cr_assert_eq(rcc_socket_parse_host_port(p->addr, &a, err, sizeof err),
+               RINGCC_SUCCESS, "%s", err);
+  cr_assert_eq(rcc_socket_connect(&a, rcc_now_ns() + 5000000000LL, &fd, err,
+                                  sizeof err), RINGCC_SUCCESS, "%s", err);
+  return fd;
+}
+
+/* 600 strangers connect and stay silent (more than the 128 offers the
+ * listener holds), then a real peer: it gets in at once, because the
+ * oldest stranger goes when the listener is full, not the newcomer. */
+Test(ib_fake, flood_of_strangers_then_a_real_peer, .timeout = 60) {
+  enum { FLOOD = 600 };
+  struct rlimit rl = {.rlim_cur = 4096, .rlim_max = 4096};
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    cr_skip_test("cannot raise the open-file limit to 4096: %s",
+                 strerror(errno));
+  use_fake(NULL);
+  pair_t p;
+  char err[RCC_ERRLEN];
+  uint8_t got[RCC_NET_HELLO_BYTES];
+  int *fds = malloc(FLOOD * sizeof(int));
+  cr_assert_not_null(fds);
+  pair_listen(&p);
+  for (int i = 0; i < FLOOD; i++) {
+    fds[i] = stranger_connect(&p);
+    if (i % 100 == 99) { /* the listener takes them as they come */
+      void *none = NULL;
+      (void)P.accept(p.listen, got, &none, rcc_now_ns() + 20000000LL, err,
+                     sizeof err);
+      cr_assert_null(none);
+    }
+  }
+  double t0 = h_now_s();
+  pair_connect(&p);
+  double took = h_now_s() - t0;
+  cr_expect_lt(took, 2.0, "the real peer needed %.2f s", took);
+  int open_fds = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    char c;
+    ssize_t n = recv(fds[i], &c, 1, MSG_DONTWAIT);
+    open_fds += n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    close(fds[i]);
+  }
+  printf("flood: a real peer got in after %.3f s; %d of %d strangers' "
+         "connections still held by the listener\n", took, open_fds, FLOOD);
+  cr_expect_leq(open_fds, 128, "the listener holds %d strangers", open_fds);
+  free(fds);
+  pair_close(&p);
+}
+
+/* A listener whose process has too few descriptors to hold 200 silent
+ * strangers backs off, makes room, and still takes the real peer: accept()
+ * fails only at its deadline, never with "Too many open files". */
+Test(ib_fake, out_of_descriptors_backs_off, .timeout = 60) {
+  use_fake(NULL);
+  pair_t p;
+  char err[RCC_ERRLEN];
+  uint8_t hello[RCC_NET_HELLO_BYTES] = "a hello from the connector";
+  pair_listen(&p);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) { /* the listener's process, with few descriptors */
+    struct rlimit rl = {.rlim_cur = 64, .rlim_max = 64};
+    uint8_t got[RCC_NET_HELLO_BYTES];
+    void *rc = NULL;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      _exit(3);
+    ringcc_result_t r = P.accept(p.listen, got, &rc,
+                                 rcc_now_ns() + 15000000000LL, err,
+                                 sizeof err);
+    if (r != RINGCC_SUCCESS) {
+      fprintf(stderr, "accept: %s\n", err);
+      _exit(1);
+    }
+    _exit(memcmp(got, hello, sizeof got) == 0 ? 0 : 2);
+  }
+  int fds[200];
+  for (int i = 0; i < 200; i++) /* silent strangers: far more than 64 */
+    fds[i] = stranger_connect(&p);
+  usleep(300000);
+  cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send,
+                         rcc_now_ns() + 15000000000LL, err, sizeof err),
+               RINGCC_SUCCESS, "%s", err);
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the listener's process ended with status %d (1: accept failed, "
+            "see above)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  for (int i = 0; i < 200; i++)
+    close(fds[i]);
+  pair_close(&p);
+}
 
 Test(ib_fake, retry_exceeded) {
   pair_t p;
@@ -919,7 +1171,7 @@ static void rtr_timeout(const char *hint) {
   uint8_t hello[RCC_NET_HELLO_BYTES] = {0}, got[RCC_NET_HELLO_BYTES];
   pair_listen(&p);
   int64_t dl = rcc_now_ns() + 10000000000LL;
-  cr_assert_eq(P.connect(p.handle, hello, &p.send, dl, err, sizeof err),
+  cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
   cr_assert_eq(P.accept(p.listen, got, &p.recv, dl, err, sizeof err),
                RINGCC_ERR_NETWORK);
@@ -1032,6 +1284,17 @@ Test(ib_fake, bad_setting) {
   setenv("RINGCC_IB_TIMEOUT", "40", 1);
   cr_assert_eq(init_err(err, sizeof err), RINGCC_ERR_INVALID_ARGUMENT);
   cr_assert_str_eq(err, "NET/IB: RINGCC_IB_TIMEOUT=\"40\" is not a number in "
+                        "1..31");
+}
+
+/* Integers are decimal digits only, as every variable's (env.h): no sign,
+ * no spaces. */
+Test(ib_fake, bad_setting_not_decimal) {
+  char err[RCC_ERRLEN];
+  use_fake(NULL);
+  setenv("RINGCC_IB_TIMEOUT", "+20", 1);
+  cr_assert_eq(init_err(err, sizeof err), RINGCC_ERR_INVALID_ARGUMENT);
+  cr_assert_str_eq(err, "NET/IB: RINGCC_IB_TIMEOUT=\"+20\" is not a number in "
                         "1..31");
 }
 
@@ -1501,7 +1764,8 @@ Test(ib_fake, library_retry_exceeded, .timeout = 90) {
     cr_assert_eq(a->call_code[r], RINGCC_ERR_NETWORK, "rank %d: %d: %s", r,
                  a->call_code[r], a->message[r]);
     char ranks[400], where[300], peer[32];
-    snprintf(ranks, sizeof ranks, "(host %s): NET/IB: RDMA write of ", host);
+    snprintf(ranks, sizeof ranks, "(host %s, which holds ranks 0, 1): "
+             "NET/IB: RDMA write of ", host);
     snprintf(peer, sizeof peer, "rank %d", 1 - r);
     snprintf(where, sizeof where, "on fake0:1 failed: transport retry "
              "counter exceeded (IBV_WC_RETRY_EXC_ERR, status 12, vendor "

@@ -4,8 +4,10 @@
  * every size with every byte and immediate checked (1, 2 and 4 sockets per
  * connection), the request limit with traffic both ways, a slot too small, a
  * peer that closes or dies mid-transfer, one link used both ways (reverse),
- * strangers at the listener, IPv6
- * loopback, and (printed, not asserted) loopback throughput.
+ * strangers at the listener (a socket that does not prove the key is dropped
+ * at once, a flood of them or of silent ones does not stop a real peer, a
+ * listener out of descriptors backs off, a proof is good for one listener
+ * once), IPv6 loopback, and (printed, not asserted) loopback throughput.
  *
  * Criterion runs each test in its own process, so the plugin's once-per-
  * process init() is fresh in every test. RINGCC_NSOCKS_PERPEER is read at
@@ -21,6 +23,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +36,18 @@
 #include "env.h"
 #include "error.h"
 #include "net.h"
+#include "sha256.h"
 #include "socket.h"
 #include "wire.h"
 
+#include <sys/resource.h>
+
 static const struct rcc_net_plugin *const P = &rcc_net_socket;
+/* The communicator's network key of these tests (and another one). */
+static const uint8_t KEY[RCC_NET_KEY_BYTES] = {
+    0x6b, 0x65, 0x79, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+    14,   15,   16,   17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29};
+static const uint8_t OTHER_KEY[RCC_NET_KEY_BYTES] = {0x0f};
 
 #define SLOT (1u << 20)
 #define MS 1000000LL
@@ -63,7 +74,7 @@ static void make_hello(uint8_t *hello, int seed) {
 static void *do_listen(uint8_t *handle) {
   char err[RCC_ERRLEN];
   void *l = NULL;
-  cr_assert_eq(P->listen(handle, &l, err, sizeof(err)), RINGCC_SUCCESS,
+  cr_assert_eq(P->listen(KEY, handle, &l, err, sizeof(err)), RINGCC_SUCCESS,
                "listen: %s", err);
   return l;
 }
@@ -75,7 +86,7 @@ static void make_pair(void *listen_comm, const uint8_t *handle, int nsocks,
   uint8_t hello[RCC_NET_HELLO_BYTES], got[RCC_NET_HELLO_BYTES];
   make_hello(hello, nsocks);
   set_nsocks(nsocks);
-  cr_assert_eq(P->connect(handle, hello, send_comm,
+  cr_assert_eq(P->connect(KEY, handle, hello, send_comm,
                           rcc_deadline_after_ms(5000), err, sizeof(err)),
                RINGCC_SUCCESS, "connect: %s", err);
   cr_assert_eq(P->accept(listen_comm, got, recv_comm,
@@ -463,7 +474,7 @@ static void *rank_main(void *p) {
   uint8_t *sbuf = malloc((size_t)RCC_NET_MAX_REQUESTS * 65536 * 2);
   uint8_t *rbuf = malloc((size_t)RCC_NET_MAX_REQUESTS * 65536 * 2);
   make_hello(hello, 100 + a->me);
-  if (P->connect(a->peer_handle, hello, &sc, rcc_deadline_after_ms(5000), err,
+  if (P->connect(KEY, a->peer_handle, hello, &sc, rcc_deadline_after_ms(5000), err,
                  sizeof(err)) != RINGCC_SUCCESS)
     burst_fail(a, "connect", err);
   else if (P->accept(a->listen_comm, got, &rc, rcc_deadline_after_ms(5000),
@@ -718,7 +729,7 @@ Test(net_socket, sender_process_killed, .timeout = 10) {
     void *sc, *sreq;
     uint8_t *buf = calloc(1, big);
     make_hello(hello, 9);
-    if (P->connect(handle, hello, &sc, rcc_deadline_after_ms(5000), err,
+    if (P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(5000), err,
                    sizeof(err)) != RINGCC_SUCCESS ||
         P->isend(sc, buf, big, 0, NULL, &sreq, err, sizeof(err)) !=
             RINGCC_SUCCESS)
@@ -777,9 +788,13 @@ static void raw_send(int fd, const void *buf, size_t len) {
 }
 
 /* The documented preamble: magic "RCNS", index, count, id (network order),
- * then the hello on socket 0. */
-static size_t preamble(uint8_t *p, uint32_t magic, int index, int nsocks,
-                       uint64_t id, int hello_seed) {
+ * then the hello on socket 0, then the proof: HMAC-SHA-256 of the label, the
+ * listener's nonce (bytes 28..43 of its handle), the preamble and the hello,
+ * keyed with key (NULL: 32 bytes of something else). */
+static size_t preamble_for(uint8_t *p, uint32_t magic, int index, int nsocks,
+                           uint64_t id, int hello_seed, const uint8_t *handle,
+                           const uint8_t *key) {
+  static const char label[] = "ringcc v2: net socket preamble";
   uint32_t m = htonl(magic), hi = htonl((uint32_t)(id >> 32)),
            lo = htonl((uint32_t)id);
   uint16_t ix = htons((uint16_t)index), n = htons((uint16_t)nsocks);
@@ -788,15 +803,33 @@ static size_t preamble(uint8_t *p, uint32_t magic, int index, int nsocks,
   memcpy(p + 6, &n, 2);
   memcpy(p + 8, &hi, 4);
   memcpy(p + 12, &lo, 4);
-  if (index != 0)
-    return 16;
-  make_hello(p + 16, hello_seed);
-  return 16 + RCC_NET_HELLO_BYTES;
+  size_t len = 16;
+  if (index == 0) {
+    make_hello(p + 16, hello_seed);
+    len += RCC_NET_HELLO_BYTES;
+  }
+  if (key == NULL) {
+    memset(p + len, 0x42, RCC_NET_SOCKET_MAC_BYTES);
+  } else {
+    struct rcc_hmac h;
+    rcc_hmac_init(&h, key, RCC_NET_KEY_BYTES);
+    rcc_hmac_update(&h, label, sizeof(label));
+    rcc_hmac_update(&h, handle + 28, 16);
+    rcc_hmac_update(&h, p, len);
+    rcc_hmac_final(&h, p + len);
+  }
+  return len + RCC_NET_SOCKET_MAC_BYTES;
+}
+
+/* A stranger's preamble: no proof of the key. */
+static size_t preamble(uint8_t *p, uint32_t magic, int index, int nsocks,
+                       uint64_t id, int hello_seed) {
+  return preamble_for(p, magic, index, nsocks, id, hello_seed, NULL, NULL);
 }
 
 Test(net_socket, strangers_do_not_stop_a_real_accept, .timeout = 20) {
   uint8_t handle[RCC_NET_HANDLE_BYTES], hello[RCC_NET_HELLO_BYTES],
-      got[RCC_NET_HELLO_BYTES], pre[128];
+      got[RCC_NET_HELLO_BYTES], pre[160];
   char err[RCC_ERRLEN];
   int strangers[8], ns = 0;
   void *sc, *rc;
@@ -821,7 +854,7 @@ Test(net_socket, strangers_do_not_stop_a_real_accept, .timeout = 20) {
 
   make_hello(hello, 2);
   set_nsocks(2);
-  cr_assert_eq(P->connect(handle, hello, &sc, rcc_deadline_after_ms(2000), err,
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(2000), err,
                           sizeof(err)), RINGCC_SUCCESS, "%s", err);
   int64_t t0 = rcc_now_ns();
   cr_assert_eq(P->accept(l, got, &rc, rcc_deadline_after_ms(3000), err,
@@ -847,12 +880,190 @@ Test(net_socket, strangers_do_not_stop_a_real_accept, .timeout = 20) {
   P->close_listen(l);
 }
 
+/* True when the listener closed fd within ms while accept() ran. */
+static bool closed_by_listener(void *l, int fd, int ms) {
+  uint8_t got[RCC_NET_HELLO_BYTES];
+  char err[RCC_ERRLEN];
+  void *none = NULL;
+  int64_t until = rcc_now_ns() + (int64_t)ms * MS;
+  while (rcc_now_ns() < until) {
+    (void)P->accept(l, got, &none, rcc_deadline_after_ms(50), err,
+                    sizeof(err));
+    cr_assert_null(none, "a stranger's connection was accepted");
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+      return true;
+  }
+  return false;
+}
+
+/* Sockets that do not prove the key are dropped at once (not after the
+ * 5 s a socket has to send its preamble, nor the 30 s a proven socket waits
+ * for its connection's others): a secondary socket, a socket 0 with a hello,
+ * a proof made with another key, and a proof made for another listener. */
+Test(net_socket, unproven_sockets_are_dropped_at_once, .timeout = 20) {
+  uint8_t handle[RCC_NET_HANDLE_BYTES], other[RCC_NET_HANDLE_BYTES], pre[160];
+  init_plugin(NULL);
+  void *l = do_listen(handle);
+  void *l2 = do_listen(other);
+  struct sockaddr_storage a = listen_addr(l);
+  struct {
+    const char *what;
+    size_t len;
+  } cases[4];
+  uint8_t bytes[4][160];
+  cases[0].what = "socket 1 of 2 with a made-up proof";
+  cases[0].len = preamble(bytes[0], 0x52434e53u, 1, 2, 91, 0);
+  cases[1].what = "socket 0 with a hello and a made-up proof";
+  cases[1].len = preamble(bytes[1], 0x52434e53u, 0, 1, 92, 3);
+  cases[2].what = "a proof made with another key";
+  cases[2].len = preamble_for(bytes[2], 0x52434e53u, 0, 1, 93, 3, handle,
+                              OTHER_KEY);
+  cases[3].what = "a proof made for another listener";
+  cases[3].len = preamble_for(bytes[3], 0x52434e53u, 0, 1, 94, 3, other, KEY);
+  for (int c = 0; c < 4; c++) {
+    int fd = raw_connect(&a);
+    raw_send(fd, bytes[c], cases[c].len);
+    cr_expect(closed_by_listener(l, fd, 1500), "%s: still open after 1.5 s",
+              cases[c].what);
+    close(fd);
+  }
+  /* A connection that proves the key comes in; the same bytes again (a
+   * replay) do not. */
+  size_t len = preamble_for(pre, 0x52434e53u, 0, 1, 95, 7, handle, KEY);
+  int fd = raw_connect(&a);
+  raw_send(fd, pre, len);
+  uint8_t got[RCC_NET_HELLO_BYTES], hello[RCC_NET_HELLO_BYTES];
+  char err[RCC_ERRLEN];
+  void *rc = NULL;
+  cr_assert_eq(P->accept(l, got, &rc, rcc_deadline_after_ms(2000), err,
+                         sizeof(err)), RINGCC_SUCCESS, "%s", err);
+  make_hello(hello, 7);
+  cr_assert_arr_eq(got, hello, RCC_NET_HELLO_BYTES);
+  int again = raw_connect(&a);
+  raw_send(again, pre, len);
+  cr_expect(closed_by_listener(l, again, 1500), "a replayed connection was "
+            "kept");
+  close(again);
+  P->close_recv(rc);
+  close(fd);
+  P->close_listen(l);
+  P->close_listen(l2);
+}
+
+/* The attack of issue 16: about 1,100 connections that send a secondary
+ * socket's preamble (which needs no hello) and never more, and as many that
+ * stay silent, before a real peer connects: it gets in at once, and the
+ * listener holds at most about 128 sockets that proved nothing. */
+Test(net_socket, flood_of_strangers_then_a_real_peer, .timeout = 60) {
+  enum { FLOOD = 1100 };
+  uint8_t handle[RCC_NET_HANDLE_BYTES], hello[RCC_NET_HELLO_BYTES],
+      got[RCC_NET_HELLO_BYTES], pre[160];
+  char err[RCC_ERRLEN];
+  struct rlimit rl = {.rlim_cur = 8192, .rlim_max = 8192};
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    cr_skip_test("cannot raise the open-file limit to 8192: %s",
+                 strerror(errno));
+  init_plugin(NULL);
+  void *l = do_listen(handle);
+  struct sockaddr_storage a = listen_addr(l);
+  int *fds = malloc(2 * FLOOD * sizeof(int));
+  for (int i = 0; i < 2 * FLOOD; i++) {
+    fds[i] = raw_connect(&a);
+    if (i % 2 == 0)
+      raw_send(fds[i], pre, preamble(pre, 0x52434e53u, 1, 2, 1000 + i, 0));
+    if (i % 256 == 255) { /* the listener takes them as they come */
+      void *none = NULL;
+      (void)P->accept(l, got, &none, rcc_deadline_after_ms(20), err,
+                      sizeof(err));
+      cr_assert_null(none);
+    }
+  }
+  void *sc, *rc;
+  make_hello(hello, 5);
+  set_nsocks(2);
+  int64_t t0 = rcc_now_ns();
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(3000),
+                          err, sizeof(err)), RINGCC_SUCCESS, "%s", err);
+  cr_assert_eq(P->accept(l, got, &rc, rcc_deadline_after_ms(3000), err,
+                         sizeof(err)), RINGCC_SUCCESS, "accept: %s", err);
+  double took = (double)(rcc_now_ns() - t0) / 1e9;
+  cr_assert_arr_eq(got, hello, RCC_NET_HELLO_BYTES);
+  cr_expect_lt(took, 2.0, "the real peer needed %.2f s", took);
+  int fd;
+  cr_assert_eq(P->fds(l, &fd, 1), 1);
+  int open_fds = 0;
+  for (int i = 0; i < 2 * FLOOD; i++) {
+    char c;
+    ssize_t n = recv(fds[i], &c, 1, MSG_DONTWAIT);
+    open_fds += n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  printf("flood: a real peer got in after %.3f s; %d of %d strangers' "
+         "connections still held by the listener\n", took, open_fds,
+         2 * FLOOD);
+  cr_expect_leq(open_fds, 128 + 64, "the listener holds %d strangers",
+               open_fds);
+  for (int i = 0; i < 2 * FLOOD; i++)
+    close(fds[i]);
+  free(fds);
+  P->close_send(sc);
+  P->close_recv(rc);
+  P->close_listen(l);
+}
+
+/* A listener whose process runs out of descriptors (EMFILE) while strangers
+ * hold its connections backs off, makes room, and still takes a real peer:
+ * accept() fails only at its deadline, never with "Too many open files". */
+Test(net_socket, out_of_descriptors_backs_off, .timeout = 30) {
+  uint8_t handle[RCC_NET_HANDLE_BYTES], hello[RCC_NET_HELLO_BYTES];
+  char err[RCC_ERRLEN];
+  init_plugin(NULL);
+  void *l = do_listen(handle);
+  struct sockaddr_storage a = listen_addr(l);
+  make_hello(hello, 9);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) { /* the listener's process, with few descriptors */
+    struct rlimit rl = {.rlim_cur = 48, .rlim_max = 48};
+    uint8_t got[RCC_NET_HELLO_BYTES];
+    void *rc = NULL;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      _exit(3);
+    ringcc_result_t r = P->accept(l, got, &rc, rcc_deadline_after_ms(8000),
+                                  err, sizeof(err));
+    if (r != RINGCC_SUCCESS) {
+      fprintf(stderr, "accept: %s\n", err);
+      _exit(1);
+    }
+    _exit(memcmp(got, hello, sizeof got) == 0 ? 0 : 2);
+  }
+  int fds[200];
+  for (int i = 0; i < 200; i++) /* silent strangers: far more than 48 */
+    fds[i] = raw_connect(&a);
+  usleep(300000);
+  void *sc;
+  set_nsocks(1);
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(3000),
+                          err, sizeof(err)), RINGCC_SUCCESS, "%s", err);
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the listener's process ended with status %d (1: accept failed, "
+            "see above)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  for (int i = 0; i < 200; i++)
+    close(fds[i]);
+  P->close_send(sc);
+  P->close_listen(l);
+}
+
 /* Two connections whose sockets arrive interleaved (A1, B0, B2, A0, B1): both
  * are accepted, each with its own hello, and message k arrives from socket
  * k % N in index order. */
 Test(net_socket, interleaved_connections_are_grouped, .timeout = 10) {
   uint8_t handle[RCC_NET_HANDLE_BYTES], hello[RCC_NET_HELLO_BYTES],
-      pre[128];
+      pre[160];
   char err[RCC_ERRLEN];
   int a_fd[2], b_fd[3];
   init_plugin(NULL);
@@ -860,15 +1071,15 @@ Test(net_socket, interleaved_connections_are_grouped, .timeout = 10) {
   struct sockaddr_storage addr = listen_addr(l);
   const uint64_t ida = 0x1111222233334444ull, idb = 0x5555666677778888ull;
   a_fd[1] = raw_connect(&addr);
-  raw_send(a_fd[1], pre, preamble(pre, 0x52434e53u, 1, 2, ida, 0));
+  raw_send(a_fd[1], pre, preamble_for(pre, 0x52434e53u, 1, 2, ida, 0, handle, KEY));
   b_fd[0] = raw_connect(&addr);
-  raw_send(b_fd[0], pre, preamble(pre, 0x52434e53u, 0, 3, idb, 0xb));
+  raw_send(b_fd[0], pre, preamble_for(pre, 0x52434e53u, 0, 3, idb, 0xb, handle, KEY));
   b_fd[2] = raw_connect(&addr);
-  raw_send(b_fd[2], pre, preamble(pre, 0x52434e53u, 2, 3, idb, 0));
+  raw_send(b_fd[2], pre, preamble_for(pre, 0x52434e53u, 2, 3, idb, 0, handle, KEY));
   a_fd[0] = raw_connect(&addr);
-  raw_send(a_fd[0], pre, preamble(pre, 0x52434e53u, 0, 2, ida, 0xa));
+  raw_send(a_fd[0], pre, preamble_for(pre, 0x52434e53u, 0, 2, ida, 0xa, handle, KEY));
   b_fd[1] = raw_connect(&addr);
-  raw_send(b_fd[1], pre, preamble(pre, 0x52434e53u, 1, 3, idb, 0));
+  raw_send(b_fd[1], pre, preamble_for(pre, 0x52434e53u, 1, 3, idb, 0, handle, KEY));
 
   void *rc[2];
   uint8_t got[2][RCC_NET_HELLO_BYTES];
@@ -922,13 +1133,13 @@ Test(net_socket, bad_socket_count_is_refused, .timeout = 5) {
   init_plugin(NULL);
   void *l = do_listen(handle);
   setenv("RINGCC_NSOCKS_PERPEER", "17", 1);
-  cr_assert_eq(P->connect(handle, hello, &sc, rcc_deadline_after_ms(1000), err,
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(1000), err,
                           sizeof(err)), RINGCC_ERR_INVALID_ARGUMENT);
   cr_assert_not_null(strstr(err, "RINGCC_NSOCKS_PERPEER"), "%s", err);
   cr_assert_null(sc);
   uint8_t junk[RCC_NET_HANDLE_BYTES] = {1, 2, 3};
   set_nsocks(1);
-  cr_assert_eq(P->connect(junk, hello, &sc, rcc_deadline_after_ms(1000), err,
+  cr_assert_eq(P->connect(KEY, junk, hello, &sc, rcc_deadline_after_ms(1000), err,
                           sizeof(err)), RINGCC_ERR_INVALID_ARGUMENT);
   P->close_listen(l);
 }

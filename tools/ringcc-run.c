@@ -10,7 +10,11 @@
  * stdout and stderr are pipes; a single poll loop (ppoll, with SIGCHLD and the
  * forwarded signals unblocked only while waiting) relays whole lines, reaps
  * ranks as they exit and enforces the deadlines (--timeout, the SIGTERM ->
- * SIGKILL grace). Standalone: it does not link libringcc (the header is used
+ * SIGKILL grace). The rendezvous's listening socket is opened here before
+ * any rank starts and handed to rank 0 when it asks (open_root,
+ * serve_handoff), so the port is never free for someone else to take.
+ * A rank that ended may have left shared-memory segments: they are removed
+ * (remove_segments_of). Standalone: it does not link libringcc (the header is used
  * for the version number only).
  */
 #ifndef _GNU_SOURCE
@@ -18,13 +22,16 @@
 #endif
 #include <arpa/inet.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +40,14 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ringcc.h"
+#include "shmname.h"
 #include "trace_merge.h"
 
 #define PROG_NAME "ringcc-run"
@@ -95,6 +105,9 @@ struct job {
   bool out_broken[2]; /* our own stdout / stderr can no longer be written */
   char *staging;      /* the text of one relay write */
   size_t staging_cap;
+  int root_fd;        /* the rendezvous's listening socket, until rank 0
+                         takes it (-1 then); see open_root */
+  int handoff_fd;     /* where rank 0 asks for it (-1: not offered) */
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -166,7 +179,9 @@ static void usage(FILE *f) {
 "Options:\n"
 "  -np N, -n N         number of ranks to start (1..%d); required\n"
 "  --root HOST:PORT    the rendezvous address rank 0 listens on (default:\n"
-"                      127.0.0.1 and a free port, found by binding port 0)\n"
+"                      127.0.0.1 and a port the kernel picks). The launcher\n"
+"                      opens the listening socket itself and hands it to\n"
+"                      rank 0, so nobody can take the port in between\n"
 "  --no-prefix         relay output lines without the \"[R] \" rank tag\n"
 "  --timeout SEC       stop the whole job after SEC seconds (decimals allowed)\n"
 "                      and exit with status %d\n"
@@ -185,6 +200,10 @@ static void usage(FILE *f) {
 "  RINGCC_LOCAL_RANK   its rank among the ranks on this host (= RINGCC_RANK)\n"
 "  RINGCC_LOCAL_SIZE   the number of ranks on this host (= N)\n"
 "  RINGCC_ROOT         HOST:PORT of the rendezvous\n"
+"  RINGCC_ROOT_HANDOFF rank 0 only: where it asks the launcher for the\n"
+"                      rendezvous's listening socket (opened by the launcher\n"
+"                      before any rank starts, handed to rank 0 or a process\n"
+"                      it started, then closed here)\n"
 "  RINGCC_SECRET       the rendezvous secret: 32 random hex digits (128 bits\n"
 "                      from getrandom), new for every job\n"
 "  RINGCC_TRACE        DIR, with --trace\n"
@@ -316,23 +335,127 @@ static void parse_options(int argc, char **argv, struct options *o) {
 
 /* ---- the job's environment ----------------------------------------------- */
 
-/* A port that was free a moment ago: bind 127.0.0.1:0, read it, close. */
-static int pick_root(char *out, size_t len) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+/* A listening socket on addr (close-on-exec): the fd, or -1 with errno. */
+static int listen_on(const struct sockaddr *a, socklen_t alen) {
+  int one = 1;
+  int fd = socket(a->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(0)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof a;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      bind(fd, a, alen) != 0 || listen(fd, SOMAXCONN) != 0) {
     int e = errno;
     close(fd);
     errno = e;
     return -1;
   }
-  close(fd);
-  snprintf(out, len, "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
-  return 0;
+  return fd;
+}
+
+/* The rendezvous's listening socket, kept open from here on and handed to
+ * rank 0 (RINGCC_ROOT_FD), so that the port is never free for someone else
+ * to take between the launcher's choice and rank 0's listen. Without
+ * --root: 127.0.0.1 and a port the kernel picks (written to out). With it:
+ * that host's address (else every address, as rank 0 would) and port.
+ * Returns the fd, or -1 with errno (*what names the step). */
+static int open_root(const char *given, char *out, size_t len,
+                     const char **what) {
+  if (given == NULL) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(0)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    *what = "listening on 127.0.0.1";
+    int fd = listen_on((struct sockaddr *)&a, sizeof a);
+    if (fd >= 0 && getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      return -1;
+    }
+    snprintf(out, len, "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    return fd;
+  }
+  snprintf(out, len, "%s", given);
+  char host[300];
+  const char *colon = strrchr(given, ':');
+  size_t hlen = (size_t)(colon - given);
+  if (given[0] == '[' && hlen >= 2 && given[hlen - 1] == ']')
+    snprintf(host, sizeof host, "%.*s", (int)(hlen - 2), given + 1);
+  else
+    snprintf(host, sizeof host, "%.*s", (int)hlen, given);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+  *what = "resolving the --root host";
+  int g = getaddrinfo(host, colon + 1, &hints, &ai);
+  if (g != 0) {
+    errno = g == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
+    return -1;
+  }
+  *what = "listening on the --root address";
+  int fd = listen_on(ai->ai_addr, ai->ai_addrlen);
+  if (fd < 0 && errno == EADDRNOTAVAIL) {
+    /* Not an address of this host (NAT, a name for another interface):
+     * every address with that port, as rank 0 itself would. */
+    struct sockaddr_storage any;
+    memset(&any, 0, sizeof any);
+    memcpy(&any, ai->ai_addr, ai->ai_addrlen);
+    if (any.ss_family == AF_INET)
+      ((struct sockaddr_in *)&any)->sin_addr.s_addr = htonl(INADDR_ANY);
+    else
+      ((struct sockaddr_in6 *)&any)->sin6_addr = in6addr_any;
+    fd = listen_on((struct sockaddr *)&any, ai->ai_addrlen);
+  }
+  freeaddrinfo(ai);
+  return fd;
+}
+
+/* Where rank 0 asks for the listening socket: a unix socket in the abstract
+ * namespace, "@ringcc-run-PID-RANDOM" (name written to out); the fd, or -1
+ * with errno. The launcher answers one request (serve_handoff). */
+static int open_handoff(char *out, size_t len) {
+  unsigned char rnd[8];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) return -1;
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ringcc-run-%d-",
+                   (int)getpid());
+  for (size_t k = 0; k < sizeof rnd; k++)
+    n += snprintf(a.sun_path + 1 + n, sizeof a.sun_path - 1 - (size_t)n,
+                  "%02x", rnd[k]);
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  if (bind(fd, (struct sockaddr *)&a, alen) != 0 || listen(fd, 8) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if ((size_t)n + 2 > len) {
+    close(fd);
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  out[0] = '@';
+  memcpy(out + 1, a.sun_path + 1, (size_t)n + 1);
+  return fd;
+}
+
+/* 1 when pid is ancestor or one of its descendants (a wrapper that rank 0's
+ * program is may start the process that calls ringcc). */
+static bool descends_from(pid_t pid, pid_t ancestor) {
+  for (int depth = 0; depth < 64 && pid > 1; depth++) {
+    if (pid == ancestor) return true;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the name may hold anything */
+    int ppid;
+    if (paren == NULL || sscanf(paren + 1, " %*c %d", &ppid) != 1) return false;
+    pid = ppid;
+  }
+  return pid == ancestor;
 }
 
 /* 16 random bytes as 32 lowercase hex digits. */
@@ -402,6 +525,7 @@ static void setup_signals(sigset_t *wait_mask) {
 struct rank_env {
   const char *root;
   const char *secret;
+  char handoff[64];    /* "@name": where rank 0 asks for the listening socket */
   sigset_t child_mask; /* the signal mask the launcher was started with */
   struct rlimit nofile; /* the open-file limit the launcher was started with */
 };
@@ -466,6 +590,12 @@ child_exec(const struct job *j, int r, const struct rank_env *env,
   if (setenv("RINGCC_NRANKS", num, 1) || setenv("RINGCC_LOCAL_SIZE", num, 1) ||
       setenv("RINGCC_ROOT", env->root, 1) ||
       setenv("RINGCC_SECRET", env->secret, 1))
+    child_fail(status_fd, STEP_ENV);
+  /* Rank 0 (or a process it starts) asks the launcher for the listening
+   * socket there; the others are not told. */
+  if (r == 0 && env->handoff[0] != '\0' ? setenv("RINGCC_ROOT_HANDOFF",
+                                                  env->handoff, 1)
+                                         : unsetenv("RINGCC_ROOT_HANDOFF"))
     child_fail(status_fd, STEP_ENV);
 
   execvp(j->argv[0], j->argv);
@@ -620,6 +750,56 @@ static void drain(struct job *j, int r, int which, int max_reads) {
   }
 }
 
+/* ---- the rendezvous socket for rank 0 ----------------------------------- */
+
+static void close_root(struct job *j) {
+  if (j->root_fd >= 0) close(j->root_fd);
+  if (j->handoff_fd >= 0) close(j->handoff_fd);
+  j->root_fd = j->handoff_fd = -1;
+}
+
+/* A process asked for the listening socket: if it is rank 0 or a process
+ * rank 0 started, of this user, it gets the socket (SCM_RIGHTS) and the
+ * launcher keeps no copy, so the port closes when rank 0's rendezvous ends.
+ * Anyone else is turned away. */
+static void serve_handoff(struct job *j) {
+  for (;;) {
+    int c = accept4(j->handoff_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) return;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        cred.uid != geteuid() || j->ranks[0].pid <= 0 ||
+        !descends_from(cred.pid, j->ranks[0].pid)) {
+      say("refused the rendezvous socket to pid %d: not rank 0's process",
+          (int)cred.pid);
+      close(c);
+      continue;
+    }
+    char byte = 'R';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+      struct cmsghdr h;
+      char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = ctl.space,
+                         .msg_controllen = sizeof ctl.space};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &j->root_fd, sizeof(int));
+    ssize_t n = sendmsg(c, &msg, MSG_NOSIGNAL);
+    close(c);
+    if (n == 1) { /* handed over: one socket, one rank 0 */
+      close_root(j);
+      return;
+    }
+  }
+}
+
 /* ---- stopping and reaping ------------------------------------------------ */
 
 /* Sends sig to every rank's process group that may still hold something: a
@@ -710,6 +890,30 @@ static void verdict(struct job *j) {
   stop_job(j);
 }
 
+/* A rank that ended may have left shared-memory segments (killed before its
+ * init unlinked them): its name is on them (shmname.h). Same boot and pid
+ * namespace as the launcher's, same user. */
+static void remove_segments_of(pid_t pid) {
+  char boot[RCC_SHM_BOOT_DIGITS + 1], their_boot[RCC_SHM_BOOT_DIGITS + 1];
+  unsigned long long pidns, their_ns;
+  int their_pid;
+  DIR *d = opendir("/dev/shm");
+  if (d == NULL) return;
+  rcc_shm_identity(boot, &pidns);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    struct stat st;
+    if (rcc_shm_name_parse(e->d_name, their_boot, &their_ns, &their_pid) != 0 ||
+        their_pid != (int)pid || their_ns != pidns || pidns == 0 ||
+        strcmp(their_boot, boot) != 0 ||
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        st.st_uid != geteuid())
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+      say("removed /dev/shm/%s, left by rank process %d", e->d_name, (int)pid);
+  }
+  closedir(d);
+}
+
 static void reap(struct job *j) {
   for (;;) {
     int status;
@@ -719,6 +923,7 @@ static void reap(struct job *j) {
     for (int r = 0; r < j->nranks; r++)
       if (j->ranks[r].pid == pid && j->ranks[r].running) {
         rank_ended(j, r, status);
+        remove_segments_of(pid);
         break;
       }
   }
@@ -783,8 +988,8 @@ static void check_deadlines(struct job *j, int64_t timeout_at) {
 static int run_loop(struct job *j, const sigset_t *wait_mask) {
   int64_t timeout_at =
       j->timeout_s > 0 ? now_ns() + (int64_t)(j->timeout_s * 1e9) : 0;
-  struct pollfd *fds = xrealloc(NULL, sizeof *fds * 2 * (size_t)j->nranks);
-  int *owner = xrealloc(NULL, sizeof *owner * 2 * (size_t)j->nranks);
+  struct pollfd *fds = xrealloc(NULL, sizeof *fds * (2 * (size_t)j->nranks + 1));
+  int *owner = xrealloc(NULL, sizeof *owner * (2 * (size_t)j->nranks + 1));
   for (;;) {
     handle_signals(j);
     reap(j);
@@ -797,6 +1002,10 @@ static int run_loop(struct job *j, const sigset_t *wait_mask) {
           owner[n++] = 2 * r + s;
         }
     if (n == 0 && j->running == 0) break;
+    if (j->handoff_fd >= 0) {
+      fds[n] = (struct pollfd){.fd = j->handoff_fd, .events = POLLIN};
+      owner[n++] = -1;
+    }
 
     int64_t wake = earliest(j->timeout_s > 0 && !j->stopping ? timeout_at : 0,
                             j->stopping && !j->killed ? j->kill_at : 0);
@@ -828,8 +1037,12 @@ static int run_loop(struct job *j, const sigset_t *wait_mask) {
       break;
     }
     for (nfds_t k = 0; ready > 0 && k < n; k++)
-      if (fds[k].revents != 0) drain(j, owner[k] / 2, owner[k] % 2, 4);
+      if (fds[k].revents != 0 && owner[k] < 0)
+        serve_handoff(j);
+      else if (fds[k].revents != 0)
+        drain(j, owner[k] / 2, owner[k] % 2, 4);
   }
+  close_root(j);
   free(fds);
   free(owner);
   return j->exit_code;
@@ -863,13 +1076,15 @@ int main(int argc, char **argv) {
   parse_options(argc, argv, &o);
 
   char root[300], secret[33];
-  if (o.root != NULL) {
-    snprintf(root, sizeof root, "%s", o.root);
-  } else if (pick_root(root, sizeof root) != 0) {
-    say("cannot find a free port on 127.0.0.1: %s (use --root HOST:PORT)",
-        strerror(errno));
+  const char *step;
+  int root_fd = open_root(o.root, root, sizeof root, &step);
+  if (root_fd < 0 && o.root == NULL) {
+    say("cannot open the rendezvous port: %s: %s", step, strerror(errno));
     return EXIT_INTERNAL;
   }
+  if (root_fd < 0) /* rank 0 listens there itself, and says why it cannot */
+    say("%s %s: %s; rank 0 will listen there itself", step, o.root,
+        strerror(errno));
   if (make_secret(secret) != 0) {
     say("cannot make the rendezvous secret: getrandom: %s", strerror(errno));
     return EXIT_INTERNAL;
@@ -884,6 +1099,13 @@ int main(int argc, char **argv) {
     j.ranks[r].out[0].fd = j.ranks[r].out[1].fd = -1;
 
   struct rank_env env = {.root = root, .secret = secret};
+  j.root_fd = root_fd;
+  j.handoff_fd = root_fd < 0 ? -1 : open_handoff(env.handoff, sizeof env.handoff);
+  if (root_fd >= 0 && j.handoff_fd < 0) { /* rank 0 listens itself */
+    say("cannot offer the rendezvous socket to rank 0 (%s); rank 0 will "
+        "listen on %s itself", strerror(errno), root);
+    close_root(&j);
+  }
   raise_nofile(o.nranks, &env.nofile);
   sigset_t wait_mask;
   sigprocmask(SIG_SETMASK, NULL, &env.child_mask);

@@ -7,11 +7,12 @@
  * comm.h), a rank owns a send FIFO (the executor fills slots, the proxy
  * sends them) and a receive FIFO (the proxy receives into free slots, the
  * executor consumes them), both in local memory registered with the
- * plugin. Setup: listen and publish the handle;
- * connect to every peer (the hello carries the communicator's secret, our
- * rank and the FIFO set) and accept every peer's connections, refusing
- * anything that does not present the secret. Where the plugin can use a link
- * both ways (reverse), only the lower rank of a pair connects, once per set,
+ * plugin. Setup: listen and publish the handle; connect to every peer (the
+ * hello carries our rank and the FIFO set; the plugin proves the
+ * communicator's network key on every connection, so the hello is trusted)
+ * and accept every peer's connections, then close the listener: after init
+ * nobody can connect. Where the plugin can use a link both ways (reverse),
+ * only the lower rank of a pair connects, once per set,
  * and both ends take their send and receive connections from that link: each
  * message then carries the acknowledgement of the last one that came the
  * other way, where one-way links cost an ACK packet per message.
@@ -38,6 +39,7 @@
 #include "log.h"
 #include "net.h"
 #include "net_proxy.h"
+#include "sha256.h"
 #include "wire.h"
 
 #if RINGCC_HAVE_CUDA
@@ -49,7 +51,6 @@
 #define HELLO_MAGIC 0x52434e48u /* "RCNH" */
 
 struct net_hello {
-  uint8_t secret[16];
   uint32_t magic;
   int32_t rank;
   int32_t kind;   /* the FIFO set: (connection kind, channel), comm.h */
@@ -60,6 +61,7 @@ _Static_assert(sizeof(struct net_hello) <= RCC_NET_HELLO_BYTES, "hello size");
 struct net_state {
   const struct rcc_net_plugin *plugin;
   void *listen_comm;
+  uint8_t key[RCC_NET_KEY_BYTES]; /* from the communicator's (net_key) */
   struct rcc_proxy_conn *conns; /* [2 * sets * npeers]: send, recv pairs */
   char **gpu_data;              /* [nconns] slots in GPU memory, or NULL */
   int nconns;
@@ -205,6 +207,15 @@ static ringcc_result_t choose_plugin(struct ringcc_comm *comm, int npeers,
   return RINGCC_SUCCESS;
 }
 
+/* The network transport's key: derived from the communicator's (which
+ * never travels), for the plugin's proofs. */
+static void net_key(const struct ringcc_comm *comm,
+                    uint8_t key[RCC_NET_KEY_BYTES]) {
+  static const char label[] = "ringcc v2: network transport key";
+  _Static_assert(RCC_NET_KEY_BYTES == RCC_SHA256_BYTES, "key size");
+  rcc_hmac_sha256(comm->key, sizeof(comm->key), label, sizeof(label), key);
+}
+
 static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
   char err[RCC_ERRLEN];
@@ -219,7 +230,8 @@ static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
   if (r != RINGCC_SUCCESS || npeers == 0)
     return r;
   st->plugin = plugins[chosen];
-  r = st->plugin->listen(blob, &st->listen_comm, err, sizeof(err));
+  net_key(comm, st->key);
+  r = st->plugin->listen(st->key, blob, &st->listen_comm, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
   snprintf(st->describe, sizeof(st->describe), "NET/%s/%s", st->plugin->name,
@@ -328,18 +340,15 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
   return r;
 }
 
-int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
-                        int my_rank, int nranks, int *peer, int *kind) {
+int rcc_net_hello_parse(const uint8_t *in, size_t len, int my_rank,
+                        int nranks, int *peer, int *kind) {
   struct net_hello h;
-  uint8_t diff = 0;
   if (len < sizeof(h))
     return 0;
   memcpy(&h, in, sizeof(h));
-  for (int i = 0; i < 16; i++)
-    diff |= h.secret[i] ^ secret[i];
   *peer = h.rank;
   *kind = h.kind;
-  return diff == 0 && h.magic == HELLO_MAGIC && h.nranks == nranks &&
+  return h.magic == HELLO_MAGIC && h.nranks == nranks &&
          h.rank >= 0 && h.rank < nranks && h.rank != my_rank &&
          h.kind >= 0 && h.kind < RCC_NET_MAX_SETS;
 }
@@ -370,10 +379,10 @@ static ringcc_result_t connect_all(struct ringcc_comm *comm,
       struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
                                 .kind = k, .nranks = comm->nranks};
       uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
-      memcpy(hello.secret, comm->secret, 16);
       memcpy(wire, &hello, sizeof(hello));
       const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
-      ringcc_result_t r = st->plugin->connect(blob, wire, &c->net_comm,
+      ringcc_result_t r = st->plugin->connect(st->key, blob, wire,
+                                              &c->net_comm,
                                               comm->init_deadline, err,
                                               sizeof(err));
       if (r == RINGCC_SUCCESS && st->duplex)
@@ -405,13 +414,15 @@ static ringcc_result_t accept_all(struct ringcc_comm *comm,
                             comm->rank, expected, expected == 1 ? "" : "s",
                             err);
     struct rcc_proxy_conn *c =
-        rcc_net_hello_parse(wire, sizeof(wire), comm->secret, comm->rank,
-                            comm->nranks, &peer, &kind)
+        rcc_net_hello_parse(wire, sizeof(wire), comm->rank, comm->nranks,
+                            &peer, &kind)
             ? recv_slot(st, comm->rank, peer, kind)
             : NULL;
     if (c == NULL) {
-      RCC_WARN(comm->rank, "net: refused a connection that is not one of "
-                           "this communicator's (wrong secret, rank or kind)");
+      RCC_WARN(comm->rank, "net: refused a connection that proved the key "
+                           "but is not one this rank expects (rank %d, kind "
+                           "%d: taken already, or not a peer of this rank)",
+               peer, kind);
       st->plugin->close_recv(rc);
       continue;
     }
@@ -484,6 +495,9 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
           RINGCC_SUCCESS ||
       (r = ready_all(comm, st)) != RINGCC_SUCCESS)
     return r;
+  /* Every peer is connected: nobody may connect any more. */
+  st->plugin->close_listen(st->listen_comm);
+  st->listen_comm = NULL;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     r = st->plugin->reg_mr(c->net_comm, c->data,
@@ -519,8 +533,12 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
   struct net_state *st = state;
   if (st == NULL)
     return;
-  rcc_proxy_drain(st->proxy, rcc_deadline_after_ms(comm->set.timeout_ms));
-  rcc_proxy_stop(st->proxy); /* first: nothing may touch the conns after */
+  if (comm->forked) { /* a child's copy: no goodbye, no thread to stop */
+    rcc_proxy_forget(st->proxy);
+  } else {
+    rcc_proxy_drain(st->proxy, rcc_deadline_after_ms(comm->set.timeout_ms));
+    rcc_proxy_stop(st->proxy); /* first: nothing may touch the conns after */
+  }
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     if (c->net_comm) {
@@ -540,6 +558,7 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
   if (st->listen_comm)
     st->plugin->close_listen(st->listen_comm);
   free(st->conns);
+  memset(st->key, 0, sizeof(st->key));
   free(st->gpu_data);
   free(st);
 }

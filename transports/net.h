@@ -8,10 +8,19 @@
  * and free slots into irecv()s, so the executors see ordinary FIFOs.
  *
  * Model (NCCL's net plugin, simplified):
- *   listen   once per communicator; the handle (an address) goes to peers
- *            through the bootstrap
- *   connect  to a peer's handle, sending a small hello (who we are and the
- *            communicator's secret) that accept() hands to the core
+ *   listen   once per communicator, during init only (the core closes the
+ *            listener once every peer connected); the handle (an address,
+ *            and whatever the plugin's proofs need) goes to peers through
+ *            the bootstrap
+ *   connect  to a peer's handle, sending a small hello (who we are) that
+ *            accept() hands to the core
+ *   key      listen and connect get the communicator's network key
+ *            (RCC_NET_KEY_BYTES, never sent): a plugin proves it on every
+ *            connection it opens (covering the hello) and accepts only
+ *            connections that prove it, for this listener (no proof may be
+ *            replayed from another communicator's): the hello is trusted
+ *            because of it. A stranger's connection is dropped at once, and
+ *            a flood of them must not stop a real peer from getting in.
  *   isend / irecv  post one message of at most the slot size; each carries a
  *            32-bit immediate (the FIFO slot's meta tag); requests on one
  *            connection complete in the order they were posted
@@ -39,6 +48,8 @@
 #include "ringcc.h"
 
 #define RCC_NET_HANDLE_BYTES 128 /* a listen handle, opaque to the core */
+#define RCC_NET_KEY_BYTES 32     /* the communicator's network key */
+#define RCC_NET_LINK_CHECK_MS 500 /* how often the engine calls alive() */
 #define RCC_NET_HELLO_BYTES 64   /* the hello sent by connect() */
 #define RCC_NET_MAX_REQUESTS 64  /* outstanding requests per connection */
 
@@ -54,11 +65,11 @@ struct rcc_net_plugin {
   ringcc_result_t (*init)(const char *spec, char *err, size_t errlen);
   /* The device in use, for the log: "eth0". */
   const char *(*device)(void);
-  ringcc_result_t (*listen)(void *handle, void **listen_comm, char *err,
-                            size_t errlen);
-  ringcc_result_t (*connect)(const void *handle, const void *hello,
-                             void **send_comm, int64_t deadline_ns, char *err,
-                             size_t errlen);
+  ringcc_result_t (*listen)(const uint8_t *key, void *handle,
+                            void **listen_comm, char *err, size_t errlen);
+  ringcc_result_t (*connect)(const uint8_t *key, const void *handle,
+                             const void *hello, void **send_comm,
+                             int64_t deadline_ns, char *err, size_t errlen);
   /* Accepts the next connection and returns its hello
    * (RCC_NET_HELLO_BYTES). The core decides whether it is welcome. */
   ringcc_result_t (*accept)(void *listen_comm, void *hello, void **recv_comm,
@@ -105,6 +116,18 @@ struct rcc_net_plugin {
    * each way. */
   ringcc_result_t (*reverse)(void *comm, void **other, char *err,
                              size_t errlen);
+  /* Optional: whether the link of a connection still works, for links that
+   * fail without closing (a host that lost power or its network sends no
+   * FIN). The engine calls it about every RCC_NET_LINK_CHECK_MS on every
+   * connection; a failure (RINGCC_ERR_NETWORK, one sentence naming the peer
+   * and why) fails the connection as a failed test() would. It must never
+   * take a peer that is alive but slow, busy or stopped for a dead one. NULL:
+   * only the plugin's own errors say so. */
+  ringcc_result_t (*alive)(void *comm, char *err, size_t errlen);
+  /* Closing may happen in a process forked from the one that opened the
+   * connection (destroy in a child, after fork): then free memory and close
+   * descriptors only, nothing the peer or the parent would notice (no
+   * shutdown, no goodbye). */
   void (*close_send)(void *send_comm);
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);

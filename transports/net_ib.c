@@ -12,11 +12,18 @@
  * GID holding an IPv4 address).
  *
  * Connections. Every connection has a TCP side channel to its peer, opened
- * from the listen handle (an address on the bootstrap interface). connect()
- * sends the hello and its queue pairs' metadata (QPNs, PSN, LID, GID, MTU,
- * the address and rkey of its clear-to-send ring); accept() takes the first
- * connection whose offer is complete, brings its queue pairs to RTS and
- * answers with its own metadata; the connector brings its queue pairs to RTS
+ * from the listen handle (an address on the bootstrap interface, and the
+ * listener's random nonce). connect() sends the hello and its queue pairs'
+ * metadata (QPNs, PSN, LID, GID, MTU, the address and rkey of its
+ * clear-to-send ring), followed by its proof of the communicator's network
+ * key: HMAC-SHA-256(key, label || the listener's nonce || the offer), so a
+ * proof is good for that listener only. accept() drops an offer whose proof
+ * is wrong, or that repeats one it accepted, as soon as it is in, before it
+ * makes a queue pair for it (a stranger never reaches the queue pairs);
+ * at most PENDING_MAX offers are held, the oldest dropped beyond, and out of
+ * descriptors the oldest is dropped and accept() retries BACKOFF_NS later.
+ * It takes the first connection whose offer is complete and proven, brings
+ * its queue pairs to RTS and answers with its own metadata; the connector brings its queue pairs to RTS
  * when the answer arrives and says "ready", and only then does the receiver
  * write to it. connect() and accept() never wait for the other side, so two
  * ranks connecting to each other at once cannot deadlock; ready() (the core
@@ -82,6 +89,7 @@
 #include "log.h"
 #include "net.h"
 #include "net_ib.h"
+#include "sha256.h"
 #include "socket.h"
 
 #define HANDLE_MAGIC 0x52434942u /* "RCIB": a listen handle */
@@ -100,7 +108,13 @@
  * default 256 KiB are 1 MiB in flight, about 40 us at 200 Gb/s. */
 #define CTS_WINDOW 4
 #define BOUNCE_BYTES 4096 /* sends from unregistered memory up to this: copied */
-#define PENDING_MAX 256   /* side-channel sockets accepted, offers not complete */
+#define PENDING_MAX 128   /* side-channel sockets accepted, offers not proven */
+#define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
+#define ROOM_FDS 4 /* dropped for a new connection's own, once out of them */
+#define NONCE_BYTES 16    /* the listener's, in its handle */
+#define MAC_BYTES 32      /* an offer's proof of the key, at its end */
+#define MAC_AT (WIRE_BYTES - MAC_BYTES)
+#define MAC_LABEL "ringcc v2: NET/IB offer"
 #define OFFER_TIMEOUT_NS (5 * 1000000000LL) /* for a stranger's offer */
 #define SIDE_CHECK_NS (50 * 1000000LL)   /* side-channel look without hints */
 #define ASYNC_CHECK_NS (100 * 1000000LL) /* async events without hints */
@@ -494,7 +508,20 @@ static struct {
   uint64_t flushes;
   struct ib_comm *live; /* every open comm (listen, send, recv) */
   int nlive;
+  pid_t pid; /* the process that opened the device */
 } g_ib = {.lock = PTHREAD_MUTEX_INITIALIZER, .dev = {.async_fd = -1}};
+
+/* In a process forked from the one that opened the device (a communicator
+ * destroyed in a child after fork), the verbs objects, registrations and
+ * side channels are the parent's: the device's file is shared, so
+ * destroying a queue pair or a registration here would destroy the
+ * parent's, and a CLOSE on a side channel would end the parent's
+ * connection. Closing then only closes this process's descriptors and
+ * frees what is not registered; no verbs call, no message, and no lock a
+ * thread of the parent may have held at fork. */
+static int forked_child(void) {
+  return g_ib.pid != 0 && g_ib.pid != getpid();
+}
 
 #define IBV (&g_ib.ibv)
 
@@ -503,13 +530,11 @@ static struct {
 static ringcc_result_t env_int(const char *name, int lo, int hi, int def,
                                int *out, char *err, size_t errlen) {
   const char *v = rcc_getenv(name);
-  char *end;
+  int64_t x;
   *out = def;
   if (v == NULL)
     return RINGCC_SUCCESS;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi)
+  if (rcc_parse_decimal(v, &x) != 0 || x < lo || x > hi)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "NET/IB: %s=\"%s\" is not a number in %d..%d", name, v,
                     lo, hi);
@@ -1023,6 +1048,7 @@ static ringcc_result_t ib_init(const char *spec, char *err, size_t errlen) {
   pthread_mutex_lock(&g_ib.lock);
   if (!g_ib.tried) { /* once per process: the first outcome stands */
     g_ib.tried = 1;
+    g_ib.pid = getpid();
     g_ib.result = init_locked(spec, g_ib.err, sizeof(g_ib.err));
     if (g_ib.result != RINGCC_SUCCESS)
       init_undo();
@@ -1432,7 +1458,8 @@ static void ib_dereg_mr(void *comm, void *mhandle) {
   (void)comm;
   if (m == NULL)
     return;
-  IBV->dereg_mr(m->mr);
+  if (!forked_child()) /* the parent's registration, else */
+    IBV->dereg_mr(m->mr);
   free(m);
 }
 
@@ -1979,8 +2006,21 @@ static void wire_encode(uint8_t *w, uint32_t magic, const void *hello,
 }
 _Static_assert(8 + RCC_NET_HELLO_BYTES + 4 + 4 * MAX_QPS + 4 + 2 + 2 + 16 + 4 +
                        8 + 4 + 32 <=
-                   WIRE_BYTES,
-               "side-channel message size");
+                   MAC_AT,
+               "side-channel message size (the offer's proof follows)");
+
+/* An offer's proof: HMAC-SHA-256(key, label || listener's nonce || the
+ * offer up to the proof). */
+static void offer_mac(const uint8_t key[RCC_NET_KEY_BYTES],
+                      const uint8_t nonce[NONCE_BYTES], const uint8_t *offer,
+                      uint8_t mac[MAC_BYTES]) {
+  struct rcc_hmac m;
+  rcc_hmac_init(&m, key, RCC_NET_KEY_BYTES);
+  rcc_hmac_update(&m, MAC_LABEL, sizeof(MAC_LABEL));
+  rcc_hmac_update(&m, nonce, NONCE_BYTES);
+  rcc_hmac_update(&m, offer, MAC_AT);
+  rcc_hmac_final(&m, mac);
+}
 
 /* 0 and the fields, or -1 with why. */
 static int wire_decode(const uint8_t *w, uint32_t magic, void *hello,
@@ -2025,10 +2065,13 @@ static int wire_decode(const uint8_t *w, uint32_t magic, void *hello,
   return 0;
 }
 
-/* Listen handle: magic, family (4 or 6), port, address[16], scope id. */
-static void handle_encode(uint8_t *h, const struct sockaddr_storage *a) {
+/* Listen handle: magic, family (4 or 6), port, address[16], scope id, the
+ * listener's nonce[16] (at 28). */
+static void handle_encode(uint8_t *h, const struct sockaddr_storage *a,
+                          const uint8_t nonce[NONCE_BYTES]) {
   uint8_t *p = h;
   memset(h, 0, RCC_NET_HANDLE_BYTES);
+  memcpy(h + 28, nonce, NONCE_BYTES);
   put32(&p, HANDLE_MAGIC);
   put16(&p, a->ss_family == AF_INET ? 4 : 6);
   put16(&p, (uint16_t)rcc_socket_addr_port(a));
@@ -2043,12 +2086,14 @@ static void handle_encode(uint8_t *h, const struct sockaddr_storage *a) {
 }
 
 static ringcc_result_t handle_decode(const uint8_t *h,
-                                     struct sockaddr_storage *a, char *err,
+                                     struct sockaddr_storage *a,
+                                     uint8_t nonce[NONCE_BYTES], char *err,
                                      size_t errlen) {
   const uint8_t *p = h;
   uint32_t magic = get32(&p);
   uint16_t family = get16(&p), port = get16(&p);
   memset(a, 0, sizeof(*a));
+  memcpy(nonce, h + 28, NONCE_BYTES);
   if (magic != HANDLE_MAGIC || (family != 4 && family != 6) || port == 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "NET/IB: the peer's listen handle is not a NET/IB handle "
@@ -2217,9 +2262,23 @@ struct ib_listen {
   int fd;
   int npending;
   struct pending *pending; /* PENDING_MAX */
+  uint8_t key[RCC_NET_KEY_BYTES];
+  uint8_t nonce[NONCE_BYTES]; /* in the handle: proofs are for us only */
+  uint8_t (*accepted)[MAC_BYTES]; /* proofs of the offers accepted */
+  int naccepted, cap_accepted;
+  int64_t accept_at;  /* out of descriptors: accept() again from then */
+  int out_of_fds;     /* accept() ran out of descriptors (warned once) */
 };
 
-static ringcc_result_t ib_listen(void *handle, void **listen_comm, char *err,
+static void listen_free(struct ib_listen *l) {
+  memset(l->key, 0, sizeof(l->key));
+  free(l->accepted);
+  free(l->pending);
+  free(l);
+}
+
+static ringcc_result_t ib_listen(const uint8_t *key, void *handle,
+                                 void **listen_comm, char *err,
                                  size_t errlen) {
   struct ib_listen *l = calloc(1, sizeof(*l));
   struct sockaddr_storage bound;
@@ -2231,27 +2290,35 @@ static ringcc_result_t ib_listen(void *handle, void **listen_comm, char *err,
                     "NET/IB: out of memory");
   }
   l->kind = COMM_LISTEN;
+  l->fd = -1;
+  memcpy(l->key, key, RCC_NET_KEY_BYTES);
+  int e = rcc_random_bytes(l->nonce, NONCE_BYTES);
+  if (e != 0) {
+    listen_free(l);
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "NET/IB: random bytes "
+                    "for the listener's nonce failed: %s", strerror(e));
+  }
   ringcc_result_t r = rcc_socket_listen(&g_ib.side_addr, &l->fd, &bound, err,
                                         errlen);
   if (r != RINGCC_SUCCESS) {
-    free(l->pending);
-    free(l);
+    listen_free(l);
     return r;
   }
-  handle_encode(handle, &bound);
+  handle_encode(handle, &bound, l->nonce);
   live_add(NULL);
   *listen_comm = l;
   return RINGCC_SUCCESS;
 }
 
-static ringcc_result_t ib_connect(const void *handle, const void *hello,
-                                  void **send_comm, int64_t deadline_ns,
-                                  char *err, size_t errlen) {
+static ringcc_result_t ib_connect(const uint8_t *key, const void *handle,
+                                  const void *hello, void **send_comm,
+                                  int64_t deadline_ns, char *err,
+                                  size_t errlen) {
   struct sockaddr_storage addr;
   struct ib_comm *c;
-  uint8_t offer[WIRE_BYTES];
+  uint8_t offer[WIRE_BYTES], nonce[NONCE_BYTES];
   *send_comm = NULL;
-  ringcc_result_t r = handle_decode(handle, &addr, err, errlen);
+  ringcc_result_t r = handle_decode(handle, &addr, nonce, err, errlen);
   if (r == RINGCC_SUCCESS)
     r = comm_new(COMM_SEND, g_ib.set.qps, &c, err, errlen);
   if (r != RINGCC_SUCCESS)
@@ -2260,6 +2327,7 @@ static ringcc_result_t ib_connect(const void *handle, const void *hello,
   c->deadline = deadline_ns;
   c->hs = HS_ANSWER;
   wire_encode(offer, OFFER_MAGIC, hello, &c->local);
+  offer_mac(key, nonce, offer, offer + MAC_AT);
   if ((r = rcc_socket_connect(&addr, deadline_ns, &c->fd, err, errlen)) !=
           RINGCC_SUCCESS ||
       (r = rcc_socket_send_all(c->fd, offer, WIRE_BYTES, deadline_ns, err,
@@ -2279,27 +2347,98 @@ static void pending_drop(struct ib_listen *l, int i, const char *why) {
   l->pending[i] = l->pending[--l->npending];
 }
 
+static int oldest_pending(const struct ib_listen *l) {
+  int oldest = -1;
+  for (int i = 0; i < l->npending; i++)
+    if (oldest < 0 || l->pending[i].t0 < l->pending[oldest].t0)
+      oldest = i;
+  return oldest;
+}
+
+/* Takes what the kernel has queued. Beyond PENDING_MAX sockets whose offer
+ * is not in, the oldest is dropped (a flood of strangers cannot keep a real
+ * peer out: its offer comes with its connect); out of descriptors (EMFILE,
+ * ENFILE), the oldest is dropped too and accept() waits BACKOFF_NS instead
+ * of failing. */
 static ringcc_result_t accept_new(struct ib_listen *l, char *err,
                                   size_t errlen) {
-  for (;;) {
+  int64_t now = rcc_now_ns();
+  for (int k = 0; k < 256 && now >= l->accept_at; k++) {
     int fd;
     struct sockaddr_storage peer;
     ringcc_result_t r = rcc_socket_accept(l->fd, &fd, &peer, err, errlen);
-    if (r != RINGCC_SUCCESS || fd < 0)
-      return r;
-    if (l->npending == PENDING_MAX) {
-      close(fd);
-      continue;
+    if (r != RINGCC_SUCCESS) {
+      int e = errno;
+      if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM)
+        return r;
+      int oldest = oldest_pending(l);
+      if (!l->out_of_fds)
+        RCC_WARN(-1, "NET/IB: %s; %s and retrying in %lld ms", err,
+                 oldest >= 0 ? "dropping the oldest connection whose offer "
+                               "is not in"
+                             : "waiting",
+                 BACKOFF_NS / 1000000);
+      l->out_of_fds = 1;
+      if (oldest >= 0)
+        pending_drop(l, oldest, "out of descriptors: made room");
+      l->accept_at = now + BACKOFF_NS;
+      return RINGCC_SUCCESS;
     }
+    if (fd < 0)
+      return RINGCC_SUCCESS;
+    if (l->npending == PENDING_MAX)
+      pending_drop(l, oldest_pending(l), "too many connections whose offer "
+                   "is not in (the oldest goes)");
     struct pending *p = &l->pending[l->npending++];
     memset(p, 0, sizeof(*p));
     p->fd = fd;
     p->t0 = rcc_now_ns();
     rcc_socket_addr_str(&peer, p->peer, sizeof(p->peer));
   }
+  return RINGCC_SUCCESS;
 }
 
-/* Reads the pending offers; returns the index of a complete one, or -1. */
+/* The whole offer is in: 0 when its proof is the key's for this listener
+ * and no offer with the same proof was accepted (a replay), else -1 with
+ * why. */
+static int offer_check(const struct ib_listen *l, const struct pending *p,
+                       const char **why) {
+  uint8_t mac[MAC_BYTES];
+  offer_mac(l->key, l->nonce, p->buf, mac);
+  int ok = rcc_equal_ct(mac, p->buf + MAC_AT, MAC_BYTES);
+  memset(mac, 0, sizeof(mac));
+  if (!ok) {
+    *why = "it does not prove the communicator's key (a stranger, a peer of "
+           "another communicator, or an offer made for another listener)";
+    return -1;
+  }
+  for (int i = 0; i < l->naccepted; i++)
+    if (memcmp(l->accepted[i], p->buf + MAC_AT, MAC_BYTES) == 0) {
+      *why = "it repeats an offer already accepted (a replay)";
+      return -1;
+    }
+  return 0;
+}
+
+/* Remembers an accepted offer's proof, so that a replay is refused. */
+static ringcc_result_t offer_accepted(struct ib_listen *l,
+                                      const struct pending *p, char *err,
+                                      size_t errlen) {
+  if (l->naccepted == l->cap_accepted) {
+    int cap = l->cap_accepted ? 2 * l->cap_accepted : 16;
+    void *a = realloc(l->accepted, (size_t)cap * MAC_BYTES);
+    if (a == NULL)
+      return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                      "NET/IB: out of memory accepting a connection");
+    l->accepted = a;
+    l->cap_accepted = cap;
+  }
+  memcpy(l->accepted[l->naccepted++], p->buf + MAC_AT, MAC_BYTES);
+  return RINGCC_SUCCESS;
+}
+
+/* Reads the pending offers; returns the index of a complete, proven one, or
+ * -1. An offer with a wrong proof is dropped as soon as it is in. */
 static int read_pending(struct ib_listen *l) {
   int64_t now = rcc_now_ns();
   for (int i = 0; i < l->npending;) {
@@ -2316,6 +2455,11 @@ static int read_pending(struct ib_listen *l) {
         pending_drop(l, i, "not a NET/IB connection offer");
         continue;
       }
+    }
+    const char *why;
+    if (p->got == WIRE_BYTES && offer_check(l, p, &why) != 0) {
+      pending_drop(l, i, why);
+      continue;
     }
     if (p->got == WIRE_BYTES)
       return i;
@@ -2384,11 +2528,19 @@ static ringcc_result_t ib_accept(void *listen_comm, void *hello,
       return r;
     int i = read_pending(l);
     if (i >= 0) {
-      struct ib_comm *c;
-      r = accept_offer(&l->pending[i], hello, &c, deadline_ns, err, errlen);
-      if (l->pending[i].fd >= 0)
-        close(l->pending[i].fd);
+      struct ib_comm *c = NULL;
+      struct pending offer = l->pending[i];
       l->pending[i] = l->pending[--l->npending];
+      /* Its connection needs descriptors of its own (a completion
+       * channel): where strangers took them all, the oldest make room. */
+      for (int k = 0; l->out_of_fds && k < ROOM_FDS && l->npending > 0; k++)
+        pending_drop(l, oldest_pending(l), "out of descriptors: made room "
+                     "for a connection that proved the key");
+      r = offer_accepted(l, &offer, err, errlen);
+      if (r == RINGCC_SUCCESS)
+        r = accept_offer(&offer, hello, &c, deadline_ns, err, errlen);
+      if (offer.fd >= 0)
+        close(offer.fd);
       *recv_comm = c;
       return r;
     }
@@ -2397,11 +2549,14 @@ static ringcc_result_t ib_accept(void *listen_comm, void *hello,
                       "NET/IB: no connection came before the deadline (%d "
                       "offer%s incomplete)", l->npending,
                       l->npending == 1 ? "" : "s");
-    int n = 0;
-    pfds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    int n = 0, ms = rcc_socket_poll_ms(deadline_ns);
+    int64_t now = rcc_now_ns();
+    if (now >= l->accept_at) /* else backing off: the listener waits */
+      pfds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    else if (ms > (int)((l->accept_at - now) / 1000000) + 1)
+      ms = (int)((l->accept_at - now) / 1000000) + 1;
     for (int k = 0; k < l->npending; k++)
       pfds[n++] = (struct pollfd){.fd = l->pending[k].fd, .events = POLLIN};
-    int ms = rcc_socket_poll_ms(deadline_ns);
     poll(pfds, (nfds_t)n, ms > 200 ? 200 : ms);
   }
 }
@@ -3130,6 +3285,14 @@ static void ib_close(void *comm) {
   struct ib_comm *c = comm;
   if (c == NULL)
     return;
+  if (forked_child()) { /* the rest is the parent's (forked_child) */
+    if (c->fd >= 0)
+      close(c->fd);
+    if (c->chan != NULL)
+      close(c->chan->fd);
+    free(c);
+    return;
+  }
   if (c->fd >= 0 && c->side_end == 0 && c->hs == HS_DONE) {
     uint8_t m[4], *p = m;
     put32(&p, CLOSE_MAGIC);
@@ -3148,9 +3311,9 @@ static void ib_close_listen(void *listen_comm) {
     close(l->pending[i].fd);
   if (l->fd >= 0)
     close(l->fd);
-  free(l->pending);
-  free(l);
-  live_remove(NULL);
+  listen_free(l);
+  if (!forked_child())
+    live_remove(NULL);
 }
 
 const struct rcc_net_plugin rcc_net_ib = {

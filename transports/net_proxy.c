@@ -67,6 +67,7 @@
 /* The immediate of the message that names a dead rank (failure.c): the rank
  * in the low bits. Like the goodbye, the sender sends nothing after it. */
 #define IMM_FAIL 0x40000000u
+#define IMM_UNREACHABLE 0x20000000u /* with IMM_FAIL: lost, not dead */
 #define IMM_RANK_MASK 0x00ffffffu
 /* How long a rank that knows of a dead peer tries to pass it on before it
  * lets destroy or abort go on. */
@@ -92,6 +93,7 @@ struct rcc_proxy {
    * it, so that what its peer sent before it went is read first. */
   struct rcc_proxy_conn *fail_conn;
   ringcc_result_t fail_code;
+  int64_t next_link_check; /* check_links */
   char fail_err[RCC_ERRLEN];
   int fail_published;
   pthread_t thread;
@@ -154,15 +156,23 @@ static void publish_failure(struct rcc_proxy *px) {
   if (c == NULL || px->fail_published)
     return;
   px->fail_published = 1;
+  /* A peer that went away is dead; one the network lost (no answer, an
+   * error) is unreachable: either way the peers are told (failure.c), so
+   * that they name it, not this rank, which leaves after its error. */
   if (px->fail_code == RINGCC_ERR_PEER_FAILED)
     rcc_peer_dead(px->comm, c->peer, px->comm->rank);
+  else if (px->fail_code == RINGCC_ERR_NETWORK)
+    rcc_peer_lost(px->comm, c->peer, px->comm->rank, 1);
   const struct rcc_peer_info *peer = &px->comm->peers[c->peer];
+  char ranks[128];
+  rcc_host_ranks(px->comm, c->peer, ranks, sizeof(ranks));
   rcc_comm_set_async_error(px->comm, px->fail_code,
-                           "network %s rank %d -> rank %d (host %s): %s",
+                           "network %s rank %d -> rank %d (host %s, which "
+                           "holds %s): %s",
                            c->is_send ? "send" : "receive",
                            c->is_send ? px->comm->rank : c->peer,
                            c->is_send ? c->peer : px->comm->rank,
-                           peer->hostname, px->fail_err);
+                           peer->hostname, ranks, px->fail_err);
   wake_all(px);
 }
 
@@ -171,22 +181,26 @@ static int fail_message(struct rcc_proxy *px, struct rcc_proxy_conn *c,
                         uint32_t imm, ringcc_result_t *r) {
   struct ringcc_comm *comm = px->comm;
   int dead = (int)(imm & IMM_RANK_MASK);
+  int unreachable = (imm & IMM_UNREACHABLE) != 0;
   char err[RCC_ERRLEN];
-  if ((imm & ~(IMM_FAIL | IMM_RANK_MASK)) != 0 || dead >= comm->nranks ||
-      dead == c->peer) {
+  if ((imm & ~(IMM_FAIL | IMM_UNREACHABLE | IMM_RANK_MASK)) != 0 ||
+      dead >= comm->nranks || dead == c->peer) {
     snprintf(err, sizeof(err), "malformed FAIL message (immediate 0x%08x) "
              "from rank %d", (unsigned)imm, c->peer);
     *r = fail(px, c, RINGCC_ERR_NETWORK, err);
     return 0;
   }
   c->bye = 1;
-  rcc_peer_dead(comm, dead, c->peer);
-  rcc_comm_set_async_error(comm, RINGCC_ERR_PEER_FAILED,
+  rcc_peer_lost(comm, dead, c->peer, unreachable);
+  rcc_comm_set_async_error(comm,
+                           unreachable ? RINGCC_ERR_NETWORK
+                                       : RINGCC_ERR_PEER_FAILED,
                            "rank %d (host %s) reports that rank %d (pid %d "
-                           "on host %s) died", c->peer,
+                           "on host %s) %s", c->peer,
                            comm->peers[c->peer].hostname, dead,
                            (int)comm->peers[dead].pid,
-                           comm->peers[dead].hostname);
+                           comm->peers[dead].hostname,
+                           unreachable ? "is unreachable" : "died");
   wake_all(px);
   return 1;
 }
@@ -397,7 +411,10 @@ static int progress_tell(struct rcc_proxy *px) {
       continue;
     if (c->tell == 0) {
       ringcc_result_t r = px->plugin->isend(
-          c->net_comm, c->data, 0, IMM_FAIL | (uint32_t)dead, c->mhandle,
+          c->net_comm, c->data, 0,
+          IMM_FAIL | (rcc_dead_unreachable(px->comm) ? IMM_UNREACHABLE : 0) |
+              (uint32_t)dead,
+          c->mhandle,
           &c->tell_request, err, sizeof(err));
       if (r != RINGCC_SUCCESS || c->tell_request == NULL) {
         c->tell = r != RINGCC_SUCCESS ? 2 : 0; /* full: try again */
@@ -466,6 +483,28 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   return moved;
 }
 
+/* Links that fail without closing: every RCC_NET_LINK_CHECK_MS the plugin
+ * looks at each connection (alive); the caller holds px->lock. */
+static void check_links(struct rcc_proxy *px) {
+  char err[RCC_ERRLEN];
+  int64_t now = rcc_now_ns();
+  if (px->plugin->alive == NULL || now < px->next_link_check ||
+      px->fail_conn != NULL)
+    return;
+  px->next_link_check = now + RCC_NET_LINK_CHECK_MS * 1000000LL;
+  for (int i = 0; i < px->nconns; i++) {
+    struct rcc_proxy_conn *c = &px->conns[i];
+    if (c->failed || c->bye)
+      continue;
+    ringcc_result_t r = px->plugin->alive(c->net_comm, err, sizeof(err));
+    if (r != RINGCC_SUCCESS) {
+      fail(px, c, r, err);
+      break;
+    }
+  }
+  publish_failure(px);
+}
+
 /* One round over every connection; the caller holds px->lock. Returns
  * progress. */
 static int proxy_round(struct rcc_proxy *px) {
@@ -506,6 +545,7 @@ static void *proxy_main(void *arg) {
   while (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
     pthread_mutex_lock(&px->lock);
     int moved = proxy_round(px);
+    check_links(px);
     pthread_mutex_unlock(&px->lock);
     if (moved)
       idle = 0;
@@ -896,6 +936,17 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
     }
     usleep(100);
   }
+}
+
+void rcc_proxy_forget(struct rcc_proxy *px) {
+  if (px == NULL)
+    return;
+  close(px->doorbell);
+  free(px->pfds);
+  free(px->pconn);
+  free(px->xfds);
+  free(px->xconn);
+  free(px);
 }
 
 void rcc_proxy_stop(struct rcc_proxy *px) {

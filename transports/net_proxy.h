@@ -57,5 +57,8 @@ void rcc_proxy_bind(struct rcc_conn *end, struct rcc_proxy_conn *c);
  * peers can tell a rank that left from a rank that died. */
 void rcc_proxy_drain(struct rcc_proxy *proxy, int64_t deadline_ns);
 void rcc_proxy_stop(struct rcc_proxy *proxy);
+/* In a child forked from the process that started it (destroy after fork):
+ * the thread is not here; frees the memory and the doorbell only. */
+void rcc_proxy_forget(struct rcc_proxy *proxy);
 
 #endif /* RCC_NET_PROXY_H */

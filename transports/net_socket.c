@@ -4,12 +4,32 @@
  * Connections. connect() opens N sockets to the listener (N from
  * RINGCC_NSOCKS_PERPEER, default 2). Each starts with a 16-byte preamble
  * (magic, socket index, N, a random 64-bit connection id); socket 0 follows
- * it with the 64-byte hello. The listener keeps every accepted socket in a
- * pending table and reads preambles without blocking; a socket whose preamble
- * is malformed, or does not arrive within PREAMBLE_TIMEOUT_NS, is dropped.
- * Complete sockets are grouped by connection id, and accept() returns the
- * first connection whose N sockets are all there, whatever order sockets of
- * different peers arrived in. A stranger is never waited for.
+ * it with the 64-byte hello; then every socket proves the communicator's
+ * key: HMAC-SHA-256(key, label || the listener's nonce || preamble [|| hello])
+ * (32 bytes). The nonce is random per listener and travels in its handle, so
+ * a proof is good for that listener only (no replay from another
+ * communicator), and an id once taken is not taken again (no replay into
+ * this one). The listener keeps every accepted socket in a pending table
+ * (MAX_UNPROVEN sockets that have not proven themselves yet, the oldest
+ * dropped beyond) and reads preambles without blocking; a socket whose
+ * preamble is malformed, whose proof is wrong, or that is not complete within
+ * PREAMBLE_TIMEOUT_NS, is dropped at once. Out of descriptors (EMFILE,
+ * ENFILE), it drops the oldest unproven socket and backs off instead of
+ * failing. Proven sockets are grouped by connection id, and accept() returns
+ * the first connection whose N sockets are all there, whatever order sockets
+ * of different peers arrived in. A stranger is never waited for.
+ *
+ * Links that fail without closing (a host that lost power or its network
+ * sends no FIN): every socket has TCP keepalive, so an idle one whose peer
+ * stopped answering is closed by the kernel (ETIMEDOUT) about
+ * RINGCC_SOCKET_LINK_TIMEOUT_MS (default 6 s) after the peer's last
+ * acknowledgement, and alive(), which the engine calls about twice a second,
+ * fails a connection whose socket has data in flight (or window probes out)
+ * and no acknowledgement for that long (TCP_INFO). Both look at what the
+ * peer's kernel acknowledges, not at whether its process runs, so a busy,
+ * stopped or starved peer is never taken for a dead one. TCP_USER_TIMEOUT is
+ * not used: it also ends a connection whose receiver is alive but has not
+ * read for that long (the window stays closed), a peer that merely computes.
  *
  * Messages. A 64-byte header (u32 bytes, u32 imm, network order, then
  * zeros), the payload, and zeros up to a multiple of 64 bytes (see
@@ -39,6 +59,7 @@
 #include <limits.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -55,6 +76,7 @@
 #include "error.h"
 #include "log.h"
 #include "net.h"
+#include "sha256.h"
 #include "socket.h"
 #include "wire.h"
 
@@ -62,8 +84,11 @@
 #define NSOCKS_MAX 16
 #define HANDLE_MAGIC 0x52434e4cu   /* "RCNL": a listen handle */
 #define PREAMBLE_MAGIC 0x52434e53u /* "RCNS": a socket of a connection */
-#define HANDLE_BYTES 28            /* magic, family, port, address, scope */
+#define HANDLE_BYTES 44 /* magic, family, port, address, scope, nonce */
 #define PREAMBLE_BYTES 16          /* magic, index, nsocks, connection id */
+#define NONCE_BYTES 16             /* the listener's, in its handle */
+#define MAC_BYTES RCC_SHA256_BYTES /* after the preamble (and hello) */
+#define MAC_LABEL "ringcc v2: net socket preamble"
 /* A message on the wire: a 64-byte header (payload bytes, imm, 56 bytes of
  * zeros), the payload, and zeros up to the next multiple of 64 (MSG_ALIGN).
  * The kernel copies a send into socket buffer pages at the sending thread's
@@ -83,11 +108,14 @@
  * accept() took the socket from the kernel, so a late accept() is no fault. */
 #define PREAMBLE_TIMEOUT_NS (5 * 1000000000LL)
 #define GROUP_TIMEOUT_NS (30 * 1000000000LL)
-#define MAX_PENDING 1024      /* sockets accepted but not yet returned */
+#define MAX_UNPROVEN 128 /* accepted sockets that have not proven the key */
+#define MAX_TAKEN 4096   /* connection ids remembered against replays */
+#define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
 #define ACCEPT_POLL_MAX_MS 200 /* so that timeouts are noticed */
 
 _Static_assert(HANDLE_BYTES <= RCC_NET_HANDLE_BYTES, "handle size");
 _Static_assert(PREAMBLE_BYTES == RCC_NET_SOCKET_PREAMBLE_BYTES &&
+                   MAC_BYTES == RCC_NET_SOCKET_MAC_BYTES &&
                    MSG_HEADER_BYTES == RCC_NET_SOCKET_HEADER_BYTES &&
                    NSOCKS_MAX == RCC_NET_SOCKET_MAX_SOCKS,
                "wire.h sizes");
@@ -99,20 +127,65 @@ static struct {
   int ready;
   struct sockaddr_storage addr; /* port 0 */
   char ifname[IF_NAMESIZE + 1];
+  int64_t link_timeout_ms; /* RINGCC_SOCKET_LINK_TIMEOUT_MS; 0: off */
 } g_net = {.lock = PTHREAD_MUTEX_INITIALIZER, .ifname = "none"};
+
+#define LINK_TIMEOUT_DEFAULT_MS 6000
+
+/* RINGCC_SOCKET_LINK_TIMEOUT_MS: how long a peer may leave this rank's data
+ * or keepalive probes unacknowledged before its link counts as down. Read
+ * here only, once per process. */
+static ringcc_result_t link_timeout(int64_t *ms, char *err, size_t errlen) {
+  const char *v = rcc_getenv("RINGCC_SOCKET_LINK_TIMEOUT_MS");
+  *ms = LINK_TIMEOUT_DEFAULT_MS;
+  if (v == NULL)
+    return RINGCC_SUCCESS;
+  if (rcc_parse_decimal(v, ms) != 0 || *ms < 0 ||
+      (*ms > 0 && *ms < 2000) || *ms > 3600000)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: RINGCC_SOCKET_LINK_TIMEOUT_MS=\"%s\" is not "
+                    "0 (off) or a number of milliseconds in 2000..3600000", v);
+  return RINGCC_SUCCESS;
+}
+
+#ifndef TCP_RTO_MAX_MS
+#define TCP_RTO_MAX_MS 44 /* Linux 6.15 */
+#endif
+
+/* Keepalive on a connection's socket, timed from the link timeout T: first
+ * probe after T/3 idle, then every T/6, closed after the probes that fit in
+ * T (6 s: 2 s, then 1 s apart, 4 probes). The retransmission timeout is
+ * capped at T/4 where the kernel allows it (TCP_RTO_MAX_MS, Linux 6.15), so
+ * that retransmissions and window probes keep asking while a link is down
+ * for a moment, and resume soon after it is back. */
+static void set_keepalive(int fd) {
+  int64_t t = g_net.link_timeout_ms;
+  if (t <= 0 || fd < 0)
+    return;
+  int one = 1, idle = (int)(t / 3000), intvl = (int)(t / 6000);
+  idle = idle < 1 ? 1 : idle;
+  intvl = intvl < 1 ? 1 : intvl;
+  int cnt = (int)((t / 1000 - idle) / intvl);
+  cnt = cnt < 1 ? 1 : cnt;
+  int rto_max = (int)(t / 4);
+  rto_max = rto_max < 1000 ? 1000 : rto_max > 120000 ? 120000 : rto_max;
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_max, sizeof(rto_max));
+}
 
 /* RINGCC_NSOCKS_PERPEER is read here only, at init (for the log) and at every
  * connect (the acceptor learns N from the preamble). */
 static ringcc_result_t sockets_per_connection(int *n, char *err,
                                               size_t errlen) {
   const char *v = rcc_getenv("RINGCC_NSOCKS_PERPEER");
-  char *end;
+  int64_t x;
   *n = NSOCKS_DEFAULT;
   if (v == NULL)
     return RINGCC_SUCCESS;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || x < 1 || x > NSOCKS_MAX)
+  if (rcc_parse_decimal(v, &x) != 0 || x < 1 || x > NSOCKS_MAX)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "NET/Socket: RINGCC_NSOCKS_PERPEER=\"%s\" is not a "
                     "number in 1..%d", v, NSOCKS_MAX);
@@ -162,15 +235,18 @@ static ringcc_result_t socket_init(const char *spec, char *err,
     goto out;
   if ((r = sockets_per_connection(&nsocks, err, errlen)) != RINGCC_SUCCESS ||
       (r = address_family(&family, err, errlen)) != RINGCC_SUCCESS ||
+      (r = link_timeout(&g_net.link_timeout_ms, err, errlen)) !=
+          RINGCC_SUCCESS ||
       (r = rcc_socket_pick_address_family(spec, family, &g_net.addr,
                                           g_net.ifname, sizeof(g_net.ifname),
                                           err, errlen)) != RINGCC_SUCCESS)
     goto out;
   g_net.ready = 1;
   RCC_INFO(-1, "NET/Socket: using interface %s (%s), %d socket%s per "
-               "connection%s%s%s%s",
+               "connection, link timeout %lld ms%s%s%s%s",
            g_net.ifname, host_str(&g_net.addr, host, sizeof(host)), nsocks,
-           nsocks == 1 ? "" : "s", named ? ", RINGCC_SOCKET_IFNAME=" : "",
+           nsocks == 1 ? "" : "s", (long long)g_net.link_timeout_ms,
+           named ? ", RINGCC_SOCKET_IFNAME=" : "",
            named ? spec : "",
            family != AF_UNSPEC ? ", RINGCC_SOCKET_FAMILY=" : "",
            family == AF_INET    ? "AF_INET"
@@ -183,9 +259,12 @@ out:
 
 static const char *socket_device(void) { return g_net.ifname; }
 
-/* Handle: magic u32, family u16 (4 or 6), port u16, address[16], scope u32. */
-static void handle_encode(uint8_t *h, const struct sockaddr_storage *a) {
+/* Handle: magic u32, family u16 (4 or 6), port u16, address[16], scope u32,
+ * the listener's nonce[16]. */
+static void handle_encode(uint8_t *h, const struct sockaddr_storage *a,
+                          const uint8_t nonce[NONCE_BYTES]) {
   memset(h, 0, RCC_NET_HANDLE_BYTES);
+  memcpy(h + 28, nonce, NONCE_BYTES);
   rcc_put_be32(h, HANDLE_MAGIC);
   rcc_put_be16(h + 6, (uint16_t)rcc_socket_addr_port(a));
   if (a->ss_family == AF_INET) {
@@ -200,10 +279,12 @@ static void handle_encode(uint8_t *h, const struct sockaddr_storage *a) {
 }
 
 static ringcc_result_t handle_decode(const uint8_t *h,
-                                     struct sockaddr_storage *a, char *err,
+                                     struct sockaddr_storage *a,
+                                     uint8_t nonce[NONCE_BYTES], char *err,
                                      size_t errlen) {
   uint16_t family = rcc_get_be16(h + 4);
   memset(a, 0, sizeof(*a));
+  memcpy(nonce, h + 28, NONCE_BYTES);
   if (rcc_get_be32(h) != HANDLE_MAGIC || (family != 4 && family != 6) ||
       rcc_get_be16(h + 6) == 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
@@ -222,6 +303,20 @@ static ringcc_result_t handle_decode(const uint8_t *h,
   }
   rcc_socket_addr_set_port(a, rcc_get_be16(h + 6));
   return RINGCC_SUCCESS;
+}
+
+/* The proof a socket sends after its preamble (and socket 0's hello). */
+static void preamble_mac(const uint8_t key[RCC_NET_KEY_BYTES],
+                         const uint8_t nonce[NONCE_BYTES], const uint8_t *pre,
+                         const uint8_t *hello, uint8_t mac[MAC_BYTES]) {
+  struct rcc_hmac m;
+  rcc_hmac_init(&m, key, RCC_NET_KEY_BYTES);
+  rcc_hmac_update(&m, MAC_LABEL, sizeof(MAC_LABEL));
+  rcc_hmac_update(&m, nonce, NONCE_BYTES);
+  rcc_hmac_update(&m, pre, PREAMBLE_BYTES);
+  if (hello != NULL)
+    rcc_hmac_update(&m, hello, RCC_NET_HELLO_BYTES);
+  rcc_hmac_final(&m, mac);
 }
 
 static uint64_t random_id(void) {
@@ -278,6 +373,7 @@ struct sock_queue {
 struct net_conn {
   int kind; /* COMM_SEND or COMM_RECV */
   int nsocks;
+  int pid;  /* the process that opened it: only it may shut the sockets */
   uint64_t posted;
   ringcc_result_t error; /* the first failure; sticky */
   char message[RCC_ERRLEN];
@@ -297,6 +393,7 @@ static struct net_conn *conn_new(int kind, int nsocks) {
     return NULL;
   c->kind = kind;
   c->nsocks = nsocks;
+  c->pid = (int)getpid();
   for (int i = 0; i < nsocks; i++)
     c->socks[i].fd = -1;
   for (int i = 0; i < nsocks && kind == COMM_RECV; i++)
@@ -311,14 +408,17 @@ static struct net_conn *conn_new(int kind, int nsocks) {
   return c;
 }
 
+/* In a process forked from the one that opened it, only close(): a
+ * shutdown would end the parent's connection too. */
 static void conn_free(struct net_conn *c) {
   if (c == NULL)
     return;
+  int forked = c->pid != (int)getpid();
   for (int i = 0; i < c->nsocks; i++) {
     int fd = c->socks[i].fd;
     if (fd >= 0 && c->twin == NULL)
       close(fd);
-    else if (fd >= 0 && c->kind == COMM_SEND)
+    else if (fd >= 0 && c->kind == COMM_SEND && !forked)
       shutdown(fd, SHUT_WR); /* the twin still reads from it */
     free(c->socks[i].rbuf);
   }
@@ -355,16 +455,30 @@ static const char *request_where(const struct net_conn *c,
   return buf;
 }
 
+/* Why a socket error says a host stopped answering, or "". */
+static const char *unreachable_why(int e) {
+  if (e == ETIMEDOUT)
+    return " (the peer's host stopped answering: no acknowledgement of "
+           "keepalive probes or data for RINGCC_SOCKET_LINK_TIMEOUT_MS; it is "
+           "down, or its network is cut)";
+  if (e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN ||
+      e == ENETDOWN)
+    return " (no route to the peer's host: it is down, or its network is "
+           "cut)";
+  return "";
+}
+
 /* A failed send/recv: a peer that went away is PEER_FAILED. */
 static void conn_fail_io(struct net_conn *c, int sock, int e,
                          const struct net_request *r) {
   char where[96];
   int gone = e == ECONNRESET || e == EPIPE;
   conn_fail(c, gone ? RINGCC_ERR_PEER_FAILED : RINGCC_ERR_NETWORK,
-            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s",
+            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s%s",
             c->kind == COMM_SEND ? "send to" : "receive from", c->peer, sock,
             c->nsocks, request_where(c, r, where, sizeof(where)), strerror(e),
-            gone ? " (the peer closed the connection or died)" : "");
+            gone ? " (the peer closed the connection or died)" : "",
+            unreachable_why(e));
 }
 
 /* The head request of a socket is complete: off the queue; test() frees it. */
@@ -685,16 +799,18 @@ static void socket_dereg_mr(void *comm, void *mhandle) {
 
 /* ---- connect ----------------------------------------------------------- */
 
-static ringcc_result_t socket_connect(const void *handle, const void *hello,
-                                      void **send_comm, int64_t deadline_ns,
-                                      char *err, size_t errlen) {
+static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
+                                      const void *hello, void **send_comm,
+                                      int64_t deadline_ns, char *err,
+                                      size_t errlen) {
   struct sockaddr_storage addr;
+  uint8_t nonce[NONCE_BYTES];
   char why[RCC_ERRLEN];
   int nsocks;
   ringcc_result_t r;
 
   *send_comm = NULL;
-  if ((r = handle_decode(handle, &addr, err, errlen)) != RINGCC_SUCCESS ||
+  if ((r = handle_decode(handle, &addr, nonce, err, errlen)) != RINGCC_SUCCESS ||
       (r = sockets_per_connection(&nsocks, err, errlen)) != RINGCC_SUCCESS)
     return r;
   struct net_conn *c = conn_new(COMM_SEND, nsocks);
@@ -704,8 +820,9 @@ static ringcc_result_t socket_connect(const void *handle, const void *hello,
   rcc_socket_addr_str(&addr, c->peer, sizeof(c->peer));
   uint64_t id = random_id();
   for (int i = 0; i < nsocks; i++) {
-    uint8_t pre[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES];
-    size_t len = PREAMBLE_BYTES + (i == 0 ? RCC_NET_HELLO_BYTES : 0);
+    uint8_t pre[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES + MAC_BYTES];
+    size_t hlen = i == 0 ? RCC_NET_HELLO_BYTES : 0;
+    size_t len = PREAMBLE_BYTES + hlen + MAC_BYTES;
     rcc_put_be32(pre, PREAMBLE_MAGIC);
     rcc_put_be16(pre + 4, (uint16_t)i);
     rcc_put_be16(pre + 6, (uint16_t)nsocks);
@@ -714,11 +831,15 @@ static ringcc_result_t socket_connect(const void *handle, const void *hello,
       memcpy(pre + PREAMBLE_BYTES, hello, RCC_NET_HELLO_BYTES);
     else if (i == 0)
       memset(pre + PREAMBLE_BYTES, 0, RCC_NET_HELLO_BYTES);
+    preamble_mac(key, nonce, pre, i == 0 ? pre + PREAMBLE_BYTES : NULL,
+                 pre + PREAMBLE_BYTES + hlen);
     r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
                            sizeof(why));
-    if (r == RINGCC_SUCCESS)
+    if (r == RINGCC_SUCCESS) {
+      set_keepalive(c->socks[i].fd);
       r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
                               sizeof(why));
+    }
     if (r != RINGCC_SUCCESS) {
       rcc_errf(err, errlen, r, "NET/Socket: opening socket %d of %d to %s: %s",
                i, nsocks, c->peer, why);
@@ -765,24 +886,33 @@ static ringcc_result_t socket_reverse(void *comm, void **other, char *err,
 struct pending {
   int fd;
   int index, nsocks; /* from the preamble, once got >= PREAMBLE_BYTES */
+  int proven;        /* its proof matched: not a stranger */
   uint64_t id;
-  size_t got, need; /* preamble (+ hello for socket 0) bytes */
+  size_t got, need; /* preamble (+ hello for socket 0) + proof bytes */
   int64_t since_ns;
   char peer[80];
-  uint8_t buf[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES];
+  uint8_t buf[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES + MAC_BYTES];
 };
 
 struct net_listen {
   int kind; /* COMM_LISTEN */
   int fd;
   char addr[80];
+  uint8_t key[RCC_NET_KEY_BYTES];
+  uint8_t nonce[NONCE_BYTES]; /* in the handle: proofs are for us only */
   int npending, cap;
   struct pending *pending;
   struct pollfd *pfds; /* cap + 1 */
+  int64_t accept_at;   /* after accept() ran out of descriptors: not before */
+  int backoff_warned;
+  int false_proofs;    /* sockets dropped for a wrong proof (WARN once) */
+  int ntaken;
+  uint64_t taken[MAX_TAKEN]; /* ids of connections handed out (replays) */
 };
 
-static ringcc_result_t socket_listen(void *handle, void **listen_comm,
-                                     char *err, size_t errlen) {
+static ringcc_result_t socket_listen(const uint8_t *key, void *handle,
+                                     void **listen_comm, char *err,
+                                     size_t errlen) {
   struct sockaddr_storage addr, bound;
   ringcc_result_t r;
 
@@ -800,11 +930,16 @@ static ringcc_result_t socket_listen(void *handle, void **listen_comm,
                     "NET/Socket: out of memory for a listener");
   l->kind = COMM_LISTEN;
   l->cap = 16;
+  memcpy(l->key, key, RCC_NET_KEY_BYTES);
   l->pending = malloc((size_t)l->cap * sizeof(*l->pending));
   l->pfds = malloc((size_t)(l->cap + 1) * sizeof(*l->pfds));
+  int e = rcc_random_bytes(l->nonce, NONCE_BYTES);
   if (l->pending == NULL || l->pfds == NULL)
     r = rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                  "NET/Socket: out of memory for a listener");
+  else if (e != 0)
+    r = rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "NET/Socket: getrandom for "
+                 "the listener's nonce failed: %s", strerror(e));
   else
     r = rcc_socket_listen(&addr, &l->fd, &bound, err, errlen);
   if (r != RINGCC_SUCCESS) {
@@ -814,50 +949,109 @@ static ringcc_result_t socket_listen(void *handle, void **listen_comm,
     return r;
   }
   rcc_socket_addr_str(&bound, l->addr, sizeof(l->addr));
-  handle_encode(handle, &bound);
+  handle_encode(handle, &bound, l->nonce);
   *listen_comm = l;
   return RINGCC_SUCCESS;
 }
 
-static void pending_drop(struct net_listen *l, int i, const char *why) {
+/* Drops pending socket i. A stranger's is news for INFO only (a flood
+ * would fill the log); a socket that made a false proof is a WARN, the first
+ * time (closing the listener counts them). */
+static void pending_drop(struct net_listen *l, int i, int warn,
+                         const char *why) {
   struct pending *p = &l->pending[i];
-  RCC_WARN(-1, "NET/Socket: dropped a connection from %s to %s: %s", p->peer,
-           l->addr, why);
+  if (warn && l->false_proofs++ > 0)
+    warn = 0;
+  if (warn)
+    RCC_WARN(-1, "NET/Socket: dropped a connection from %s to %s: %s",
+             p->peer, l->addr, why);
+  else
+    RCC_INFO(-1, "NET/Socket: dropped a connection from %s to %s: %s",
+             p->peer, l->addr, why);
   close(p->fd);
   l->pending[i] = l->pending[--l->npending];
 }
 
-/* Takes what the kernel has queued, as long as the table has room (beyond
- * that, sockets wait in the kernel's backlog). */
+/* The oldest socket that has not proven itself: -1 if none. */
+static int oldest_unproven(const struct net_listen *l, int *count) {
+  int oldest = -1;
+  *count = 0;
+  for (int i = 0; i < l->npending; i++) {
+    if (l->pending[i].proven)
+      continue;
+    (*count)++;
+    if (oldest < 0 || l->pending[i].since_ns < l->pending[oldest].since_ns)
+      oldest = i;
+  }
+  return oldest;
+}
+
+static int grow(struct net_listen *l) {
+  int cap = 2 * l->cap;
+  struct pending *p = realloc(l->pending, (size_t)cap * sizeof(*p));
+  if (p == NULL)
+    return -1;
+  l->pending = p;
+  struct pollfd *f = realloc(l->pfds, (size_t)(cap + 1) * sizeof(*f));
+  if (f == NULL)
+    return -1;
+  l->pfds = f;
+  l->cap = cap;
+  return 0;
+}
+
+static int preamble_check(struct net_listen *l, int self, char *why,
+                          size_t whylen);
+static void read_one(struct net_listen *l, int i);
+
+/* Takes what the kernel has queued. Beyond MAX_UNPROVEN sockets that have
+ * not proven themselves, the oldest of them is dropped; out of descriptors
+ * (EMFILE, ENFILE), the oldest is dropped too and accept() waits BACKOFF_NS
+ * instead of failing. Each socket's preamble is read at once (a real peer
+ * sends it with its connect), so a real one is proven before a flood could
+ * push it out. */
 static ringcc_result_t accept_new(struct net_listen *l, char *err,
                                   size_t errlen) {
-  while (l->npending < MAX_PENDING) {
+  int64_t now = rcc_now_ns();
+  for (int k = 0; k < 256 && now >= l->accept_at; k++) {
     struct sockaddr_storage peer;
-    int fd;
+    int fd, unproven;
     ringcc_result_t r = rcc_socket_accept(l->fd, &fd, &peer, err, errlen);
-    if (r != RINGCC_SUCCESS || fd < 0)
-      return r;
-    if (l->npending == l->cap) {
-      int cap = 2 * l->cap;
-      struct pending *p = realloc(l->pending, (size_t)cap * sizeof(*p));
-      if (p != NULL)
-        l->pending = p;
-      struct pollfd *f =
-          p ? realloc(l->pfds, (size_t)(cap + 1) * sizeof(*f)) : NULL;
-      if (f == NULL) {
-        close(fd);
-        return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
-                        "NET/Socket: out of memory accepting on %s", l->addr);
-      }
-      l->pfds = f;
-      l->cap = cap;
+    if (r != RINGCC_SUCCESS) {
+      int e = errno;
+      if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM)
+        return r;
+      int oldest = oldest_unproven(l, &unproven);
+      if (!l->backoff_warned)
+        RCC_WARN(-1, "NET/Socket: %s; %s and retrying in %lld ms", err,
+                 oldest >= 0 ? "dropping the oldest connection that has not "
+                               "proven itself"
+                             : "waiting",
+                 BACKOFF_NS / 1000000);
+      l->backoff_warned = 1;
+      if (oldest >= 0)
+        pending_drop(l, oldest, 0, "out of descriptors: made room");
+      l->accept_at = now + BACKOFF_NS;
+      return RINGCC_SUCCESS;
+    }
+    if (fd < 0)
+      return RINGCC_SUCCESS;
+    int oldest = oldest_unproven(l, &unproven);
+    if (unproven >= MAX_UNPROVEN)
+      pending_drop(l, oldest, 0, "too many connections that have not proven "
+                                 "themselves (the oldest goes)");
+    if (l->npending == l->cap && grow(l) != 0) {
+      close(fd);
+      return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                      "NET/Socket: out of memory accepting on %s", l->addr);
     }
     struct pending *p = &l->pending[l->npending++];
     memset(p, 0, sizeof(*p));
     p->fd = fd;
     p->need = PREAMBLE_BYTES;
-    p->since_ns = rcc_now_ns();
+    p->since_ns = now;
     rcc_socket_addr_str(&peer, p->peer, sizeof(p->peer));
+    read_one(l, l->npending - 1);
   }
   return RINGCC_SUCCESS;
 }
@@ -880,7 +1074,8 @@ int rcc_net_socket_preamble_parse(const uint8_t *in, size_t len,
              "and count (1..%d)", out->index, out->nsocks, NSOCKS_MAX);
     return -1;
   }
-  out->need = PREAMBLE_BYTES + (out->index == 0 ? RCC_NET_HELLO_BYTES : 0);
+  out->need = PREAMBLE_BYTES + (out->index == 0 ? RCC_NET_HELLO_BYTES : 0) +
+              MAC_BYTES;
   return 0;
 }
 
@@ -895,45 +1090,85 @@ static int preamble_check(struct net_listen *l, int self, char *why,
   p->index = pre.index;
   p->nsocks = pre.nsocks;
   p->id = pre.id;
+  p->need = pre.need;
+  return 0;
+}
+
+/* The whole preamble, hello and proof are in: 0 when the proof is the key's
+ * for this listener and the socket fits its connection, else -1 (why[]; *warn
+ * set for a false proof, which only a peer with another key makes). */
+static int proof_check(struct net_listen *l, int self, int *warn, char *why,
+                       size_t whylen) {
+  struct pending *p = &l->pending[self];
+  uint8_t mac[MAC_BYTES];
+  size_t hlen = p->index == 0 ? RCC_NET_HELLO_BYTES : 0;
+  preamble_mac(l->key, l->nonce, p->buf,
+               p->index == 0 ? p->buf + PREAMBLE_BYTES : NULL, mac);
+  *warn = 0;
+  if (!rcc_equal_ct(mac, p->buf + PREAMBLE_BYTES + hlen, MAC_BYTES)) {
+    *warn = 1;
+    snprintf(why, whylen, "it does not prove the communicator's key (a "
+             "stranger, a peer of another communicator, or a replay)");
+    return -1;
+  }
+  for (int i = 0; i < l->ntaken; i++)
+    if (l->taken[i] == p->id) {
+      *warn = 1;
+      snprintf(why, whylen, "connection %016llx was accepted already: a "
+               "replay", (unsigned long long)p->id);
+      return -1;
+    }
   for (int i = 0; i < l->npending; i++) {
     const struct pending *o = &l->pending[i];
-    if (i == self || o->got < PREAMBLE_BYTES || o->id != p->id)
+    if (i == self || !o->proven || o->id != p->id)
       continue;
     if (o->index == p->index || o->nsocks != p->nsocks) {
+      *warn = 1;
       snprintf(why, whylen, "socket %d of %d of connection %016llx "
                "clashes with socket %d of %d", p->index, p->nsocks,
                (unsigned long long)p->id, o->index, o->nsocks);
       return -1;
     }
   }
-  p->need = pre.need;
+  p->proven = 1;
   return 0;
 }
 
-/* Reads what has arrived of the preambles; drops malformed sockets. */
-static void read_preambles(struct net_listen *l) {
-  for (int i = 0; i < l->npending; i++) {
-    struct pending *p = &l->pending[i];
-    while (p->got < p->need) {
-      ssize_t n = recv(p->fd, p->buf + p->got, p->need - p->got, MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        break;
-      if (n <= 0) {
-        pending_drop(l, i--, n == 0 ? "closed before its preamble"
-                                    : strerror(errno));
-        break;
-      }
-      char why[160];
-      p->got += (size_t)n;
-      if (p->got == PREAMBLE_BYTES &&
-          preamble_check(l, i, why, sizeof(why)) != 0) {
-        pending_drop(l, i--, why);
-        break;
-      }
+/* Reads what has arrived of pending socket i's preamble; 1 when it was
+ * dropped (it is then gone from the table: i holds another socket). */
+static int read_pending(struct net_listen *l, int i) {
+  struct pending *p = &l->pending[i];
+  while (p->got < p->need) {
+    ssize_t n = recv(p->fd, p->buf + p->got, p->need - p->got, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (n <= 0) {
+      pending_drop(l, i, 0, n == 0 ? "closed before its preamble"
+                                   : strerror(errno));
+      return 1;
+    }
+    char why[200];
+    int warn = 0;
+    p->got += (size_t)n;
+    if ((p->got == PREAMBLE_BYTES &&
+         preamble_check(l, i, why, sizeof(why)) != 0) ||
+        (p->got == p->need && proof_check(l, i, &warn, why, sizeof(why)) != 0)) {
+      pending_drop(l, i, warn, why);
+      return 1;
     }
   }
+  return 0;
+}
+
+static void read_one(struct net_listen *l, int i) { (void)read_pending(l, i); }
+
+/* Reads what has arrived of the preambles; drops malformed sockets. */
+static void read_preambles(struct net_listen *l) {
+  for (int i = 0; i < l->npending; i++)
+    if (read_pending(l, i))
+      i--;
 }
 
 /* Drops sockets whose preamble or whose connection is overdue. */
@@ -942,29 +1177,30 @@ static void expire(struct net_listen *l) {
   for (int i = 0; i < l->npending; i++) {
     const struct pending *p = &l->pending[i];
     char why[128];
-    if (p->got < p->need && now - p->since_ns > PREAMBLE_TIMEOUT_NS) {
-      snprintf(why, sizeof(why), "no preamble within %lld s",
+    if (!p->proven && now - p->since_ns > PREAMBLE_TIMEOUT_NS) {
+      snprintf(why, sizeof(why), "no preamble and proof within %lld s",
                PREAMBLE_TIMEOUT_NS / 1000000000LL);
-      pending_drop(l, i--, why);
-    } else if (p->got == p->need && now - p->since_ns > GROUP_TIMEOUT_NS) {
+      pending_drop(l, i--, 0, why);
+    } else if (p->proven && now - p->since_ns > GROUP_TIMEOUT_NS) {
       snprintf(why, sizeof(why), "the other %d sockets of its connection did "
                "not arrive within %lld s", p->nsocks - 1,
                GROUP_TIMEOUT_NS / 1000000000LL);
-      pending_drop(l, i--, why);
+      pending_drop(l, i--, 1, why);
     }
   }
 }
 
-/* A connection whose sockets are all here, taken out of the table; NULL if
- * none is complete (or memory ran out: the sockets stay for a retry). */
+/* A connection whose sockets are all here and proven, taken out of the
+ * table; NULL if none is complete (or memory ran out: the sockets stay for a
+ * retry). */
 static struct net_conn *take_complete(struct net_listen *l, void *hello) {
   for (int i = 0; i < l->npending; i++) {
     const struct pending *p = &l->pending[i];
     int have = 0;
-    if (p->got != p->need || p->index != 0)
+    if (!p->proven || p->index != 0)
       continue;
     for (int j = 0; j < l->npending; j++)
-      have += l->pending[j].id == p->id && l->pending[j].got == l->pending[j].need;
+      have += l->pending[j].id == p->id && l->pending[j].proven;
     if (have != p->nsocks)
       continue;
     struct net_conn *c = conn_new(COMM_RECV, p->nsocks);
@@ -973,11 +1209,14 @@ static struct net_conn *take_complete(struct net_listen *l, void *hello) {
     memcpy(hello, p->buf + PREAMBLE_BYTES, RCC_NET_HELLO_BYTES);
     snprintf(c->peer, sizeof(c->peer), "%s", p->peer);
     uint64_t id = p->id;
+    if (l->ntaken < MAX_TAKEN)
+      l->taken[l->ntaken++] = id;
     for (int j = 0; j < l->npending; j++) {
       struct pending *q = &l->pending[j];
-      if (q->id != id || q->got != q->need)
+      if (q->id != id || !q->proven)
         continue;
       c->socks[q->index].fd = q->fd;
+      set_keepalive(q->fd);
       l->pending[j--] = l->pending[--l->npending];
     }
     return c;
@@ -1007,20 +1246,25 @@ static ringcc_result_t socket_accept(void *listen_comm, void *hello,
       return RINGCC_SUCCESS;
     }
     expire(l);
-    if (rcc_now_ns() >= deadline_ns)
+    int64_t now = rcc_now_ns();
+    if (now >= deadline_ns)
       return rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT,
                       "NET/Socket: no complete connection arrived on %s "
                       "before the deadline (%d socket%s of incomplete "
                       "connections waiting)", l->addr, l->npending,
                       l->npending == 1 ? "" : "s");
     int n = 0;
-    l->pfds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    if (now >= l->accept_at)
+      l->pfds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
     for (int i = 0; i < l->npending; i++)
       if (l->pending[i].got < l->pending[i].need)
         l->pfds[n++] = (struct pollfd){.fd = l->pending[i].fd, .events = POLLIN};
     int ms = rcc_socket_poll_ms(deadline_ns);
-    if (poll(l->pfds, (nfds_t)n, ms < ACCEPT_POLL_MAX_MS ? ms : ACCEPT_POLL_MAX_MS) < 0 &&
-        errno != EINTR)
+    if (ms > ACCEPT_POLL_MAX_MS)
+      ms = ACCEPT_POLL_MAX_MS;
+    if (now < l->accept_at && (l->accept_at - now) / 1000000 + 1 < ms)
+      ms = (int)((l->accept_at - now) / 1000000 + 1);
+    if (poll(l->pfds, (nfds_t)n, ms) < 0 && errno != EINTR)
       return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
                       "NET/Socket: poll while accepting on %s: %s", l->addr,
                       strerror(errno));
@@ -1073,6 +1317,48 @@ static void socket_readable(void *comm, int fd) {
       c->socks[i].idle = 0;
 }
 
+/* The link of a connection still carries acknowledgements (see the top):
+ * for each socket, the kernel gave up on it (keepalive: closed, with its
+ * error), or it has data in flight or window probes out and nothing
+ * acknowledged for the link timeout. The first such failure sticks to the
+ * connection (and its twin, which shares the sockets). */
+static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
+  struct net_conn *c = comm;
+  int64_t t = g_net.link_timeout_ms;
+  if (c == NULL || c->kind == COMM_LISTEN)
+    return RINGCC_SUCCESS;
+  for (int i = 0; i < c->nsocks && t > 0 && c->error == RINGCC_SUCCESS; i++) {
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (c->socks[i].fd < 0 || c->socks[i].eof ||
+        getsockopt(c->socks[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+      continue;
+    if (ti.tcpi_state == TCP_CLOSE) {
+      int e = 0;
+      socklen_t elen = sizeof(e);
+      getsockopt(c->socks[i].fd, SOL_SOCKET, SO_ERROR, &e, &elen);
+      if (e != 0)
+        conn_fail(c, RINGCC_ERR_NETWORK, "NET/Socket: the connection with %s "
+                  "failed on socket %d of %d: %s%s", c->peer, i, c->nsocks,
+                  strerror(e), unreachable_why(e));
+    } else if ((ti.tcpi_unacked > 0 || ti.tcpi_probes >= 2) &&
+               ti.tcpi_last_ack_recv > (uint32_t)t) {
+      conn_fail(c, RINGCC_ERR_NETWORK, "NET/Socket: %s acknowledged nothing "
+                "for %.1f s with %s on socket %d of %d: its host is down, or "
+                "its network is cut (RINGCC_SOCKET_LINK_TIMEOUT_MS=%lld)",
+                c->peer, ti.tcpi_last_ack_recv / 1000.0,
+                ti.tcpi_unacked > 0 ? "data in flight" : "window probes out",
+                i, c->nsocks, (long long)t);
+    }
+  }
+  if (c->error != RINGCC_SUCCESS && c->twin != NULL)
+    conn_fail(c->twin, c->error, "%s", c->message);
+  if (c->error != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, c->error, "%s", c->message);
+  return RINGCC_SUCCESS;
+}
+
 static void socket_close_conn(void *comm) { conn_free(comm); }
 
 static void socket_close_listen(void *listen_comm) {
@@ -1083,8 +1369,13 @@ static void socket_close_listen(void *listen_comm) {
     close(l->pending[i].fd);
   if (l->fd >= 0)
     close(l->fd);
+  if (l->false_proofs > 1)
+    RCC_WARN(-1, "NET/Socket: the listener %s dropped %d connections in all "
+             "that did not prove the communicator's key", l->addr,
+             l->false_proofs);
   free(l->pending);
   free(l->pfds);
+  memset(l->key, 0, sizeof(l->key));
   free(l);
 }
 
@@ -1106,6 +1397,7 @@ const struct rcc_net_plugin rcc_net_socket = {
     .redirect = socket_redirect,
     .readable = socket_readable,
     .reverse = socket_reverse,
+    .alive = socket_alive,
     .close_send = socket_close_conn,
     .close_recv = socket_close_conn,
     .close_listen = socket_close_listen,

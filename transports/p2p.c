@@ -374,9 +374,10 @@ static void p2p_destroy(struct ringcc_comm *comm, void *state) {
   char why[256];
   if (st == NULL)
     return;
-  /* Host-only communicators never touch CUDA here. This rank's kernels are
-   * done (cuda.c waited, or aborted them), so it writes no peer's block. */
-  if ((st->own || st->ipc_open) &&
+  /* Host-only communicators never touch CUDA here, nor a forked child. This
+   * rank's kernels are done (cuda.c waited, or aborted them), so it writes
+   * no peer's block. */
+  if ((st->own || st->ipc_open) && !comm->forked &&
       rcc_gpu_enter(st->device, &scope, why, sizeof(why)) == 0) {
     cudaStream_t stream = NULL;
     if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) !=
@@ -390,7 +391,7 @@ static void p2p_destroy(struct ringcc_comm *comm, void *state) {
     cudaGetLastError();
     rcc_gpu_leave(&scope);
   }
-  if (st->own || st->ipc_open)
+  if ((st->own || st->ipc_open) && !comm->forked)
     release_parked(); /* blocks of earlier communicators, now free to go */
   rcc_transport_shm.destroy(comm, st->shm);
   free(st->peer_map);

@@ -14,25 +14,31 @@
  * Segments are created O_CREAT|O_EXCL with mode 0600 under a name holding 128
  * random bits, and unlinked as soon as every peer has mapped them (after the
  * connect barrier), so nothing is left in /dev/shm once a communicator is up,
- * whatever happens to the processes later.
+ * whatever happens to the processes later. A rank killed before that leaves
+ * its segment: the name says who made it (shmname.h), and the next init on
+ * the host (rcc_shm_sweep) or ringcc-run removes it once its creator is gone.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "board.h"
 #include "comm.h"
 #include "error.h"
+#include "log.h"
+#include "sha256.h"
+#include "shmname.h"
 #include "transport.h"
 
 struct shm_blob {
-  char name[64];
+  char name[RCC_SHM_NAME_MAX];
   uint64_t bytes;
   uint64_t fifo_bytes;
 };
@@ -40,7 +46,7 @@ struct shm_blob {
 _Static_assert(sizeof(struct shm_blob) <= 128, "shm blob too large for p2p");
 
 struct shm_state {
-  char name[64];
+  char name[RCC_SHM_NAME_MAX];
   int unlinked;
   void *own;           /* this rank's segment */
   size_t own_bytes;
@@ -92,23 +98,71 @@ static int shm_can_connect(const struct ringcc_comm *comm,
          me->host_hash == peer->host_hash;
 }
 
+/* "/ringcc-BOOT-PIDNS-PID-RANDOM" (shmname.h): who made it, and 128 random
+ * bits. */
 static ringcc_result_t random_name(struct ringcc_comm *comm, char *name,
                                    size_t len) {
   uint8_t rnd[16];
-  size_t got = 0;
-  while (got < sizeof(rnd)) {
-    ssize_t r = getrandom(rnd + got, sizeof(rnd) - got, 0);
-    if (r < 0 && errno != EINTR)
-      return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
-                            "shm on rank %d: getrandom failed: %s", comm->rank,
-                            strerror(errno));
-    if (r > 0)
-      got += (size_t)r;
-  }
-  int off = snprintf(name, len, "/ringcc-%d-", (int)getpid());
-  for (size_t i = 0; i < sizeof(rnd); i++)
-    off += snprintf(name + off, len - (size_t)off, "%02x", rnd[i]);
+  char boot[RCC_SHM_BOOT_DIGITS + 1];
+  unsigned long long pidns;
+  int e = rcc_random_bytes(rnd, sizeof(rnd));
+  if (e != 0)
+    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
+                          "shm on rank %d: getrandom failed: %s", comm->rank,
+                          strerror(e));
+  rcc_shm_identity(boot, &pidns);
+  rcc_shm_name_format(name, len, boot, pidns, (int)getpid(), rnd);
   return RINGCC_SUCCESS;
+}
+
+/* The creator pid (of this pid namespace) is gone: no such process, or a
+ * zombie (/proc/PID/stat, trusted only when this /proc is our namespace's). */
+static int creator_gone(int pid) {
+  char path[64], stat[256], self[32];
+  if (kill(pid, 0) != 0 && errno == ESRCH)
+    return 1;
+  ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
+  if (n <= 0)
+    return 0;
+  self[n] = '\0';
+  if (atoi(self) != (int)getpid())
+    return 0;
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return 0;
+  size_t got = fread(stat, 1, sizeof(stat) - 1, f);
+  fclose(f);
+  stat[got] = '\0';
+  const char *paren = strrchr(stat, ')');
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+int rcc_shm_sweep(int log_rank) {
+  char boot[RCC_SHM_BOOT_DIGITS + 1], their_boot[RCC_SHM_BOOT_DIGITS + 1];
+  unsigned long long pidns, their_ns;
+  int pid, removed = 0;
+  DIR *d = opendir("/dev/shm");
+  if (d == NULL)
+    return 0;
+  rcc_shm_identity(boot, &pidns);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    struct stat st;
+    if (rcc_shm_name_parse(e->d_name, their_boot, &their_ns, &pid) != 0 ||
+        strcmp(their_boot, boot) != 0 || their_ns != pidns || pidns == 0 ||
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        st.st_uid != geteuid() || !creator_gone(pid))
+      continue;
+    char name[sizeof(e->d_name) + 2];
+    snprintf(name, sizeof(name), "/%s", e->d_name);
+    if (shm_unlink(name) == 0) {
+      removed++;
+      RCC_INFO(log_rank, "shm: removed /dev/shm%s: its creator (pid %d) is "
+               "gone", name, pid);
+    }
+  }
+  closedir(d);
+  return removed;
 }
 
 static void *map_segment(int fd, size_t bytes) {
@@ -154,8 +208,8 @@ static void shm_destroy(struct ringcc_comm *comm, void *state) {
   struct shm_state *st = state;
   if (st == NULL)
     return;
-  if (!st->unlinked && st->name[0])
-    shm_unlink(st->name);
+  if (!st->unlinked && st->name[0] && !comm->forked)
+    shm_unlink(st->name); /* (a forked child's copy leaves it to the parent) */
   for (int p = 0; st->peer_map && p < comm->nranks; p++)
     if (st->peer_map[p])
       munmap(st->peer_map[p], st->peer_bytes[p]);

@@ -87,6 +87,11 @@ size_t rcc_p2p_device_slot_bytes(const struct ringcc_comm *comm);
 size_t rcc_p2p_fifo_memory(const struct ringcc_comm *comm, size_t slot,
                            int local);
 
+/* shm.c: removes the segments of this user whose creator is gone (same
+ * boot and pid namespace, no such process, or a zombie: a rank killed
+ * during init); returns how many. Init calls it. */
+int rcc_shm_sweep(int log_rank);
+
 /* The ordered table: the first transport that can connect an edge wins. */
 extern const struct rcc_transport *const rcc_transports[];
 extern const int rcc_num_transports;

@@ -7,34 +7,55 @@
  *      port and serves the rendezvous from a detached thread. The id carries
  *      that address and a random 128-bit secret.
  *   2. Each rank connects to the rendezvous, learns from getsockname() which
- *      local address reaches it, opens its own listener there, and sends
- *      secret + hello (rank, nranks, listener address).
+ *      local address reaches it, opens its own listener there, and runs the
+ *      handshake below, its hello (rank, nranks, listener address) in it.
  *   3. When all nranks arrived, the rendezvous sends every rank the table of
- *      listener addresses and exits.
- *   4. Each rank connects to rank+1's listener (secret + ring hello) and
- *      accepts rank-1's connection: the bootstrap ring. Two ranks use two
- *      connections, one per direction; one rank uses none.
+ *      listener addresses, with a session nonce and a tag, and exits.
+ *   4. Each rank connects to rank+1's listener (the handshake again, with a
+ *      ring hello) and accepts rank-1's connection: the bootstrap ring. Two
+ *      ranks use two connections, one per direction; one rank uses none.
+ *   5. The communicator's key is HMAC(secret, "communicator key" || session
+ *      nonce): new for every rendezvous, known only to ranks that hold the
+ *      secret (the network transport proves it on every connection).
+ *
+ * The handshake (challenge-response, both ways; the secret never travels):
+ *   connector -> acceptor   open: "RCCA" u32, version u16, purpose u16,
+ *                           nonce_c (16)                                = 24
+ *   acceptor -> connector   challenge: "RCCB" u32, purpose u16, 0 u16,
+ *                           nonce_a (16), HMAC(secret, "acceptor" ||
+ *                           purpose || nonce_c || nonce_a) (32)          = 56
+ *   the connector checks that proof, then
+ *   connector -> acceptor   answer: HMAC(secret, "connector" || purpose ||
+ *                           nonce_a || nonce_c || hello) (32), hello
+ * HMAC is HMAC-SHA-256 (sha256.c). A stranger that accepts a rank's
+ * connection (a squatter on the rendezvous port) cannot prove itself, and the
+ * rank leaves having sent only its nonce; a stranger that connects cannot
+ * answer; a proof seen on the wire is bound to nonces that are not reused.
  *
  * Wire format (integers big-endian; an address is 24 bytes: family u16 (4 or
  * 6), port u16, IPv6 scope id u32, address 16 bytes):
  *   unique id (128): magic "RCCI" u32, version u16, 0 u16, address (24),
  *                    secret (16), zeros (76), FNV-1a of bytes 0..123 u32.
- *   rank -> rendezvous:   secret (16), "RCCH" u32, rank u32, nranks u32,
- *                         listener address (24)                     = 52
- *   rendezvous -> rank:   "RCCT" u32, status u32, nranks u32, then on
- *                         status 0 nranks addresses                = 12+24n
- *   rank -> next rank:    secret (16), "RCCR" u32, rank u32, nranks u32 = 28
+ *   rank's hello:         "RCCH" u32, rank u32, nranks u32,
+ *                         listener address (24)                     = 36
+ *   rendezvous -> rank:   "RCCT" u32, status u32, nranks u32, session nonce
+ *                         (16), then on status 0 nranks addresses, then
+ *                         HMAC(secret, "table" || purpose || nonce_c ||
+ *                         nonce_a || all of that) (32)        = 28+24n+32
+ *   ring hello:           "RCCR" u32, rank u32, nranks u32          = 12
  *   allgather step:       "RCCD" u32, call number u32, bytes u64, then the
  *                         record (bytes)
  *
- * Safety: every connection must present the secret (compared in constant
- * time) within HELLO_TIMEOUT_NS before anything else is read; the server polls
- * all pending connections so a silent or babbling stranger never blocks the
- * real ranks. Sizes read off the wire are checked against what this side
- * expects before anything is allocated or read.
+ * Safety: every connection must complete the handshake within
+ * HELLO_TIMEOUT_NS before anything else is read; the server polls all
+ * pending connections (at most MAX_PENDING, the oldest dropped beyond) so a
+ * silent or babbling stranger never blocks the real ranks. Sizes read off the
+ * wire are checked against what this side expects before anything is
+ * allocated or read.
  *
  * Cost: allgather of n records of B bytes takes n-1 steps, each rank sending
- * and receiving (n-1)*B bytes in total (plus a 16-byte header per step).
+ * and receiving (n-1)*B bytes in total (plus a 16-byte header per step). The
+ * handshake adds one round trip and three HMACs per connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,7 +65,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -54,30 +74,50 @@
 #include "env.h"
 #include "error.h"
 #include "log.h"
+#include "sha256.h"
 #include "socket.h"
 #include "wire.h"
 
 #define ID_MAGIC 0x52434349u    /* "RCCI" */
 #define ID_VERSION 1u
+#define OPEN_MAGIC 0x52434341u  /* "RCCA" */
+#define CHAL_MAGIC 0x52434342u  /* "RCCB" */
 #define HELLO_MAGIC 0x52434348u /* "RCCH" */
 #define TABLE_MAGIC 0x52434354u /* "RCCT" */
 #define RING_MAGIC 0x52434352u  /* "RCCR" */
 #define DATA_MAGIC 0x52434344u  /* "RCCD" */
+#define HANDSHAKE_VERSION 2u    /* 1 sent the secret itself */
+
+enum { PURPOSE_RENDEZVOUS = 1, PURPOSE_RING = 2 };
+/* What each HMAC proves (a label per role, so that no proof can be played
+ * back as another). */
+#define LABEL_ACCEPTOR "ringcc handshake v2: acceptor"
+#define LABEL_CONNECTOR "ringcc handshake v2: connector"
+#define LABEL_TABLE "ringcc handshake v2: table"
+#define LABEL_KEY "ringcc v2: communicator key"
 
 #define SECRET_LEN 16
+#define NONCE_LEN 16
+#define PROOF_LEN RCC_SHA256_BYTES
 #define WIRE_ADDR_LEN 24
 #define ID_ADDR_OFF 8
 #define ID_SECRET_OFF 32
 #define ID_SUM_OFF 124
-#define HELLO_LEN (SECRET_LEN + 12 + WIRE_ADDR_LEN)
-#define RING_HELLO_LEN (SECRET_LEN + 12)
-#define REPLY_LEN 12
+#define OPEN_LEN (8 + NONCE_LEN)
+#define CHAL_LEN (8 + NONCE_LEN + PROOF_LEN)
+#define HELLO_LEN (12 + WIRE_ADDR_LEN)
+#define RING_HELLO_LEN 12
+#define REPLY_LEN (12 + NONCE_LEN)
 #define DATA_HDR_LEN 16
 _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
+                   NONCE_LEN == RCC_BOOT_NONCE_BYTES &&
+                   PROOF_LEN == RCC_BOOT_PROOF_BYTES &&
+                   OPEN_LEN == RCC_BOOT_OPEN_BYTES &&
+                   CHAL_LEN == RCC_BOOT_CHALLENGE_BYTES &&
                    WIRE_ADDR_LEN == RCC_BOOT_ADDR_BYTES &&
-                   HELLO_LEN == SECRET_LEN + RCC_BOOT_HELLO_BYTES &&
+                   HELLO_LEN == RCC_BOOT_HELLO_BYTES &&
                    REPLY_LEN == RCC_BOOT_REPLY_BYTES &&
-                   RING_HELLO_LEN == SECRET_LEN + RCC_BOOT_RING_HELLO_BYTES &&
+                   RING_HELLO_LEN == RCC_BOOT_RING_HELLO_BYTES &&
                    DATA_HDR_LEN == RCC_BOOT_DATA_HDR_BYTES &&
                    sizeof(ringcc_unique_id_t) == RCC_BOOT_ID_BYTES,
                "wire.h sizes");
@@ -85,6 +125,9 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
 #define MAX_NRANKS RCC_BOOT_MAX_NRANKS
 #define MAX_PENDING 128
 #define HELLO_TIMEOUT_NS (5 * 1000000000LL)
+/* A rank waits this long for the challenge: a rendezvous answers at once, so
+ * silence means something else took the connection. */
+#define CHALLENGE_TIMEOUT_NS (10 * 1000000000LL)
 #define TABLE_SEND_TIMEOUT_NS (30 * 1000000000LL)
 #define DEFAULT_SERVER_TIMEOUT_MS 600000
 
@@ -104,6 +147,7 @@ struct rcc_bootstrap {
   uint32_t calls;       /* allgather/barrier calls so far: checked per step */
   struct sockaddr_storage root;
   struct sockaddr_storage *peers; /* every rank's bootstrap listener */
+  uint8_t key[RCC_BOOT_KEY_BYTES]; /* the communicator's (rcc_bootstrap_key) */
 };
 
 /* ---- bytes ----------------------------------------------------------------- */
@@ -115,12 +159,56 @@ static uint32_t fnv1a(const uint8_t *p, size_t n) {
   return h;
 }
 
-/* Constant time, so that the secret cannot be guessed byte by byte. */
-static int secret_equal(const uint8_t *a, const uint8_t *b) {
-  volatile uint8_t diff = 0;
-  for (int i = 0; i < SECRET_LEN; i++)
-    diff |= a[i] ^ b[i];
-  return diff == 0;
+/* HMAC(secret, label || purpose || a || b || extra): a handshake's proofs
+ * and the table's tag. */
+static void mac(const uint8_t secret[SECRET_LEN], const char *label,
+                uint32_t purpose, const uint8_t a[NONCE_LEN],
+                const uint8_t b[NONCE_LEN], const uint8_t *extra,
+                size_t extra_len, uint8_t out[PROOF_LEN]) {
+  struct rcc_hmac m;
+  uint8_t p[2];
+  rcc_put_be16(p, purpose);
+  rcc_hmac_init(&m, secret, SECRET_LEN);
+  rcc_hmac_update(&m, label, strlen(label) + 1);
+  rcc_hmac_update(&m, p, sizeof(p));
+  rcc_hmac_update(&m, a, NONCE_LEN);
+  rcc_hmac_update(&m, b, NONCE_LEN);
+  if (extra_len > 0)
+    rcc_hmac_update(&m, extra, extra_len);
+  rcc_hmac_final(&m, out);
+}
+
+int rcc_bootstrap_open_parse(const uint8_t *in, size_t len, uint32_t purpose,
+                             uint8_t *nonce, char *why, size_t whylen) {
+  if (len < OPEN_LEN || rcc_get_be32(in) != OPEN_MAGIC) {
+    snprintf(why, whylen, "not a ringcc handshake (magic 0x%08x)",
+             len < 4 ? 0u : (unsigned)rcc_get_be32(in));
+    return -1;
+  }
+  if (rcc_get_be16(in + 4) != HANDSHAKE_VERSION) {
+    snprintf(why, whylen, "handshake version %u, this library speaks %u "
+             "(another ringcc version?)", (unsigned)rcc_get_be16(in + 4),
+             HANDSHAKE_VERSION);
+    return -1;
+  }
+  if (rcc_get_be16(in + 6) != purpose) {
+    snprintf(why, whylen, "a handshake for purpose %u here, which serves %u",
+             (unsigned)rcc_get_be16(in + 6), (unsigned)purpose);
+    return -1;
+  }
+  memcpy(nonce, in + 8, NONCE_LEN);
+  return 0;
+}
+
+int rcc_bootstrap_challenge_parse(const uint8_t *in, size_t len,
+                                  uint32_t purpose, uint8_t *nonce,
+                                  uint8_t *proof) {
+  if (len < CHAL_LEN || rcc_get_be32(in) != CHAL_MAGIC ||
+      rcc_get_be16(in + 4) != purpose || rcc_get_be16(in + 6) != 0)
+    return -1;
+  memcpy(nonce, in + 8, NONCE_LEN);
+  memcpy(proof, in + 8 + NONCE_LEN, PROOF_LEN);
+  return 0;
 }
 
 static void addr_to_wire(const struct sockaddr_storage *a, uint8_t *w) {
@@ -227,18 +315,19 @@ ringcc_result_t rcc_bootstrap_check_id(const ringcc_unique_id_t *id,
 
 static ringcc_result_t make_secret(uint8_t secret[SECRET_LEN], char *err,
                                    size_t errlen) {
-  size_t got = 0;
-  while (got < SECRET_LEN) {
-    ssize_t n = getrandom(secret + got, SECRET_LEN - got, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
-                      "bootstrap: getrandom for the id's secret failed: %s",
-                      strerror(errno));
-    got += (size_t)n;
-  }
+  int e = rcc_random_bytes(secret, SECRET_LEN);
+  if (e != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                    "bootstrap: getrandom for the id's secret failed: %s",
+                    strerror(e));
   return RINGCC_SUCCESS;
+}
+
+void rcc_bootstrap_id_set_secret(ringcc_unique_id_t *id,
+                                 const uint8_t secret[16]) {
+  uint8_t *p = (uint8_t *)id->internal;
+  memcpy(p + ID_SECRET_OFF, secret, SECRET_LEN);
+  rcc_put_be32(p + ID_SUM_OFF, fnv1a(p, ID_SUM_OFF));
 }
 
 ringcc_result_t rcc_bootstrap_id_from_root(ringcc_unique_id_t *id,
@@ -260,17 +349,21 @@ ringcc_result_t rcc_bootstrap_id_from_root(ringcc_unique_id_t *id,
 
 /* ---- the gate: connections that have not proven themselves yet ------------ */
 
+/* A connection on its way through the handshake (the acceptor's side). */
 struct pending {
   int fd;
+  int answering; /* 0: reading the opening; 1: challenged, reading the answer */
   size_t got;
   int64_t drop_at;
   struct sockaddr_storage peer;
-  uint8_t hdr[HELLO_LEN];
+  uint8_t nonce_c[NONCE_LEN], nonce_a[NONCE_LEN];
+  uint8_t buf[PROOF_LEN + HELLO_LEN]; /* the opening, then proof + hello */
 };
 
 struct gate {
   int listen_fd;
-  size_t hdr_len; /* secret included; at most HELLO_LEN */
+  uint32_t purpose;
+  size_t hdr_len; /* the hello after the proof: at most HELLO_LEN */
   uint8_t secret[SECRET_LEN];
   int log_rank;     /* for log lines; -1 for the rendezvous */
   char what[128]; /* "rendezvous 1.2.3.4:5" or "rank 3's bootstrap ring" */
@@ -278,6 +371,14 @@ struct gate {
   int64_t accept_retry_at; /* after accept failed (e.g. EMFILE): back off */
   int npending;
   struct pending pending[MAX_PENDING];
+};
+
+/* What a connection that passed the gate brings. */
+struct passed {
+  int fd;
+  struct sockaddr_storage peer;
+  uint8_t nonce_c[NONCE_LEN], nonce_a[NONCE_LEN];
+  uint8_t hello[HELLO_LEN];
 };
 
 static void gate_drop(struct gate *g, int i, const char *why) {
@@ -297,37 +398,95 @@ static void gate_free(struct gate *g) {
   free(g);
 }
 
-/* Reads what pending connection i has sent: 1 when its whole header is in
- * and the secret matched, 0 when more is to come, -1 when it was dropped. */
+/* The opening of pending connection i is in: answers it with the
+ * challenge. 0, or -1 when the connection was dropped. */
+static int gate_challenge(struct gate *g, int i) {
+  struct pending *p = &g->pending[i];
+  uint8_t chal[CHAL_LEN];
+  char why[128];
+  if (rcc_bootstrap_open_parse(p->buf, OPEN_LEN, g->purpose, p->nonce_c, why,
+                               sizeof(why)) != 0) {
+    gate_drop(g, i, why);
+    return -1;
+  }
+  if (rcc_random_bytes(p->nonce_a, NONCE_LEN) != 0) {
+    gate_drop(g, i, "getrandom for a nonce failed");
+    return -1;
+  }
+  rcc_put_be32(chal, CHAL_MAGIC);
+  rcc_put_be16(chal + 4, g->purpose);
+  rcc_put_be16(chal + 6, 0);
+  memcpy(chal + 8, p->nonce_a, NONCE_LEN);
+  mac(g->secret, LABEL_ACCEPTOR, g->purpose, p->nonce_c, p->nonce_a, NULL, 0,
+      chal + 8 + NONCE_LEN);
+  /* A fresh connection's send buffer holds 56 bytes: all go at once. */
+  ssize_t n;
+  do
+    n = send(p->fd, chal, sizeof(chal), MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)sizeof(chal)) {
+    gate_drop(g, i, n < 0 ? strerror(errno) : "the challenge did not fit");
+    return -1;
+  }
+  p->answering = 1;
+  p->got = 0;
+  return 0;
+}
+
+/* Reads what pending connection i has sent: 1 when it answered the
+ * challenge with the right proof and a whole hello, 0 when more is to come,
+ * -1 when it was dropped. */
 static int gate_read(struct gate *g, int i) {
   struct pending *p = &g->pending[i];
-  while (p->got < g->hdr_len) {
-    ssize_t n = recv(p->fd, p->hdr + p->got, g->hdr_len - p->got, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
-    if (n <= 0) {
-      gate_drop(g, i, n == 0 ? "closed before completing its hello"
-                             : strerror(errno));
-      return -1;
+  for (;;) {
+    size_t want = p->answering ? PROOF_LEN + g->hdr_len : OPEN_LEN;
+    while (p->got < want) {
+      ssize_t n = recv(p->fd, p->buf + p->got, want - p->got, 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+      if (n <= 0) {
+        gate_drop(g, i, n < 0              ? strerror(errno)
+                        : p->answering     ? "closed before answering the "
+                                             "challenge (another id's rank?)"
+                                           : "closed before its handshake");
+        return -1;
+      }
+      p->got += (size_t)n;
     }
-    size_t before = p->got;
-    p->got += (size_t)n;
-    if (before < SECRET_LEN && p->got >= SECRET_LEN &&
-        !secret_equal(p->hdr, g->secret)) {
-      char a[80];
-      RCC_WARN(g->log_rank, "bootstrap: %s refused a connection from %s: "
-               "wrong secret (a stranger, or a rank given another id)",
-               g->what, rcc_socket_addr_str(&p->peer, a, sizeof(a)));
-      close(p->fd);
-      *p = g->pending[--g->npending];
+    if (p->answering)
+      break;
+    if (gate_challenge(g, i) != 0)
       return -1;
-    }
+  }
+  uint8_t proof[PROOF_LEN];
+  mac(g->secret, LABEL_CONNECTOR, g->purpose, p->nonce_a, p->nonce_c,
+      p->buf + PROOF_LEN, g->hdr_len, proof);
+  if (!rcc_equal_ct(proof, p->buf, PROOF_LEN)) {
+    char a[80];
+    RCC_WARN(g->log_rank, "bootstrap: %s refused a connection from %s: it "
+             "could not prove that it knows the secret (a stranger, or a rank "
+             "given another id)", g->what,
+             rcc_socket_addr_str(&p->peer, a, sizeof(a)));
+    close(p->fd);
+    *p = g->pending[--g->npending];
+    return -1;
   }
   return 1;
 }
 
+static void gate_drop_oldest(struct gate *g, const char *why) {
+  int oldest = 0;
+  for (int i = 1; i < g->npending; i++)
+    if (g->pending[i].drop_at < g->pending[oldest].drop_at)
+      oldest = i;
+  gate_drop(g, oldest, why);
+}
+
+/* Takes what the kernel queued. Beyond MAX_PENDING the oldest is dropped; a
+ * failed accept() (EMFILE, ENFILE: out of descriptors) drops the oldest too,
+ * to free one, and backs off instead of failing. */
 static void gate_accept(struct gate *g) {
   for (int k = 0; k < 64; k++) {
     char msg[RCC_ERRLEN];
@@ -336,20 +495,19 @@ static void gate_accept(struct gate *g) {
     if (rcc_socket_accept(g->listen_fd, &fd, &peer, msg, sizeof(msg)) !=
         RINGCC_SUCCESS) {
       if (!g->accept_warned)
-        RCC_WARN(g->log_rank, "bootstrap: %s: %s", g->what, msg);
+        RCC_WARN(g->log_rank, "bootstrap: %s: %s; backing off (and dropping "
+                 "the oldest connection without a handshake)", g->what, msg);
       g->accept_warned = 1;
-      g->accept_retry_at = rcc_now_ns() + 50 * 1000000LL;
+      g->accept_retry_at = rcc_now_ns() + 20 * 1000000LL;
+      if (g->npending > 0)
+        gate_drop_oldest(g, "out of descriptors: the oldest connection "
+                            "without a handshake makes room");
       return;
     }
     if (fd < 0)
       return;
-    if (g->npending == MAX_PENDING) { /* a flood: drop the oldest */
-      int oldest = 0;
-      for (int i = 1; i < g->npending; i++)
-        if (g->pending[i].drop_at < g->pending[oldest].drop_at)
-          oldest = i;
-      gate_drop(g, oldest, "too many connections without a hello");
-    }
+    if (g->npending == MAX_PENDING) /* a flood */
+      gate_drop_oldest(g, "too many connections without a handshake");
     struct pending *p = &g->pending[g->npending++];
     memset(p, 0, sizeof(*p));
     p->fd = fd;
@@ -358,23 +516,26 @@ static void gate_accept(struct gate *g) {
   }
 }
 
-/* Hands out the next connection that presented the secret and a whole
- * header: *fd and hdr (the g->hdr_len - SECRET_LEN bytes after the secret).
- * Strangers are dropped on the way. RINGCC_ERR_TIMEOUT at deadline_ns. */
-static ringcc_result_t gate_next(struct gate *g, int64_t deadline_ns, int *fd,
-                                 uint8_t *hdr, struct sockaddr_storage *peer) {
-  struct pollfd pfd[1 + MAX_PENDING];
+/* Hands out the next connection that proved itself with a whole hello.
+ * Strangers are dropped on the way. With extra_fd >= 0, returns with
+ * out->fd == -1 as soon as that descriptor is readable (or closed) instead.
+ * RINGCC_ERR_TIMEOUT at deadline_ns. */
+static ringcc_result_t gate_next(struct gate *g, int64_t deadline_ns,
+                                 int extra_fd, struct passed *out) {
+  struct pollfd pfd[2 + MAX_PENDING];
   for (;;) {
     int64_t now = rcc_now_ns();
     for (int i = g->npending - 1; i >= 0; i--)
       if (g->pending[i].drop_at <= now)
-        gate_drop(g, i, "no complete hello within the time allowed");
+        gate_drop(g, i, "no complete handshake within the time allowed");
     for (int i = g->npending - 1; i >= 0; i--) {
       if (gate_read(g, i) == 1) {
-        *fd = g->pending[i].fd;
-        memcpy(hdr, g->pending[i].hdr + SECRET_LEN, g->hdr_len - SECRET_LEN);
-        if (peer)
-          *peer = g->pending[i].peer;
+        const struct pending *p = &g->pending[i];
+        out->fd = p->fd;
+        out->peer = p->peer;
+        memcpy(out->nonce_c, p->nonce_c, NONCE_LEN);
+        memcpy(out->nonce_a, p->nonce_a, NONCE_LEN);
+        memcpy(out->hello, p->buf + PROOF_LEN, g->hdr_len);
         g->pending[i] = g->pending[--g->npending];
         return RINGCC_SUCCESS;
       }
@@ -397,7 +558,13 @@ static ringcc_result_t gate_next(struct gate *g, int64_t deadline_ns, int *fd,
         timeout_ms = (int)left_ms;
       pfd[1 + i] = (struct pollfd){.fd = g->pending[i].fd, .events = POLLIN};
     }
-    int n = poll(pfd, (nfds_t)(1 + g->npending), timeout_ms);
+    int extra = 1 + g->npending;
+    pfd[extra] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
+    int n = poll(pfd, (nfds_t)(extra + 1), timeout_ms);
+    if (n > 0 && extra_fd >= 0 && pfd[extra].revents != 0) {
+      out->fd = -1;
+      return RINGCC_SUCCESS;
+    }
     if (n > 0 && (pfd[0].revents & POLLIN))
       gate_accept(g);
     /* The reads happen at the top of the loop: a recv on a connection with
@@ -405,13 +572,14 @@ static ringcc_result_t gate_next(struct gate *g, int64_t deadline_ns, int *fd,
   }
 }
 
-static struct gate *gate_new(int listen_fd, size_t hdr_len,
+static struct gate *gate_new(int listen_fd, uint32_t purpose, size_t hdr_len,
                              const uint8_t secret[SECRET_LEN], int log_rank,
                              const char *what) {
   struct gate *g = calloc(1, sizeof(*g));
   if (g == NULL)
     return NULL;
   g->listen_fd = listen_fd;
+  g->purpose = purpose;
   g->hdr_len = hdr_len;
   memcpy(g->secret, secret, SECRET_LEN);
   g->log_rank = log_rank;
@@ -428,7 +596,10 @@ struct server {
   int64_t start_ns, deadline_ns;
   int nranks, arrived;
   int *rank_fd;   /* nranks entries, -1 until that rank arrived */
-  uint8_t *table; /* the reply: REPLY_LEN + nranks * WIRE_ADDR_LEN */
+  uint8_t (*nonces)[2 * NONCE_LEN]; /* each rank's handshake: nonce_c, _a */
+  uint8_t session[NONCE_LEN];       /* in every reply: the key derives from it */
+  uint8_t secret[SECRET_LEN];
+  uint8_t *table; /* the reply: REPLY_LEN + nranks * WIRE_ADDR_LEN + a tag */
 };
 
 static void send_best_effort(int fd, const uint8_t *buf, size_t len) {
@@ -438,14 +609,24 @@ static void send_best_effort(int fd, const uint8_t *buf, size_t len) {
   while (n < 0 && errno == EINTR);
 }
 
-static void server_refuse(struct server *s, int fd, uint32_t status,
-                          const char *why, uint32_t rank) {
-  uint8_t reply[REPLY_LEN];
+/* The tag after a reply (and its table) to the rank whose handshake had
+ * these nonces: the rank knows that the table is the rendezvous's. */
+static void table_tag(const struct server *s, const struct passed *hs,
+                      const uint8_t *msg, size_t len, uint8_t tag[PROOF_LEN]) {
+  mac(s->secret, LABEL_TABLE, PURPOSE_RENDEZVOUS, hs->nonce_c, hs->nonce_a,
+      msg, len, tag);
+}
+
+static void server_refuse(struct server *s, const struct passed *hs,
+                          uint32_t status, const char *why, uint32_t rank) {
+  uint8_t reply[REPLY_LEN + PROOF_LEN];
   rcc_put_be32(reply, TABLE_MAGIC);
   rcc_put_be32(reply + 4, status);
   rcc_put_be32(reply + 8, (uint32_t)s->nranks);
-  send_best_effort(fd, reply, sizeof(reply));
-  close(fd);
+  memcpy(reply + 12, s->session, NONCE_LEN);
+  table_tag(s, hs, reply, REPLY_LEN, reply + REPLY_LEN);
+  send_best_effort(hs->fd, reply, sizeof(reply));
+  close(hs->fd);
   RCC_WARN(-1, "bootstrap: rendezvous %s refused rank %u: %s", s->where, rank,
            why);
 }
@@ -468,7 +649,7 @@ int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
                               uint32_t nranks_known, struct rcc_boot_hello *out,
                               char *why, size_t whylen) {
   memset(out, 0, sizeof(*out));
-  if (len < HELLO_LEN - SECRET_LEN || rcc_get_be32(in) != HELLO_MAGIC) {
+  if (len < HELLO_LEN || rcc_get_be32(in) != HELLO_MAGIC) {
     snprintf(why, whylen, "not a hello");
     return -1;
   }
@@ -497,11 +678,14 @@ int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
 /* The first rank fixes nranks: 0, or -1 when out of memory. */
 static int server_size(struct server *s, uint32_t nranks) {
   s->rank_fd = malloc(sizeof(int) * nranks);
-  s->table = calloc(1, REPLY_LEN + (size_t)WIRE_ADDR_LEN * nranks);
-  if (s->rank_fd == NULL || s->table == NULL) {
+  s->nonces = malloc(sizeof(*s->nonces) * nranks);
+  s->table = calloc(1, REPLY_LEN + (size_t)WIRE_ADDR_LEN * nranks + PROOF_LEN);
+  if (s->rank_fd == NULL || s->nonces == NULL || s->table == NULL) {
     free(s->rank_fd);
+    free(s->nonces);
     free(s->table);
     s->rank_fd = NULL;
+    s->nonces = NULL;
     s->table = NULL;
     RCC_WARN(-1, "bootstrap: rendezvous %s: out of memory for %u ranks",
              s->where, nranks);
@@ -514,22 +698,22 @@ static int server_size(struct server *s, uint32_t nranks) {
   return 0;
 }
 
-/* Takes a connection that presented the secret and a hello. */
-static void server_hello(struct server *s, int fd, const uint8_t *hello,
-                         const struct sockaddr_storage *peer) {
+/* Takes a connection that proved itself and sent a hello. */
+static void server_hello(struct server *s, const struct passed *hs) {
   struct rcc_boot_hello h;
-  const uint8_t *wire = hello + 12;
+  const uint8_t *wire = hs->hello + 12;
   char a[80], why[128];
-  int status = rcc_bootstrap_hello_parse(hello, HELLO_LEN - SECRET_LEN,
+  int status = rcc_bootstrap_hello_parse(hs->hello, HELLO_LEN,
                                          (uint32_t)s->nranks, &h, why,
                                          sizeof(why));
   uint32_t rank = h.rank, nranks = h.nranks;
 
   if (status < 0) {
-    RCC_WARN(-1, "bootstrap: rendezvous %s dropped %s: right secret but not "
-             "a hello (magic 0x%08x); a different ringcc version?", s->where,
-             rcc_socket_addr_str(peer, a, sizeof(a)), rcc_get_be32(hello));
-    close(fd);
+    RCC_WARN(-1, "bootstrap: rendezvous %s dropped %s: it knows the secret "
+             "but sent no hello (magic 0x%08x); a different ringcc version?",
+             s->where, rcc_socket_addr_str(&hs->peer, a, sizeof(a)),
+             rcc_get_be32(hs->hello));
+    close(hs->fd);
     return;
   }
   if (status == ST_OK && s->rank_fd != NULL && s->rank_fd[rank] >= 0) {
@@ -538,20 +722,22 @@ static void server_hello(struct server *s, int fd, const uint8_t *hello,
              "the same rank number?)", rank);
   }
   if (status != ST_OK) {
-    server_refuse(s, fd, (uint32_t)status, why, rank);
+    server_refuse(s, hs, (uint32_t)status, why, rank);
     return;
   }
   if (s->nranks == 0 && server_size(s, nranks) != 0) {
-    close(fd);
+    close(hs->fd);
     return;
   }
-  s->rank_fd[rank] = fd;
+  s->rank_fd[rank] = hs->fd;
+  memcpy(s->nonces[rank], hs->nonce_c, NONCE_LEN);
+  memcpy(s->nonces[rank] + NONCE_LEN, hs->nonce_a, NONCE_LEN);
   memcpy(s->table + REPLY_LEN + (size_t)WIRE_ADDR_LEN * rank, wire,
          WIRE_ADDR_LEN);
   s->arrived++;
   RCC_INFO(-1, "bootstrap: rendezvous %s: rank %u of %u arrived from %s "
            "(%d/%u)", s->where, rank, nranks,
-           rcc_socket_addr_str(peer, a, sizeof(a)), s->arrived, nranks);
+           rcc_socket_addr_str(&hs->peer, a, sizeof(a)), s->arrived, nranks);
 }
 
 static void server_send_tables(struct server *s) {
@@ -560,10 +746,15 @@ static void server_send_tables(struct server *s) {
   rcc_put_be32(s->table, TABLE_MAGIC);
   rcc_put_be32(s->table + 4, ST_OK);
   rcc_put_be32(s->table + 8, (uint32_t)s->nranks);
+  memcpy(s->table + 12, s->session, NONCE_LEN);
   for (int r = 0; r < s->nranks; r++) {
     char msg[RCC_ERRLEN];
-    if (rcc_socket_send_all(s->rank_fd[r], s->table, len, deadline, msg,
-                            sizeof(msg)) != RINGCC_SUCCESS)
+    struct passed hs;
+    memcpy(hs.nonce_c, s->nonces[r], NONCE_LEN);
+    memcpy(hs.nonce_a, s->nonces[r] + NONCE_LEN, NONCE_LEN);
+    table_tag(s, &hs, s->table, len, s->table + len);
+    if (rcc_socket_send_all(s->rank_fd[r], s->table, len + PROOF_LEN,
+                            deadline, msg, sizeof(msg)) != RINGCC_SUCCESS)
       RCC_WARN(-1, "bootstrap: rendezvous %s could not send the table to "
                "rank %d: %s", s->where, r, msg);
   }
@@ -600,20 +791,19 @@ static void server_free(struct server *s) {
   gate_free(s->gate);
   close(s->listen_fd);
   free(s->rank_fd);
+  free(s->nonces);
   free(s->table);
+  memset(s->secret, 0, sizeof(s->secret));
   free(s);
 }
 
 static void *server_main(void *arg) {
   struct server *s = arg;
   while (s->nranks == 0 || s->arrived < s->nranks) {
-    uint8_t hello[HELLO_LEN - SECRET_LEN];
-    struct sockaddr_storage peer;
-    int fd;
-    if (gate_next(s->gate, s->deadline_ns, &fd, hello, &peer) !=
-        RINGCC_SUCCESS)
+    struct passed hs;
+    if (gate_next(s->gate, s->deadline_ns, -1, &hs) != RINGCC_SUCCESS)
       break;
-    server_hello(s, fd, hello, &peer);
+    server_hello(s, &hs);
   }
   if (s->nranks > 0 && s->arrived == s->nranks)
     server_send_tables(s);
@@ -643,7 +833,8 @@ static ringcc_result_t server_start(int listen_fd,
   snprintf(what, sizeof(what), "rendezvous %s",
            rcc_socket_addr_str(bound, a, sizeof(a)));
   if (s != NULL)
-    s->gate = gate_new(listen_fd, HELLO_LEN, secret, -1, what);
+    s->gate = gate_new(listen_fd, PURPOSE_RENDEZVOUS, HELLO_LEN, secret, -1,
+                       what);
   if (s == NULL || s->gate == NULL) {
     free(s);
     close(listen_fd);
@@ -651,6 +842,14 @@ static ringcc_result_t server_start(int listen_fd,
                     "bootstrap: out of memory for the rendezvous server");
   }
   s->listen_fd = listen_fd;
+  memcpy(s->secret, secret, SECRET_LEN);
+  int e = rcc_random_bytes(s->session, NONCE_LEN);
+  if (e != 0) {
+    server_free(s);
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "bootstrap: getrandom "
+                    "for the rendezvous's session nonce failed: %s",
+                    strerror(e));
+  }
   rcc_socket_addr_str(bound, s->where, sizeof(s->where));
   s->start_ns = rcc_now_ns();
   s->deadline_ns = rcc_deadline_after_ms(
@@ -669,6 +868,7 @@ static ringcc_result_t server_start(int listen_fd,
 }
 
 ringcc_result_t rcc_bootstrap_new_id(ringcc_unique_id_t *id,
+                                     const uint8_t *given_secret,
                                      int64_t timeout_ms, char *err,
                                      size_t errlen) {
   struct sockaddr_storage addr, bound;
@@ -686,8 +886,9 @@ ringcc_result_t rcc_bootstrap_new_id(ringcc_unique_id_t *id,
                               errlen);
   if (r != RINGCC_SUCCESS)
     return r;
-  r = make_secret(secret, err, errlen);
-  if (r != RINGCC_SUCCESS)
+  if (given_secret != NULL)
+    memcpy(secret, given_secret, SECRET_LEN);
+  else if ((r = make_secret(secret, err, errlen)) != RINGCC_SUCCESS)
     return r;
   r = rcc_socket_listen(&addr, &fd, &bound, err, errlen);
   if (r != RINGCC_SUCCESS)
@@ -696,20 +897,36 @@ ringcc_result_t rcc_bootstrap_new_id(ringcc_unique_id_t *id,
   RCC_INFO(-1, "bootstrap: rendezvous listening on %s (interface %s%s%s)",
            rcc_socket_addr_str(&bound, a, sizeof(a)), ifname,
            spec ? ", RINGCC_SOCKET_IFNAME=" : "", spec ? spec : "");
-  return server_start(fd, &bound, secret, timeout_ms, err, errlen);
+  r = server_start(fd, &bound, secret, timeout_ms, err, errlen);
+  memset(secret, 0, sizeof(secret));
+  return r;
 }
 
 ringcc_result_t rcc_bootstrap_serve(const ringcc_unique_id_t *id,
-                                    int64_t timeout_ms, char *err,
-                                    size_t errlen) {
+                                    int listen_fd, int64_t timeout_ms,
+                                    char *err, size_t errlen) {
   struct sockaddr_storage addr, bound;
   uint8_t secret[SECRET_LEN];
   char a[80];
-  int fd;
+  int fd = listen_fd;
   rcc_log_init();
   ringcc_result_t r = id_decode(id, &addr, secret, err, errlen);
   if (r != RINGCC_SUCCESS)
     return r;
+  if (listen_fd >= 0) {
+    /* The launcher's listener, open since before the ranks started: nobody
+     * else could take the port in between. */
+    char why[RCC_ERRLEN];
+    r = rcc_socket_adopt_listener(listen_fd, rcc_socket_addr_port(&addr),
+                                  &bound, why, sizeof(why));
+    if (r != RINGCC_SUCCESS)
+      return rcc_errf(err, errlen, r, "bootstrap: cannot serve the rendezvous "
+                      "on the inherited descriptor %d: %s", listen_fd, why);
+    RCC_INFO(-1, "bootstrap: rendezvous on the launcher's listener %s "
+             "(descriptor %d)", rcc_socket_addr_str(&bound, a, sizeof(a)),
+             listen_fd);
+    return server_start(fd, &bound, secret, timeout_ms, err, errlen);
+  }
   char first[RCC_ERRLEN];
   r = rcc_socket_listen(&addr, &fd, &bound, first, sizeof(first));
   if (r != RINGCC_SUCCESS) {
@@ -789,8 +1006,101 @@ ringcc_result_t rcc_bootstrap_table_decode(const uint8_t *table, size_t len,
   return RINGCC_SUCCESS;
 }
 
-/* Receives the rendezvous's reply and the table into b->peers. */
+/* The connector's side of the handshake (see the top), in two halves so that
+ * the bootstrap ring can serve its own listener in between: hs_open sends the
+ * opening, hs_answer checks the acceptor's challenge and proof and only then
+ * proves that this rank knows the secret, sending hello with the proof. whom
+ * names the acceptor for messages ("the rendezvous at 1.2.3.4:5"). */
+struct connector {
+  int fd, rank;
+  uint32_t purpose;
+  const char *whom;
+  uint8_t nonce_c[NONCE_LEN], nonce_a[NONCE_LEN];
+};
+
+static ringcc_result_t hs_open(struct connector *c, int64_t deadline_ns,
+                               char *err, size_t errlen) {
+  uint8_t open_msg[OPEN_LEN];
+  char msg[RCC_ERRLEN];
+  int e = rcc_random_bytes(c->nonce_c, NONCE_LEN);
+  if (e != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "bootstrap: rank %d: "
+                    "getrandom for a nonce failed: %s", c->rank, strerror(e));
+  rcc_put_be32(open_msg, OPEN_MAGIC);
+  rcc_put_be16(open_msg + 4, HANDSHAKE_VERSION);
+  rcc_put_be16(open_msg + 6, c->purpose);
+  memcpy(open_msg + 8, c->nonce_c, NONCE_LEN);
+  ringcc_result_t r = rcc_socket_send_all(c->fd, open_msg, sizeof(open_msg),
+                                          deadline_ns, msg, sizeof(msg));
+  if (r != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, r == RINGCC_ERR_PEER_FAILED
+                                     ? RINGCC_ERR_NETWORK : r,
+                    "bootstrap: rank %d: opening the handshake with %s: %s",
+                    c->rank, c->whom, msg);
+  return RINGCC_SUCCESS;
+}
+
+static ringcc_result_t hs_answer(struct connector *c,
+                                 const uint8_t chal[CHAL_LEN],
+                                 const uint8_t secret[SECRET_LEN],
+                                 const uint8_t *hello, size_t hello_len,
+                                 int64_t deadline_ns, char *err,
+                                 size_t errlen) {
+  uint8_t proof[PROOF_LEN], want[PROOF_LEN], answer[PROOF_LEN + HELLO_LEN];
+  char msg[RCC_ERRLEN];
+  if (rcc_bootstrap_challenge_parse(chal, CHAL_LEN, c->purpose, c->nonce_a,
+                                    proof) != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: %s "
+                    "answered the handshake with garbage (magic 0x%08x): not "
+                    "a ringcc %s, or another version", c->rank, c->whom,
+                    rcc_get_be32(chal),
+                    c->purpose == PURPOSE_RING ? "rank" : "rendezvous");
+  mac(secret, LABEL_ACCEPTOR, c->purpose, c->nonce_c, c->nonce_a, NULL, 0,
+      want);
+  if (!rcc_equal_ct(want, proof, PROOF_LEN))
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: %s "
+                    "could not prove that it knows this id's secret: a wrong "
+                    "secret (the ranks were given different ids), or a "
+                    "stranger listening on that port; this rank sent it "
+                    "nothing secret", c->rank, c->whom);
+  mac(secret, LABEL_CONNECTOR, c->purpose, c->nonce_a, c->nonce_c, hello,
+      hello_len, answer);
+  memcpy(answer + PROOF_LEN, hello, hello_len);
+  ringcc_result_t r = rcc_socket_send_all(c->fd, answer, PROOF_LEN + hello_len,
+                                          deadline_ns, msg, sizeof(msg));
+  if (r != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, r == RINGCC_ERR_PEER_FAILED
+                                     ? RINGCC_ERR_NETWORK : r,
+                    "bootstrap: rank %d: sending its hello to %s: %s", c->rank,
+                    c->whom, msg);
+  return RINGCC_SUCCESS;
+}
+
+/* Words a failed wait for the challenge. */
+static ringcc_result_t hs_wait_error(const struct connector *c,
+                                     ringcc_result_t r, int short_wait,
+                                     const char *msg, char *err,
+                                     size_t errlen) {
+  if (r == RINGCC_ERR_TIMEOUT && short_wait)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: %s "
+                    "accepted the connection but did not answer the handshake "
+                    "within %lld s (is something other than ringcc listening "
+                    "there?)", c->rank, c->whom,
+                    CHALLENGE_TIMEOUT_NS / 1000000000LL);
+  if (r == RINGCC_ERR_PEER_FAILED)
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: %s "
+                    "closed the connection during the handshake (it timed out "
+                    "or already completed, or it is not ringcc)", c->rank,
+                    c->whom);
+  return rcc_errf(err, errlen, r, "bootstrap: rank %d: waiting for the "
+                  "handshake of %s: %s", c->rank, c->whom, msg);
+}
+
+/* Receives the rendezvous's reply, the table and its tag into b->peers, and
+ * derives the communicator's key from the session nonce. */
 static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
+                                  const uint8_t secret[SECRET_LEN],
+                                  const uint8_t nonces[2 * NONCE_LEN],
                                   int64_t start, int64_t deadline_ns,
                                   char *err, size_t errlen) {
   uint8_t reply[REPLY_LEN];
@@ -813,29 +1123,51 @@ static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
   if (r != RINGCC_SUCCESS)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d: waiting for the "
                     "rendezvous at %s: %s", b->rank, where, msg);
-  r = rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
-                                where, err, errlen);
-  if (r != RINGCC_SUCCESS)
-    return r;
-
-  size_t len = (size_t)WIRE_ADDR_LEN * b->nranks;
-  uint8_t *table = malloc(len);
+  if (rcc_get_be32(reply) != TABLE_MAGIC)
+    return rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
+                                     where, err, errlen);
+  /* The table follows only a success for this nranks; the tag always. */
+  int has_table = rcc_get_be32(reply + 4) == ST_OK &&
+                  rcc_get_be32(reply + 8) == (uint32_t)b->nranks;
+  size_t tlen = has_table ? (size_t)WIRE_ADDR_LEN * b->nranks : 0;
+  uint8_t *all = malloc(REPLY_LEN + tlen + PROOF_LEN);
   b->peers = calloc((size_t)b->nranks, sizeof(*b->peers));
-  if (table == NULL || b->peers == NULL) {
-    free(table);
+  if (all == NULL || b->peers == NULL) {
+    free(all);
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY, "bootstrap: rank "
                     "%d: out of memory for the table of %d ranks", b->rank,
                     b->nranks);
   }
-  r = rcc_socket_recv_all(fd, table, len, deadline_ns, msg, sizeof(msg));
+  memcpy(all, reply, REPLY_LEN);
+  r = rcc_socket_recv_all(fd, all + REPLY_LEN, tlen + PROOF_LEN, deadline_ns,
+                          msg, sizeof(msg));
+  uint8_t tag[PROOF_LEN];
+  if (r == RINGCC_SUCCESS) {
+    mac(secret, LABEL_TABLE, PURPOSE_RENDEZVOUS, nonces, nonces + NONCE_LEN,
+        all, REPLY_LEN + tlen, tag);
+    if (!rcc_equal_ct(tag, all + REPLY_LEN + tlen, PROOF_LEN))
+      r = rcc_errf(msg, sizeof(msg), RINGCC_ERR_NETWORK, "its tag does not "
+                   "match (the reply was changed on its way)");
+  }
   if (r == RINGCC_SUCCESS)
-    r = rcc_bootstrap_table_decode(table, len, b->nranks, b->peers, msg,
-                                   sizeof(msg));
-  free(table);
+    r = rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
+                                  where, msg, sizeof(msg));
+  if (r == RINGCC_SUCCESS)
+    r = rcc_bootstrap_table_decode(all + REPLY_LEN, tlen, b->nranks, b->peers,
+                                   msg, sizeof(msg));
+  free(all);
+  if (r == RINGCC_ERR_INVALID_ARGUMENT) /* refused: the message says why */
+    return rcc_errf(err, errlen, r, "%s", msg);
   if (r != RINGCC_SUCCESS)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d: receiving the table "
                     "of ranks from the rendezvous at %s: %s", b->rank, where,
                     msg);
+  /* The communicator's key: fresh for every rendezvous, never on the wire. */
+  struct rcc_hmac m;
+  rcc_hmac_init(&m, secret, SECRET_LEN);
+  rcc_hmac_update(&m, LABEL_KEY, sizeof(LABEL_KEY));
+  rcc_hmac_update(&m, reply + 12, NONCE_LEN);
+  rcc_hmac_final(&m, b->key);
   return RINGCC_SUCCESS;
 }
 
@@ -845,15 +1177,16 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
                                        const uint8_t secret[SECRET_LEN],
                                        int64_t deadline_ns, int *listen_fd,
                                        char *err, size_t errlen) {
-  uint8_t hello[HELLO_LEN];
+  uint8_t hello[HELLO_LEN], nonces[2 * NONCE_LEN];
   struct sockaddr_storage local, bound;
   socklen_t llen = sizeof(local);
-  char msg[RCC_ERRLEN], where[80];
+  char msg[RCC_ERRLEN], where[80], whom[120];
   int64_t start = rcc_now_ns();
   int fd;
   ringcc_result_t r;
 
   rcc_socket_addr_str(&b->root, where, sizeof(where));
+  snprintf(whom, sizeof(whom), "the rendezvous at %s", where);
   r = rcc_socket_connect(&b->root, deadline_ns, &fd, msg, sizeof(msg));
   if (r != RINGCC_SUCCESS)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d could not reach the "
@@ -877,27 +1210,37 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
       return rcc_errf(err, errlen, r, "bootstrap: rank %d: %s", b->rank, msg);
     }
   }
-  memcpy(hello, secret, SECRET_LEN);
-  rcc_put_be32(hello + SECRET_LEN, HELLO_MAGIC);
-  rcc_put_be32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
-  rcc_put_be32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
-  addr_to_wire(b->nranks > 1 ? &bound : NULL, hello + SECRET_LEN + 12);
-  r = rcc_socket_send_all(fd, hello, sizeof(hello), deadline_ns, msg,
-                          sizeof(msg));
-  if (r != RINGCC_SUCCESS)
-    r = rcc_errf(err, errlen, r == RINGCC_ERR_PEER_FAILED ? RINGCC_ERR_NETWORK
-                                                          : r,
-                 "bootstrap: rank %d: sending its hello to the rendezvous at "
-                 "%s: %s", b->rank, where, msg);
-  else
-    r = recv_table(b, fd, start, deadline_ns, err, errlen);
+  rcc_put_be32(hello, HELLO_MAGIC);
+  rcc_put_be32(hello + 4, (uint32_t)b->rank);
+  rcc_put_be32(hello + 8, (uint32_t)b->nranks);
+  addr_to_wire(b->nranks > 1 ? &bound : NULL, hello + 12);
+  struct connector c = {.fd = fd, .rank = b->rank,
+                        .purpose = PURPOSE_RENDEZVOUS, .whom = whom};
+  r = hs_open(&c, deadline_ns, err, errlen);
+  if (r == RINGCC_SUCCESS) {
+    uint8_t chal[CHAL_LEN];
+    int64_t chal_deadline = rcc_now_ns() + CHALLENGE_TIMEOUT_NS;
+    int short_wait = chal_deadline < deadline_ns;
+    r = rcc_socket_recv_all(fd, chal, sizeof(chal),
+                            short_wait ? chal_deadline : deadline_ns, msg,
+                            sizeof(msg));
+    if (r != RINGCC_SUCCESS)
+      r = hs_wait_error(&c, r, short_wait, msg, err, errlen);
+    else
+      r = hs_answer(&c, chal, secret, hello, sizeof(hello), deadline_ns, err,
+                    errlen);
+  }
+  memcpy(nonces, c.nonce_c, NONCE_LEN);
+  memcpy(nonces + NONCE_LEN, c.nonce_a, NONCE_LEN);
+  if (r == RINGCC_SUCCESS)
+    r = recv_table(b, fd, secret, nonces, start, deadline_ns, err, errlen);
   close(fd);
   return r;
 }
 
 int rcc_bootstrap_ring_hello_ok(const uint8_t *in, size_t len, int prev,
                                 int nranks) {
-  return len >= RING_HELLO_LEN - SECRET_LEN && rcc_get_be32(in) == RING_MAGIC &&
+  return len >= RING_HELLO_LEN && rcc_get_be32(in) == RING_MAGIC &&
          rcc_get_be32(in + 4) == (uint32_t)prev && rcc_get_be32(in + 8) == (uint32_t)nranks;
 }
 
@@ -908,58 +1251,89 @@ static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
                                     char *err, size_t errlen) {
   int next = (b->rank + 1) % b->nranks;
   int prev = (b->rank - 1 + b->nranks) % b->nranks;
-  char msg[RCC_ERRLEN], na[80], pa[80];
+  char msg[RCC_ERRLEN], na[80], pa[80], whom[160];
   uint8_t hello[RING_HELLO_LEN];
   int64_t start = rcc_now_ns();
   ringcc_result_t r;
 
   rcc_socket_addr_str(&b->peers[next], na, sizeof(na));
   rcc_socket_addr_str(&b->peers[prev], pa, sizeof(pa));
+  snprintf(whom, sizeof(whom), "rank %d's bootstrap listener at %s", next, na);
   r = rcc_socket_connect(&b->peers[next], deadline_ns, &b->next_fd, msg,
                          sizeof(msg));
   if (r != RINGCC_SUCCESS)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d could not connect to "
                     "rank %d for the bootstrap ring: %s", b->rank, next, msg);
-  memcpy(hello, secret, SECRET_LEN);
-  rcc_put_be32(hello + SECRET_LEN, RING_MAGIC);
-  rcc_put_be32(hello + SECRET_LEN + 4, (uint32_t)b->rank);
-  rcc_put_be32(hello + SECRET_LEN + 8, (uint32_t)b->nranks);
-  r = rcc_socket_send_all(b->next_fd, hello, sizeof(hello), deadline_ns, msg,
-                          sizeof(msg));
-  if (r != RINGCC_SUCCESS)
-    return rcc_errf(err, errlen, r, "bootstrap: rank %d: greeting rank %d "
-                    "(%s) on the bootstrap ring: %s", b->rank, next, na, msg);
 
   char what[64];
   snprintf(what, sizeof(what), "rank %d's bootstrap ring", b->rank);
-  struct gate *g = gate_new(listen_fd, RING_HELLO_LEN, secret, b->rank, what);
+  struct gate *g = gate_new(listen_fd, PURPOSE_RING, RING_HELLO_LEN, secret,
+                            b->rank, what);
   if (g == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "bootstrap: rank %d: out of memory", b->rank);
-  while (b->prev_fd < 0) {
-    uint8_t in[RING_HELLO_LEN - SECRET_LEN];
-    struct sockaddr_storage peer;
-    int fd;
-    if (gate_next(g, deadline_ns, &fd, in, &peer) != RINGCC_SUCCESS) {
-      gate_free(g);
-      return rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT, "bootstrap: rank %d "
-                      "timed out after %lld ms waiting for rank %d (%s) to "
-                      "connect (bootstrap ring)", b->rank, ms_since(start),
-                      prev, pa);
-    }
-    if (rcc_bootstrap_ring_hello_ok(in, sizeof(in), prev, b->nranks)) {
-      b->prev_fd = fd;
+  /* Both halves at once: every rank waits for its next rank's challenge
+   * while its own gate challenges the previous rank, so no rank waits for
+   * one that waits in turn. */
+  struct connector c = {.fd = b->next_fd, .rank = b->rank,
+                        .purpose = PURPOSE_RING, .whom = whom};
+  uint8_t chal[CHAL_LEN];
+  size_t chal_got = 0;
+  int64_t chal_deadline = rcc_now_ns() + CHALLENGE_TIMEOUT_NS;
+  int answered = 0;
+  rcc_put_be32(hello, RING_MAGIC);
+  rcc_put_be32(hello + 4, (uint32_t)b->rank);
+  rcc_put_be32(hello + 8, (uint32_t)b->nranks);
+  r = hs_open(&c, deadline_ns, err, errlen);
+  while (r == RINGCC_SUCCESS && (!answered || b->prev_fd < 0)) {
+    struct passed in;
+    int short_wait = !answered && chal_deadline < deadline_ns;
+    if (gate_next(g, short_wait ? chal_deadline : deadline_ns,
+                  answered ? -1 : b->next_fd, &in) != RINGCC_SUCCESS) {
+      if (!answered)
+        r = hs_wait_error(&c, RINGCC_ERR_TIMEOUT, short_wait, "timed out",
+                          err, errlen);
+      else
+        r = rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT, "bootstrap: rank %d "
+                     "timed out after %lld ms waiting for rank %d (%s) to "
+                     "connect (bootstrap ring)", b->rank, ms_since(start),
+                     prev, pa);
       break;
+    }
+    if (in.fd < 0) { /* the next rank's challenge is arriving */
+      ssize_t n = recv(b->next_fd, chal + chal_got, CHAL_LEN - chal_got,
+                       MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+        continue;
+      if (n <= 0) {
+        r = hs_wait_error(&c, n == 0 ? RINGCC_ERR_PEER_FAILED
+                                     : RINGCC_ERR_NETWORK,
+                          0, strerror(errno), err, errlen);
+        break;
+      }
+      chal_got += (size_t)n;
+      if (chal_got == CHAL_LEN) {
+        r = hs_answer(&c, chal, secret, hello, sizeof(hello), deadline_ns,
+                      err, errlen);
+        answered = 1;
+      }
+      continue;
+    }
+    if (rcc_bootstrap_ring_hello_ok(in.hello, RING_HELLO_LEN, prev,
+                                    b->nranks)) {
+      b->prev_fd = in.fd;
+      continue;
     }
     RCC_WARN(b->rank, "bootstrap: rank %d expected rank %d of %d on its "
              "bootstrap ring but %s says it is rank %u of %u (magic 0x%08x); "
              "dropped", b->rank, prev, b->nranks,
-             rcc_socket_addr_str(&peer, msg, sizeof(msg)), rcc_get_be32(in + 4),
-             rcc_get_be32(in + 8), rcc_get_be32(in));
-    close(fd);
+             rcc_socket_addr_str(&in.peer, msg, sizeof(msg)),
+             rcc_get_be32(in.hello + 4), rcc_get_be32(in.hello + 8),
+             rcc_get_be32(in.hello));
+    close(in.fd);
   }
   gate_free(g);
-  return RINGCC_SUCCESS;
+  return r;
 }
 
 ringcc_result_t rcc_bootstrap_init(struct rcc_bootstrap **out,
@@ -992,6 +1366,7 @@ ringcc_result_t rcc_bootstrap_init(struct rcc_bootstrap **out,
     r = join_rendezvous(b, secret, deadline_ns, &listen_fd, err, errlen);
   if (r == RINGCC_SUCCESS && nranks > 1)
     r = connect_ring(b, secret, listen_fd, deadline_ns, err, errlen);
+  memset(secret, 0, sizeof(secret));
   if (listen_fd >= 0)
     close(listen_fd);
   if (r != RINGCC_SUCCESS) {
@@ -1002,6 +1377,11 @@ ringcc_result_t rcc_bootstrap_init(struct rcc_bootstrap **out,
            rank, nranks);
   *out = b;
   return RINGCC_SUCCESS;
+}
+
+void rcc_bootstrap_key(const struct rcc_bootstrap *b,
+                       uint8_t key[RCC_BOOT_KEY_BYTES]) {
+  memcpy(key, b->key, RCC_BOOT_KEY_BYTES);
 }
 
 /* ---- allgather over the ring ------------------------------------------- */
@@ -1110,6 +1490,7 @@ ringcc_result_t rcc_bootstrap_barrier(struct rcc_bootstrap *b,
 void rcc_bootstrap_close(struct rcc_bootstrap *b) {
   if (b == NULL)
     return;
+  memset(b->key, 0, sizeof(b->key));
   if (b->next_fd >= 0)
     close(b->next_fd);
   if (b->prev_fd >= 0)

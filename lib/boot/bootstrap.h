@@ -12,22 +12,32 @@
 
 struct rcc_bootstrap;
 
+#define RCC_BOOT_KEY_BYTES 32
+
 /* ringcc_get_unique_id: pick the address (RINGCC_SOCKET_IFNAME), listen on an
- * ephemeral port, make a random 128-bit secret, and serve the rendezvous from
- * a detached thread until all ranks arrived or timeout_ms passed. */
+ * ephemeral port, take secret[16] (NULL: make a random 128-bit one), and
+ * serve the rendezvous from a detached thread until all ranks arrived or
+ * timeout_ms passed. */
 ringcc_result_t rcc_bootstrap_new_id(ringcc_unique_id_t *id,
+                                     const uint8_t *secret,
                                      int64_t timeout_ms, char *err,
                                      size_t errlen);
+/* Puts secret[16] into id (and its checksum): an id whose secret travelled
+ * apart from it (split: every member derives it, nobody sends it). */
+void rcc_bootstrap_id_set_secret(ringcc_unique_id_t *id,
+                                 const uint8_t secret[16]);
 /* An id for a known rendezvous address "host:port" and secret (env launch). */
 ringcc_result_t rcc_bootstrap_id_from_root(ringcc_unique_id_t *id,
                                            const char *host_port,
                                            const uint8_t secret[16],
                                            char *err, size_t errlen);
-/* Serve the rendezvous of id from a detached thread of this process, listening
- * on id's address (rank 0 of an env launch does this). */
+/* Serve the rendezvous of id from a detached thread of this process (rank 0
+ * of an env launch does this): on listen_fd when it is >= 0 (a launcher's
+ * listening socket bound to id's port, taken over), else listening on id's
+ * address. */
 ringcc_result_t rcc_bootstrap_serve(const ringcc_unique_id_t *id,
-                                    int64_t timeout_ms, char *err,
-                                    size_t errlen);
+                                    int listen_fd, int64_t timeout_ms,
+                                    char *err, size_t errlen);
 /* Checks an id's format (magic, version, family, checksum). */
 ringcc_result_t rcc_bootstrap_check_id(const ringcc_unique_id_t *id,
                                        char *err, size_t errlen);
@@ -46,6 +56,11 @@ ringcc_result_t rcc_bootstrap_allgather(struct rcc_bootstrap *b, void *data,
 ringcc_result_t rcc_bootstrap_barrier(struct rcc_bootstrap *b,
                                       int64_t deadline_ns, char *err,
                                       size_t errlen);
+/* The communicator's key: HMAC(secret, label || the rendezvous's session
+ * nonce), the same on every rank of this rendezvous and new for each; it
+ * never crosses the wire. */
+void rcc_bootstrap_key(const struct rcc_bootstrap *b,
+                       uint8_t key[RCC_BOOT_KEY_BYTES]);
 void rcc_bootstrap_close(struct rcc_bootstrap *b);
 
 #endif /* RCC_BOOTSTRAP_H */

@@ -8,6 +8,7 @@
  * disagrees) leaves the FIFOs in an unknown state: the communicator is then
  * marked unusable and every later call says so.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "exec.h"
+#include "live.h"
 #include "log.h"
 #include "stats.h"
 #include "trace.h"
@@ -69,6 +71,55 @@ static ringcc_result_t bad_arg(const struct call *c, const char *what) {
                         "%s on rank %d: %s", c->fn, c->comm->rank, what);
 }
 
+/* Buffers that overlap other than in a documented in-place form would be
+ * read after the call overwrote them (the results are silently wrong): the
+ * call is refused, naming both ranges. In place is sendbuf == recvbuf
+ * (allreduce, reduce at the root, alltoall), the rank's own block
+ * (reduce_scatter: recvbuf == sendbuf + rank*recvcount; allgather: sendbuf
+ * == recvbuf + rank*sendcount), or RINGCC_IN_PLACE. */
+static ringcc_result_t check_overlap(const struct call *c) {
+  size_t esize = ringcc_datatype_size(c->dt), send_elems, recv_elems;
+  int rank = c->comm->rank;
+  if (c->sendbuf == RINGCC_IN_PLACE || c->sendbuf == NULL ||
+      c->recvbuf == NULL || c->coll == RCC_COLL_BCAST ||
+      c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV ||
+      c->coll == RCC_COLL_BARRIER ||
+      (c->coll == RCC_COLL_REDUCE && c->root != rank))
+    return RINGCC_SUCCESS; /* one buffer, or recvbuf is not used */
+  buffer_elems(c, &send_elems, &recv_elems);
+  uintptr_t s = (uintptr_t)c->sendbuf, r = (uintptr_t)c->recvbuf;
+  size_t sbytes = send_elems * esize, rbytes = recv_elems * esize;
+  size_t own = (size_t)rank * c->count * esize;
+  if (sbytes == 0 || rbytes == 0 || s + sbytes <= r || r + rbytes <= s)
+    return RINGCC_SUCCESS;
+  const char *form;
+  switch (c->coll) {
+  case RCC_COLL_REDUCE_SCATTER:
+    if (r == s + own)
+      return RINGCC_SUCCESS;
+    form = "recvbuf == sendbuf + rank*recvcount";
+    break;
+  case RCC_COLL_ALLGATHER:
+    if (s == r + own)
+      return RINGCC_SUCCESS;
+    form = "sendbuf == recvbuf + rank*sendcount";
+    break;
+  default: /* allreduce, reduce at the root, alltoall */
+    if (s == r)
+      return RINGCC_SUCCESS;
+    form = "sendbuf == recvbuf";
+    break;
+  }
+  char msg[RCC_ERRLEN];
+  snprintf(msg, sizeof(msg), "arguments 'sendbuf' [%p, %p) (%zu bytes) and "
+           "'recvbuf' [%p, %p) (%zu bytes) overlap, and not in an in-place "
+           "form (%s, or RINGCC_IN_PLACE as 'sendbuf'): the call would read "
+           "input it already overwrote", c->sendbuf,
+           (const void *)((const char *)c->sendbuf + sbytes), sbytes,
+           c->recvbuf, (void *)((char *)c->recvbuf + rbytes), rbytes, form);
+  return bad_arg(c, msg);
+}
+
 static ringcc_result_t validate_buffers(const struct call *c) {
   char msg[200];
   size_t esize = ringcc_datatype_size(c->dt), n = (size_t)c->comm->nranks;
@@ -106,7 +157,7 @@ static ringcc_result_t validate_buffers(const struct call *c) {
   if (c->sendbuf == RINGCC_IN_PLACE &&
       (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_BCAST))
     return bad_arg(c, "RINGCC_IN_PLACE is not a buffer ('buf')");
-  return RINGCC_SUCCESS;
+  return check_overlap(c);
 }
 
 static ringcc_result_t validate(const struct call *c) {
@@ -127,6 +178,12 @@ static ringcc_result_t validate(const struct call *c) {
   if ((c->uses & USES_ROOT) && (c->root < 0 || c->root >= comm->nranks)) {
     snprintf(msg, sizeof(msg), "argument 'root' is %d; it must be in [0, %d]",
              c->root, comm->nranks - 1);
+    return bad_arg(c, msg);
+  }
+  if (c->coll == RCC_COLL_REDUCE && c->root != comm->rank &&
+      c->sendbuf == RINGCC_IN_PLACE) {
+    snprintf(msg, sizeof(msg), "RINGCC_IN_PLACE as 'sendbuf' is only valid at "
+             "the root (rank %d)", c->root);
     return bad_arg(c, msg);
   }
   return validate_buffers(c);
@@ -438,14 +495,13 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
   return r;
 }
 
-static ringcc_result_t run(struct call *c) {
+/* The call, inside the communicator (rcc_comm_enter): nobody else runs one
+ * on it meanwhile, and it is not destroyed under this one. */
+static ringcc_result_t run_inside(struct call *c) {
   struct ringcc_comm *comm = c->comm;
   struct rcc_stats_mark mark;
   ringcc_result_t r;
 
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "%s: argument 'comm' is NULL", c->fn);
   rcc_cuda_poll(comm); /* a device collective that failed since */
   if (comm->aborted || rcc_comm_fatal(comm) != RINGCC_SUCCESS) {
     ringcc_result_t code =
@@ -460,11 +516,6 @@ static ringcc_result_t run(struct call *c) {
       return r;
   if ((r = validate(c)) != RINGCC_SUCCESS || (r = locate(c)) != RINGCC_SUCCESS)
     return r;
-  if (__atomic_exchange_n(&comm->busy, 1, __ATOMIC_ACQ_REL))
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
-                          "%s on rank %d: another thread is using this "
-                          "communicator; a communicator is used by one thread "
-                          "at a time", c->fn, comm->rank);
   RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
@@ -497,7 +548,15 @@ static ringcc_result_t run(struct call *c) {
    * unknown state. */
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !mismatch)
     rcc_comm_set_fatal(comm, r);
-  __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
+  return r;
+}
+
+static ringcc_result_t run(struct call *c) {
+  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = run_inside(c);
+  rcc_comm_leave(c->comm, RCC_ENTER_CALL);
   return r;
 }
 
@@ -544,12 +603,6 @@ RINGCC_API ringcc_result_t ringcc_reduce(const void *sendbuf, void *recvbuf,
                                          ringcc_stream_t stream) {
   struct call c = {"ringcc_reduce", comm, RCC_COLL_REDUCE, sendbuf, recvbuf,
                    count, dt, op, root, -1, stream, USES_OP | USES_ROOT};
-  if (c.comm != NULL && root >= 0 && root < comm->nranks &&
-      root != comm->rank && sendbuf == RINGCC_IN_PLACE)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_reduce on rank %d: RINGCC_IN_PLACE as "
-                          "'sendbuf' is only valid at the root (rank %d)",
-                          comm->rank, root);
   return run(&c);
 }
 

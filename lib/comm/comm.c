@@ -17,7 +17,6 @@
 #include <string.h>
 #include <signal.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "agree.h"
@@ -32,9 +31,12 @@
 #include "env.h"
 #include "error.h"
 #include "graph.h"
+#include "live.h"
 #include "log.h"
 #include "registry.h"
 #include "report.h"
+#include "sha256.h"
+#include "socket.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -64,25 +66,29 @@ RINGCC_API ringcc_result_t ringcc_get_version(int *version) {
 
 RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
                                                        ringcc_result_t *result) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_get_async_error: argument 'comm' is "
-                            "NULL");
-  if (result == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_get_async_error: argument 'result' is "
-                          "NULL");
-  /* Any thread may ask while calls run in another (a framework's watchdog):
-   * what it writes is the sticky failure (atomic) and last_error (locked). */
-  rcc_cuda_poll(comm); /* failures of device collectives */
-  *result = comm->aborted ? RINGCC_ERR_ABORTED : rcc_comm_fatal(comm);
-  return RINGCC_SUCCESS;
+  static const char fn[] = "ringcc_comm_get_async_error";
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  if (result == NULL) {
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "%s: argument 'result' is NULL", fn);
+  } else {
+    /* Any thread may ask while calls run in another (a framework's
+     * watchdog): what it writes is the sticky failure (atomic) and
+     * last_error (locked). */
+    rcc_cuda_poll(comm); /* failures of device collectives that ended */
+    *result = comm->aborted ? RINGCC_ERR_ABORTED : rcc_comm_fatal(comm);
+  }
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 /* ---- settings --------------------------------------------------------- */
 
-/* An integer setting: the config field if set (>= 0), else the variable,
- * else the default; bounds checked with a message naming the source. */
+/* An integer setting: the config field if set (>= 0), else the variable
+ * (base 10 only: rcc_parse_decimal), else the default; bounds checked with a
+ * message naming the source. */
 static ringcc_result_t int_setting(int64_t field, const char *var,
                                    int64_t def, int64_t lo, int64_t hi,
                                    int64_t *out, char *err, size_t errlen) {
@@ -93,13 +99,10 @@ static ringcc_result_t int_setting(int64_t field, const char *var,
     v = field;
     from = "config";
   } else if (env != NULL) {
-    char *end;
-    errno = 0;
-    long long parsed = strtoll(env, &end, 0);
-    if (errno != 0 || *end != '\0')
+    if (rcc_parse_decimal(env, &v) != 0)
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                      "%s=%s is not an integer", var, env);
-    v = parsed;
+                      "%s=%s is not a decimal integer (digits only, base 10: "
+                      "no sign but '-', no spaces, no 0x)", var, env);
     from = "environment";
   }
   if (v < lo || v > hi)
@@ -262,8 +265,6 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->shm_disable = comm->set.shm_disable;
   rcc_cma_prepare(comm, me);
   me->trace_id = rcc_trace_id();
-  if (getrandom(me->secret, sizeof(me->secret), 0) != sizeof(me->secret))
-    memset(me->secret, 0, sizeof(me->secret)); /* the bootstrap's id still guards */
 }
 
 static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
@@ -281,7 +282,6 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
                               deadline, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "init on rank %d: %s", comm->rank, err);
-  memcpy(comm->secret, comm->peers[0].secret, sizeof(comm->secret));
   for (int p = 0; p < comm->nranks; p++) {
     const struct rcc_peer_info *q = &comm->peers[p];
     if (q->chunk_bytes != comm->set.chunk_bytes ||
@@ -343,6 +343,7 @@ static void comm_free(struct ringcc_comm *comm) {
   rcc_cuda_destroy(comm); /* first: kernels may still use the FIFOs */
   rcc_registry_free(comm);
   rcc_transports_destroy(comm);
+  rcc_cma_release(comm);
   rcc_cuda_free(comm);
   if (comm->boot)
     rcc_bootstrap_close(comm->boot);
@@ -356,6 +357,7 @@ static void comm_free(struct ringcc_comm *comm) {
   free(comm->peers);
   free(comm->scratch);
   pthread_mutex_destroy(&comm->error_lock);
+  memset(comm->key, 0, sizeof(comm->key));
   free(comm);
 }
 
@@ -423,12 +425,14 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   char err[RCC_ERRLEN];
   int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
   comm->init_deadline = deadline;
+  rcc_shm_sweep(comm->rank); /* what ranks killed during an init left */
   ringcc_result_t r =
       rcc_bootstrap_init(&comm->boot, id, comm->rank, comm->nranks, deadline,
                          err, sizeof(err));
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "init on rank %d of %d: %s", comm->rank,
                           comm->nranks, err);
+  rcc_bootstrap_key(comm->boot, comm->key);
   if ((r = exchange_peer_info(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   adapt_waiting(comm);
@@ -509,6 +513,11 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
     comm_free(comm);
     return r;
   }
+  if (rcc_live_add(comm) != 0) {
+    comm_free(comm);
+    return rcc_thread_error(RINGCC_ERR_OUT_OF_MEMORY, "ringcc_comm_init on "
+                            "rank %d: out of memory", rank);
+  }
   *out = comm;
   return RINGCC_SUCCESS;
 }
@@ -518,12 +527,11 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
 static int env_int(const char *const *names, int *value, const char **from) {
   for (; *names; names++) {
     const char *v = rcc_getenv(*names);
-    char *end;
+    int64_t parsed;
     if (v == NULL)
       continue;
-    long parsed = strtol(v, &end, 10);
     *from = *names;
-    if (*end != '\0' || parsed < 0 || parsed > INT32_MAX)
+    if (rcc_parse_decimal(v, &parsed) != 0 || parsed < 0 || parsed > INT32_MAX)
       return -1;
     *value = (int)parsed;
     return 1;
@@ -547,13 +555,16 @@ static ringcc_result_t env_root(char *root, size_t len, int nranks) {
   const char *port = rcc_getenv("MASTER_PORT");
   const char *local = rcc_getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const char *job = job_key();
+  int64_t local_size;
 
   if (v != NULL) {
     snprintf(root, len, "%s", v);
   } else if (addr != NULL && port != NULL) {
     snprintf(root, len, "%s%s%s:%s", strchr(addr, ':') ? "[" : "", addr,
              strchr(addr, ':') ? "]" : "", port);
-  } else if (job != NULL && local != NULL && atoi(local) == nranks) {
+  } else if (job != NULL && local != NULL &&
+             rcc_parse_decimal(local, &local_size) == 0 &&
+             local_size == nranks) {
     /* mpirun on one host and no rendezvous given: every rank derives the same
      * port from the job id. */
     uint64_t h = fnv1a(0xcbf29ce484222325ULL, job, strlen(job));
@@ -570,24 +581,26 @@ static ringcc_result_t env_root(char *root, size_t len, int nranks) {
   return RINGCC_SUCCESS;
 }
 
-/* RINGCC_SECRET (32 hex digits, set by ringcc-run), else derived from the
- * rendezvous address and job id: then the id only keeps strays out. */
+/* RINGCC_SECRET (exactly 32 hex digits, set by ringcc-run), else derived
+ * from the rendezvous address and job id: then the id only keeps strays
+ * out. The message never repeats the value. */
 static ringcc_result_t env_secret(const char *root, uint8_t secret[16]) {
   const char *hex = rcc_getenv("RINGCC_SECRET");
   if (hex != NULL) {
-    if (strlen(hex) != 32)
+    int bad = rcc_parse_hex(hex, secret, 16);
+    if (bad < 0)
+      return RINGCC_SUCCESS;
+    memset(secret, 0, 16);
+    if ((size_t)bad == strlen(hex))
       return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                              "ringcc_comm_init_env: RINGCC_SECRET must be 32 "
-                              "hex digits");
-    for (int i = 0; i < 16; i++) {
-      unsigned byte;
-      if (sscanf(hex + 2 * i, "%2x", &byte) != 1)
-        return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                                "ringcc_comm_init_env: RINGCC_SECRET must be "
-                                "32 hex digits");
-      secret[i] = (uint8_t)byte;
-    }
-    return RINGCC_SUCCESS;
+                              "ringcc_comm_init_env: RINGCC_SECRET has %zu "
+                              "characters; it must be exactly 32 hex digits "
+                              "(128 bits, no 0x)", strlen(hex));
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_comm_init_env: RINGCC_SECRET must be "
+                            "exactly 32 hex digits (128 bits, no 0x, no "
+                            "spaces or signs); character %d of its %zu is "
+                            "not one", bad + 1, strlen(hex));
   }
   const char *job = job_key();
   uint64_t h1 = fnv1a(0xcbf29ce484222325ULL, root, strlen(root));
@@ -598,6 +611,38 @@ static ringcc_result_t env_secret(const char *root, uint8_t secret[16]) {
   RCC_INFO(-1, "RINGCC_SECRET is not set: the rendezvous secret is derived "
                "from the address and job id (ringcc-run sets a random one)");
   return RINGCC_SUCCESS;
+}
+
+/* RINGCC_ROOT_HANDOFF: where the launcher (ringcc-run) offers the
+ * rendezvous's listening socket, which it opened before starting the ranks,
+ * so that the port is never free between its choice and rank 0's listen.
+ * Asked once per process; -1 (listen on RINGCC_ROOT as usual) when unset,
+ * already taken, or not to be had (then a warning says why). */
+static int env_root_handoff(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static int asked;
+  const char *name = rcc_getenv("RINGCC_ROOT_HANDOFF");
+  char err[RCC_ERRLEN];
+  int fd = -1;
+  if (name == NULL)
+    return -1;
+  pthread_mutex_lock(&lock);
+  int again = asked;
+  asked = 1;
+  pthread_mutex_unlock(&lock);
+  if (again) { /* a second communicator from the environment */
+    RCC_INFO(0, "RINGCC_ROOT_HANDOFF was used by an earlier communicator; "
+                "this one listens on RINGCC_ROOT itself");
+    return -1;
+  }
+  if (rcc_socket_fetch_listener(name, rcc_deadline_after_ms(5000), &fd, err,
+                                sizeof(err)) != RINGCC_SUCCESS) {
+    RCC_WARN(0, "the launcher's rendezvous socket (RINGCC_ROOT_HANDOFF=%s) "
+                "is not to be had: %s; listening on RINGCC_ROOT instead",
+             name, err);
+    return -1;
+  }
+  return fd;
 }
 
 RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *out,
@@ -648,8 +693,9 @@ RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *out,
     if ((r = check_config(c, err, sizeof(err))) != RINGCC_SUCCESS ||
         (r = resolve_settings(c, &s, err, sizeof(err))) != RINGCC_SUCCESS)
       return rcc_thread_error(r, "ringcc_comm_init_env: %s", err);
-    if ((r = rcc_bootstrap_serve(&id, s.timeout_ms, err, sizeof(err))) !=
-        RINGCC_SUCCESS)
+    int root_fd = env_root_handoff();
+    if ((r = rcc_bootstrap_serve(&id, root_fd, s.timeout_ms, err,
+                                 sizeof(err))) != RINGCC_SUCCESS)
       return rcc_thread_error(r, "ringcc_comm_init_env on rank 0: cannot "
                                  "serve the rendezvous at %s: %s", root, err);
   }
@@ -670,7 +716,7 @@ RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id) {
       RINGCC_SUCCESS)
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "ringcc_get_unique_id: %s", err);
-  if ((r = rcc_bootstrap_new_id(id, timeout_ms, err, sizeof(err))) !=
+  if ((r = rcc_bootstrap_new_id(id, NULL, timeout_ms, err, sizeof(err))) !=
       RINGCC_SUCCESS)
     return rcc_thread_error(r, "ringcc_get_unique_id: %s", err);
   return RINGCC_SUCCESS;
@@ -679,50 +725,77 @@ RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id) {
 /* ---- queries, destroy, abort ----------------------------------------- */
 
 RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_rank: argument 'comm' is NULL");
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_rank",
+                                     RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
   if (rank == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_rank: argument 'rank' is NULL");
-  *rank = comm->rank;
-  return RINGCC_SUCCESS;
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "ringcc_comm_rank: argument 'rank' is NULL");
+  else
+    *rank = comm->rank;
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_size: argument 'comm' is NULL");
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_size",
+                                     RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
   if (size == NULL)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_size: argument 'size' is NULL");
-  *size = comm->nranks;
-  return RINGCC_SUCCESS;
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "ringcc_comm_size: argument 'size' is NULL");
+  else
+    *size = comm->nranks;
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
+/* Destroy and abort: comm is out of the table of live communicators (no
+ * call can enter any more), and no call is inside. In a child forked after
+ * init (comm->forked), the transports free memory and close descriptors
+ * only: no goodbye, no shutdown, no unlink, nothing the parent's peers see. */
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_destroy: argument 'comm' is NULL");
+  static const char fn[] = "ringcc_comm_destroy";
+  ringcc_result_t code;
+  switch (rcc_live_begin_close(comm, fn, 0, &code)) {
+  case RCC_CLOSE_REFUSED:
+    return code;
+  case RCC_CLOSE_FORKED:
+    comm->forked = 1;
+    comm_free(comm);
+    return RINGCC_SUCCESS;
+  }
+  /* Only queries (rank, size, report) can be inside: they leave at once. */
+  if (!rcc_live_end_close(comm, 1000)) {
+    RCC_WARN(comm->rank, "%s: a call of another thread is still inside this "
+             "communicator after 1 s; its memory is kept (leaked) so that "
+             "call cannot crash", fn);
+    return RINGCC_SUCCESS;
+  }
   comm_free(comm);
   return RINGCC_SUCCESS;
 }
 
 RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_abort: argument 'comm' is NULL");
-  comm->aborted = 1;
+  static const char fn[] = "ringcc_comm_abort";
+  ringcc_result_t code;
+  switch (rcc_live_begin_close(comm, fn, 1, &code)) {
+  case RCC_CLOSE_REFUSED:
+    return code;
+  case RCC_CLOSE_FORKED:
+    comm->forked = 1;
+    comm_free(comm);
+    return RINGCC_SUCCESS;
+  }
   rcc_cuda_abort(comm); /* kernels waiting in a FIFO leave too */
   /* A collective blocked in another thread notices within one sleep slice
    * (exec_host.c) and leaves; give it a second before freeing. */
-  for (int i = 0; i < 100 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE);
-       i++)
-    usleep(10000);
-  if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE)) {
-    RCC_WARN(comm->rank, "ringcc_comm_abort: a call is still running on this "
+  if (!rcc_live_end_close(comm, 1000)) {
+    RCC_WARN(comm->rank, "%s: a call is still running on this "
                          "communicator; its memory is kept (leaked) so that "
-                         "call cannot crash");
+                         "call cannot crash", fn);
     return RINGCC_SUCCESS;
   }
   comm_free(comm);
@@ -756,15 +829,47 @@ static void split_place(const struct split_record *all, int n, int me,
   }
 }
 
+/* The secret of a split's group: HMAC(key, split number, color, leader), so
+ * every member knows it and nobody sends it; each split call gets new ones
+ * (comm->splits counts them alike on every rank). */
+static void split_secret(struct ringcc_comm *comm, int color, int leader,
+                         uint8_t secret[16]) {
+  static const char label[] = "ringcc v2: split secret";
+  uint8_t in[sizeof(label) + 16], mac[RCC_SHA256_BYTES];
+  memcpy(in, label, sizeof(label));
+  uint64_t n = comm->splits;
+  for (int i = 0; i < 8; i++)
+    in[sizeof(label) + i] = (uint8_t)(n >> (56 - 8 * i));
+  for (int i = 0; i < 4; i++) {
+    in[sizeof(label) + 8 + i] = (uint8_t)((uint32_t)color >> (24 - 8 * i));
+    in[sizeof(label) + 12 + i] = (uint8_t)((uint32_t)leader >> (24 - 8 * i));
+  }
+  rcc_hmac_sha256(comm->key, sizeof(comm->key), in, sizeof(in), mac);
+  memcpy(secret, mac, 16);
+  memset(mac, 0, sizeof(mac));
+}
+
+static ringcc_result_t split(struct ringcc_comm *comm, int color, int key,
+                             ringcc_comm_t *out);
+
 RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
                                              int key, ringcc_comm_t *out) {
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_split",
+                                     RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = split(comm, color, key, out);
+  rcc_comm_leave(comm, RCC_ENTER_CALL);
+  return r;
+}
+
+static ringcc_result_t split(struct ringcc_comm *comm, int color, int key,
+                             ringcc_comm_t *out) {
   char err[RCC_ERRLEN];
   int new_rank, size, leader;
+  uint8_t secret[16] = {0};
   ringcc_result_t r;
 
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_split: argument 'comm' is NULL");
   if (out == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "ringcc_comm_split: argument 'out' is NULL");
@@ -786,13 +891,19 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
   if (r != RINGCC_SUCCESS)
     goto fail;
   split_place(all, comm->nranks, comm->rank, &new_rank, &size, &leader);
+  comm->splits++;
   /* Round two: each group's leader makes the id its members join. */
   memset(mine, 0, sizeof(*mine));
   mine->color = color;
   mine->key = key;
-  if (color != RINGCC_SPLIT_NOCOLOR && leader == comm->rank)
-    mine->status = (int32_t)rcc_bootstrap_new_id(&mine->id, comm->set.timeout_ms,
-                                                 err, sizeof(err));
+  /* The group's secret is derived by every member, never sent: the records
+   * carry the id with its secret zeroed. */
+  split_secret(comm, color, leader, secret);
+  if (color != RINGCC_SPLIT_NOCOLOR && leader == comm->rank) {
+    mine->status = (int32_t)rcc_bootstrap_new_id(
+        &mine->id, secret, comm->set.timeout_ms, err, sizeof(err));
+    rcc_bootstrap_id_set_secret(&mine->id, (const uint8_t[16]){0});
+  }
   if (mine->status != RINGCC_SUCCESS) {
     r = (ringcc_result_t)mine->status;
     rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank, err);
@@ -812,6 +923,7 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
                          "rank %d, could not create its id", comm->rank, leader);
       goto out;
     }
+    rcc_bootstrap_id_set_secret(&all[leader].id, secret);
     r = ringcc_comm_init(out, size, &all[leader].id, new_rank, &comm->config);
     if (r != RINGCC_SUCCESS)
       rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank,
@@ -821,23 +933,29 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
 fail:
   rcc_comm_error(comm, r, "ringcc_comm_split on rank %d: %s", comm->rank, err);
 out:
+  memset(secret, 0, sizeof(secret));
   free(all);
   return r;
 }
 
 RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
                                                   int key, ringcc_comm_t *out) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_split_type: argument 'comm' is NULL");
-  if (type != RINGCC_SPLIT_HOST)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_split_type: argument 'type' is %d; "
-                          "only RINGCC_SPLIT_HOST (%d) exists", type,
-                          RINGCC_SPLIT_HOST);
-  int color = comm->rank;
-  for (int q = comm->nranks - 1; q >= 0; q--)
-    if (comm->peers[q].host_hash == comm->peers[comm->rank].host_hash)
-      color = q; /* the lowest rank on this host names the group */
-  return ringcc_comm_split(comm, color, key, out);
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_split_type",
+                                     RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  if (type != RINGCC_SPLIT_HOST) {
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "ringcc_comm_split_type: argument 'type' is %d; only "
+                       "RINGCC_SPLIT_HOST (%d) exists", type,
+                       RINGCC_SPLIT_HOST);
+  } else {
+    int color = comm->rank;
+    for (int q = comm->nranks - 1; q >= 0; q--)
+      if (comm->peers[q].host_hash == comm->peers[comm->rank].host_hash)
+        color = q; /* the lowest rank on this host names the group */
+    r = split(comm, color, key, out);
+  }
+  rcc_comm_leave(comm, RCC_ENTER_CALL);
+  return r;
 }

@@ -41,7 +41,6 @@ struct rcc_peer_info {
   uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
   uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
-  uint8_t secret[16];  /* rank 0's becomes the communicator's secret */
   char hostname[RCC_HOSTNAME_LEN];
 };
 
@@ -149,10 +148,16 @@ struct ringcc_comm {
   int report_seen;         /* report signals handled (report.c) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
-  uint8_t secret[16];      /* shared by the ranks only (via the bootstrap) */
+  /* The communicator's key (rcc_bootstrap_key): derived from the id's
+   * secret at the rendezvous, never sent; every network connection proves
+   * it (net.c, net_socket.c), and ringcc_comm_split derives the new
+   * communicators' secrets from it. */
+  uint8_t key[32];
+  uint64_t splits;         /* ringcc_comm_split calls so far (alike on all) */
   int64_t init_deadline;   /* for transports' connect phase */
   uint64_t cma_probe;      /* exec_cma.c */
   int cma_ok;              /* the direct large-message path is usable */
+  int cma_ptracer;         /* holds a share of PR_SET_PTRACER_ANY (exec_cma.c) */
   /* The one-shot board (exec_host.c): each rank's two regions, in its shm
    * segment (shm.c); set where this rank maps every rank's segment. */
   char **board;            /* [nranks] region 0 of each rank's board */
@@ -177,13 +182,27 @@ struct ringcc_comm {
    * 1 + the rank that told this one in the high 32; 0 while none is. */
   uint64_t dead;
   struct rcc_spin spin;    /* how waits poll, adapted as they go (spin.h) */
-  int busy;                /* a call is running on this communicator */
   /* Sticky: the communicator is unusable. Written and read with atomics
    * (rcc_comm_set_fatal, rcc_comm_fatal): ringcc_comm_get_async_error may
    * run in another thread (a framework's watchdog) during a call. */
   ringcc_result_t fatal;
   pthread_mutex_t error_lock; /* last_error's writers (error.c) */
   char last_error[RCC_ERRLEN];
+
+  /* Who may use it (live.c): the magic word (cleared at destroy), the
+   * process that made it and its fork generation (a forked child's calls
+   * are refused), the calls inside and whether one moves data (busy: one at
+   * a time, destroy refuses), and closing (destroy or abort under way). */
+  uint32_t magic;
+  int pid;
+  uint64_t fork_gen;
+  int users;
+  int busy;
+  const char *inside;      /* the busy call's name */
+  int closing;
+  int forked;              /* destroy in a forked child: free memory only;
+                              transports then close descriptors and nothing
+                              the parent's peers could notice */
 };
 
 /* The FIFO of connection kind `kind`, channel ch, to or from peer. */

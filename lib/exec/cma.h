@@ -28,6 +28,8 @@ void rcc_cma_prepare(struct ringcc_comm *comm, struct rcc_peer_info *me);
 /* Init, once transports are up: every rank probes every peer and all agree
  * on comm->cma_ok. */
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline);
+/* Destroy: withdraws this communicator's share of the ptrace exception. */
+void rcc_cma_release(struct ringcc_comm *comm);
 ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
                             const struct rcc_cma_call *call);
 

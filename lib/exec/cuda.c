@@ -647,7 +647,9 @@ void rcc_cuda_destroy(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   struct rcc_gpu_scope scope;
   char why[256];
-  if (cu == NULL || rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
+  /* A forked child cannot use CUDA: its copy frees host memory only. */
+  if (cu == NULL || comm->forked ||
+      rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
     return;
   if (cu->last)
     wait_kernels(comm);
@@ -681,9 +683,10 @@ void rcc_cuda_free(struct ringcc_comm *comm) {
   /* The network engine (stopped by now) and failure.c no longer look. */
   __atomic_store_n(&comm->fail_word, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->cuda, NULL, __ATOMIC_RELEASE);
-  if (cu->status)
+  if (cu->status && !comm->forked)
     cudaFreeHost(cu->status);
-  cudaGetLastError();
+  if (!comm->forked)
+    cudaGetLastError();
   pthread_mutex_destroy(&cu->lock);
   free(cu->registered);
   free(cu);

@@ -22,13 +22,20 @@
  * written once), with 3 latencies instead of the ring's 2(n-1) per chunk.
  * Each block is reduced by one rank only, so every rank gets the same bits.
  *
- * Eligibility is decided once per communicator, alike on every rank: all
- * ranks on one host and in one pid namespace, shared memory not disabled, and
- * a probe read of every peer at init succeeded (ptrace permission: the ranks
- * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does). Ranks that are
- * threads of one process read each other's memory directly.
+ * Eligibility is decided once per communicator, alike on every rank: the
+ * algorithm forced (RINGCC_ALGO=cma or direct: the tuner never picks it on
+ * its own), all ranks on one host and in one pid namespace, shared memory not
+ * disabled, and a probe read of every peer at init succeeded. The probe needs
+ * ptrace permission: where Yama restricts ptrace to ancestors, the ranks
+ * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then,
+ * and the exception is withdrawn (PR_SET_PTRACER 0) when the last
+ * communicator that needed it is destroyed, or at once when the probe
+ * failed. Linux has no way to read the setting back, so a program that set
+ * its own exception finds it cleared then. Ranks that are threads of one
+ * process read each other's memory directly.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -104,33 +111,77 @@ static int peer_read(const struct ringcc_comm *comm, int peer, void *local,
   return 0;
 }
 
-/* Init: allow peers to read us, then try to read every peer's probe word and
- * agree through the bootstrap; comm->cma_ok is the same on every rank. */
+/* The process-wide ptrace exception (PR_SET_PTRACER_ANY): set while at least
+ * one communicator may read its peers through cross-memory attach. */
+static pthread_mutex_t ptracer_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ptracer_users;
+
+static void ptracer_hold(struct ringcc_comm *comm) {
+  pthread_mutex_lock(&ptracer_lock);
+  if (ptracer_users++ == 0 &&
+      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+    RCC_TRACE(comm->rank, "cma: prctl(PR_SET_PTRACER_ANY): %s (no Yama: "
+              "not needed)", strerror(errno));
+  pthread_mutex_unlock(&ptracer_lock);
+  comm->cma_ptracer = 1;
+}
+
+void rcc_cma_release(struct ringcc_comm *comm) {
+  if (!comm->cma_ptracer)
+    return;
+  comm->cma_ptracer = 0;
+  if (comm->forked) /* the child does not have the parent's exception */
+    return;
+  pthread_mutex_lock(&ptracer_lock);
+  if (--ptracer_users == 0)
+    (void)prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+  pthread_mutex_unlock(&ptracer_lock);
+}
+
+/* Init: where cross-memory attach could run at all, allow peers to read us,
+ * then try to read every peer's probe word and agree through the bootstrap;
+ * comm->cma_ok is the same on every rank. */
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
-  int ok = comm->nranks > 1;
-
+  int forced = comm->set.algo == RINGCC_ALGO_CMA ||
+               comm->set.algo == RINGCC_ALGO_DIRECT;
+  int may = comm->nranks > 1 && forced;
+  for (int p = 0; p < comm->nranks && may; p++) {
+    const struct rcc_peer_info *q = &comm->peers[p];
+    may = q->host_hash == me->host_hash && q->pid_space == me->pid_space &&
+          !q->shm_disable;
+  }
+  ringcc_result_t r;
+  if (may) { /* every rank allows it before any rank probes */
+    ptracer_hold(comm);
+    if ((r = rcc_agree_status(comm, RINGCC_SUCCESS, "allowing cross-memory "
+                              "attach", deadline)) != RINGCC_SUCCESS)
+      return r;
+  }
+  int ok = may;
   for (int p = 0; p < comm->nranks && ok; p++) {
     const struct rcc_peer_info *q = &comm->peers[p];
     uint64_t word = 0;
-    ok = q->host_hash == me->host_hash && q->pid_space == me->pid_space &&
-         !q->shm_disable &&
-         peer_read(comm, p, &word, q->cma_probe_addr, sizeof(word)) == 0 &&
+    ok = peer_read(comm, p, &word, q->cma_probe_addr, sizeof(word)) == 0 &&
          word == (PROBE_MAGIC ^ (uint64_t)q->pid);
   }
-  ringcc_result_t r = rcc_all_agree(comm, ok, &comm->cma_ok, deadline);
+  r = rcc_all_agree(comm, ok, &comm->cma_ok, deadline);
+  if (!comm->cma_ok)
+    rcc_cma_release(comm); /* nobody reads us: no exception */
   if (r != RINGCC_SUCCESS)
     return r;
   RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s",
            comm->cma_ok ? "available"
-                        : "not available (ranks on several hosts, shm "
-                          "disabled, or peers' memory not readable)");
+                        : forced ? "not available (ranks on several hosts, "
+                                   "shm disabled, or peers' memory not "
+                                   "readable)"
+                                 : "not used (only when forced: RINGCC_ALGO="
+                                   "cma)");
   return RINGCC_SUCCESS;
 }
 
 /* Called before the peer info is all-gathered. */
 void rcc_cma_prepare(struct ringcc_comm *comm, struct rcc_peer_info *me) {
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   comm->cma_probe = PROBE_MAGIC ^ (uint64_t)getpid();
   me->cma_probe_addr = (uint64_t)(uintptr_t)&comm->cma_probe;
 }

@@ -183,21 +183,25 @@ static int wait_failed(struct exec *x) {
   if (rcc_dead_rank(comm, NULL) < 0 && conn != NULL && conn->ops == NULL) {
     uint32_t d = __atomic_load_n(&conn->fifo->dead, __ATOMIC_ACQUIRE);
     if (d != 0)
-      rcc_peer_dead(comm, (int)d - 1, peer);
+      rcc_peer_lost(comm, RCC_DEAD_RANK(d), peer,
+                    (d & RCC_DEAD_UNREACHABLE) != 0);
   }
   if (rcc_dead_rank(comm, NULL) < 0 && peer >= 0 &&
       (conn == NULL || conn->ops == NULL) && !rcc_peer_alive(comm, peer)) {
-    int told = rcc_peer_poisoned(comm, peer); /* it knew of another first */
+    int unreachable = 0; /* it knew of another first: */
+    int told = rcc_peer_poisoned(comm, peer, &unreachable);
     if (told >= 0)
-      rcc_peer_dead(comm, told, peer);
+      rcc_peer_lost(comm, told, peer, unreachable);
     else
       rcc_peer_dead(comm, peer, comm->rank);
   }
   if (rcc_dead_rank(comm, NULL) >= 0) {
-    char why[256];
+    char why[384];
     rcc_dead_describe(comm, why, sizeof(why));
     int async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
-    return rcc_comm_error(comm, RINGCC_ERR_PEER_FAILED,
+    return rcc_comm_error(comm, rcc_dead_unreachable(comm)
+                                    ? RINGCC_ERR_NETWORK
+                                    : RINGCC_ERR_PEER_FAILED,
                           "%s (seq %llu) on rank %d: %s; this rank stopped at "
                           "step %llu waiting for %s rank %d%s%s%s",
                           rcc_coll_name(x->plan->coll),

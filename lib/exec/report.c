@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "env.h"
 #include "error.h"
+#include "live.h"
 #include "log.h"
 
 /* Signals received: counted by the handler, read by the threads that run
@@ -119,13 +120,16 @@ void rcc_report_format(const struct ringcc_comm *comm, char *buf, size_t len) {
 
 RINGCC_API ringcc_result_t ringcc_comm_report(ringcc_comm_t comm, char *buf,
                                               size_t len) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_report: argument 'comm' is NULL");
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_report",
+                                     RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
   if (buf == NULL || len == 0)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "ringcc_comm_report: argument 'buf' is NULL or 'len' "
-                          "is 0");
-  rcc_report_format(comm, buf, len);
-  return RINGCC_SUCCESS;
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "ringcc_comm_report: argument 'buf' is NULL or 'len' "
+                       "is 0");
+  else
+    rcc_report_format(comm, buf, len);
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }

@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "env.h"
 #include "error.h"
+#include "live.h"
 #include "log.h"
 #include "stats.h"
 #include "transport.h"
@@ -138,11 +139,9 @@ static void collect(const struct ringcc_comm *comm, ringcc_comm_stats_t *out,
   }
 }
 
-RINGCC_API ringcc_result_t ringcc_comm_stats(ringcc_comm_t comm,
-                                             ringcc_comm_stats_t *stats) {
-  if (comm == NULL)
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_stats: argument 'comm' is NULL");
+/* The arguments checked and the counters copied out; comm is live. */
+static ringcc_result_t comm_stats(ringcc_comm_t comm,
+                                  ringcc_comm_stats_t *stats) {
   if (stats == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "ringcc_comm_stats: argument 'stats' is NULL");
@@ -166,6 +165,19 @@ RINGCC_API ringcc_result_t ringcc_comm_stats(ringcc_comm_t comm,
   memcpy(stats, &all,
          stats->size < sizeof(all) ? stats->size : sizeof(all));
   return RINGCC_SUCCESS;
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_stats(ringcc_comm_t comm,
+                                             ringcc_comm_stats_t *stats) {
+  /* A handle that is not a live communicator (NULL, destroyed, a forked
+   * child's) is refused before anything behind it is read. */
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_stats",
+                                     RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = comm_stats(comm, stats);
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 /* ---- the summary --------------------------------------------------------- */
@@ -280,7 +292,8 @@ void rcc_stats_format(const struct ringcc_comm *comm, char *buf, size_t len) {
 void rcc_stats_destroy(struct ringcc_comm *comm) {
   if (comm->stats == NULL)
     return;
-  if (rcc_log_level >= RINGCC_LOG_INFO && comm->stats->live) {
+  /* A forked child's copy counted nothing of its own: no summary. */
+  if (rcc_log_level >= RINGCC_LOG_INFO && comm->stats->live && !comm->forked) {
     char text[4096];
     rcc_stats_format(comm, text, sizeof(text));
     /* One log line per line of the summary. */

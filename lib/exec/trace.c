@@ -72,18 +72,16 @@ uint64_t rcc_trace_id(void) {
 /* RINGCC_TRACE_EVENTS: events per rank. */
 static ringcc_result_t capacity(struct ringcc_comm *comm, uint64_t *cap) {
   const char *v = rcc_getenv("RINGCC_TRACE_EVENTS");
-  char *end;
+  int64_t n;
   *cap = DEFAULT_EVENTS;
   if (v == NULL)
     return RINGCC_SUCCESS;
-  errno = 0;
-  unsigned long long n = strtoull(v, &end, 0);
-  if (errno != 0 || *end != '\0' || n < 16 || n > MAX_EVENTS)
+  if (rcc_parse_decimal(v, &n) != 0 || n < 16 || n > MAX_EVENTS)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "init on rank %d: RINGCC_TRACE_EVENTS=%s is not a "
                           "number of events from 16 to %d", comm->rank, v,
                           MAX_EVENTS);
-  *cap = n;
+  *cap = (uint64_t)n;
   return RINGCC_SUCCESS;
 }
 
@@ -407,7 +405,10 @@ void rcc_trace_close(struct ringcc_comm *comm) {
   struct rcc_trace *t = comm->trace;
   if (t == NULL)
     return;
-  rcc_trace_flush(comm, "destroy");
+  /* A forked child's copy holds the parent's events: the parent writes
+   * the rank's file, the child must not overwrite it. */
+  if (!comm->forked)
+    rcc_trace_flush(comm, "destroy");
   free(t->ev);
   free(t);
   comm->trace = NULL;

@@ -48,14 +48,14 @@ static void wake(uint32_t *word) {
 }
 
 /* Marks one host FIFO and wakes whoever sleeps on it (either end). */
-static void poison(struct rcc_conn *c, int dead, struct rcc_conn **engine) {
+static void poison(struct rcc_conn *c, uint32_t word, struct rcc_conn **engine) {
   if (c == NULL || c->fifo == NULL)
     return;
   if (c->ops != NULL) { /* an engine's FIFO: the engine tells the peer */
     *engine = c;
     return;
   }
-  __atomic_store_n(&c->fifo->dead, (uint32_t)dead + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->fifo->dead, word, __ATOMIC_RELEASE);
   wake(&c->fifo->tail);
   wake(&c->fifo->head);
 }
@@ -87,18 +87,30 @@ int rcc_dead_rank(const struct ringcc_comm *comm, int *told_by) {
     return -1;
   if (told_by != NULL)
     *told_by = (int)(d >> 32) - 1;
-  return (int)(uint32_t)d - 1;
+  return RCC_DEAD_RANK((uint32_t)d);
+}
+
+int rcc_dead_unreachable(const struct ringcc_comm *comm) {
+  uint64_t d = __atomic_load_n(&comm->dead, __ATOMIC_ACQUIRE);
+  return d != 0 && ((uint32_t)d & RCC_DEAD_UNREACHABLE) != 0;
 }
 
 void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
+  rcc_peer_lost(comm, dead, told_by, 0);
+}
+
+void rcc_peer_lost(struct ringcc_comm *comm, int dead, int told_by,
+                   int unreachable) {
   if (dead < 0 || dead >= comm->nranks || dead == comm->rank)
     return;
-  uint64_t want = (uint64_t)(uint32_t)(told_by + 1) << 32 | (uint32_t)(dead + 1);
+  uint32_t word = (uint32_t)(dead + 1) | (unreachable ? RCC_DEAD_UNREACHABLE
+                                                      : 0);
+  uint64_t want = (uint64_t)(uint32_t)(told_by + 1) << 32 | word;
   uint64_t have = __atomic_load_n(&comm->dead, __ATOMIC_ACQUIRE);
   for (;;) {
     /* First wins, except that a rank we believed dead which tells us about
      * another was alive when it learned it: its word is the better one. */
-    if (have != 0 && (int)(uint32_t)have - 1 != told_by)
+    if (have != 0 && RCC_DEAD_RANK((uint32_t)have) != told_by)
       return;
     if (have == want)
       return;
@@ -107,26 +119,29 @@ void rcc_peer_dead(struct ringcc_comm *comm, int dead, int told_by) {
       break;
   }
   const struct rcc_peer_info *q = &comm->peers[dead];
+  const char *what = unreachable ? "is unreachable" : "died";
   if (told_by == comm->rank)
-    RCC_INFO(comm->rank, "rank %d (pid %d on host %s) died; telling the "
-                         "peers", dead, (int)q->pid, q->hostname);
+    RCC_INFO(comm->rank, "rank %d (pid %d on host %s) %s; telling the "
+                         "peers", dead, (int)q->pid, q->hostname, what);
   else
     RCC_INFO(comm->rank, "rank %d told this rank that rank %d (pid %d on host "
-                         "%s) died; passing it on", told_by, dead, (int)q->pid,
-             q->hostname);
+                         "%s) %s; passing it on", told_by, dead, (int)q->pid,
+             q->hostname, what);
   struct rcc_conn *engine = NULL;
   for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
     for (int ch = 0; ch < comm->kind_channels[k]; ch++)
       for (int p = 0; p < comm->nranks; p++) {
         if (comm->send_conn[k] != NULL)
-          poison(rcc_send_conn(comm, k, ch, p), dead, &engine);
+          poison(rcc_send_conn(comm, k, ch, p), word, &engine);
         if (comm->recv_conn[k] != NULL)
-          poison(rcc_recv_conn(comm, k, ch, p), dead, &engine);
+          poison(rcc_recv_conn(comm, k, ch, p), word, &engine);
       }
   if (engine != NULL) /* one engine serves every network edge */
     engine->ops->notify(engine);
   rcc_board_wake(comm); /* peers asleep on this rank's one-shot board */
-  rcc_comm_tell_kernels(comm, RINGCC_ERR_PEER_FAILED); /* device waits too */
+  /* Device waits too. */
+  rcc_comm_tell_kernels(comm, unreachable ? RINGCC_ERR_NETWORK
+                                          : RINGCC_ERR_PEER_FAILED);
 }
 
 int rcc_check_peers(struct ringcc_comm *comm) {
@@ -135,32 +150,55 @@ int rcc_check_peers(struct ringcc_comm *comm) {
     const struct rcc_peer_info *q = &comm->peers[p];
     if (p == comm->rank || q->pid_space != me->pid_space || q->pid == me->pid)
       continue; /* another host (its engine tells), or a thread of ours */
-    int told = rcc_peer_poisoned(comm, p); /* p knew of a dead rank */
+    int unreachable = 0;
+    int told = rcc_peer_poisoned(comm, p, &unreachable); /* p knew first */
     if (told >= 0)
-      rcc_peer_dead(comm, told, p);
+      rcc_peer_lost(comm, told, p, unreachable);
     else if (!rcc_peer_alive(comm, p))
       rcc_peer_dead(comm, p, comm->rank);
   }
   return rcc_dead_rank(comm, NULL);
 }
 
-int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer) {
+int rcc_peer_poisoned(const struct ringcc_comm *comm, int peer,
+                      int *unreachable) {
   for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
     for (int ch = 0; ch < comm->kind_channels[k]; ch++) {
-      if (comm->send_conn[k] == NULL || comm->recv_conn[k] == NULL)
-        continue;
-      const struct rcc_conn *both[2] = {rcc_send_conn(comm, k, ch, peer),
-                                        rcc_recv_conn(comm, k, ch, peer)};
+      const struct rcc_conn *s =
+          comm->send_conn[k] ? rcc_send_conn(comm, k, ch, peer) : NULL;
+      const struct rcc_conn *r =
+          comm->recv_conn[k] ? rcc_recv_conn(comm, k, ch, peer) : NULL;
+      const struct rcc_conn *both[2] = {s, r};
       for (int i = 0; i < 2; i++) {
         const struct rcc_conn *c = both[i];
-        if (c->fifo == NULL || c->ops != NULL)
+        if (c == NULL || c->fifo == NULL || c->ops != NULL)
           continue;
         uint32_t d = __atomic_load_n(&c->fifo->dead, __ATOMIC_ACQUIRE);
+        if (d != 0 && unreachable != NULL)
+          *unreachable = (d & RCC_DEAD_UNREACHABLE) != 0;
         if (d != 0)
-          return (int)d - 1;
+          return RCC_DEAD_RANK(d);
       }
     }
   return -1;
+}
+
+void rcc_host_ranks(const struct ringcc_comm *comm, int rank, char *buf,
+                    size_t len) {
+  uint64_t host = comm->peers[rank].host_hash;
+  int n = 0, off;
+  for (int q = 0; q < comm->nranks; q++)
+    n += comm->peers[q].host_hash == host;
+  off = snprintf(buf, len, "rank%s", n == 1 ? "" : "s");
+  for (int q = 0, k = 0; q < comm->nranks && off > 0 && (size_t)off < len; q++)
+    if (comm->peers[q].host_hash == host) {
+      if (k == 8) {
+        snprintf(buf + off, len - (size_t)off, ", ...");
+        break;
+      }
+      off += snprintf(buf + off, len - (size_t)off, "%s %d", k++ ? "," : "",
+                      q);
+    }
 }
 
 int rcc_dead_describe(const struct ringcc_comm *comm, char *buf, size_t len) {
@@ -169,11 +207,20 @@ int rcc_dead_describe(const struct ringcc_comm *comm, char *buf, size_t len) {
   if (dead < 0)
     return -1;
   const struct rcc_peer_info *q = &comm->peers[dead];
-  if (told_by == comm->rank)
+  if (rcc_dead_unreachable(comm)) {
+    /* A host that vanished takes all of its ranks: name them. */
+    char ranks[128];
+    rcc_host_ranks(comm, dead, ranks, sizeof(ranks));
+    snprintf(buf, len, "rank %d (on host %s, which holds %s) is unreachable: "
+             "its host stopped acknowledging (down, or its network cut)",
+             dead, q->hostname, ranks);
+  } else {
     snprintf(buf, len, "rank %d (pid %d on host %s) died", dead, (int)q->pid,
              q->hostname);
-  else
-    snprintf(buf, len, "rank %d (pid %d on host %s) died (rank %d passed the "
-             "news on)", dead, (int)q->pid, q->hostname, told_by);
+  }
+  if (told_by != comm->rank) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, " (rank %d passed the news on)", told_by);
+  }
   return dead;
 }

@@ -101,9 +101,7 @@ ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...) {
   return code;
 }
 
-RINGCC_API const char *ringcc_comm_last_error(ringcc_comm_t comm) {
-  return comm ? comm->last_error : thread_error;
-}
+const char *rcc_thread_last_error(void) { return thread_error; }
 
 void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,
                               const char *fmt, ...) {

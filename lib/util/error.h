@@ -37,6 +37,8 @@ ringcc_result_t rcc_comm_error(struct ringcc_comm *comm, ringcc_result_t code,
     __attribute__((format(printf, 3, 4)));
 ringcc_result_t rcc_thread_error(ringcc_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* This thread's last such message (ringcc_comm_last_error(NULL), live.c). */
+const char *rcc_thread_last_error(void);
 /* Records the first asynchronous failure (from any thread); later ones are
  * dropped. Kernels that may be waiting learn of it (rcc_comm_tell_kernels). */
 void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,

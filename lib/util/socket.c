@@ -18,16 +18,20 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "error.h"
+#include "socket.h"
 
 #define CONNECT_BACKOFF_MIN_NS (5 * 1000000LL)
 #define CONNECT_BACKOFF_MAX_NS (100 * 1000000LL)
@@ -442,6 +446,107 @@ ringcc_result_t rcc_socket_listen(const struct sockaddr_storage *addr,
     }
   }
   *fd_out = fd;
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_socket_adopt_listener(int fd, int port,
+                                          struct sockaddr_storage *bound,
+                                          char *err, size_t errlen) {
+  struct sockaddr_storage self;
+  socklen_t slen = sizeof(self), olen = sizeof(int);
+  int type = 0, accepting = 0;
+  char a[80];
+  memset(&self, 0, sizeof(self));
+  if (fcntl(fd, F_GETFD) < 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: descriptor %d is not open: %s", fd,
+                    strerror(errno));
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) != 0 ||
+      getsockname(fd, (struct sockaddr *)&self, &slen) != 0 ||
+      (self.ss_family != AF_INET && self.ss_family != AF_INET6) ||
+      type != SOCK_STREAM)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: descriptor %d is not a TCP socket", fd);
+  rcc_socket_addr_str(&self, a, sizeof(a));
+  olen = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &olen) != 0 ||
+      !accepting)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: descriptor %d (%s) is not listening", fd, a);
+  if (port > 0 && rcc_socket_addr_port(&self) != port)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: descriptor %d listens on %s, not on port %d", fd,
+                    a, port);
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 ||
+      fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                    "socket: making descriptor %d (%s) nonblocking: %s", fd, a,
+                    strerror(errno));
+  if (bound != NULL)
+    *bound = self;
+  return RINGCC_SUCCESS;
+}
+
+ringcc_result_t rcc_socket_fetch_listener(const char *name,
+                                          int64_t deadline_ns, int *fd_out,
+                                          char *err, size_t errlen) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  size_t n = strlen(name);
+  *fd_out = -1;
+  if (n < 2 || n > sizeof(a.sun_path) - 1)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "socket: \"%s\" is not a unix socket name", name);
+  memcpy(a.sun_path, name, n); /* '@': the abstract namespace */
+  if (name[0] == '@')
+    a.sun_path[0] = '\0';
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+  int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (c < 0)
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "socket: socket(AF_UNIX): "
+                    "%s", strerror(errno));
+  struct timeval tv = {.tv_sec = 0, .tv_usec = 0};
+  int ms = rcc_socket_poll_ms(deadline_ns);
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (connect(c, (struct sockaddr *)&a, alen) != 0) {
+    int e = errno;
+    close(c);
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "socket: connecting to "
+                    "%s: %s", name, strerror(e));
+  }
+  struct ucred cred;
+  socklen_t clen = sizeof(cred);
+  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 ||
+      cred.uid != geteuid()) {
+    close(c);
+    return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "socket: %s is served by "
+                    "another user (uid %d)", name, (int)cred.uid);
+  }
+  char byte;
+  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+  union {
+    struct cmsghdr h;
+    char space[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = ctl.space,
+                       .msg_controllen = sizeof(ctl.space)};
+  ssize_t got = recvmsg(c, &msg, MSG_CMSG_CLOEXEC);
+  int e = errno;
+  close(c);
+  struct cmsghdr *cm = got == 1 ? CMSG_FIRSTHDR(&msg) : NULL;
+  if (cm == NULL || cm->cmsg_level != SOL_SOCKET ||
+      cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
+    return rcc_errf(err, errlen,
+                    got < 0 && (e == EAGAIN || e == EWOULDBLOCK)
+                        ? RINGCC_ERR_TIMEOUT
+                        : RINGCC_ERR_NETWORK,
+                    "socket: %s sent no descriptor%s%s", name,
+                    got < 0 ? ": " : " (refused: not rank 0's process?)",
+                    got < 0 ? strerror(e) : "");
+  memcpy(fd_out, CMSG_DATA(cm), sizeof(int));
   return RINGCC_SUCCESS;
 }
 

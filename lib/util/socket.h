@@ -45,6 +45,18 @@ void rcc_socket_addr_set_port(struct sockaddr_storage *addr, int port);
 ringcc_result_t rcc_socket_listen(const struct sockaddr_storage *addr,
                                   int *fd, struct sockaddr_storage *bound,
                                   char *err, size_t errlen);
+/* Takes over a listening TCP socket made by another process (an inherited
+ * descriptor): checks that fd is one, bound to port (0: any), and makes it
+ * nonblocking and close-on-exec; *bound (may be NULL) gets its address. */
+ringcc_result_t rcc_socket_adopt_listener(int fd, int port,
+                                          struct sockaddr_storage *bound,
+                                          char *err, size_t errlen);
+/* Receives a listening socket that a launcher offers on the unix socket
+ * named name ("@..." for the abstract namespace): *fd, close-on-exec. The
+ * peer must run as this user. RINGCC_ERR_TIMEOUT at deadline_ns. */
+ringcc_result_t rcc_socket_fetch_listener(const char *name,
+                                          int64_t deadline_ns, int *fd,
+                                          char *err, size_t errlen);
 /* Takes one pending connection; *fd == -1 (and success) when none is. */
 ringcc_result_t rcc_socket_accept(int listen_fd, int *fd,
                                   struct sockaddr_storage *peer, char *err,

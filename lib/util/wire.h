@@ -6,8 +6,8 @@
  * format is refused, never read past.
  *
  * The formats are documented where they are written: lib/boot/bootstrap.c
- * (unique id, rendezvous hello and table, bootstrap ring hello, allgather
- * step header), transports/net_socket.c (connection preamble, message
+ * (unique id, handshake, rendezvous hello and table, bootstrap ring hello,
+ * allgather step header), transports/net_socket.c (connection preamble, message
  * header) and transports/net.c (connection hello). The big-endian field
  * helpers below are what they are written and read with.
  */
@@ -45,13 +45,29 @@ static inline uint64_t rcc_get_be64(const uint8_t *p) {
 
 /* ---- bootstrap (bootstrap.c) --------------------------------------------- */
 #define RCC_BOOT_SECRET_BYTES 16
+#define RCC_BOOT_NONCE_BYTES 16
+#define RCC_BOOT_PROOF_BYTES 32     /* an HMAC-SHA-256 */
 #define RCC_BOOT_ID_BYTES 128       /* sizeof(ringcc_unique_id_t) */
+#define RCC_BOOT_OPEN_BYTES 24      /* a handshake's opening (connector) */
+#define RCC_BOOT_CHALLENGE_BYTES 56 /* its challenge (acceptor) */
 #define RCC_BOOT_ADDR_BYTES 24      /* an address in a hello or the table */
-#define RCC_BOOT_HELLO_BYTES 36     /* rendezvous hello, after the secret */
-#define RCC_BOOT_REPLY_BYTES 12     /* the rendezvous's reply, before the table */
-#define RCC_BOOT_RING_HELLO_BYTES 12 /* ring hello, after the secret */
+#define RCC_BOOT_HELLO_BYTES 36     /* rendezvous hello, after the proof */
+#define RCC_BOOT_REPLY_BYTES 28     /* the rendezvous's reply, before the table */
+#define RCC_BOOT_RING_HELLO_BYTES 12 /* ring hello, after the proof */
 #define RCC_BOOT_DATA_HDR_BYTES 16  /* allgather step header */
 #define RCC_BOOT_MAX_NRANKS (1 << 20)
+
+/* A handshake's opening, read by the acceptor (a rendezvous, or a rank's
+ * bootstrap listener) from whoever connects: 0 when it is one for purpose
+ * (nonce[RCC_BOOT_NONCE_BYTES] filled), else -1 and why[] says why. */
+int rcc_bootstrap_open_parse(const uint8_t *in, size_t len, uint32_t purpose,
+                             uint8_t *nonce, char *why, size_t whylen);
+/* The acceptor's challenge, read by the connector from whoever accepted its
+ * connection: 0 with nonce[RCC_BOOT_NONCE_BYTES] and the acceptor's
+ * proof[RCC_BOOT_PROOF_BYTES] (the caller checks it), or -1. */
+int rcc_bootstrap_challenge_parse(const uint8_t *in, size_t len,
+                                  uint32_t purpose, uint8_t *nonce,
+                                  uint8_t *proof);
 
 /* A unique id: the rendezvous address into *root and the secret into
  * secret[RCC_BOOT_SECRET_BYTES] (either may be NULL). Checks magic, version,
@@ -61,7 +77,7 @@ ringcc_result_t rcc_bootstrap_id_decode(const void *id, size_t len,
                                         uint8_t *secret, char *err,
                                         size_t errlen);
 
-/* A rank's hello to the rendezvous (the bytes after the secret). */
+/* A rank's hello to the rendezvous (the bytes after its proof). */
 struct rcc_boot_hello {
   uint32_t rank, nranks;            /* as sent, also when refused */
   struct sockaddr_storage listener; /* zeroed unless nranks > 1 */
@@ -89,7 +105,7 @@ ringcc_result_t rcc_bootstrap_table_decode(const uint8_t *table, size_t len,
                                            struct sockaddr_storage *peers,
                                            char *err, size_t errlen);
 
-/* 1 when a bootstrap ring hello (after the secret) comes from rank prev of
+/* 1 when a bootstrap ring hello (after the proof) comes from rank prev of
  * nranks, else 0. */
 int rcc_bootstrap_ring_hello_ok(const uint8_t *in, size_t len, int prev,
                                 int nranks);
@@ -100,7 +116,8 @@ int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
                                  uint64_t bytes);
 
 /* ---- the TCP plugin (transports/net_socket.c) ------------------------------ */
-#define RCC_NET_SOCKET_PREAMBLE_BYTES 16
+#define RCC_NET_SOCKET_PREAMBLE_BYTES 16 /* then socket 0's hello, a proof */
+#define RCC_NET_SOCKET_MAC_BYTES 32
 #define RCC_NET_SOCKET_HEADER_BYTES 64 /* then the payload, zeros to 64n */
 #define RCC_NET_SOCKET_MAX_SOCKS 16
 
@@ -108,8 +125,8 @@ int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
 struct rcc_net_preamble {
   int index, nsocks; /* this socket's place in its connection */
   uint64_t id;       /* the connection */
-  size_t need;       /* bytes the socket sends before messages: preamble, and
-                        for socket 0 the hello too */
+  size_t need;       /* bytes the socket sends before messages: preamble,
+                        for socket 0 the hello, then its proof (HMAC) */
 };
 /* 0 when acceptable, else -1 and why[] says why. Whether it clashes with
  * sockets already there is the listener's own check. */
@@ -128,10 +145,11 @@ int rcc_net_socket_header_parse(const uint8_t *in, size_t len,
 /* The FIFO sets a network hello may name: (connection kind, channel) pairs,
  * at most 4 kinds of 32 channels (comm.h). */
 #define RCC_NET_MAX_SETS 128
-/* The hello a connecting peer sent (RCC_NET_HELLO_BYTES): 1 when it presents
- * secret[16] and names another rank of nranks (not my_rank) and a FIFO set
- * (below RCC_NET_MAX_SETS), into *peer and *kind; else 0. */
-int rcc_net_hello_parse(const uint8_t *in, size_t len, const uint8_t *secret,
-                        int my_rank, int nranks, int *peer, int *kind);
+/* The hello a connecting peer sent (RCC_NET_HELLO_BYTES; the plugin
+ * checked its proof): 1 when it has the magic and names another rank of
+ * nranks (not my_rank) and a FIFO set (below RCC_NET_MAX_SETS), into *peer
+ * and *kind; else 0. */
+int rcc_net_hello_parse(const uint8_t *in, size_t len, int my_rank,
+                        int nranks, int *peer, int *kind);
 
 #endif /* RCC_WIRE_H */

@@ -1,12 +1,14 @@
 /*
- * fuzz_rdv_table - what a rank reads back from the rendezvous
- * (rcc_bootstrap_reply_check, then rcc_bootstrap_table_decode): the reply
- * (magic, status, nranks) and on success one address per rank. The table
- * holds where every rank listens, so a bad entry must be refused, not
- * connected to.
+ * fuzz_rdv_table - what a rank reads back from whoever accepted its
+ * connection to the rendezvous (a squatter on the port, as like as the
+ * rendezvous): the handshake's challenge (rcc_bootstrap_challenge_parse:
+ * magic, purpose, nonce, proof), then (rcc_bootstrap_reply_check, then
+ * rcc_bootstrap_table_decode) the reply (magic, status, nranks, session
+ * nonce) and on success one address per rank. The table holds where every
+ * rank listens, so a bad entry must be refused, not connected to.
  *
  * Input: two bytes that choose this rank's nranks (1..256) and rank, the
- * 12-byte reply, then the table (any length).
+ * 56-byte challenge, the 28-byte reply, then the table (any length).
  */
 #include "error.h"
 #include "fuzz.h"
@@ -17,6 +19,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int nranks = 1 + pick[0];
   int rank = pick[1] % nranks;
   char err[RCC_ERRLEN];
+
+  size_t clen = size < RCC_BOOT_CHALLENGE_BYTES ? size
+                                                : RCC_BOOT_CHALLENGE_BYTES;
+  uint8_t *chal = malloc(clen ? clen : 1); /* exact size */
+  memcpy(chal, data, clen);
+  data += clen;
+  size -= clen;
+  uint8_t nonce[RCC_BOOT_NONCE_BYTES], proof[RCC_BOOT_PROOF_BYTES];
+  if (rcc_bootstrap_challenge_parse(chal, clen, 1, nonce, proof) == 0) {
+    FUZZ_CHECK(clen == RCC_BOOT_CHALLENGE_BYTES);
+    FUZZ_CHECK(rcc_get_be32(chal) == 0x52434342u);
+    FUZZ_CHECK(rcc_get_be16(chal + 4) == 1 && rcc_get_be16(chal + 6) == 0);
+    FUZZ_CHECK(memcmp(nonce, chal + 8, sizeof(nonce)) == 0);
+    FUZZ_CHECK(memcmp(proof, chal + 24, sizeof(proof)) == 0);
+  }
+  free(chal);
 
   size_t rlen = size < RCC_BOOT_REPLY_BYTES ? size : RCC_BOOT_REPLY_BYTES;
   uint8_t *reply = malloc(rlen ? rlen : 1);

@@ -6,7 +6,6 @@ the layouts of lib/bootstrap.c, transports/net_socket.c and transports/net.c.
 Run from anywhere; it rewrites the corpus directories it knows.
 """
 import os
-import shutil
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,17 +47,28 @@ def rdv_hello(rank, nranks, addr, magic=0x52434348):
     return be32(magic) + be32(rank) + be32(nranks) + addr
 
 
+def opening(purpose=1, version=2, magic=0x52434341):
+    return be32(magic) + be16(version) + be16(purpose) + bytes(range(16))
+
+
+def challenge(purpose=1, magic=0x52434342):
+    return be32(magic) + be16(purpose) + be16(0) + bytes(range(16, 32)) + bytes(32)
+
+
 def reply(status, nranks, magic=0x52434354):
-    return be32(magic) + be32(status) + be32(nranks)
+    return be32(magic) + be32(status) + be32(nranks) + bytes(range(48, 64))
 
 
 def preamble(index, nsocks, conn_id, magic=0x52434E53):
     return be32(magic) + be16(index) + be16(nsocks) + be64(conn_id)
 
 
-def net_hello(rank, kind, nranks, secret=NET_SECRET, magic=0x52434E48):
-    h = secret + struct.pack("<Iiii", magic, rank, kind, nranks)
+def net_hello(rank, kind, nranks, magic=0x52434E48):
+    h = struct.pack("<Iiii", magic, rank, kind, nranks)
     return h + bytes(64 - len(h))
+
+
+MAC = bytes(range(0x80, 0xA0))  # a proof's place (compared, not parsed)
 
 
 LO = [127, 0, 0, 1]
@@ -76,28 +86,40 @@ CORPUS = {
         "truncated": b"\x00" + unique_id(addr4(LO, 29500))[:100],
     },
     "rdv_hello": {
-        "one_rank": rdv_hello(0, 1, bytes(24)),
-        "four_ranks": b"".join(rdv_hello(r, 4, addr4([10, 0, 0, r + 1], 40000 + r))
+        "one_rank": b"\x00" + opening() + rdv_hello(0, 1, bytes(24)),
+        "four_ranks": b"\x00" + opening() +
+                      b"".join(rdv_hello(r, 4, addr4([10, 0, 0, r + 1], 40000 + r))
                                for r in (2, 0, 3, 1)),
-        "v6": rdv_hello(1, 2, addr6(LOOP6, 5000)) + rdv_hello(0, 2, addr6(LINK6, 5001, 3)),
-        "mismatch": rdv_hello(0, 4, addr4(LO, 1)) + rdv_hello(1, 8, addr4(LO, 2)),
-        "duplicate": rdv_hello(1, 2, addr4(LO, 1)) + rdv_hello(1, 2, addr4(LO, 2)),
-        "bad_rank": rdv_hello(4, 4, addr4(LO, 1)),
-        "bad_nranks": rdv_hello(0, (1 << 20) + 1, addr4(LO, 1)),
-        "bad_addr": rdv_hello(0, 2, be16(4) + bytes(22)),
-        "bad_magic": rdv_hello(0, 2, addr4(LO, 1), magic=0x52434352),
-        "short": rdv_hello(0, 2, addr4(LO, 1))[:20],
+        "v6": b"\x00" + opening() + rdv_hello(1, 2, addr6(LOOP6, 5000)) +
+              rdv_hello(0, 2, addr6(LINK6, 5001, 3)),
+        "mismatch": b"\x00" + opening() + rdv_hello(0, 4, addr4(LO, 1)) +
+                    rdv_hello(1, 8, addr4(LO, 2)),
+        "duplicate": b"\x00" + opening() + rdv_hello(1, 2, addr4(LO, 1)) +
+                     rdv_hello(1, 2, addr4(LO, 2)),
+        "bad_rank": b"\x00" + opening() + rdv_hello(4, 4, addr4(LO, 1)),
+        "bad_nranks": b"\x00" + opening() + rdv_hello(0, (1 << 20) + 1, addr4(LO, 1)),
+        "bad_addr": b"\x00" + opening() + rdv_hello(0, 2, be16(4) + bytes(22)),
+        "bad_magic": b"\x00" + opening() + rdv_hello(0, 2, addr4(LO, 1), magic=0x52434352),
+        "short": b"\x00" + opening() + rdv_hello(0, 2, addr4(LO, 1))[:20],
+        "ring_opening": b"\x01" + opening(purpose=2) + rdv_hello(0, 1, bytes(24)),
+        "wrong_purpose": b"\x00" + opening(purpose=2),
+        "old_version": b"\x00" + opening(version=1),
+        "short_opening": b"\x00" + opening()[:10],
     },
     "rdv_table": {
-        "four": bytes([3, 2]) + reply(0, 4) +
+        "four": bytes([3, 2]) + challenge() + reply(0, 4) +
                 b"".join(addr4([10, 0, 0, r], 40000 + r) for r in range(4)),
-        "one": bytes([0, 0]) + reply(0, 1) + bytes(24),
-        "two_v6": bytes([1, 1]) + reply(0, 2) + addr6(LOOP6, 1) + addr6(LINK6, 2, 7),
-        "refused": bytes([3, 0]) + reply(4, 4),
-        "other_nranks": bytes([3, 0]) + reply(0, 5) + bytes(120),
-        "bad_magic": bytes([1, 0]) + reply(0, 2, magic=0x52434348),
-        "bad_entry": bytes([1, 0]) + reply(0, 2) + addr4(LO, 1) + addr4(LO, 0),
-        "short_table": bytes([3, 2]) + reply(0, 4) + addr4(LO, 1) * 3,
+        "one": bytes([0, 0]) + challenge() + reply(0, 1) + bytes(24),
+        "two_v6": bytes([1, 1]) + challenge() + reply(0, 2) + addr6(LOOP6, 1) +
+                  addr6(LINK6, 2, 7),
+        "refused": bytes([3, 0]) + challenge() + reply(4, 4),
+        "other_nranks": bytes([3, 0]) + challenge() + reply(0, 5) + bytes(120),
+        "bad_magic": bytes([1, 0]) + challenge() + reply(0, 2, magic=0x52434348),
+        "bad_entry": bytes([1, 0]) + challenge() + reply(0, 2) + addr4(LO, 1) +
+                     addr4(LO, 0),
+        "short_table": bytes([3, 2]) + challenge() + reply(0, 4) + addr4(LO, 1) * 3,
+        "bad_challenge": bytes([1, 0]) + challenge(magic=0x52434341) + reply(0, 2),
+        "ring_challenge": bytes([1, 0]) + challenge(purpose=2) + reply(0, 2),
     },
     "ring_hello": {
         "ok": be32(6) + be32(2) + be32(0x52434352) + be32(2) + be32(8),
@@ -123,7 +145,7 @@ CORPUS = {
         "zero_socks": preamble(0, 0, 1),
         "index_too_big": preamble(2, 2, 1),
         "too_many": preamble(0, 17, 1),
-        "wrong_secret": preamble(0, 1, 5) + net_hello(0, 0, 4, secret=bytes(16)),
+        "self": preamble(0, 1, 5) + net_hello(1, 0, 4),
         "device_kind": preamble(0, 1, 9) + net_hello(0, 2, 4),
         "short": preamble(0, 2, 1)[:9],
     },
@@ -141,17 +163,21 @@ CORPUS = {
         "device_kind": NET_SECRET + be16(3) + be16(1) + net_hello(2, 3, 4),
         "bad_kind": NET_SECRET + be16(3) + be16(1) + net_hello(2, 4, 4),
         "bad_nranks": NET_SECRET + be16(3) + be16(1) + net_hello(2, 0, 5),
-        "bad_secret": NET_SECRET + be16(3) + be16(1) +
-                      net_hello(2, 0, 4, secret=SECRET),
-        "short": NET_SECRET + be16(3) + be16(1) + net_hello(2, 0, 4)[:30],
+        "bad_magic": NET_SECRET + be16(3) + be16(1) +
+                     net_hello(2, 0, 4, magic=0x48434E52),
+        "short": NET_SECRET + be16(3) + be16(1) + net_hello(2, 0, 4)[:10],
     },
 }
 
 if __name__ == "__main__":
     for target, seeds in CORPUS.items():
         d = os.path.join(HERE, "corpus", target)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
+        os.makedirs(d, exist_ok=True)
+        # The named seeds are rewritten; inputs a fuzzer found (named by
+        # their hash) stay.
+        for old in os.listdir(d):
+            if len(old) != 40 and old not in seeds:
+                os.remove(os.path.join(d, old))
         for name, data in seeds.items():
             with open(os.path.join(d, name), "wb") as f:
                 f.write(data)
