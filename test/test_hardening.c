@@ -417,6 +417,8 @@ Test(misuse, use_after_destroy, .timeout = 30) {
   cr_assert_eq(ringcc_comm_destroy(comm), RINGCC_SUCCESS);
   static uint64_t zeros[1024]; /* not a communicator either */
   ringcc_comm_t handles[2] = {comm, (ringcc_comm_t)(void *)zeros};
+  void *mem = NULL; /* memory a live communicator could register */
+  cr_assert_eq(ringcc_mem_alloc(NULL, 4096, &mem), RINGCC_SUCCESS);
   for (int h = 0; h < 2; h++) {
     ringcc_comm_t c = handles[h];
     int32_t a[4] = {1, 2, 3, 4}, b[4];
@@ -425,6 +427,8 @@ Test(misuse, use_after_destroy, .timeout = 30) {
     ringcc_result_t rs;
     ringcc_comm_t out = NULL;
     ringcc_comm_stats_t stats = RINGCC_COMM_STATS_INIT;
+    void *got = NULL;
+    ringcc_reg_t reg = NULL;
     struct {
       const char *call;
       ringcc_result_t r;
@@ -442,6 +446,9 @@ Test(misuse, use_after_destroy, .timeout = 30) {
         {"ringcc_comm_split", ringcc_comm_split(c, 0, 0, &out)},
         {"ringcc_comm_split_type",
          ringcc_comm_split_type(c, RINGCC_SPLIT_HOST, 0, &out)},
+        {"ringcc_mem_alloc", ringcc_mem_alloc(c, 4096, &got)},
+        {"ringcc_comm_register", ringcc_comm_register(c, mem, 4096, &reg)},
+        {"ringcc_comm_deregister", ringcc_comm_deregister(c, reg)},
         {"ringcc_comm_abort", ringcc_comm_abort(c)},
         {"ringcc_comm_destroy", ringcc_comm_destroy(c)},
     };
@@ -457,6 +464,7 @@ Test(misuse, use_after_destroy, .timeout = 30) {
               "ringcc_comm_last_error of the dead handle: %s",
               ringcc_comm_last_error(c));
   }
+  cr_expect_eq(ringcc_mem_free(mem), RINGCC_SUCCESS);
 }
 
 /* Rank 0 forks after init. In the child every call on the inherited

@@ -22,6 +22,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "live.h"
 #include "log.h"
 #include "mem.h"
 
@@ -81,8 +82,8 @@ static void unlink_block(struct rcc_mem_block *b) {
     }
 }
 
-RINGCC_API ringcc_result_t ringcc_mem_alloc(ringcc_comm_t comm, size_t size,
-                                            void **ptr) {
+static ringcc_result_t mem_alloc(struct ringcc_comm *comm, size_t size,
+                                 void **ptr) {
   char err[RCC_ERRLEN];
   ringcc_result_t r;
   int device = comm != NULL ? comm->peers[comm->rank].gpu.device : -1;
@@ -131,6 +132,19 @@ RINGCC_API ringcc_result_t ringcc_mem_alloc(ringcc_comm_t comm, size_t size,
             (void *)b->base);
   *ptr = b->base;
   return RINGCC_SUCCESS;
+}
+
+RINGCC_API ringcc_result_t ringcc_mem_alloc(ringcc_comm_t comm, size_t size,
+                                            void **ptr) {
+  if (comm == NULL)
+    return mem_alloc(NULL, size, ptr);
+  /* A live communicator (live.c); it only tells which memory. */
+  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_mem_alloc", RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = mem_alloc(comm, size, ptr);
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 RINGCC_API ringcc_result_t ringcc_mem_free(void *ptr) {

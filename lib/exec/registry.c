@@ -30,6 +30,7 @@
 #include "clock.h"
 #include "comm.h"
 #include "error.h"
+#include "live.h"
 #include "log.h"
 #include "mem.h"
 #include "registry.h"
@@ -366,23 +367,24 @@ char *rcc_registry_peer(const struct rcc_registry *reg, int peer,
 
 /* ---- register ------------------------------------------------------------------- */
 
-/* The checks of a collective call that is no collective: usable, and used
- * by one thread (the busy flag is taken; give it back with leave()). */
+/* The way into a collective call that is no collective (live.c): a live
+ * communicator, used by one thread, and usable; give it back with leave(). */
 static ringcc_result_t enter(struct ringcc_comm *comm, const char *fn) {
-  if (comm->aborted || comm->fatal != RINGCC_SUCCESS)
-    return rcc_comm_error(comm, comm->aborted ? RINGCC_ERR_ABORTED : comm->fatal,
-                          "%s on rank %d: the communicator is unusable after "
-                          "an earlier failure", fn, comm->rank);
-  if (__atomic_exchange_n(&comm->busy, 1, __ATOMIC_ACQ_REL))
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
-                          "%s on rank %d: another thread is using this "
-                          "communicator; a communicator is used by one thread "
-                          "at a time", fn, comm->rank);
-  return RINGCC_SUCCESS;
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  ringcc_result_t fatal = rcc_comm_fatal(comm);
+  if (comm->aborted || fatal != RINGCC_SUCCESS) {
+    r = rcc_comm_error(comm, comm->aborted ? RINGCC_ERR_ABORTED : fatal,
+                       "%s on rank %d: the communicator is unusable after "
+                       "an earlier failure", fn, comm->rank);
+    rcc_comm_leave(comm, RCC_ENTER_CALL);
+  }
+  return r;
 }
 
 static void leave(struct ringcc_comm *comm) {
-  __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
+  rcc_comm_leave(comm, RCC_ENTER_CALL);
 }
 
 /* All-gathers the records (mine filled in); then the first failure: mine
