@@ -146,10 +146,13 @@ static ringcc_result_t map_peer_fd(int pid, int fd, uint64_t offset,
   return RINGCC_SUCCESS;
 }
 
-static void unmap_view(struct rcc_reg_view *v) {
-  if (v->cuda != NULL)
-    rcc_cuda_mem_unimport(v->map, v->map_bytes, v->cuda);
-  else if (v->map != NULL)
+/* forked: in a child forked after init, which cannot use CUDA (device
+ * imports are left as they are; the process's exit drops them). */
+static void unmap_view(struct rcc_reg_view *v, int forked) {
+  if (v->cuda != NULL) {
+    if (!forked)
+      rcc_cuda_mem_unimport(v->map, v->map_bytes, v->cuda);
+  } else if (v->map != NULL)
     munmap(v->map, v->map_bytes);
   memset(v, 0, sizeof(*v));
 }
@@ -303,9 +306,12 @@ oom:
 
 static void free_registration(struct ringcc_comm *comm, struct ringcc_reg *h) {
   for (int p = 0; h->view != NULL && p < comm->nranks; p++)
-    unmap_view(&h->view[p]);
+    unmap_view(&h->view[p], comm->forked);
   free(h->view);
-  rcc_mem_release(h->block);
+  /* A forked child's destroy leaves CUDA alone: its last reference to
+   * device memory would free it through the driver. */
+  if (!(comm->forked && h->block != NULL && h->block->device >= 0))
+    rcc_mem_release(h->block);
   free(h);
 }
 
