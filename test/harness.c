@@ -86,6 +86,15 @@ bool h_ok(const h_ctx_t *ctx, ringcc_result_t r, const char *what) {
   return false;
 }
 
+void *h_xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (p == NULL) {
+    fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+    abort();
+  }
+  return p;
+}
+
 void *h_shared_alloc(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);

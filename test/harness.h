@@ -86,6 +86,8 @@ bool h_ok(const h_ctx_t *ctx, ringcc_result_t r, const char *what);
 
 /* Shared memory (MAP_SHARED | MAP_ANONYMOUS, zeroed) that children write and
  * the parent reads after they exit. Allocate before h_run. */
+/* malloc that aborts with a message when out of memory (0 bytes: 1). */
+void *h_xmalloc(size_t bytes);
 void *h_shared_alloc(size_t bytes);
 void h_shared_free(void *p, size_t bytes);
 

@@ -173,15 +173,6 @@ static void check_call(check_t *ck, ringcc_result_t r, const char *fn) {
   ck->rc = -1;
 }
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (p == NULL) {
-    fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-    abort();
-  }
-  return p;
-}
-
 static void xbuf(h_buf_t *b, size_t bytes) {
   if (!h_buf_alloc(b, bytes)) {
     fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
@@ -214,7 +205,7 @@ static void record_hash(cc_t *c, const case_t *k, const void *result,
 
 static int case_allreduce(cc_t *c, const case_t *k, const char *what) {
   size_t es = h_dt_size(k->dt), bytes = k->count * es;
-  void *input = xmalloc(bytes), *expect = xmalloc(bytes);
+  void *input = h_xmalloc(bytes), *expect = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, c->rank, 0, k->salt, input, k->count);
   h_fill_expected(k->dt, k->op, c->nranks, 0, k->salt, expect, k->count);
   check_t ck = {c, what, 0};
@@ -253,7 +244,7 @@ static int case_allreduce(cc_t *c, const case_t *k, const char *what) {
 static int case_reduce_scatter(cc_t *c, const case_t *k, const char *what) {
   size_t n = (size_t)c->nranks, es = h_dt_size(k->dt);
   size_t bytes = k->count * es, total = n * k->count;
-  void *input = xmalloc(n * bytes), *expect = xmalloc(bytes);
+  void *input = h_xmalloc(n * bytes), *expect = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, c->rank, 0, k->salt, input, total);
   h_fill_expected(k->dt, k->op, c->nranks, (size_t)c->rank * k->count, k->salt,
                   expect, k->count);
@@ -306,7 +297,7 @@ static int case_reduce_scatter(cc_t *c, const case_t *k, const char *what) {
 
 static int case_allgather(cc_t *c, const case_t *k, const char *what) {
   size_t n = (size_t)c->nranks, es = h_dt_size(k->dt), bytes = k->count * es;
-  void *expect = xmalloc(n * bytes);
+  void *expect = h_xmalloc(n * bytes);
   for (size_t i = 0; i < n; i++)
     h_fill_pattern(k->dt, i, 0, k->salt, (char *)expect + i * bytes, k->count);
   const void *mine = (char *)expect + (size_t)c->rank * bytes;
@@ -344,7 +335,7 @@ static int case_allgather(cc_t *c, const case_t *k, const char *what) {
 
 static int case_bcast(cc_t *c, const case_t *k, const char *what) {
   size_t bytes = k->count * h_dt_size(k->dt);
-  void *expect = xmalloc(bytes);
+  void *expect = h_xmalloc(bytes);
   h_fill_pattern(k->dt, (uint64_t)k->root, 0, k->salt, expect, k->count);
   check_t ck = {c, what, 0};
   h_buf_t buf = {0};
@@ -371,7 +362,7 @@ static int case_bcast(cc_t *c, const case_t *k, const char *what) {
 static int case_reduce(cc_t *c, const case_t *k, const char *what) {
   size_t es = h_dt_size(k->dt), bytes = k->count * es;
   bool root = c->rank == k->root;
-  void *input = xmalloc(bytes), *expect = xmalloc(bytes);
+  void *input = h_xmalloc(bytes), *expect = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, c->rank, 0, k->salt, input, k->count);
   if (root)
     h_fill_expected(k->dt, k->op, c->nranks, 0, k->salt, expect, k->count);
@@ -433,7 +424,7 @@ static int case_reduce(cc_t *c, const case_t *k, const char *what) {
 static int case_alltoall(cc_t *c, const case_t *k, const char *what) {
   size_t n = (size_t)c->nranks, es = h_dt_size(k->dt), bytes = k->count * es;
   /* Element e of block j sent by rank i: pattern(owner i, index j*count+e). */
-  void *input = xmalloc(n * bytes), *expect = xmalloc(n * bytes);
+  void *input = h_xmalloc(n * bytes), *expect = h_xmalloc(n * bytes);
   h_fill_pattern(k->dt, (uint64_t)c->rank, 0, k->salt, input, n * k->count);
   for (size_t i = 0; i < n; i++)
     h_fill_pattern(k->dt, i, (size_t)c->rank * k->count, k->salt,
@@ -480,7 +471,7 @@ static int case_ring_exchange(cc_t *c, const case_t *k, const char *what) {
   if (n == 1)
     return 0;
   h_buf_t send = {0}, recv = {0};
-  void *mine = xmalloc(bytes), *expect = xmalloc(bytes);
+  void *mine = h_xmalloc(bytes), *expect = h_xmalloc(bytes);
   h_fill_pattern(k->dt, (uint64_t)c->rank, 0, k->salt, mine, k->count);
   h_fill_pattern(k->dt, (uint64_t)prev, 0, k->salt, expect, k->count);
   xbuf(&send, bytes);
@@ -561,7 +552,7 @@ static int sendrecv_in_order(cc_t *c, uint64_t salt) {
   }
   for (int m = 0; m < NMSG && rc == 0; m++) {
     size_t bytes = msgs[m].count * h_dt_size(msgs[m].dt);
-    void *expect = xmalloc(bytes);
+    void *expect = h_xmalloc(bytes);
     h_fill_pattern(msgs[m].dt, (uint64_t)prev, 0, salt + (uint64_t)m, expect,
                    msgs[m].count);
     snprintf(what, sizeof what, "%ssendrecv in order (nranks=%d): message %d "
@@ -588,7 +579,7 @@ static int sendrecv_all_pairs(cc_t *c, size_t count, uint64_t salt) {
   ringcc_datatype_t dt = RINGCC_INT32;
   size_t bytes = count * h_dt_size(dt);
   h_buf_t send = {0}, recv = {0};
-  void *expect = xmalloc(bytes);
+  void *expect = h_xmalloc(bytes);
   xbuf(&send, bytes);
   xbuf(&recv, bytes);
   int rc = 0;

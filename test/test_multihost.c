@@ -108,15 +108,6 @@ static ringcc_config_t test_config(int64_t timeout_ms) {
   return c;
 }
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (p == NULL) {
-    fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-    abort();
-  }
-  return p;
-}
-
 static void xbuf(h_buf_t *b, size_t bytes) {
   if (!h_buf_alloc(b, bytes)) {
     fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
@@ -337,7 +328,7 @@ static void case_allreduce(check_t *ck) {
   const case_t *k = ck->k;
   h_ctx_t *h = ck->h;
   size_t bytes = k->count * h_dt_size(k->dt);
-  void *input = xmalloc(bytes), *expect = xmalloc(bytes);
+  void *input = h_xmalloc(bytes), *expect = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, h->rank, 0, k->salt, input, k->count);
   h_fill_expected(k->dt, k->op, h->nranks, 0, k->salt, expect, k->count);
   h_buf_t send = {0}, recv = {0};
@@ -366,7 +357,7 @@ static void case_reduce_scatter(check_t *ck) {
   h_ctx_t *h = ck->h;
   size_t es = h_dt_size(k->dt), bytes = k->count * es;
   size_t total = (size_t)h->nranks * k->count, mine = (size_t)h->rank * k->count;
-  void *input = xmalloc(total * es), *expect = xmalloc(bytes);
+  void *input = h_xmalloc(total * es), *expect = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, h->rank, 0, k->salt, input, total);
   h_fill_expected(k->dt, k->op, h->nranks, mine, k->salt, expect, k->count);
   h_buf_t send = {0}, recv = {0};
@@ -401,7 +392,7 @@ static void case_allgather(check_t *ck) {
   const case_t *k = ck->k;
   h_ctx_t *h = ck->h;
   size_t n = (size_t)h->nranks, bytes = k->count * h_dt_size(k->dt);
-  char *expect = xmalloc(n * bytes);
+  char *expect = h_xmalloc(n * bytes);
   for (size_t i = 0; i < n; i++)
     h_fill_pattern(k->dt, i, 0, k->salt, expect + i * bytes, k->count);
   const char *mine = expect + (size_t)h->rank * bytes;
@@ -431,7 +422,7 @@ static void case_bcast(check_t *ck) {
   const case_t *k = ck->k;
   h_ctx_t *h = ck->h;
   size_t bytes = k->count * h_dt_size(k->dt);
-  void *expect = xmalloc(bytes);
+  void *expect = h_xmalloc(bytes);
   h_fill_pattern(k->dt, (uint64_t)k->root, 0, k->salt, expect, k->count);
   h_buf_t buf = {0};
   xbuf(&buf, bytes);
@@ -452,7 +443,7 @@ static void case_reduce(check_t *ck) {
   h_ctx_t *h = ck->h;
   size_t bytes = k->count * h_dt_size(k->dt);
   bool root = h->rank == k->root;
-  void *input = xmalloc(bytes), *expect = xmalloc(bytes);
+  void *input = h_xmalloc(bytes), *expect = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, h->rank, 0, k->salt, input, k->count);
   h_fill_expected(k->dt, k->op, h->nranks, 0, k->salt, expect, k->count);
   h_buf_t send = {0}, recv = {0};
@@ -494,7 +485,7 @@ static void case_alltoall(check_t *ck) {
   h_ctx_t *h = ck->h;
   size_t n = (size_t)h->nranks, me = (size_t)h->rank;
   size_t bytes = k->count * h_dt_size(k->dt);
-  char *input = xmalloc(n * bytes), *expect = xmalloc(n * bytes);
+  char *input = h_xmalloc(n * bytes), *expect = h_xmalloc(n * bytes);
   for (size_t j = 0; j < n; j++) { /* block j goes from me to j */
     h_fill_pattern(k->dt, me * 64 + j, 0, k->salt, input + j * bytes, k->count);
     h_fill_pattern(k->dt, j * 64 + me, 0, k->salt, expect + j * bytes,
@@ -533,7 +524,7 @@ static void case_sendrecv(check_t *ck) {
   for (int q = to; q != h->rank; q = (q + s) % n)
     leader = q < leader ? q : leader;
   size_t bytes = k->count * h_dt_size(k->dt);
-  void *out = xmalloc(bytes), *expect = xmalloc(bytes);
+  void *out = h_xmalloc(bytes), *expect = h_xmalloc(bytes);
   h_fill_pattern(k->dt, (uint64_t)h->rank * 64 + (uint64_t)to, 0, k->salt, out,
                  k->count);
   h_fill_pattern(k->dt, (uint64_t)from * 64 + (uint64_t)h->rank, 0, k->salt,
@@ -955,8 +946,8 @@ static void *killer(void *p) {
 /* A stream of allreduces until one fails; the victim dies during it. */
 static int body_stream(h_ctx_t *h) {
   kill_area_t *a = h->arg;
-  float *buf = xmalloc(STREAM_COUNT * sizeof(float));
-  float *expect = xmalloc(STREAM_COUNT * sizeof(float));
+  float *buf = h_xmalloc(STREAM_COUNT * sizeof(float));
+  float *expect = h_xmalloc(STREAM_COUNT * sizeof(float));
   pthread_t tid;
   if (h->rank == a->victim && pthread_create(&tid, NULL, killer, a) != 0)
     return h_fail(h, "pthread_create failed");
@@ -1271,8 +1262,8 @@ static int body_vanish(h_ctx_t *h) {
   if (a->on_victim[h->rank] &&
       pthread_create(&tid, NULL, leave_when_survivors_failed, a) != 0)
     return h_fail(h, "pthread_create failed");
-  float *buf = xmalloc(STREAM_COUNT * sizeof(float));
-  float *expect = xmalloc(STREAM_COUNT * sizeof(float));
+  float *buf = h_xmalloc(STREAM_COUNT * sizeof(float));
+  float *expect = h_xmalloc(STREAM_COUNT * sizeof(float));
   h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, 0, 5, expect,
                   STREAM_COUNT);
   double start = h_now_s();
@@ -1416,8 +1407,8 @@ Test(multihost, vanished_host_packets_dropped, .timeout = 90) {
  * fail naming it). The pause is printed. */
 static int body_flap(h_ctx_t *h) {
   vanish_area_t *a = h->arg;
-  float *buf = xmalloc(STREAM_COUNT * sizeof(float));
-  float *expect = xmalloc(STREAM_COUNT * sizeof(float));
+  float *buf = h_xmalloc(STREAM_COUNT * sizeof(float));
+  float *expect = h_xmalloc(STREAM_COUNT * sizeof(float));
   double longest = 0;
   for (int i = 0; i < 40; i++) {
     h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, h->rank, 0, 5 + i, buf,

@@ -70,15 +70,6 @@ static uint64_t stats_zc_calls(ringcc_comm_t comm) {
   return calls;
 }
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (p == NULL) {
-    fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-    abort();
-  }
-  return p;
-}
-
 /* One registered region of a rank. */
 typedef struct {
   char *base;
@@ -206,7 +197,7 @@ static void place(const run_t *t, const case_t *k, size_t send_bytes,
 
 static void case_allreduce(run_t *t, const case_t *k) {
   size_t bytes = k->count * h_dt_size(k->dt);
-  void *in = xmalloc(bytes), *want = xmalloc(bytes);
+  void *in = h_xmalloc(bytes), *want = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, t->rank, 0, k->salt, in, k->count);
   h_fill_expected(k->dt, k->op, t->n, 0, k->salt, want, k->count);
   h_buf_t s, r;
@@ -240,7 +231,7 @@ static void case_allreduce(run_t *t, const case_t *k) {
 
 static void case_reduce_scatter(run_t *t, const case_t *k) {
   size_t es = h_dt_size(k->dt), bytes = k->count * es, n = (size_t)t->n;
-  void *in = xmalloc(n * bytes), *want = xmalloc(bytes);
+  void *in = h_xmalloc(n * bytes), *want = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, t->rank, 0, k->salt, in, n * k->count);
   h_fill_expected(k->dt, k->op, t->n, (size_t)t->rank * k->count, k->salt,
                   want, k->count);
@@ -284,7 +275,7 @@ static void case_reduce_scatter(run_t *t, const case_t *k) {
 
 static void case_allgather(run_t *t, const case_t *k) {
   size_t bytes = k->count * h_dt_size(k->dt), n = (size_t)t->n;
-  char *want = xmalloc(n * bytes);
+  char *want = h_xmalloc(n * bytes);
   for (size_t i = 0; i < n; i++)
     h_fill_pattern(k->dt, i, 0, k->salt, want + i * bytes, k->count);
   const char *mine = want + (size_t)t->rank * bytes;
@@ -315,7 +306,7 @@ static void case_allgather(run_t *t, const case_t *k) {
 
 static void case_bcast(run_t *t, const case_t *k) {
   size_t bytes = k->count * h_dt_size(k->dt);
-  void *want = xmalloc(bytes);
+  void *want = h_xmalloc(bytes);
   h_fill_pattern(k->dt, (uint64_t)k->root, 0, k->salt, want, k->count);
   h_buf_t s, r;
   place(t, k, 8, bytes, &s, &r);
@@ -335,7 +326,7 @@ static void case_bcast(run_t *t, const case_t *k) {
 static void case_reduce(run_t *t, const case_t *k) {
   size_t bytes = k->count * h_dt_size(k->dt);
   bool root = t->rank == k->root;
-  void *in = xmalloc(bytes), *want = xmalloc(bytes);
+  void *in = h_xmalloc(bytes), *want = h_xmalloc(bytes);
   h_fill_input(k->dt, k->op, t->rank, 0, k->salt, in, k->count);
   h_fill_expected(k->dt, k->op, t->n, 0, k->salt, want, k->count);
   h_buf_t s, r;
@@ -377,7 +368,7 @@ static void case_reduce(run_t *t, const case_t *k) {
 
 static void case_alltoall(run_t *t, const case_t *k) {
   size_t bytes = k->count * h_dt_size(k->dt), n = (size_t)t->n;
-  char *in = xmalloc(n * bytes), *want = xmalloc(n * bytes);
+  char *in = h_xmalloc(n * bytes), *want = h_xmalloc(n * bytes);
   h_fill_pattern(k->dt, (uint64_t)t->rank, 0, k->salt, in, n * k->count);
   for (size_t i = 0; i < n; i++)
     h_fill_pattern(k->dt, i, (size_t)t->rank * k->count, k->salt,
@@ -521,7 +512,7 @@ Test(every, threads_n4, .timeout = 240) { every(4, true, true, false); }
 static int checked_allreduce(h_ctx_t *h, ringcc_comm_t comm, float *send,
                              float *recv, size_t count, bool ran,
                              const char *what) {
-  float *want = xmalloc(count * sizeof(float));
+  float *want = h_xmalloc(count * sizeof(float));
   h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, h->rank, 0, count, send, count);
   h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, 0, count, want,
                   count);
@@ -573,7 +564,7 @@ static int body_partial(h_ctx_t *h) {
   rc |= checked_allreduce(h, comm, a + 3, b + 5, PART_COUNT - 1000, true,
                           "buffers at offsets into the registration");
   /* Rank 1's buffers are plain malloc'd memory. */
-  float *plain = xmalloc(2 * PART_BYTES);
+  float *plain = h_xmalloc(2 * PART_BYTES);
   bool mine_plain = h->rank == 1;
   rc |= checked_allreduce(h, comm, mine_plain ? plain : a,
                           mine_plain ? plain + PART_COUNT : b, PART_COUNT,
@@ -586,7 +577,7 @@ static int body_partial(h_ctx_t *h) {
   /* Reduce-Scatter reads only inputs in place: an unregistered output is
    * no obstacle. */
   size_t per = PART_COUNT / (size_t)h->nranks;
-  float *want = xmalloc(per * sizeof(float));
+  float *want = h_xmalloc(per * sizeof(float));
   h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, h->rank, 0, 1, a, per * h->nranks);
   h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, per * h->rank, 1,
                   want, per);
@@ -682,7 +673,7 @@ static int failed_register(h_ctx_t *h, int bad, int kind, char *mem,
                            size_t bytes) {
   static const char *const arg_names[] = {"'ptr'", "'handle'", "'size'",
                                           "'ptr'"};
-  char *plain = xmalloc(256);
+  char *plain = h_xmalloc(256);
   ringcc_reg_t handle = (ringcc_reg_t)1, *hp = &handle;
   void *ptr = mem;
   size_t size = bytes;
@@ -1003,7 +994,7 @@ static int body_multihost(h_ctx_t *h) {
   }
   /* One rank's buffers unregistered: every rank takes the unregistered
    * path, on every host. */
-  float *plain = xmalloc(2 * PART_BYTES);
+  float *plain = h_xmalloc(2 * PART_BYTES);
   float *f = (float *)region.base;
   bool mine_plain = h->rank == h->nranks - 1;
   cases++;
