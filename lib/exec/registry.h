@@ -37,8 +37,8 @@ enum rcc_zc_kind {
 
 #define RCC_ZC_NO_SLOT 0xffffffffu
 /* Bytes the executor reduces at a time (registry->tmp): in the L2 cache
- * while it is copied to every output (docs/performance.md: 256 KiB beat
- * 32 and 128 KiB at n = 4 and 8). */
+ * while it is copied to every output (docs/performance.md: 256 KiB was as
+ * fast as 128 KiB or faster, and faster than 32 KiB, at n = 4 and 8). */
 #define RCC_ZC_CHUNK (256 << 10)
 
 /* One record, one cache line. */
