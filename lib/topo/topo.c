@@ -105,8 +105,7 @@ const char *rcc_topo_level_name(int level) {
       [RCC_TOPO_LEVEL_SWITCHES] = "several PCIe switches",
       [RCC_TOPO_LEVEL_HOSTBRIDGE] = "one PCIe host bridge",
       [RCC_TOPO_LEVEL_NUMA] = "host bridges of one NUMA node",
-      [RCC_TOPO_LEVEL_SYSTEM] = "the CPUs' interconnect (different NUMA "
-                                "nodes)",
+      [RCC_TOPO_LEVEL_SYSTEM] = "the CPUs' interconnect (other NUMA node)",
   };
   return level >= 0 && level <= RCC_TOPO_LEVEL_SYSTEM ? names[level]
                                                       : "an unknown path";
