@@ -15,8 +15,9 @@
 # check, ringcc-trace), gnuplot (gnuplot-nox: ringcc-trace --png), the verbs
 # headers (libibverbs-dev: the IB plugin is built always and loads
 # libibverbs at run time); with --bench also g++ and Gloo (libgloo-dev);
-# with --sanitize also clang with libFuzzer (clang, libclang-rt-dev) and
-# valgrind; with --python, python3 with venv and ensurepip (python3-venv);
+# with --sanitize also clang with libFuzzer (clang, libclang-rt-dev),
+# valgrind and gdb (the multi-host tests print a hung rank's stacks with
+# it); with --python, python3 with venv and ensurepip (python3-venv);
 # with --ib also qemu-system-x86, busybox-static, cpio, ibverbs-providers
 # (rxe), ibverbs-utils and perftest (installed without their
 # recommendations). Silent and fast (no apt)
@@ -37,7 +38,7 @@ for arg in "$@"; do
     --sanitize) sanitize=1 ;;
     --python) python=1 ;;
     --ib) ib=1 ;;
-    -h|--help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -110,6 +111,7 @@ missing_packages() {
     have clang || echo clang
     have_libfuzzer || echo libclang-rt-dev
     have valgrind || echo valgrind
+    have gdb || echo gdb
   fi
 }
 

@@ -945,8 +945,49 @@ static char *read_all(int fd) {
   return buf;
 }
 
+/* Before a rank that outlived the deadline is killed: every thread's stack,
+ * from gdb where it is installed (attached for at most 20 s), so that a hang
+ * seen once in CI says where it was. The rank is the shell's only child. */
+static void print_stacks(int rank, pid_t shell) {
+  char path[64], line[64];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)shell,
+           (int)shell);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return;
+  int child = 0;
+  if (fscanf(f, "%d", &child) != 1)
+    child = 0;
+  fclose(f);
+  char gdb[64] = "", timeout[64] = ""; /* tool_path's buffer is static */
+  const char *at = tool_path("gdb");
+  snprintf(gdb, sizeof gdb, "%s", at ? at : "");
+  at = tool_path("timeout");
+  snprintf(timeout, sizeof timeout, "%s", at ? at : "");
+  if (child <= 0 || !*gdb || !*timeout) {
+    fprintf(stderr, "(no stacks for rank %d: %s)\n", rank,
+            child <= 0 ? "its process is gone" : "gdb is not installed");
+    return;
+  }
+  snprintf(line, sizeof line, "%d", child);
+  fprintf(stderr, "---- rank %d (pid %d) outlived the deadline; its threads:\n",
+          rank, child);
+  fflush(stderr);
+  char *argv[] = {timeout, "20", gdb, "-nx", "-batch", "-p",
+                  line, "-ex", "thread apply all bt", NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, STDERR_FILENO, STDOUT_FILENO);
+  pid_t pid;
+  if (posix_spawn(&pid, timeout, &fa, NULL, argv, environ) == 0)
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+  posix_spawn_file_actions_destroy(&fa);
+  fprintf(stderr, "---- end of rank %d's threads\n", rank);
+}
+
 /* Waits for the shells; kills the rest at the deadline or grace_s after the
- * first failure. */
+ * first failure (printing the stacks of those that outlived the deadline). */
 static void wait_ranks(const ns_run_opts_t *o, const pid_t *pids,
                        ns_result_t *res) {
   int n = o->nranks, remaining = 0;
@@ -981,6 +1022,8 @@ static void wait_ranks(const ns_run_opts_t *o, const pid_t *pids,
         if (done[r])
           continue;
         fprintf(stderr, " %d", r);
+        if (expired)
+          print_stacks(r, pids[r]);
         kill(pids[r], SIGKILL);
         while (waitpid(pids[r], &res->status[r], 0) < 0 && errno == EINTR) {
         }
@@ -1059,6 +1102,8 @@ bool ns_run(const ns_run_opts_t *o, ns_result_t *res) {
       res->status[r] = NS_EXIT_SETUP << 8;
     }
   }
+  if (o->started != NULL)
+    o->started(o->started_arg);
   wait_ranks(o, pids, res);
   bool ok = true;
   int unsupported = 0;

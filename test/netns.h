@@ -154,6 +154,12 @@ typedef struct {
   double grace_s;          /* after the first failure; 0: 5 s; < 0: none */
   bool capture;            /* keep every rank's stdout + stderr */
   const char *name;        /* printed with failures */
+  /* Called in this process once every rank is forked: start here any
+   * thread the run needs (a fork while another thread starts or allocates
+   * can leave the child with that thread's lock held: ASan's allocator
+   * takes one as a thread starts, and the rank then hangs in its own). */
+  void (*started)(void *started_arg);
+  void *started_arg;
 } ns_run_opts_t;
 
 typedef struct {

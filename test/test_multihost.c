@@ -1300,6 +1300,7 @@ typedef struct {
   int after;     /* rank 0's iterations before the cut */
   bool ok;
   char why[600];
+  pthread_t tid;
 } cutter_t;
 
 static void *cutter(void *p) {
@@ -1318,6 +1319,20 @@ static void *cutter(void *p) {
   return NULL;
 }
 
+/* ns_run's started hook: the cutter starts once every rank is forked. */
+static void start_cutter(void *p) {
+  cutter_t *c = p;
+  if (pthread_create(&c->tid, NULL, cutter, c) != 0) {
+    snprintf(c->why, sizeof c->why, "pthread_create failed");
+    c->tid = pthread_self();
+  }
+}
+
+static void join_cutter(cutter_t *c) {
+  if (!pthread_equal(c->tid, pthread_self()))
+    pthread_join(c->tid, NULL);
+}
+
 /* One trial on g_net: the longest delay among the survivors (< 0: failed,
  * with the reason printed). */
 static double vanish_trial(ns_cut_t how, bool assert_each) {
@@ -1332,14 +1347,13 @@ static double vanish_trial(ns_cut_t how, bool assert_each) {
   }
   ringcc_config_t cfg = RINGCC_CONFIG_INIT; /* the default deadline: 10 min */
   cutter_t c = {.area = a, .net = &g_net, .how = how, .after = 3};
-  pthread_t tid;
-  pthread_create(&tid, NULL, cutter, &c);
   ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
                      .body = body_vanish, .arg = a, .config = &cfg,
-                     .timeout_s = 45, .grace_s = 5, .name = "vanished host"};
+                     .timeout_s = 45, .grace_s = 5, .name = "vanished host",
+                     .started = start_cutter, .started_arg = &c};
   ns_result_t res;
   ns_run(&o, &res);
-  pthread_join(tid, NULL);
+  join_cutter(&c);
   cr_assert(c.ok, "cutting host %d's link: %s", a->victim_host, c.why);
   double worst = 0;
   char st[96], host[32];
@@ -1444,14 +1458,13 @@ Test(multihost, link_flap_of_2s_continues_exactly, .timeout = 90) {
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
   cutter_t c = {.area = a, .net = &g_net, .how = NS_CUT_LINK_DOWN,
                 .flap_s = 2.0, .after = 10};
-  pthread_t tid;
-  pthread_create(&tid, NULL, cutter, &c);
   ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
                      .body = body_flap, .arg = a, .config = &cfg,
-                     .timeout_s = 60, .name = "link flap"};
+                     .timeout_s = 60, .name = "link flap",
+                     .started = start_cutter, .started_arg = &c};
   ns_result_t res;
   bool ok = ns_run(&o, &res);
-  pthread_join(tid, NULL);
+  join_cutter(&c);
   cr_assert(c.ok, "flapping host 1's link: %s", c.why);
   cr_assert(ok, "a rank failed across a 2 s flap (above)");
   for (int r = 0; r < L.nranks; r++)
