@@ -987,10 +987,11 @@ static void print_stacks(int rank, pid_t shell) {
 }
 
 /* Waits for the shells; kills the rest at the deadline or grace_s after the
- * first failure (printing the stacks of those that outlived the deadline). */
+ * first failure (printing the stacks of the first two that outlived the
+ * deadline). */
 static void wait_ranks(const ns_run_opts_t *o, const pid_t *pids,
                        ns_result_t *res) {
-  int n = o->nranks, remaining = 0;
+  int n = o->nranks, remaining = 0, stacks = 0;
   bool done[NS_MAX_RANKS] = {false};
   double start = h_now_s(), failed_at = -1;
   double deadline = start + (o->timeout_s > 0 ? o->timeout_s : 60.0);
@@ -1022,7 +1023,7 @@ static void wait_ranks(const ns_run_opts_t *o, const pid_t *pids,
         if (done[r])
           continue;
         fprintf(stderr, " %d", r);
-        if (expired)
+        if (expired && stacks++ < 2) /* gdb takes seconds per rank */
           print_stacks(r, pids[r]);
         kill(pids[r], SIGKILL);
         while (waitpid(pids[r], &res->status[r], 0) < 0 && errno == EINTR) {

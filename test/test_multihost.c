@@ -1301,6 +1301,7 @@ typedef struct {
   bool ok;
   char why[600];
   pthread_t tid;
+  bool running; /* tid was started */
 } cutter_t;
 
 static void *cutter(void *p) {
@@ -1322,14 +1323,13 @@ static void *cutter(void *p) {
 /* ns_run's started hook: the cutter starts once every rank is forked. */
 static void start_cutter(void *p) {
   cutter_t *c = p;
-  if (pthread_create(&c->tid, NULL, cutter, c) != 0) {
+  c->running = pthread_create(&c->tid, NULL, cutter, c) == 0;
+  if (!c->running)
     snprintf(c->why, sizeof c->why, "pthread_create failed");
-    c->tid = pthread_self();
-  }
 }
 
 static void join_cutter(cutter_t *c) {
-  if (!pthread_equal(c->tid, pthread_self()))
+  if (c->running)
     pthread_join(c->tid, NULL);
 }
 
