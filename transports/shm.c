@@ -33,6 +33,7 @@
 #include "comm.h"
 #include "error.h"
 #include "log.h"
+#include "proc.h"
 #include "sha256.h"
 #include "shmname.h"
 #include "transport.h"
@@ -115,29 +116,6 @@ static ringcc_result_t random_name(struct ringcc_comm *comm, char *name,
   return RINGCC_SUCCESS;
 }
 
-/* The creator pid (of this pid namespace) is gone: no such process, or a
- * zombie (/proc/PID/stat, trusted only when this /proc is our namespace's). */
-static int creator_gone(int pid) {
-  char path[64], stat[256], self[32];
-  if (kill(pid, 0) != 0 && errno == ESRCH)
-    return 1;
-  ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
-  if (n <= 0)
-    return 0;
-  self[n] = '\0';
-  if (atoi(self) != (int)getpid())
-    return 0;
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "re");
-  if (f == NULL)
-    return 0;
-  size_t got = fread(stat, 1, sizeof(stat) - 1, f);
-  fclose(f);
-  stat[got] = '\0';
-  const char *paren = strrchr(stat, ')');
-  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
 int rcc_shm_sweep(int log_rank) {
   char boot[RCC_SHM_BOOT_DIGITS + 1], their_boot[RCC_SHM_BOOT_DIGITS + 1];
   unsigned long long pidns, their_ns;
@@ -151,7 +129,7 @@ int rcc_shm_sweep(int log_rank) {
     if (rcc_shm_name_parse(e->d_name, their_boot, &their_ns, &pid) != 0 ||
         strcmp(their_boot, boot) != 0 || their_ns != pidns || pidns == 0 ||
         fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        st.st_uid != geteuid() || !creator_gone(pid))
+        st.st_uid != geteuid() || !rcc_pid_gone(pid))
       continue;
     char name[sizeof(e->d_name) + 2];
     snprintf(name, sizeof(name), "/%s", e->d_name);

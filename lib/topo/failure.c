@@ -42,6 +42,7 @@
 #include "error.h"
 #include "failure.h"
 #include "log.h"
+#include "proc.h"
 
 static void wake(uint32_t *word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -63,22 +64,10 @@ static void poison(struct rcc_conn *c, uint32_t word, struct rcc_conn **engine) 
 int rcc_peer_alive(const struct ringcc_comm *comm, int peer) {
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
   const struct rcc_peer_info *q = &comm->peers[peer];
-  char path[64], stat[256];
-
   if (q->pid_space != me->pid_space || q->pid == me->pid)
     return 1; /* another host, or a thread of this process */
-  if (kill(q->pid, 0) != 0 && errno == ESRCH)
-    return 0;
   /* A killed child its parent has not reaped yet is a zombie: gone too. */
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)q->pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return 1;
-  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
-  fclose(f);
-  stat[n] = '\0';
-  const char *paren = strrchr(stat, ')');
-  return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+  return !rcc_pid_gone((int)q->pid);
 }
 
 int rcc_dead_rank(const struct ringcc_comm *comm, int *told_by) {
