@@ -873,13 +873,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   if (px->pfds == NULL || px->pconn == NULL || px->xfds == NULL ||
       px->xconn == NULL || px->doorbell < 0) {
     int e = errno;
-    if (px->doorbell >= 0)
-      close(px->doorbell);
-    free(px->pfds);
-    free(px->pconn);
-    free(px->xfds);
-    free(px->xconn);
-    free(px);
+    rcc_proxy_forget(px);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
                           "init on rank %d: cannot create the proxy's "
                           "doorbell: %s", comm->rank, strerror(e));
@@ -892,12 +886,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
       plugin->readable(conns[i].net_comm, -1);
   int e = pthread_create(&px->thread, NULL, proxy_main, px);
   if (e != 0) {
-    close(px->doorbell);
-    free(px->pfds);
-    free(px->pconn);
-    free(px->xfds);
-    free(px->xconn);
-    free(px);
+    rcc_proxy_forget(px);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
                           "init on rank %d: cannot start the proxy thread: %s",
                           comm->rank, strerror(e));
@@ -941,7 +930,8 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
 void rcc_proxy_forget(struct rcc_proxy *px) {
   if (px == NULL)
     return;
-  close(px->doorbell);
+  if (px->doorbell >= 0)
+    close(px->doorbell);
   free(px->pfds);
   free(px->pconn);
   free(px->xfds);
@@ -955,11 +945,6 @@ void rcc_proxy_stop(struct rcc_proxy *px) {
   __atomic_store_n(&px->stop, 1, __ATOMIC_RELEASE);
   ring(px->doorbell);
   pthread_join(px->thread, NULL);
-  close(px->doorbell);
   pthread_mutex_destroy(&px->lock);
-  free(px->pfds);
-  free(px->pconn);
-  free(px->xfds);
-  free(px->xconn);
-  free(px);
+  rcc_proxy_forget(px);
 }
