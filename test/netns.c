@@ -121,32 +121,34 @@ static bool run_tool(const char *const *argv, char *why, size_t len) {
   return false;
 }
 
-/* Runs `ip ARGS...` (NULL-terminated); on failure why says why. */
-static bool ip(char *why, size_t len, ...) {
+/* Runs TOOL with the arguments of ap (up to NULL); on failure why says
+ * why. */
+static bool run_va(const char *tool, char *why, size_t len, va_list ap) {
   const char *argv[24];
   int argc = 0;
-  va_list ap;
-  argv[argc++] = "ip";
-  va_start(ap, len);
+  argv[argc++] = tool;
   for (const char *a; argc < 23 && (a = va_arg(ap, const char *)) != NULL;)
     argv[argc++] = a;
-  va_end(ap);
   argv[argc] = NULL;
   return run_tool(argv, why, len);
 }
 
+/* Runs `ip ARGS...` (NULL-terminated); on failure why says why. */
+static bool ip(char *why, size_t len, ...) {
+  va_list ap;
+  va_start(ap, len);
+  bool ok = run_va("ip", why, len, ap);
+  va_end(ap);
+  return ok;
+}
+
 /* The same for `tc ARGS...`. */
 static bool tc(char *why, size_t len, ...) {
-  const char *argv[24];
-  int argc = 0;
   va_list ap;
-  argv[argc++] = "tc";
   va_start(ap, len);
-  for (const char *a; argc < 23 && (a = va_arg(ap, const char *)) != NULL;)
-    argv[argc++] = a;
+  bool ok = run_va("tc", why, len, ap);
   va_end(ap);
-  argv[argc] = NULL;
-  return run_tool(argv, why, len);
+  return ok;
 }
 
 /* ---- support, stale namespaces ---------------------------------------------- */

@@ -922,15 +922,19 @@ Test(multihost, unreachable_root_fails_in_time, .timeout = 60) {
 #define STREAM_COUNT 65537
 #define STREAM_MAX_S 20.0
 
+/* How a rank's stream of calls ended: its last result, calls made, when,
+ * and ringcc_comm_last_error. */
+typedef struct {
+  int code, iterations;
+  double failed_at;
+  char message[600];
+} outcome_t;
+
 typedef struct {
   int victim;
   volatile int iterations; /* the victim's, before it died */
   double killed_at;        /* CLOCK_MONOTONIC, shared by all namespaces */
-  struct {
-    int code, iterations;
-    double failed_at;
-    char message[600];
-  } rank[NS_MAX_RANKS];
+  outcome_t rank[NS_MAX_RANKS];
 } kill_area_t;
 
 static void *killer(void *p) {
@@ -1238,11 +1242,7 @@ typedef struct {
   double stream_s;
   int on_victim[NS_MAX_RANKS]; /* the rank runs on the cut host */
   int survivors, failed;       /* ranks elsewhere; those that ended */
-  struct {
-    int code, iterations;
-    double failed_at;
-    char message[600];
-  } rank[NS_MAX_RANKS];
+  outcome_t rank[NS_MAX_RANKS];
 } vanish_area_t;
 
 /* On the cut host: once every other rank has failed, this rank's fate
