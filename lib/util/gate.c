@@ -53,6 +53,9 @@ struct rcc_gate *rcc_gate_new(int listen_fd,
 void rcc_gate_free(struct rcc_gate *g) {
   if (g == NULL)
     return;
+  if (g->refused > 1)
+    RCC_WARN(g->cfg.log_rank, "%s refused %d connections in all that did "
+             "not prove themselves", g->what, g->refused);
   for (int i = 0; i < g->nheld; i++)
     close(g->held[i].fd);
   if (g->states != NULL) /* a check's state may hold secrets (nonces) */
