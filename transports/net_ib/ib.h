@@ -37,9 +37,10 @@
  * key: HMAC-SHA-256(key, label || the listener's nonce || the offer), so a
  * proof is good for that listener only. accept() drops an offer whose proof
  * is wrong, or that repeats one it accepted, as soon as it is in, before it
- * makes a queue pair for it (a stranger never reaches the queue pairs);
- * at most PENDING_MAX offers are held, the oldest dropped beyond, and out of
- * descriptors the oldest is dropped and accept() retries BACKOFF_NS later.
+ * makes a queue pair for it (a stranger never reaches the queue pairs); the
+ * side channels whose offers are not proven are held in the listener gate
+ * (gate.h: at most PENDING_MAX, the oldest dropped beyond; out of
+ * descriptors the oldest is dropped and accept() retries BACKOFF_NS later).
  * It takes the first connection whose offer is complete and proven, brings
  * its queue pairs to RTS and answers with its own metadata; the connector brings its queue pairs to RTS
  * when the answer arrives and says "ready", and only then does the receiver
@@ -107,6 +108,7 @@
 #include "clock.h"
 #include "env.h"
 #include "error.h"
+#include "gate.h"
 #include "log.h"
 #include "net.h"
 #include "net_ib.h"
@@ -130,7 +132,7 @@
  * default 256 KiB are 1 MiB in flight, about 40 us at 200 Gb/s. */
 #define CTS_WINDOW 4
 #define BOUNCE_BYTES 4096 /* sends from unregistered memory up to this: copied */
-#define PENDING_MAX 128   /* side-channel sockets accepted, offers not proven */
+#define PENDING_MAX 128   /* side channels held whose offers are not proven */
 #define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
 #define ROOM_FDS 4 /* dropped for a new connection's own, once out of them */
 #define NONCE_BYTES 16    /* the listener's, in its handle */

@@ -275,10 +275,14 @@ ringcc_result_t rcc_ib_ready(void *comm, int64_t deadline_ns, char *err,
 
 /* ---- listen, connect, accept ---------------------------------------------- */
 
-struct pending {
-  int fd;
+/* An offer on its way in (the gate's check state), and a whole one. */
+struct offer_in {
   size_t got;
-  int64_t t0;
+  uint8_t buf[WIRE_BYTES];
+};
+
+struct offer {
+  int fd;
   char peer[96];
   uint8_t buf[WIRE_BYTES];
 };
@@ -286,22 +290,22 @@ struct pending {
 struct ib_listen {
   int kind; /* COMM_LISTEN */
   int fd;
-  int npending;
-  struct pending *pending; /* PENDING_MAX */
+  struct rcc_gate *gate; /* the side channels whose offer is not proven */
   uint8_t key[RCC_NET_KEY_BYTES];
   uint8_t nonce[NONCE_BYTES]; /* in the handle: proofs are for us only */
   uint8_t (*accepted)[MAC_BYTES]; /* proofs of the offers accepted */
   int naccepted, cap_accepted;
-  int64_t accept_at;  /* out of descriptors: accept() again from then */
-  int out_of_fds;     /* accept() ran out of descriptors (warned once) */
 };
 
 static void listen_free(struct ib_listen *l) {
+  rcc_gate_free(l->gate);
   memset(l->key, 0, sizeof(l->key));
   free(l->accepted);
-  free(l->pending);
   free(l);
 }
+
+static enum rcc_gate_step offer_check(void *arg, struct rcc_gate_conn *c,
+                                      char *why, size_t whylen);
 
 ringcc_result_t rcc_ib_listen(const uint8_t *key, void *handle,
                                  void **listen_comm, char *err,
@@ -309,12 +313,9 @@ ringcc_result_t rcc_ib_listen(const uint8_t *key, void *handle,
   struct ib_listen *l = calloc(1, sizeof(*l));
   struct sockaddr_storage bound;
   *listen_comm = NULL;
-  if (l == NULL || (l->pending = calloc(PENDING_MAX, sizeof(*l->pending))) ==
-                       NULL) {
-    free(l);
+  if (l == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "NET/IB: out of memory");
-  }
   l->kind = COMM_LISTEN;
   l->fd = -1;
   memcpy(l->key, key, RCC_NET_KEY_BYTES);
@@ -329,6 +330,19 @@ ringcc_result_t rcc_ib_listen(const uint8_t *key, void *handle,
   if (r != RINGCC_SUCCESS) {
     listen_free(l);
     return r;
+  }
+  char what[140], a[96];
+  snprintf(what, sizeof(what), "NET/IB: the side-channel listener %s",
+           rcc_socket_addr_str(&bound, a, sizeof(a)));
+  struct rcc_gate_config cfg = {
+      .what = what, .log_rank = -1, .max_held = PENDING_MAX,
+      .expire_ns = OFFER_TIMEOUT_NS, .backoff_ns = BACKOFF_NS,
+      .state_bytes = sizeof(struct offer_in), .check = offer_check, .arg = l};
+  if ((l->gate = rcc_gate_new(l->fd, &cfg)) == NULL) {
+    close(l->fd);
+    listen_free(l);
+    return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                    "NET/IB: out of memory");
   }
   handle_encode(handle, &bound, l->nonce);
   rcc_ib_live_add(NULL);
@@ -366,72 +380,14 @@ ringcc_result_t rcc_ib_connect(const uint8_t *key, const void *handle,
   return RINGCC_SUCCESS;
 }
 
-static void pending_drop(struct ib_listen *l, int i, const char *why) {
-  RCC_INFO(-1, "NET/IB: dropped a side-channel connection from %s: %s",
-           l->pending[i].peer, why);
-  close(l->pending[i].fd);
-  l->pending[i] = l->pending[--l->npending];
-}
-
-static int oldest_pending(const struct ib_listen *l) {
-  int oldest = -1;
-  for (int i = 0; i < l->npending; i++)
-    if (oldest < 0 || l->pending[i].t0 < l->pending[oldest].t0)
-      oldest = i;
-  return oldest;
-}
-
-/* Takes what the kernel has queued. Beyond PENDING_MAX sockets whose offer
- * is not in, the oldest is dropped (a flood of strangers cannot keep a real
- * peer out: its offer comes with its connect); out of descriptors (EMFILE,
- * ENFILE), the oldest is dropped too and accept() waits BACKOFF_NS instead
- * of failing. */
-static ringcc_result_t accept_new(struct ib_listen *l, char *err,
-                                  size_t errlen) {
-  int64_t now = rcc_now_ns();
-  for (int k = 0; k < 256 && now >= l->accept_at; k++) {
-    int fd;
-    struct sockaddr_storage peer;
-    ringcc_result_t r = rcc_socket_accept(l->fd, &fd, &peer, err, errlen);
-    if (r != RINGCC_SUCCESS) {
-      int e = errno;
-      if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM)
-        return r;
-      int oldest = oldest_pending(l);
-      if (!l->out_of_fds)
-        RCC_WARN(-1, "NET/IB: %s; %s and retrying in %lld ms", err,
-                 oldest >= 0 ? "dropping the oldest connection whose offer "
-                               "is not in"
-                             : "waiting",
-                 BACKOFF_NS / 1000000);
-      l->out_of_fds = 1;
-      if (oldest >= 0)
-        pending_drop(l, oldest, "out of descriptors: made room");
-      l->accept_at = now + BACKOFF_NS;
-      return RINGCC_SUCCESS;
-    }
-    if (fd < 0)
-      return RINGCC_SUCCESS;
-    if (l->npending == PENDING_MAX)
-      pending_drop(l, oldest_pending(l), "too many connections whose offer "
-                   "is not in (the oldest goes)");
-    struct pending *p = &l->pending[l->npending++];
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->t0 = rcc_now_ns();
-    rcc_socket_addr_str(&peer, p->peer, sizeof(p->peer));
-  }
-  return RINGCC_SUCCESS;
-}
-
 /* The whole offer is in: 0 when its proof is the key's for this listener
  * and no offer with the same proof was accepted (a replay), else -1 with
  * why. */
-static int offer_check(const struct ib_listen *l, const struct pending *p,
-                       const char **why) {
+static int offer_proven(const struct ib_listen *l, const uint8_t *offer,
+                        const char **why) {
   uint8_t mac[MAC_BYTES];
-  offer_mac(l->key, l->nonce, p->buf, mac);
-  int ok = rcc_equal_ct(mac, p->buf + MAC_AT, MAC_BYTES);
+  offer_mac(l->key, l->nonce, offer, mac);
+  int ok = rcc_equal_ct(mac, offer + MAC_AT, MAC_BYTES);
   memset(mac, 0, sizeof(mac));
   if (!ok) {
     *why = "it does not prove the communicator's key (a stranger, a peer of "
@@ -439,16 +395,54 @@ static int offer_check(const struct ib_listen *l, const struct pending *p,
     return -1;
   }
   for (int i = 0; i < l->naccepted; i++)
-    if (memcmp(l->accepted[i], p->buf + MAC_AT, MAC_BYTES) == 0) {
+    if (memcmp(l->accepted[i], offer + MAC_AT, MAC_BYTES) == 0) {
       *why = "it repeats an offer already accepted (a replay)";
       return -1;
     }
   return 0;
 }
 
+/* The gate's check: reads what has arrived of a side channel's offer; one
+ * that is not an offer is dropped as soon as its magic is in, a false
+ * proof or a replay as soon as it is whole. Never "started": the connector
+ * sends its offer whole with its connect, so one whose proof has not come
+ * is a stranger's until it does (the gate reads it once more before it
+ * drops it for room). */
+static enum rcc_gate_step offer_check(void *arg, struct rcc_gate_conn *c,
+                                      char *why, size_t whylen) {
+  const struct ib_listen *l = arg;
+  struct offer_in *p = c->state;
+  while (p->got < WIRE_BYTES) {
+    ssize_t n = recv(c->fd, p->buf + p->got, WIRE_BYTES - p->got,
+                     MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return RCC_GATE_WAIT;
+    if (n <= 0) {
+      snprintf(why, whylen, "%s", n == 0 ? "closed before its offer was "
+                                           "complete"
+                                         : strerror(errno));
+      return RCC_GATE_DROP;
+    }
+    p->got += (size_t)n;
+    const uint8_t *q = p->buf;
+    if (p->got >= 4 && get32(&q) != OFFER_MAGIC) {
+      snprintf(why, whylen, "not a NET/IB connection offer");
+      return RCC_GATE_DROP;
+    }
+  }
+  const char *bad;
+  if (offer_proven(l, p->buf, &bad) != 0) {
+    snprintf(why, whylen, "%s", bad);
+    return RCC_GATE_REFUSE;
+  }
+  return RCC_GATE_PROVEN;
+}
+
 /* Remembers an accepted offer's proof, so that a replay is refused. */
 static ringcc_result_t offer_accepted(struct ib_listen *l,
-                                      const struct pending *p, char *err,
+                                      const struct offer *p, char *err,
                                       size_t errlen) {
   if (l->naccepted == l->cap_accepted) {
     int cap = l->cap_accepted ? 2 * l->cap_accepted : 16;
@@ -463,49 +457,8 @@ static ringcc_result_t offer_accepted(struct ib_listen *l,
   return RINGCC_SUCCESS;
 }
 
-/* Reads the pending offers; returns the index of a complete, proven one, or
- * -1. An offer with a wrong proof is dropped as soon as it is in. */
-static int read_pending(struct ib_listen *l) {
-  int64_t now = rcc_now_ns();
-  for (int i = 0; i < l->npending;) {
-    struct pending *p = &l->pending[i];
-    ssize_t n = p->got < WIRE_BYTES
-                    ? recv(p->fd, p->buf + p->got, WIRE_BYTES - p->got,
-                           MSG_DONTWAIT)
-                    : 0;
-    if (n > 0)
-      p->got += (size_t)n;
-    if (p->got >= 4) {
-      const uint8_t *q = p->buf;
-      if (get32(&q) != OFFER_MAGIC) {
-        pending_drop(l, i, "not a NET/IB connection offer");
-        continue;
-      }
-    }
-    const char *why;
-    if (p->got == WIRE_BYTES && offer_check(l, p, &why) != 0) {
-      pending_drop(l, i, why);
-      continue;
-    }
-    if (p->got == WIRE_BYTES)
-      return i;
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                   errno != EINTR)) {
-      pending_drop(l, i, n == 0 ? "closed before its offer was complete"
-                                : strerror(errno));
-      continue;
-    }
-    if (now - p->t0 > OFFER_TIMEOUT_NS) {
-      pending_drop(l, i, "no complete offer within 5 s");
-      continue;
-    }
-    i++;
-  }
-  return -1;
-}
-
 /* The receive comm for a complete offer: queue pairs to RTS, answer. */
-static ringcc_result_t accept_offer(struct pending *p, void *hello,
+static ringcc_result_t accept_offer(struct offer *p, void *hello,
                                     struct ib_comm **out, int64_t deadline,
                                     char *err, size_t errlen) {
   struct qp_info remote;
@@ -542,51 +495,37 @@ static ringcc_result_t accept_offer(struct pending *p, void *hello,
   return RINGCC_SUCCESS;
 }
 
-ringcc_result_t rcc_ib_accept(void *listen_comm, void *hello,
-                                 void **recv_comm, int64_t deadline_ns,
-                                 char *err, size_t errlen) {
+ringcc_result_t rcc_ib_accept(void *listen_comm, void *hello, void **recv_comm,
+                              int64_t deadline_ns, char *err, size_t errlen) {
   struct ib_listen *l = listen_comm;
-  struct pollfd pfds[PENDING_MAX + 1];
+  struct rcc_gate_passed in;
+  struct offer_in got;
+  struct ib_comm *c = NULL;
   *recv_comm = NULL;
-  for (;;) {
-    ringcc_result_t r = accept_new(l, err, errlen);
-    if (r != RINGCC_SUCCESS)
-      return r;
-    int i = read_pending(l);
-    if (i >= 0) {
-      struct ib_comm *c = NULL;
-      struct pending offer = l->pending[i];
-      l->pending[i] = l->pending[--l->npending];
-      /* Its connection needs descriptors of its own (a completion
-       * channel): where strangers took them all, the oldest make room. */
-      for (int k = 0; l->out_of_fds && k < ROOM_FDS && l->npending > 0; k++)
-        pending_drop(l, oldest_pending(l), "out of descriptors: made room "
-                     "for a connection that proved the key");
-      r = offer_accepted(l, &offer, err, errlen);
-      if (r == RINGCC_SUCCESS)
-        r = accept_offer(&offer, hello, &c, deadline_ns, err, errlen);
-      if (offer.fd >= 0)
-        close(offer.fd);
-      *recv_comm = c;
-      return r;
-    }
-    if (rcc_now_ns() >= deadline_ns)
-      return rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT,
-                      "NET/IB: no connection came before the deadline (%d "
-                      "offer%s incomplete)", l->npending,
-                      l->npending == 1 ? "" : "s");
-    int n = 0, ms = rcc_socket_poll_ms(deadline_ns);
-    int64_t now = rcc_now_ns();
-    if (now >= l->accept_at) /* else backing off: the listener waits */
-      pfds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
-    else if (ms > (int)((l->accept_at - now) / 1000000) + 1)
-      ms = (int)((l->accept_at - now) / 1000000) + 1;
-    for (int k = 0; k < l->npending; k++)
-      pfds[n++] = (struct pollfd){.fd = l->pending[k].fd, .events = POLLIN};
-    poll(pfds, (nfds_t)n, ms > 200 ? 200 : ms);
+  ringcc_result_t r = rcc_gate_next(l->gate, deadline_ns, -1, &in, &got, err,
+                                    errlen);
+  if (r == RINGCC_ERR_TIMEOUT) {
+    int n = rcc_gate_held(l->gate);
+    return rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT,
+                    "NET/IB: no connection came before the deadline (%d "
+                    "offer%s incomplete)", n, n == 1 ? "" : "s");
   }
+  if (r != RINGCC_SUCCESS)
+    return r;
+  struct offer offer = {.fd = in.fd};
+  snprintf(offer.peer, sizeof(offer.peer), "%s", in.peer_str);
+  memcpy(offer.buf, got.buf, WIRE_BYTES);
+  /* Its connection needs descriptors of its own (a completion channel):
+   * where strangers took them all, the oldest make room. */
+  rcc_gate_make_room(l->gate, ROOM_FDS);
+  r = offer_accepted(l, &offer, err, errlen);
+  if (r == RINGCC_SUCCESS)
+    r = accept_offer(&offer, hello, &c, deadline_ns, err, errlen);
+  if (offer.fd >= 0)
+    close(offer.fd);
+  *recv_comm = c;
+  return r;
 }
-
 
 int rcc_ib_listen_fd(const void *listen_comm) {
   return ((const struct ib_listen *)listen_comm)->fd;
@@ -596,11 +535,9 @@ void rcc_ib_close_listen(void *listen_comm) {
   struct ib_listen *l = listen_comm;
   if (l == NULL)
     return;
-  for (int i = 0; i < l->npending; i++)
-    close(l->pending[i].fd);
   if (l->fd >= 0)
     close(l->fd);
-  listen_free(l);
+  listen_free(l); /* and the side channels held in its gate */
   if (!forked_child())
     rcc_ib_live_remove(NULL);
 }
