@@ -17,8 +17,10 @@
  */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,7 +35,9 @@
 #include "clock.h"
 #include "error.h"
 #include "gate.h"
+#include "harness.h"
 #include "socket.h"
+#include "stop_spy.h"
 
 struct proto {
   size_t got;
@@ -453,4 +457,290 @@ Test(gate, out_of_descriptors_backs_off) {
   close(peer);
   close(go[1]);
   listener_close(&l);
+}
+
+/* ---- the gate at init: the listeners of the library -------------------- */
+
+/* Strangers for one port: half silent (held open), a quarter garbage (sent,
+ * then held), a quarter churn (connect, close). Returns how many
+ * connections it made. */
+static int strangers_at(const struct sockaddr_storage *a, int *held,
+                        int *nheld, int max_held, int n) {
+  static const char junk[] = "\x16\x03\x01\x02\x00 garbage, not a handshake";
+  int made = 0;
+  for (int i = 0; i < n; i++) {
+    int fd = socket(a->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      break;
+    socklen_t len = a->ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                            : sizeof(struct sockaddr_in6);
+    if (connect(fd, (const struct sockaddr *)a, len) != 0) {
+      close(fd);
+      continue; /* that listener closed: init moved on */
+    }
+    made++;
+    if (i % 4 == 3) { /* churn */
+      close(fd);
+      continue;
+    }
+    if (i % 4 == 2)
+      (void)send(fd, junk, sizeof(junk), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (*nheld == max_held) { /* the oldest of ours goes: room for more */
+      close(held[0]);
+      memmove(held, held + 1, (size_t)(max_held - 1) * sizeof(*held));
+      (*nheld)--;
+    }
+    held[(*nheld)++] = fd;
+  }
+  return made;
+}
+
+/* The IPv4 TCP listeners of the processes pids[n] (their sockets from
+ * /proc/PID/fd, listening ones from /proc/self/net/tcp: one network
+ * namespace), into a[max]; returns how many. */
+static int listeners_of(const pid_t *pids, int npids,
+                        struct sockaddr_storage *a, int max) {
+  char path[64], line[512];
+  unsigned long inodes[1024];
+  int ninodes = 0, n = 0;
+  for (int p = 0; p < npids; p++) {
+    if (pids[p] <= 0)
+      continue;
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pids[p]);
+    DIR *d = opendir(path);
+    if (d == NULL)
+      continue;
+    for (struct dirent *e; (e = readdir(d)) != NULL && ninodes < 1024;) {
+      char link[384], target[64];
+      snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+      ssize_t len = readlink(link, target, sizeof(target) - 1);
+      if (len <= 0)
+        continue;
+      target[len] = '\0';
+      unsigned long ino;
+      if (sscanf(target, "socket:[%lu]", &ino) == 1)
+        inodes[ninodes++] = ino;
+    }
+    closedir(d);
+  }
+  FILE *f = fopen("/proc/self/net/tcp", "r");
+  if (f == NULL)
+    return 0;
+  while (fgets(line, sizeof(line), f) != NULL && n < max) {
+    unsigned ip, port, st;
+    unsigned long ino;
+    if (sscanf(line, " %*d: %8X:%4X %*X:%*X %X %*X:%*X %*X:%*X %*X %*d %*d "
+                     "%lu", &ip, &port, &st, &ino) != 4 || st != 0x0A)
+      continue;
+    for (int k = 0; k < ninodes; k++)
+      if (inodes[k] == ino) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&a[n++];
+        memset(in, 0, sizeof(*in));
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)port);
+        in->sin_addr.s_addr = ip ? ip : htonl(INADDR_LOOPBACK);
+        break;
+      }
+  }
+  fclose(f);
+  return n;
+}
+
+enum { INIT_RANKS = 3, VICTIM = 1, PER_PORT = 400 };
+
+struct init_area {
+  pid_t pids[INIT_RANKS]; /* written by each rank */
+  int flooding;           /* the flooder is at work (atomic) */
+  int stop;               /* the parent: enough (atomic) */
+  size_t stop_len, stop_off; /* where the victim stops (stop_spy.h) */
+  char stop_pattern[8];
+  int paused_ms;          /* how long the victim was stopped */
+  int ports, strangers;   /* listeners flooded, connections made */
+  int paused_strangers;   /* connections made while the victim was stopped */
+  int most_in_pause;      /* ... the most on one listener */
+  int stopped[INIT_RANKS]; /* the rank's armed send stopped it */
+  double init_s[INIT_RANKS];
+};
+
+/* 1 when pid is stopped (state T in /proc/PID/stat). */
+static int is_stopped(pid_t pid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *e = strrchr(buf, ')');
+  return e != NULL && e[1] == ' ' && e[2] == 'T';
+}
+
+/* The flooder: every listener of the parent (the rendezvous) and of the
+ * ranks gets PER_PORT strangers, silent, garbage and churn; when the victim
+ * has stopped itself (mid-handshake, stop_spy.h), it is continued two
+ * seconds later, the strangers still coming. */
+static void flooder(struct init_area *a, pid_t parent) {
+  struct rlimit rl = {.rlim_cur = 8192, .rlim_max = 8192};
+  (void)setrlimit(RLIMIT_NOFILE, &rl);
+  enum { MAXP = 32, KEEP = PER_PORT };
+  struct sockaddr_storage seen[MAXP];
+  int made[MAXP] = {0}, in_pause[MAXP] = {0}, nseen = 0;
+  static int held[MAXP][KEEP];
+  int nheld[MAXP] = {0};
+  int64_t stopped_at = 0;
+  int resumed = 0;
+  __atomic_store_n(&a->flooding, 1, __ATOMIC_RELEASE);
+  struct sockaddr_storage l[MAXP];
+  int nl = 0;
+  int64_t next_scan = 0;
+  while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+    if (rcc_now_ns() >= next_scan) { /* /proc is slow: now and then */
+      pid_t pids[1 + INIT_RANKS] = {parent};
+      for (int r = 0; r < INIT_RANKS; r++)
+        pids[1 + r] = __atomic_load_n(&a->pids[r], __ATOMIC_ACQUIRE);
+      nl = listeners_of(pids, 1 + INIT_RANKS, l, MAXP);
+      next_scan = rcc_now_ns() + 20000000LL;
+    }
+    for (int k = 0; k < nl; k++) {
+      int i = 0;
+      while (i < nseen && memcmp(&seen[i], &l[k], sizeof(l[k])) != 0)
+        i++;
+      if (i == nseen && nseen < MAXP)
+        seen[nseen++] = l[k];
+      int pausing = stopped_at != 0 && !resumed;
+      if (i < MAXP && (pausing ? in_pause[i] < PER_PORT
+                               : made[i] < PER_PORT)) {
+        int m = strangers_at(&l[k], held[i], &nheld[i], KEEP, 12);
+        made[i] += m;
+        in_pause[i] += pausing ? m : 0;
+      }
+    }
+    pid_t v = __atomic_load_n(&a->pids[VICTIM], __ATOMIC_ACQUIRE);
+    if (!resumed && stopped_at == 0 && v > 0 && is_stopped(v)) {
+      stopped_at = rcc_now_ns();
+    } else if (!resumed && stopped_at != 0 &&
+               rcc_now_ns() - stopped_at >= 2000000000LL) {
+      kill(v, SIGCONT);
+      a->paused_ms = (int)((rcc_now_ns() - stopped_at) / 1000000);
+      resumed = 1;
+    }
+    usleep(1000);
+  }
+  pid_t v = __atomic_load_n(&a->pids[VICTIM], __ATOMIC_ACQUIRE);
+  if (v > 0)
+    kill(v, SIGCONT); /* whatever happened, never leave it stopped */
+  int total = 0, most = 0;
+  for (int i = 0; i < nseen; i++) {
+    total += made[i];
+    most = in_pause[i] > most ? in_pause[i] : most;
+    a->paused_strangers += in_pause[i];
+  }
+  a->ports = nseen;
+  a->strangers = total;
+  a->most_in_pause = most;
+}
+
+static int init_body(h_ctx_t *h) {
+  struct init_area *a = h->arg;
+  enum { COUNT = 100003 };
+  __atomic_store_n(&a->pids[h->rank], getpid(), __ATOMIC_RELEASE);
+  for (int k = 0; k < 5000 && !__atomic_load_n(&a->flooding,
+                                               __ATOMIC_ACQUIRE); k++)
+    usleep(1000);
+  usleep(50000); /* the flooder is at the rendezvous */
+  if (h->rank == VICTIM)
+    h_stop_before_send(a->stop_len, a->stop_off, a->stop_pattern);
+  ringcc_comm_t comm;
+  double t0 = h_now_s();
+  ringcc_result_t r = ringcc_comm_init(&comm, h->nranks, h->id, h->rank, NULL);
+  a->stopped[h->rank] = h_stopped_before_send();
+  if (r != RINGCC_SUCCESS)
+    return h_fail(h, "init among strangers: %s (%s)", ringcc_strerror(r),
+                  ringcc_comm_last_error(NULL));
+  a->init_s[h->rank] = h_now_s() - t0;
+  h->comm = comm;
+  float *in = h_xmalloc(COUNT * sizeof(float));
+  float *out = h_xmalloc(COUNT * sizeof(float));
+  float *want = h_xmalloc(COUNT * sizeof(float));
+  h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, h->rank, 0, 7, in, COUNT);
+  h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, h->nranks, 0, 7, want, COUNT);
+  int bad = !h_ok(h, ringcc_allreduce(in, out, COUNT, RINGCC_FLOAT32,
+                                      RINGCC_SUM, comm, NULL), "allreduce") ||
+            !h_check_elems(h, "allreduce after init among strangers",
+                           RINGCC_FLOAT32, out, want, COUNT);
+  free(in);
+  free(out);
+  free(want);
+  ringcc_comm_destroy(comm);
+  return bad;
+}
+
+/* Ranks over TCP (no shared memory) while strangers flood every listener
+ * (the rendezvous, each rank's bootstrap ring, each rank's socket plugin);
+ * rank 1 stops itself for two seconds right before it sends len bytes with
+ * pattern at off: init succeeds on every rank and the allreduce is exact. */
+static void init_among_strangers(const char *where, size_t len, size_t off,
+                                 const char *pattern) {
+  struct init_area *a = h_shared_alloc(sizeof(*a));
+  a->stop_len = len;
+  a->stop_off = off;
+  snprintf(a->stop_pattern, sizeof(a->stop_pattern), "%s", pattern);
+  setenv("RINGCC_SHM_DISABLE", "1", 1);
+  setenv("RINGCC_NET", "Socket", 1);
+  fflush(NULL);
+  pid_t parent = getpid(), f = fork();
+  cr_assert_geq(f, 0);
+  if (f == 0) {
+    flooder(a, parent);
+    _exit(0);
+  }
+  h_run_opts_t o = {.nranks = INIT_RANKS, .body = init_body, .arg = a,
+                    .skip_init = true, .timeout_s = 50,
+                    .name = "init among strangers"};
+  bool ok = h_run(&o);
+  __atomic_store_n(&a->stop, 1, __ATOMIC_RELEASE);
+  int status;
+  cr_assert_eq(waitpid(f, &status, 0), f);
+  unsetenv("RINGCC_SHM_DISABLE");
+  unsetenv("RINGCC_NET");
+  printf("init among strangers: rank %d stopped for %d ms %s; %d strangers "
+         "on %d listeners, %d of them while it was stopped (up to %d on one "
+         "listener); init took %.2f, %.2f, %.2f s\n", VICTIM, a->paused_ms,
+         where, a->strangers, a->ports, a->paused_strangers,
+         a->most_in_pause, a->init_s[0], a->init_s[1], a->init_s[2]);
+  cr_assert(ok, "init or the allreduce failed among strangers (see above)");
+  cr_expect(a->stopped[VICTIM], "rank %d never stopped %s", VICTIM, where);
+  cr_expect_geq(a->paused_ms, 1900, "rank %d was stopped for %d ms only",
+                VICTIM, a->paused_ms);
+  cr_expect_geq(a->ports, 2, "only %d listeners were flooded",
+                a->ports);
+  cr_expect_geq(a->most_in_pause, PER_PORT, "no listener got %d strangers "
+                "while rank %d was stopped (the most: %d)", PER_PORT, VICTIM,
+                a->most_in_pause);
+  h_shared_free(a, sizeof(*a));
+}
+
+TestSuite(gate_init, .timeout = 90);
+
+/* Issue 32, point 4: the rank got the rendezvous's challenge and stops
+ * before its answer (proof + hello, "RCCH" at 32): the rendezvous holds
+ * the connection, started, while hundreds of strangers come. */
+Test(gate_init, rank_stopped_before_answering_the_rendezvous) {
+  init_among_strangers("before answering the rendezvous's challenge",
+                       32 + 36, 32, "RCCH");
+}
+
+/* The same on the bootstrap ring: its next rank's listener holds it. */
+Test(gate_init, rank_stopped_before_answering_its_ring_neighbour) {
+  init_among_strangers("before answering its ring neighbour's challenge",
+                       32 + 12, 32, "RCCR");
+}
+
+/* The socket plugin: stopped after its connect, before its preamble (with
+ * the hello and the proof, "RCNS" at 0): its peer's listener sees a silent
+ * socket among the strangers. */
+Test(gate_init, rank_stopped_before_its_socket_preamble) {
+  init_among_strangers("before its first socket's preamble", 16 + 64 + 32, 0,
+                       "RCNS");
 }

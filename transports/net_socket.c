@@ -110,6 +110,7 @@
 #define GROUP_TIMEOUT_NS (30 * 1000000000LL)
 #define MAX_UNPROVEN 128 /* accepted sockets that have not proven the key */
 #define MAX_TAKEN 4096   /* connection ids remembered against replays */
+#define RECONNECTS 3     /* a socket dropped unread is opened again */
 #define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
 
 _Static_assert(HANDLE_BYTES <= RCC_NET_HANDLE_BYTES, "handle size");
@@ -832,12 +833,26 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
       memset(pre + PREAMBLE_BYTES, 0, RCC_NET_HELLO_BYTES);
     preamble_mac(key, nonce, pre, i == 0 ? pre + PREAMBLE_BYTES : NULL,
                  pre + PREAMBLE_BYTES + hlen);
-    r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
-                           sizeof(why));
-    if (r == RINGCC_SUCCESS) {
-      set_keepalive(c->socks[i].fd);
-      r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
-                              sizeof(why));
+    /* A socket the listener closed before it read this preamble (this
+     * process stopped after its connect: the listener's gate took it for a
+     * silent stranger) is opened again; the listener never saw it. */
+    for (int tries = 0;; tries++) {
+      r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
+                             sizeof(why));
+      if (r == RINGCC_SUCCESS) {
+        set_keepalive(c->socks[i].fd);
+        r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
+                                sizeof(why));
+      }
+      if (tries == RECONNECTS || c->socks[i].fd < 0 ||
+          (r != RINGCC_SUCCESS && r != RINGCC_ERR_PEER_FAILED) ||
+          (r == RINGCC_SUCCESS && !rcc_gate_dropped_unread(c->socks[i].fd)))
+        break;
+      RCC_INFO(-1, "NET/Socket: %s closed socket %d before it read its "
+               "preamble (this process did not run for a while?): opening "
+               "it again", c->peer, i);
+      close(c->socks[i].fd);
+      c->socks[i].fd = -1;
     }
     if (r != RINGCC_SUCCESS) {
       rcc_errf(err, errlen, r, "NET/Socket: opening socket %d of %d to %s: %s",

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -302,4 +303,13 @@ ringcc_result_t rcc_gate_next(struct rcc_gate *g, int64_t deadline_ns,
         return r;
     }
   }
+}
+
+int rcc_gate_dropped_unread(int fd) {
+  char byte;
+  ssize_t n;
+  do
+    n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }

@@ -31,6 +31,10 @@
  *     accepting for backoff_ns, and says so once (WARN); it never fails.
  *   - It never waits for one connection: every read is nonblocking and one
  *     poll() covers the listener and every held connection.
+ * A connection that has sent nothing is a stranger's as far as the listener
+ * can tell; its connector, if real, was stopped between its connect and its
+ * first message. Such a connector finds the connection closed right after
+ * that message (rcc_gate_dropped_unread) and connects again.
  */
 #ifndef RCC_GATE_H
 #define RCC_GATE_H
@@ -107,6 +111,13 @@ ringcc_result_t rcc_gate_next(struct rcc_gate *g, int64_t deadline_ns,
  * connections that are neither proven nor started (the caller needs
  * descriptors of its own for a connection that proved itself). */
 void rcc_gate_make_room(struct rcc_gate *g, int n);
+
+/* The connector's side: 1 when the listener closed fd before it could have
+ * read what this side just sent (the end of the stream is already here):
+ * its gate dropped the connection as a silent stranger while this process
+ * did not run (stopped, or not scheduled between its connect and its first
+ * message). The connector then connects again; its peer never saw it. */
+int rcc_gate_dropped_unread(int fd);
 
 /* How many connections the gate holds (not proven yet). */
 int rcc_gate_held(const struct rcc_gate *g);
