@@ -744,3 +744,9 @@ Test(gate_init, rank_stopped_before_its_socket_preamble) {
   init_among_strangers("before its first socket's preamble", 16 + 64 + 32, 0,
                        "RCNS");
 }
+
+/* Stopped after its connect to the rendezvous, before its opening ("RCCA",
+ * 24 bytes): the rendezvous sees a silent connection among the strangers. */
+Test(gate_init, rank_stopped_before_its_opening) {
+  init_among_strangers("before its opening to the rendezvous", 24, 0, "RCCA");
+}

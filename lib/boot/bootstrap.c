@@ -128,6 +128,7 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
 #define MAX_PENDING 128 /* connections held that have not proven themselves */
 #define HELLO_TIMEOUT_NS (5 * 1000000000LL)
 #define ACCEPT_BACKOFF_NS (20 * 1000000LL) /* out of descriptors */
+#define OPEN_RETRIES 3 /* a connection dropped unread is opened again */
 /* A rank waits this long for the challenge: a rendezvous answers at once, so
  * silence means something else took the connection. */
 #define CHALLENGE_TIMEOUT_NS (10 * 1000000000LL)
@@ -962,6 +963,32 @@ static ringcc_result_t hs_open(struct connector *c, int64_t deadline_ns,
   return RINGCC_SUCCESS;
 }
 
+/* hs_open, and where the listener closed the connection before it could
+ * read the opening (its gate dropped it as a silent stranger while this
+ * process did not run, stopped after its connect: gate.h), a new
+ * connection to addr and the opening again; the listener never saw it. */
+static ringcc_result_t hs_open_at(struct connector *c,
+                                  const struct sockaddr_storage *addr,
+                                  int64_t deadline_ns, char *err,
+                                  size_t errlen) {
+  for (int tries = 0;; tries++) {
+    ringcc_result_t r = hs_open(c, deadline_ns, err, errlen);
+    if (r != RINGCC_SUCCESS || tries == OPEN_RETRIES ||
+        !rcc_gate_dropped_unread(c->fd))
+      return r;
+    RCC_INFO(c->rank, "bootstrap: rank %d: %s closed the connection before "
+             "it read the opening (this process did not run for a while?): "
+             "connecting again", c->rank, c->whom);
+    char msg[RCC_ERRLEN];
+    close(c->fd);
+    c->fd = -1;
+    r = rcc_socket_connect(addr, deadline_ns, &c->fd, msg, sizeof(msg));
+    if (r != RINGCC_SUCCESS)
+      return rcc_errf(err, errlen, r, "bootstrap: rank %d: connecting again "
+                      "to %s: %s", c->rank, c->whom, msg);
+  }
+}
+
 static ringcc_result_t hs_answer(struct connector *c,
                                  const uint8_t chal[CHAL_LEN],
                                  const uint8_t secret[SECRET_LEN],
@@ -1138,7 +1165,8 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
   addr_to_wire(b->nranks > 1 ? &bound : NULL, hello + 12);
   struct connector c = {.fd = fd, .rank = b->rank,
                         .purpose = PURPOSE_RENDEZVOUS, .whom = whom};
-  r = hs_open(&c, deadline_ns, err, errlen);
+  r = hs_open_at(&c, &b->root, deadline_ns, err, errlen);
+  fd = c.fd;
   if (r == RINGCC_SUCCESS) {
     uint8_t chal[CHAL_LEN];
     int64_t chal_deadline = rcc_now_ns() + CHALLENGE_TIMEOUT_NS;
@@ -1206,7 +1234,8 @@ static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
   rcc_put_be32(hello, RING_MAGIC);
   rcc_put_be32(hello + 4, (uint32_t)b->rank);
   rcc_put_be32(hello + 8, (uint32_t)b->nranks);
-  r = hs_open(&c, deadline_ns, err, errlen);
+  r = hs_open_at(&c, &b->peers[next], deadline_ns, err, errlen);
+  b->next_fd = c.fd;
   while (r == RINGCC_SUCCESS && (!answered || b->prev_fd < 0)) {
     struct passed in;
     int short_wait = !answered && chal_deadline < deadline_ns;
