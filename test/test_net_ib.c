@@ -1036,6 +1036,57 @@ Test(ib_fake, flood_of_strangers_then_a_real_peer, .timeout = 60) {
   pair_close(&p);
 }
 
+/* Issue 32, point 4, on the verbs plugin: a real peer's offer waits in the
+ * kernel's queue among hundreds of strangers (silent, garbage, connect and
+ * close), before it and after it, while the listener does not run accept()
+ * (its rank busy elsewhere, or stopped): the listener gate reads each
+ * connection when it takes it, so the strangers after the offer cannot push
+ * it out; the connection comes up and carries a message exactly. */
+Test(ib_fake, real_offer_amid_strangers_while_the_listener_is_busy,
+     .timeout = 60) {
+  enum { BEFORE = 60, AFTER = 450 };
+  static const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+  struct rlimit rl = {.rlim_cur = 4096, .rlim_max = 4096};
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    cr_skip_test("cannot raise the open-file limit to 4096: %s",
+                 strerror(errno));
+  use_fake(NULL);
+  pair_t p;
+  char err[RCC_ERRLEN];
+  uint8_t hello[RCC_NET_HELLO_BYTES] = "the real peer amid strangers";
+  uint8_t got[RCC_NET_HELLO_BYTES];
+  int *fds = malloc((BEFORE + AFTER) * sizeof(int));
+  cr_assert_not_null(fds);
+  pair_listen(&p);
+  int64_t dl = rcc_now_ns() + (int64_t)(WAIT_S * 1e9);
+  for (int i = 0; i < BEFORE + AFTER; i++) {
+    if (i == BEFORE)
+      cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, err,
+                             sizeof err), RINGCC_SUCCESS, "connect: %s", err);
+    fds[i] = stranger_connect(&p);
+    if (i % 3 == 1)
+      (void)send(fds[i], junk, sizeof junk, MSG_NOSIGNAL);
+    if (i % 3 == 2) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  }
+  cr_assert_eq(P.accept(p.listen, got, &p.recv, dl, err, sizeof err),
+               RINGCC_SUCCESS, "accept: %s", err);
+  cr_assert_eq(memcmp(hello, got, sizeof hello), 0, "another hello came");
+  cr_assert_eq(P.ready(p.send, dl, err, sizeof err), RINGCC_SUCCESS,
+               "ready (send): %s", err);
+  cr_assert_eq(P.ready(p.recv, dl, err, sizeof err), RINGCC_SUCCESS,
+               "ready (receive): %s", err);
+  pair_fifos(&p);
+  one_message(&p, p.sfifo, 65537, p.rfifo, FIFO_BYTES, 5, 905);
+  for (int i = 0; i < BEFORE + AFTER; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  free(fds);
+  pair_close(&p);
+}
+
 /* A listener whose process has too few descriptors to hold 200 silent
  * strangers backs off, makes room, and still takes the real peer: accept()
  * fails only at its deadline, never with "Too many open files". */

@@ -135,6 +135,7 @@
 #define PENDING_MAX 128   /* side channels held whose offers are not proven */
 #define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
 #define ROOM_FDS 4 /* dropped for a new connection's own, once out of them */
+#define RECONNECTS 3 /* a side channel dropped unread is opened again */
 #define NONCE_BYTES 16    /* the listener's, in its handle */
 #define MAC_BYTES 32      /* an offer's proof of the key, at its end */
 #define MAC_AT (WIRE_BYTES - MAC_BYTES)

@@ -368,10 +368,25 @@ ringcc_result_t rcc_ib_connect(const uint8_t *key, const void *handle,
   c->hs = HS_ANSWER;
   wire_encode(offer, OFFER_MAGIC, hello, &c->local);
   offer_mac(key, nonce, offer, offer + MAC_AT);
-  if ((r = rcc_socket_connect(&addr, deadline_ns, &c->fd, err, errlen)) !=
-          RINGCC_SUCCESS ||
-      (r = rcc_socket_send_all(c->fd, offer, WIRE_BYTES, deadline_ns, err,
-                               errlen)) != RINGCC_SUCCESS) {
+  /* A side channel the listener closed before it read the offer (this
+   * process stopped after its connect: the listener's gate took it for a
+   * silent stranger) is opened again; the listener never saw it. */
+  for (int tries = 0;; tries++) {
+    if ((r = rcc_socket_connect(&addr, deadline_ns, &c->fd, err, errlen)) ==
+        RINGCC_SUCCESS)
+      r = rcc_socket_send_all(c->fd, offer, WIRE_BYTES, deadline_ns, err,
+                              errlen);
+    if (tries == RECONNECTS || c->fd < 0 ||
+        (r != RINGCC_SUCCESS && r != RINGCC_ERR_PEER_FAILED) ||
+        (r == RINGCC_SUCCESS && !rcc_gate_dropped_unread(c->fd)))
+      break;
+    RCC_INFO(-1, "NET/IB: %s closed the side channel before it read the "
+             "offer (this process did not run for a while?): connecting "
+             "again", c->peer);
+    close(c->fd);
+    c->fd = -1;
+  }
+  if (r != RINGCC_SUCCESS) {
     rcc_ib_comm_free(c);
     return r;
   }
