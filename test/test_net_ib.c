@@ -1,5 +1,5 @@
 /*
- * test_net_ib.c - the verbs network plugin (transports/net_ib.c).
+ * test_net_ib.c - the verbs network plugin (transports/net_ib/).
  *
  *   ib_unit   the pure parts: RINGCC_IB_HCA parsing and matching, the GID a
  *             RoCE port uses, the PCI distance scale of GPUDirect RDMA, the
@@ -627,7 +627,7 @@ static void t_no_cache(void) {
 }
 
 /* Registrations beyond RINGCC_IB_REG_CACHE_MB (4 here) leave once unused.
- * Each message sits at the start of a 2 MiB-aligned window (net_ib.c's
+ * Each message sits at the start of a 2 MiB-aligned window (net_ib/ib.h's
  * REG_WINDOW) that its mapping covers whole, so every registration is that
  * window, whatever addresses mmap chose (a message near a mapping's edge
  * registers less, and more of them would fit under the cap). */
@@ -824,7 +824,7 @@ static void t_unproven_offers(void) {
    * instead), then given to p twice. */
   struct sockaddr_storage a, bound;
   int cap_fd, fd = -1, copy[2];
-  uint8_t offer[256]; /* an offer, its proof at the end (net_ib.c) */
+  uint8_t offer[256]; /* an offer, its proof at the end (net_ib/listen.c) */
   void *caught, *first;
   cr_assert_eq(rcc_socket_parse_host_port(p.addr, &a, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
