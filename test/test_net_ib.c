@@ -993,15 +993,20 @@ static int stranger_connect(const pair_t *p) {
   return fd;
 }
 
+/* Raises the open-file limit to n, or skips the test. */
+static void open_files_or_skip(rlim_t n) {
+  struct rlimit rl = {.rlim_cur = n, .rlim_max = n};
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    cr_skip_test("cannot raise the open-file limit to %lu: %s",
+                 (unsigned long)n, strerror(errno));
+}
+
 /* 600 strangers connect and stay silent (more than the 128 offers the
  * listener holds), then a real peer: it gets in at once, because the
  * oldest stranger goes when the listener is full, not the newcomer. */
 Test(ib_fake, flood_of_strangers_then_a_real_peer, .timeout = 60) {
   enum { FLOOD = 600 };
-  struct rlimit rl = {.rlim_cur = 4096, .rlim_max = 4096};
-  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-    cr_skip_test("cannot raise the open-file limit to 4096: %s",
-                 strerror(errno));
+  open_files_or_skip(4096);
   use_fake(NULL);
   pair_t p;
   char err[RCC_ERRLEN];
@@ -1046,10 +1051,7 @@ Test(ib_fake, real_offer_amid_strangers_while_the_listener_is_busy,
      .timeout = 60) {
   enum { BEFORE = 60, AFTER = 450 };
   static const char junk[] = "GET / HTTP/1.0\r\n\r\n";
-  struct rlimit rl = {.rlim_cur = 4096, .rlim_max = 4096};
-  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-    cr_skip_test("cannot raise the open-file limit to 4096: %s",
-                 strerror(errno));
+  open_files_or_skip(4096);
   use_fake(NULL);
   pair_t p;
   char err[RCC_ERRLEN];

@@ -74,6 +74,17 @@ static void *state_of(struct rcc_gate *g, int i) {
   return g->states + (size_t)i * g->cfg.state_bytes;
 }
 
+/* Held connection i leaves the gate; the last one takes its place. */
+static void remove_at(struct rcc_gate *g, int i) {
+  int last = --g->nheld;
+  if (i != last) {
+    g->held[i] = g->held[last];
+    memcpy(state_of(g, i), state_of(g, last), g->cfg.state_bytes);
+    g->held[i].state = state_of(g, i);
+  }
+  memset(state_of(g, last), 0, g->cfg.state_bytes);
+}
+
 /* Closes held connection i; the last one takes its place. */
 static void drop(struct rcc_gate *g, int i, int warn, const char *why) {
   struct rcc_gate_conn *c = &g->held[i];
@@ -84,13 +95,7 @@ static void drop(struct rcc_gate *g, int i, int warn, const char *why) {
     RCC_INFO(g->cfg.log_rank, "%s dropped a connection from %s: %s",
              g->what, c->peer_str, why);
   close(c->fd);
-  int last = --g->nheld;
-  if (i != last) {
-    g->held[i] = g->held[last];
-    memcpy(state_of(g, i), state_of(g, last), g->cfg.state_bytes);
-  }
-  g->held[i].state = state_of(g, i);
-  memset(state_of(g, last), 0, g->cfg.state_bytes);
+  remove_at(g, i);
 }
 
 /* Runs the check on held connection i: 1 when it was dropped (i then holds
@@ -226,13 +231,7 @@ static void hand_out(struct rcc_gate *g, int i, struct rcc_gate_passed *out,
   snprintf(out->peer_str, sizeof(out->peer_str), "%s", c->peer_str);
   if (state_out != NULL)
     memcpy(state_out, c->state, g->cfg.state_bytes);
-  int last = --g->nheld;
-  if (i != last) {
-    g->held[i] = g->held[last];
-    memcpy(state_of(g, i), state_of(g, last), g->cfg.state_bytes);
-    g->held[i].state = state_of(g, i);
-  }
-  memset(state_of(g, last), 0, g->cfg.state_bytes);
+  remove_at(g, i);
 }
 
 /* Reads every held connection, then drops the overdue: 1 and i when one
