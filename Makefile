@@ -11,7 +11,7 @@
 #   make help            every target and variable
 #
 # Sources are found by wildcard, so a new file in a folder of lib/, in
-# transports/, tools/, examples/ or test/ needs no edit here.
+# transports/ (or a folder of it), tools/, examples/ or test/ needs no edit here.
 
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
@@ -79,9 +79,12 @@ VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 
 # ---- sources ----------------------------------------------------------------
 # The library: lib/<layer>/*.c (one folder per layer, docs/architecture.md)
-# and transports/*.c. Every folder is on the quoted-include path.
+# and transports/*.c, with transports/*/*.c (a transport in several files,
+# as transports/net_ib/, keeps them in a folder of its own). Every layer's
+# folder is on the quoted-include path; a transport's own folder is not (its
+# files include their private header by the source file's directory).
 LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
-LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c))
+LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c transports/*/*.c))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
 # Tools that are scripts (no .c, no .h: tools/ringcc-trace) are copied.
 TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
@@ -565,7 +568,7 @@ endif
 	echo "valgrind-check: $$pass passed, $$fail failed"; \
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
 
-# ---- the verbs plugin (transports/net_ib.c) ------------------------------------------
+# ---- the verbs plugin (transports/net_ib/) -------------------------------------------
 # test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
 # RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
 # make ib-check runs scripts/ib-check.sh: the plugin on real verbs, Soft-RoCE

@@ -1,6 +1,6 @@
 /*
  * net.h - the network plugin interface: TCP sockets (net_socket.c) and
- * verbs, InfiniBand and RoCE (net_ib.c).
+ * verbs, InfiniBand and RoCE (net_ib/).
  *
  * A plugin moves whole messages between two ranks on different hosts. The
  * "net" transport (transports/net.c) puts a FIFO on each side in local
@@ -132,7 +132,7 @@ struct rcc_net_plugin {
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);
 
-  /* ---- optional members, appended for the verbs plugin (net_ib.c); NULL
+  /* ---- optional members, appended for the verbs plugin (net_ib/); NULL
    * in the Socket plugin ---- */
   /* Where this process sits, called before init(): a plugin with several
    * NICs picks the one nearest the rank's GPU, else spreads a host's
