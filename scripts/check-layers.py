@@ -9,7 +9,8 @@ that B defines, and checks two things:
   - no circle of files (files that call each other, directly or not);
   - no file calls a file of a higher layer. The layers, bottom first, are the
     folders of docs/architecture.md:
-      util -> boot -> topo -> algo -> transports -> exec -> tune, coll -> comm
+      util -> boot -> topo -> fifo -> algo -> transports
+        -> mem, observe, board -> exec -> cuda -> tune, coll -> comm
 Prints each file's layer and every edge that breaks a rule; exit status 1 if
 one does. make test runs it.
 """
@@ -18,8 +19,9 @@ import os
 import subprocess
 import sys
 
-LAYERS = {"util": 0, "boot": 1, "topo": 2, "algo": 3, "transports": 4,
-          "exec": 5, "tune": 6, "coll": 6, "comm": 7}
+LAYERS = {"util": 0, "boot": 1, "topo": 2, "fifo": 3, "algo": 4,
+          "transports": 5, "mem": 6, "observe": 6, "board": 6, "exec": 7,
+          "cuda": 8, "tune": 9, "coll": 9, "comm": 10}
 
 
 def symbols(obj):
