@@ -452,7 +452,7 @@ $(FLAGS_STAMP):
 # test/fuzz/fuzz_NAME.c -> $(BUILD)/fuzz/fuzz_NAME, linked with the library's
 # objects rebuilt under $(BUILD)/fuzz/obj by clang with coverage for libFuzzer
 # and ASan+UBSan (any UBSan report is a crash). Each target feeds one parser
-# of lib/wire.h; its seeds are test/fuzz/corpus/NAME (test/fuzz/make_corpus.py).
+# of lib/util/wire.h; its seeds are test/fuzz/corpus/NAME (test/fuzz/make_corpus.py).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS    ?= 1
@@ -699,8 +699,9 @@ help:
 	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME; scripts (tools/ringcc-trace) copied there'
 	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
 	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
-	@echo '  test           deps, build, scripts/check-layers.py (no file calls up a layer,'
-	@echo '                 no circle), then every test binary in turn, and a summary'
+	@echo '  test           deps, build, scripts/check-layers.py (no file calls or includes'
+	@echo '                 up a layer, no circle of files or folders), then every test'
+	@echo '                 binary in turn, and a summary'
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'

@@ -58,6 +58,9 @@ struct rcc_net_locality;
 struct rcc_net_plugin {
   const char *name; /* "Socket", "IB"; RINGCC_NET=name forces it */
   int link;         /* the cost model's link kind of its edges (link.h) */
+  /* Optional: a variable that leaves the plugin out where it is set and not
+   * "0" ("RINGCC_IB_DISABLE"; net.c reads it). */
+  const char *disable_env;
   /* Once per process (a second call returns the first's result). spec:
    * the interface choice (RINGCC_SOCKET_IFNAME syntax, NULL for the
    * default). A failure says why the plugin cannot run here; the next

@@ -747,6 +747,7 @@ const struct rcc_net_plugin rcc_net_ib = {
     /* Priced as the network link the model knows (link.h) until it has
      * values of its own for verbs: a step's cost is the proxy's. */
     .link = RCC_LINK_TCP,
+    .disable_env = "RINGCC_IB_DISABLE",
     .init = rcc_ib_init,
     .device = rcc_ib_device,
     .listen = rcc_ib_listen,
