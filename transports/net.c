@@ -115,17 +115,40 @@ static void locality(const struct ringcc_comm *comm,
              (unsigned)(b >> 8) & 0xff, (unsigned)b & 0xff);
 }
 
+/* RINGCC_IB_DISABLE: 0 or 1 (read here only); -1 with the error recorded. */
+static int ib_disabled(struct ringcc_comm *comm) {
+  const char *off = rcc_getenv("RINGCC_IB_DISABLE");
+  int64_t v = 0;
+  if (off != NULL && (rcc_parse_decimal(off, &v) != 0 || v < 0 || v > 1)) {
+    rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                   "net on rank %d: RINGCC_IB_DISABLE=\"%s\" is neither 0 "
+                   "nor 1", comm->rank, off);
+    return -1;
+  }
+  return (int)v;
+}
+
+/* A plugin's init failed: a setting of the user's that is wrong (the plugin
+ * says RINGCC_ERR_INVALID_ARGUMENT and names the variable) fails init on
+ * this rank, as every other bad RINGCC_* variable does; anything else only
+ * means the plugin cannot run here (INFO says why, in why[]). */
+static int bad_setting(ringcc_result_t r, const char *err) {
+  return r == RINGCC_ERR_INVALID_ARGUMENT && strstr(err, "RINGCC_") != NULL;
+}
+
 /* The plugins this rank can use (bit p: plugins[p]), trying each in order:
  * only the one RINGCC_NET names, when it is set; not IB where
  * RINGCC_IB_DISABLE=1 (both variables are read here only). INFO says why
- * one is not used. A rank without network edges can use any. */
+ * one is not used; where none can, the error gives each one's reason. A
+ * rank without network edges can use any. */
 static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
                                       uint32_t *mask) {
   const char *forced = rcc_getenv("RINGCC_NET");
-  const char *off = rcc_getenv("RINGCC_IB_DISABLE");
-  int ib_off = off != NULL && strcmp(off, "0") != 0;
-  char err[RCC_ERRLEN], names[128];
-  int found = forced == NULL, len = 0;
+  int ib_off = ib_disabled(comm);
+  char err[RCC_ERRLEN], names[128], why[RCC_ERRLEN] = "";
+  int found = forced == NULL, len = 0, wlen = 0;
+  if (ib_off < 0)
+    return RINGCC_ERR_INVALID_ARGUMENT;
   for (int p = 0; p < NUM_PLUGINS; p++) {
     len += snprintf(names + len, sizeof(names) - (size_t)len, "%s%s",
                     p == 0 ? "" : p == NUM_PLUGINS - 1 ? " or " : ", ",
@@ -139,7 +162,7 @@ static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
   if (forced != NULL && ib_off && strcasecmp(forced, rcc_net_ib.name) == 0)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "net on rank %d: RINGCC_NET=%s but "
-                          "RINGCC_IB_DISABLE=%s", comm->rank, forced, off);
+                          "RINGCC_IB_DISABLE=1", comm->rank, forced);
   struct rcc_net_locality where;
   locality(comm, &where);
   *mask = 0;
@@ -152,7 +175,7 @@ static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
       continue;
     }
     if (pl == &rcc_net_ib && ib_off) {
-      RCC_INFO(comm->rank, "net: NET/IB left out (RINGCC_IB_DISABLE=%s)", off);
+      RCC_INFO(comm->rank, "net: NET/IB left out (RINGCC_IB_DISABLE=1)");
       continue;
     }
     if (pl->locate)
@@ -163,9 +186,19 @@ static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
     else if (forced != NULL)
       return rcc_comm_error(comm, r, "net on rank %d: RINGCC_NET=%s, but: %s",
                             comm->rank, forced, err);
-    else
+    else if (bad_setting(r, err))
+      return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
+    else {
       RCC_INFO(comm->rank, "net: NET/%s is not used: %s", pl->name, err);
+      if (wlen < (int)sizeof(why))
+        wlen += snprintf(why + wlen, sizeof(why) - (size_t)wlen, "%s%s",
+                         wlen ? "; " : "", err);
+    }
   }
+  if (*mask == 0 && npeers > 0)
+    return rcc_comm_error(comm, RINGCC_ERR_NETWORK,
+                          "net on rank %d: no network plugin can run here: %s",
+                          comm->rank, why);
   return RINGCC_SUCCESS;
 }
 

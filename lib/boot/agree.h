@@ -20,7 +20,9 @@ ringcc_result_t rcc_all_agree(struct ringcc_comm *comm, int ok, int *all_ok,
  * int32_t status: this rank's status becomes mine, the records are
  * all-gathered (the rest of each record travels with it), and the result is
  * mine if it failed (its message is already recorded), else the first
- * failed rank's code, named ("rank 3 failed during SHM (...)"). */
+ * failed rank's code, named with its own sentence ("rank 3 failed during
+ * SHM: shm on rank 3: cannot reserve ..."): after a failure the ranks
+ * all-gather the failed ranks' messages too. */
 ringcc_result_t rcc_agree_records(struct ringcc_comm *comm,
                                   ringcc_result_t mine, void *records,
                                   size_t bytes, const char *phase,

@@ -193,7 +193,9 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
   SETTING(-1, "RINGCC_SPIN", -1, -1, 1 << 24, s->spin);
   SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
   SETTING(-1, "RINGCC_NET_ZEROCOPY", 1, 0, 1, s->net_zerocopy);
-  SETTING(-1, "RINGCC_NCHANNELS", -1, -1, RCC_MAX_CHANNELS, s->nchannels);
+  s->nchannels = -1; /* unset: by collective and link (kind_channels) */
+  if (rcc_getenv("RINGCC_NCHANNELS") != NULL) /* set: 1..32, as documented */
+    SETTING(-1, "RINGCC_NCHANNELS", 1, 1, RCC_MAX_CHANNELS, s->nchannels);
   SETTING(-1, "RINGCC_DEVICE_CHUNK_BYTES", -1, -1, 64 << 20,
           s->device_chunk_bytes);
 #undef SETTING
