@@ -112,6 +112,7 @@
 #define MAX_TAKEN 4096   /* connection ids remembered against replays */
 #define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
 #define ACCEPT_POLL_MAX_MS 200 /* so that timeouts are noticed */
+#define CLOSE_WAIT_MS 200 /* for the peer's FIN at close (conn_free) */
 
 _Static_assert(HANDLE_BYTES <= RCC_NET_HANDLE_BYTES, "handle size");
 _Static_assert(PREAMBLE_BYTES == RCC_NET_SOCKET_PREAMBLE_BYTES &&
@@ -379,6 +380,7 @@ struct net_conn {
   char message[RCC_ERRLEN];
   char peer[80]; /* "1.2.3.4:5": the remote end, for messages */
   struct net_conn *twin; /* the other way over the same sockets, or NULL */
+  int connected;         /* this end connected (it closes first: conn_free) */
   int hinted;            /* the caller reports poll()'s readiness (readable) */
   int nfree;
   struct net_request *free_list[RCC_NET_MAX_REQUESTS];
@@ -414,11 +416,17 @@ static void conn_free(struct net_conn *c) {
   if (c == NULL)
     return;
   int forked = c->pid != (int)getpid();
+  /* The end that connected closes first, the end that accepted waits for
+   * its FIN and resets (socket.h: neither keeps a TIME_WAIT, which held a
+   * minute's ports per communicator). The goodbye (net_proxy.c) already
+   * told both ends that nothing more comes. */
   for (int i = 0; i < c->nsocks; i++) {
     int fd = c->socks[i].fd;
-    if (fd >= 0 && c->twin == NULL)
+    if (fd >= 0 && c->twin == NULL && !c->connected && !forked)
+      rcc_socket_close_second(fd, CLOSE_WAIT_MS);
+    else if (fd >= 0 && c->twin == NULL)
       close(fd);
-    else if (fd >= 0 && c->kind == COMM_SEND && !forked)
+    else if (fd >= 0 && c->kind == COMM_SEND && c->connected && !forked)
       shutdown(fd, SHUT_WR); /* the twin still reads from it */
     free(c->socks[i].rbuf);
   }
@@ -818,6 +826,7 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "NET/Socket: out of memory for a connection");
   rcc_socket_addr_str(&addr, c->peer, sizeof(c->peer));
+  c->connected = 1;
   uint64_t id = random_id();
   for (int i = 0; i < nsocks; i++) {
     uint8_t pre[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES + MAC_BYTES];
@@ -872,6 +881,7 @@ static ringcc_result_t socket_reverse(void *comm, void **other, char *err,
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "NET/Socket: out of memory for a connection");
   memcpy(o->peer, c->peer, sizeof(o->peer));
+  o->connected = c->connected;
   for (int i = 0; i < c->nsocks; i++)
     o->socks[i].fd = c->socks[i].fd;
   c->twin = o;

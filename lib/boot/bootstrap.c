@@ -130,6 +130,9 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
 #define CHALLENGE_TIMEOUT_NS (10 * 1000000000LL)
 #define TABLE_SEND_TIMEOUT_NS (30 * 1000000000LL)
 #define DEFAULT_SERVER_TIMEOUT_MS 600000
+/* How long the second closer of a connection waits for the first's FIN
+ * (rcc_socket_close_second): ranks leave together, within milliseconds. */
+#define RING_CLOSE_WAIT_MS 200
 
 /* Reply status from the rendezvous. */
 enum {
@@ -143,6 +146,7 @@ enum {
 
 struct rcc_bootstrap {
   int rank, nranks;
+  int pid;              /* the process that connected the ring */
   int next_fd, prev_fd; /* -1 when nranks == 1 */
   uint32_t calls;       /* allgather/barrier calls so far: checked per step */
   struct sockaddr_storage root;
@@ -1234,7 +1238,11 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
   memcpy(nonces + NONCE_LEN, c.nonce_a, NONCE_LEN);
   if (r == RINGCC_SUCCESS)
     r = recv_table(b, fd, secret, nonces, start, deadline_ns, err, errlen);
-  close(fd);
+  /* The rendezvous closes first, once every rank has its table. */
+  if (r == RINGCC_SUCCESS)
+    rcc_socket_close_second(fd, RING_CLOSE_WAIT_MS);
+  else
+    close(fd);
   return r;
 }
 
@@ -1360,6 +1368,7 @@ ringcc_result_t rcc_bootstrap_init(struct rcc_bootstrap **out,
                     "bootstrap: rank %d: out of memory", rank);
   b->rank = rank;
   b->nranks = nranks;
+  b->pid = (int)getpid();
   b->next_fd = b->prev_fd = -1;
   r = id_decode(id, &b->root, secret, err, errlen);
   if (r == RINGCC_SUCCESS)
@@ -1491,9 +1500,13 @@ void rcc_bootstrap_close(struct rcc_bootstrap *b) {
   if (b == NULL)
     return;
   memset(b->key, 0, sizeof(b->key));
+  /* Each ring connection's connecting end (to next) closes first, its
+   * accepting end second (socket.h: neither keeps a TIME_WAIT). */
   if (b->next_fd >= 0)
     close(b->next_fd);
-  if (b->prev_fd >= 0)
+  if (b->prev_fd >= 0 && b->pid == (int)getpid())
+    rcc_socket_close_second(b->prev_fd, RING_CLOSE_WAIT_MS);
+  else if (b->prev_fd >= 0)
     close(b->prev_fd);
   free(b->peers);
   free(b);

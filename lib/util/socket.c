@@ -593,6 +593,24 @@ int rcc_socket_poll_ms(int64_t deadline_ns) {
   return ms > 60000 ? 60000 : (int)ms;
 }
 
+void rcc_socket_close_second(int fd, int wait_ms) {
+  static __thread int64_t impatient_until; /* a peer did not close lately */
+  if (fd < 0)
+    return;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  int ms = rcc_now_ns() < impatient_until ? 0 : wait_ms, n;
+  do
+    n = poll(&p, 1, ms);
+  while (n < 0 && errno == EINTR);
+  if (n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    struct linger reset = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  } else if (n == 0 && ms > 0) {
+    impatient_until = rcc_now_ns() + 1000000000LL;
+  }
+  close(fd);
+}
+
 static int connect_retryable(int e) {
   return e == ECONNREFUSED || e == ETIMEDOUT || e == ENETUNREACH ||
          e == EHOSTUNREACH || e == ECONNRESET || e == ECONNABORTED;
