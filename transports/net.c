@@ -33,6 +33,7 @@
 #include "clock.h"
 #include "agree.h"
 #include "comm.h"
+#include "crc32c.h"
 #include "env.h"
 #include "error.h"
 #include "transport.h"
@@ -497,6 +498,23 @@ static ringcc_result_t ready_all(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
+/* RINGCC_CHECKSUM: every connection sums its payloads where the plugin can
+ * (the Socket plugin: a CRC-32C in each message's header); verbs rely on
+ * the link's own CRC, which covers every packet end to end. */
+static void checksums(struct ringcc_comm *comm, struct net_state *st) {
+  if (!comm->set.checksum)
+    return;
+  if (st->plugin->checksum == NULL) {
+    RCC_INFO(comm->rank, "net: RINGCC_CHECKSUM: NET/%s sums nothing itself; "
+             "its link's CRC covers every packet", st->plugin->name);
+    return;
+  }
+  for (int i = 0; i < st->nconns; i++)
+    st->plugin->checksum(st->conns[i].net_comm, 1);
+  RCC_INFO(comm->rank, "net: RINGCC_CHECKSUM: a CRC-32C (%s) of every "
+           "message, checked on receive", rcc_crc32c_impl());
+}
+
 static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                                    const int *peers, int npeers,
                                    const char *all_blobs) {
@@ -531,6 +549,7 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   /* Every peer is connected: nobody may connect any more. */
   st->plugin->close_listen(st->listen_comm);
   st->listen_comm = NULL;
+  checksums(comm, st);
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     r = st->plugin->reg_mr(c->net_comm, c->data,

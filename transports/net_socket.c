@@ -72,6 +72,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "crc32c.h"
 #include "env.h"
 #include "error.h"
 #include "log.h"
@@ -97,7 +98,8 @@
  * put every payload from an aligned buffer exactly there
  * (docs/performance.md). Whole multiples of 64 keep a payload at the
  * alignment of the thread's page offset, the same for every message. */
-#define MSG_HEADER_BYTES 64 /* payload bytes, imm, zeros */
+#define MSG_HEADER_BYTES 64 /* payload bytes, imm, CRC-32C, flags, zeros */
+#define HDR_FLAG_CRC 1u     /* flags: the CRC-32C of the payload is there */
 #define MSG_ALIGN 64
 /* A receive reads a header, or what is left of a payload when it is shorter
  * than this, through a buffer of this size: one recv() then takes a small
@@ -381,6 +383,8 @@ struct net_conn {
   char peer[80]; /* "1.2.3.4:5": the remote end, for messages */
   struct net_conn *twin; /* the other way over the same sockets, or NULL */
   int connected;         /* this end connected (it closes first: conn_free) */
+  int checksum;          /* RINGCC_CHECKSUM: send a CRC-32C / require one */
+  int corrupt;           /* failed on bytes that break the protocol */
   int hinted;            /* the caller reports poll()'s readiness (readable) */
   int nfree;
   struct net_request *free_list[RCC_NET_MAX_REQUESTS];
@@ -476,16 +480,29 @@ static const char *unreachable_why(int e) {
   return "";
 }
 
-/* A failed send/recv: a peer that went away is PEER_FAILED. */
+/* An errno of this rank's own making (its descriptors, its memory), not
+ * the network's or the peer's. */
+static int local_errno(int e) {
+  return e == EBADF || e == ENOTSOCK || e == EFAULT || e == EINVAL ||
+         e == ENOMEM || e == ENOBUFS || e == EMFILE || e == ENFILE;
+}
+
+/* A failed send/recv: a peer that went away is PEER_FAILED; a local errno
+ * is SYSTEM, this rank's failure (the peer is not reported lost). */
 static void conn_fail_io(struct net_conn *c, int sock, int e,
                          const struct net_request *r) {
   char where[96];
-  int gone = e == ECONNRESET || e == EPIPE;
-  conn_fail(c, gone ? RINGCC_ERR_PEER_FAILED : RINGCC_ERR_NETWORK,
-            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s%s",
+  int gone = e == ECONNRESET || e == EPIPE, local = local_errno(e);
+  conn_fail(c, gone    ? RINGCC_ERR_PEER_FAILED
+               : local ? RINGCC_ERR_SYSTEM
+                       : RINGCC_ERR_NETWORK,
+            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s%s%s",
             c->kind == COMM_SEND ? "send to" : "receive from", c->peer, sock,
             c->nsocks, request_where(c, r, where, sizeof(where)), strerror(e),
             gone ? " (the peer closed the connection or died)" : "",
+            local ? " (a failure of this rank's own, not of the peer or the "
+                    "network)"
+                  : "",
             unreachable_why(e));
 }
 
@@ -556,14 +573,56 @@ static int header_arrived(struct net_conn *c, int sock,
   }
   r->home = NULL;
   if (bad) {
+    c->corrupt = 1;
     conn_fail(c, RINGCC_ERR_NETWORK,
-              "NET/Socket: peer sent %u bytes, more than the %zu-byte slot "
-              "(connection from %s, message %llu, socket %d of %d)",
-              (unsigned)bytes, r->bytes, c->peer, (unsigned long long)r->seq,
-              sock, c->nsocks);
+              "NET/Socket: protocol violation: the header of message %llu "
+              "from %s (socket %d of %d) claims %u bytes for a %zu-byte slot "
+              "(header bytes 0-7: %02x%02x%02x%02x %02x%02x%02x%02x); the "
+              "stream is corrupt or out of step",
+              (unsigned long long)r->seq, c->peer, sock, c->nsocks,
+              (unsigned)bytes, r->bytes, r->header[0], r->header[1],
+              r->header[2], r->header[3], r->header[4], r->header[5],
+              r->header[6], r->header[7]);
     return -1;
   }
   r->bytes = bytes;
+  return 0;
+}
+
+/* The CRC-32C a message carries: of its size and immediate (the header's
+ * first 8 bytes: a flipped bit there would change what the payload means)
+ * and of its payload. */
+static uint32_t message_crc(const uint8_t *header, const void *data,
+                            size_t bytes) {
+  return rcc_crc32c(rcc_crc32c(0, header, 8), data, bytes);
+}
+
+/* A whole message is in: where the connection sums payloads
+ * (RINGCC_CHECKSUM), its CRC-32C must be the one its header carries, else
+ * the connection fails: corrupted bytes never reach the FIFO. */
+static int checksum_ok(struct net_conn *c, int sock,
+                       const struct net_request *r) {
+  if (!c->checksum)
+    return 1;
+  uint32_t sent = rcc_get_be32(r->header + 8);
+  c->corrupt = 1; /* unless it matches, below */
+  if ((rcc_get_be32(r->header + 12) & HDR_FLAG_CRC) == 0) {
+    conn_fail(c, RINGCC_ERR_NETWORK,
+              "NET/Socket: message %llu from %s (%zu bytes, socket %d of %d) "
+              "carries no checksum, though RINGCC_CHECKSUM=1 here: a protocol "
+              "violation", (unsigned long long)r->seq, c->peer, r->bytes, sock,
+              c->nsocks);
+    return 0;
+  }
+  uint32_t got = message_crc(r->header, r->data, r->bytes);
+  if (got == sent)
+    return c->corrupt = 0, 1;
+  conn_fail(c, RINGCC_ERR_NETWORK,
+            "NET/Socket: checksum mismatch: message %llu from %s, %zu bytes "
+            "(socket %d of %d), CRC-32C 0x%08x here but 0x%08x sent: the "
+            "bytes were corrupted on the way (RINGCC_CHECKSUM=1 kept them "
+            "out of the result)", (unsigned long long)r->seq, c->peer,
+            r->bytes, sock, c->nsocks, (unsigned)got, (unsigned)sent);
   return 0;
 }
 
@@ -645,7 +704,8 @@ static void progress_recv(struct net_conn *c, int sock) {
     if (in_header && r->moved == MSG_HEADER_BYTES &&
         header_arrived(c, sock, r) != 0)
       return;
-    if (r->moved == wire_bytes(r->bytes)) /* false inside the header */
+    if (r->moved == wire_bytes(r->bytes) && /* false inside the header */
+        checksum_ok(c, sock, r))
       request_finish(s, r);
   }
 }
@@ -706,6 +766,10 @@ static ringcc_result_t socket_isend(void *send_comm, const void *data,
     memset(r->header, 0, sizeof(r->header));
     rcc_put_be32(r->header, (uint32_t)bytes);
     rcc_put_be32(r->header + 4, imm);
+    if (c->checksum) { /* the bytes are final: the executor published them */
+      rcc_put_be32(r->header + 8, message_crc(r->header, data, bytes));
+      rcc_put_be32(r->header + 12, HDR_FLAG_CRC);
+    }
   }
   *request = r;
   return RINGCC_SUCCESS;
@@ -1371,6 +1435,14 @@ static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
 
 static void socket_close_conn(void *comm) { conn_free(comm); }
 
+static void socket_checksum(void *comm, int on) {
+  ((struct net_conn *)comm)->checksum = on;
+}
+
+static int socket_corrupt(void *comm) {
+  return ((struct net_conn *)comm)->corrupt;
+}
+
 static void socket_close_listen(void *listen_comm) {
   struct net_listen *l = listen_comm;
   if (l == NULL)
@@ -1411,4 +1483,6 @@ const struct rcc_net_plugin rcc_net_socket = {
     .close_send = socket_close_conn,
     .close_recv = socket_close_conn,
     .close_listen = socket_close_listen,
+    .checksum = socket_checksum,
+    .corrupt = socket_corrupt,
 };

@@ -38,6 +38,7 @@ struct rcc_peer_info {
   int32_t nslots;      /* must agree across ranks */
   int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
   int32_t shm_disable;
+  int32_t checksum;    /* RINGCC_CHECKSUM: must agree across ranks */
   uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
   uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
@@ -64,6 +65,7 @@ struct rcc_settings {
   int yields; /* sched_yield()s before sleeping (RINGCC_YIELDS); -1 */
   int net_zerocopy; /* network sends from the user's buffers
                        (RINGCC_NET_ZEROCOPY) */
+  int checksum;     /* CRC-32C of network payloads (RINGCC_CHECKSUM) */
 };
 
 /* Where a communicator stands, kept up to date by the executor for error
