@@ -353,6 +353,8 @@ struct net_request {
   size_t moved; /* bytes moved so far, header included */
   uint64_t seq; /* message number on the connection: socket seq % nsocks */
   uint32_t imm;
+  uint32_t sum, flags; /* a receive's header's CRC-32C and flags (the
+                          header's bytes take the padding after it) */
   int state;
   uint8_t header[MSG_HEADER_BYTES];
   void *home; /* a redirected receive: where it was posted, and its size */
@@ -572,6 +574,8 @@ static int header_arrived(struct net_conn *c, int sock,
                                       &bytes, &r->imm) != 0;
   }
   r->home = NULL;
+  r->sum = rcc_get_be32(r->header + 8);
+  r->flags = rcc_get_be32(r->header + 12);
   if (bad) {
     c->corrupt = 1;
     conn_fail(c, RINGCC_ERR_NETWORK,
@@ -592,9 +596,11 @@ static int header_arrived(struct net_conn *c, int sock,
 /* The CRC-32C a message carries: of its size and immediate (the header's
  * first 8 bytes: a flipped bit there would change what the payload means)
  * and of its payload. */
-static uint32_t message_crc(const uint8_t *header, const void *data,
-                            size_t bytes) {
-  return rcc_crc32c(rcc_crc32c(0, header, 8), data, bytes);
+static uint32_t message_crc(uint32_t imm, const void *data, size_t bytes) {
+  uint8_t head[8];
+  rcc_put_be32(head, (uint32_t)bytes);
+  rcc_put_be32(head + 4, imm);
+  return rcc_crc32c(rcc_crc32c(0, head, sizeof(head)), data, bytes);
 }
 
 /* A whole message is in: where the connection sums payloads
@@ -604,9 +610,9 @@ static int checksum_ok(struct net_conn *c, int sock,
                        const struct net_request *r) {
   if (!c->checksum)
     return 1;
-  uint32_t sent = rcc_get_be32(r->header + 8);
+  uint32_t sent = r->sum;
   c->corrupt = 1; /* unless it matches, below */
-  if ((rcc_get_be32(r->header + 12) & HDR_FLAG_CRC) == 0) {
+  if ((r->flags & HDR_FLAG_CRC) == 0) {
     conn_fail(c, RINGCC_ERR_NETWORK,
               "NET/Socket: message %llu from %s (%zu bytes, socket %d of %d) "
               "carries no checksum, though RINGCC_CHECKSUM=1 here: a protocol "
@@ -614,7 +620,7 @@ static int checksum_ok(struct net_conn *c, int sock,
               c->nsocks);
     return 0;
   }
-  uint32_t got = message_crc(r->header, r->data, r->bytes);
+  uint32_t got = message_crc(r->imm, r->data, r->bytes);
   if (got == sent)
     return c->corrupt = 0, 1;
   conn_fail(c, RINGCC_ERR_NETWORK,
@@ -767,7 +773,7 @@ static ringcc_result_t socket_isend(void *send_comm, const void *data,
     rcc_put_be32(r->header, (uint32_t)bytes);
     rcc_put_be32(r->header + 4, imm);
     if (c->checksum) { /* the bytes are final: the executor published them */
-      rcc_put_be32(r->header + 8, message_crc(r->header, data, bytes));
+      rcc_put_be32(r->header + 8, message_crc(imm, data, bytes));
       rcc_put_be32(r->header + 12, HDR_FLAG_CRC);
     }
   }
