@@ -269,3 +269,38 @@ Test(checksum, corrupted_tcp_is_an_error_never_a_wrong_result, .timeout = 300) {
   h_shared_free(on, sizeof *on);
   h_shared_free(off, sizeof *off);
 }
+
+/* With RINGCC_CHECKSUM=1 on a clean network every result is exact, at every
+ * size: a short payload's padding, a payload of whole slots, one of
+ * several, odd element counts. */
+static int body_sizes(h_ctx_t *h) {
+  static const size_t counts[] = {1, 2, 3, 15, 16, 17, 1000, 65536, 65537,
+                                  300001};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    size_t n = counts[i];
+    int32_t *in = h_xmalloc(n * 4), *out = h_xmalloc(n * 4),
+            *want = h_xmalloc(n * 4);
+    h_fill_input(RINGCC_INT32, RINGCC_SUM, h->rank, 0, i, in, n);
+    h_fill_expected(RINGCC_INT32, RINGCC_SUM, h->nranks, 0, i, want, n);
+    bool ok = h_ok(h, ringcc_allreduce(in, out, n, RINGCC_INT32, RINGCC_SUM,
+                                       h->comm, NULL), "allreduce") &&
+              h_check_elems(h, "allreduce with checksums", RINGCC_INT32, out,
+                            want, n);
+    free(in), free(out), free(want);
+    if (!ok)
+      return 1;
+  }
+  return 0;
+}
+
+Test(checksum, every_size_exact_on_a_clean_network, .timeout = 120) {
+  setenv("RINGCC_CHECKSUM", "1", 1);
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = 1;
+  h_run_opts_t o = {.nranks = 3, .body = body_sizes, .config = &cfg,
+                    .timeout_s = 90, .name = "RINGCC_CHECKSUM=1 over TCP"};
+  cr_assert(h_run(&o), "see the lines above");
+  cfg.checksum = 1; /* the config field, without the variable */
+  unsetenv("RINGCC_CHECKSUM");
+  cr_assert(h_run(&o), "config.checksum = 1: see the lines above");
+}

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/time.h>
@@ -611,6 +613,25 @@ void rcc_socket_close_second(int fd, int wait_ms) {
   close(fd);
 }
 
+/* "the open-file limit (RLIMIT_NOFILE) is 64, 64 descriptors are open" */
+static const char *fd_limit_str(void) {
+  static __thread char buf[128];
+  struct rlimit rl;
+  int open_fds = 0;
+  DIR *d = opendir("/proc/self/fd");
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+    open_fds += e->d_name[0] != '.';
+  if (d != NULL)
+    closedir(d), open_fds--; /* the directory's own */
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    snprintf(buf, sizeof(buf), "%d descriptors are open", open_fds);
+  else
+    snprintf(buf, sizeof(buf), "the open-file limit (RLIMIT_NOFILE) is %llu, "
+             "%d descriptors are open", (unsigned long long)rl.rlim_cur,
+             open_fds);
+  return buf;
+}
+
 static int connect_retryable(int e) {
   return e == ECONNREFUSED || e == ETIMEDOUT || e == ENETUNREACH ||
          e == EHOSTUNREACH || e == ECONNRESET || e == ECONNABORTED;
@@ -681,6 +702,16 @@ ringcc_result_t rcc_socket_connect(const struct sockaddr_storage *addr,
       (void)setsockopt(*fd_out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       return RINGCC_SUCCESS;
     }
+    if (e == EMFILE || e == ENFILE)
+      return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                      "this process cannot open a socket to connect to %s: "
+                      "%s (a failure of this rank's own: %s; raise the limit, "
+                      "ulimit -n, or use fewer sockets: RINGCC_NSOCKS_PERPEER)",
+                      a, strerror(e), fd_limit_str());
+    if (e == ENOMEM || e == ENOBUFS)
+      return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                      "this process cannot make a socket to connect to %s: %s "
+                      "(a failure of this rank's own)", a, strerror(e));
     if (!connect_retryable(e))
       return rcc_errf(err, errlen, RINGCC_ERR_NETWORK,
                       "connection to %s failed: %s", a, strerror(e));
