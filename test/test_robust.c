@@ -5,9 +5,13 @@
  * variable named in the error that a bad value gives, on every rank;
  * RINGCC_NCHANNELS=0 refused as the docs say; with RINGCC_CHECKSUM=1, TCP
  * streams corrupted by a relay between two network namespaces give errors,
- * never wrong results.
+ * never wrong results; a rank that fails or dies while the network transport
+ * connects (ulimit -n 64 on one of 16 TCP ranks, SIGKILL, no memory for its
+ * FIFOs) makes every rank fail within seconds, naming it.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -303,4 +308,143 @@ Test(checksum, every_size_exact_on_a_clean_network, .timeout = 120) {
   cfg.checksum = 1; /* the config field, without the variable */
   unsetenv("RINGCC_CHECKSUM");
   cr_assert(h_run(&o), "config.checksum = 1: see the lines above");
+}
+
+/* ---- init fails together, within seconds -------------------------------- */
+
+typedef struct {
+  int victim;            /* the rank that fails or dies */
+  enum { VICTIM_FD_LIMIT, VICTIM_KILLED, VICTIM_NO_MEMORY } how;
+  double seconds[NS_MAX_RANKS];
+  int code[NS_MAX_RANKS];
+  char msg[NS_MAX_RANKS][400];
+} together_t;
+
+/* Sockets this process has open. */
+static int sockets_open(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+    char path[300], to[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(path, to, sizeof to - 1);
+    n += len > 7 && strncmp(to, "socket:", 7) == 0;
+  }
+  if (d != NULL)
+    closedir(d);
+  return n;
+}
+
+/* SIGKILLs this process once the network transport is connecting (more
+ * sockets than the rendezvous and the bootstrap ring take): a rank that
+ * dies in init after the rendezvous, with no hook in the library. */
+static void *kill_when_connecting(void *arg) {
+  int base = *(int *)arg;
+  for (;;) {
+    if (sockets_open() >= base + 8)
+      kill(getpid(), SIGKILL);
+    usleep(200);
+  }
+  return NULL;
+}
+
+static int body_together(h_ctx_t *h) {
+  together_t *t = h->arg;
+  static int base;
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = 1;
+  cfg.timeout_ms = 60000;
+  if (h->rank == t->victim && t->how == VICTIM_FD_LIMIT) {
+    struct rlimit rl = {64, 64}; /* ulimit -n 64 */
+    setrlimit(RLIMIT_NOFILE, &rl);
+  } else if (h->rank == t->victim && t->how == VICTIM_KILLED) {
+    pthread_t tid;
+    base = sockets_open();
+    pthread_create(&tid, NULL, kill_when_connecting, &base);
+  } else if (h->rank == t->victim && t->how == VICTIM_NO_MEMORY) {
+    struct rlimit rl;
+    long pages = 0, rss;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL && fscanf(f, "%ld %ld", &pages, &rss) != 2)
+      pages = 0;
+    if (f != NULL)
+      fclose(f);
+    /* what it has now and 256 MiB: 64 MiB slots do not fit */
+    rl.rlim_cur = rl.rlim_max = (rlim_t)pages * 4096 + (256u << 20);
+    setrlimit(RLIMIT_AS, &rl);
+  }
+  if (t->how == VICTIM_NO_MEMORY)
+    cfg.net_chunk_bytes = 64 << 20;
+  ringcc_comm_t comm = NULL;
+  double t0 = h_now_s();
+  ringcc_result_t r = ringcc_comm_init(&comm, h->nranks, h->id, h->rank, &cfg);
+  t->seconds[h->rank] = h_now_s() - t0;
+  t->code[h->rank] = (int)r;
+  snprintf(t->msg[h->rank], sizeof t->msg[0], "%s",
+           ringcc_comm_last_error(NULL));
+  if (comm != NULL)
+    ringcc_comm_destroy(comm);
+  return 0;
+}
+
+/* Runs nranks with one victim; every other rank must fail within 15 s (the
+ * deadline is 60 s) with want, its message holding each of words. */
+static void together(int nranks, together_t *t, ringcc_result_t want,
+                     const char *const *words, const char *name) {
+  for (int r = 0; r < nranks; r++)
+    t->code[r] = -1;
+  h_run_opts_t o = {.nranks = nranks, .body = body_together, .arg = t,
+                    .skip_init = true, .timeout_s = 90, .name = name};
+  h_run(&o); /* the victim may be killed: the codes say the rest */
+  double worst = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (r == t->victim && t->how == VICTIM_KILLED)
+      continue;
+    worst = t->seconds[r] > worst ? t->seconds[r] : worst;
+    cr_expect_eq(t->code[r], (int)want, "%s: rank %d got %s after %.1f s, "
+                 "expected %s: %s", name, r,
+                 t->code[r] < 0 ? "nothing"
+                                : ringcc_strerror((ringcc_result_t)t->code[r]),
+                 t->seconds[r], ringcc_strerror(want), t->msg[r]);
+    cr_expect_lt(t->seconds[r], 15.0, "%s: rank %d took %.1f s to fail: %s",
+                 name, r, t->seconds[r], t->msg[r]);
+    for (int w = 0; words[w] != NULL; w++)
+      cr_expect(strstr(t->msg[r], words[w]) != NULL, "%s: rank %d's message "
+                "does not say \"%s\": %s", name, r, words[w], t->msg[r]);
+  }
+  fprintf(stderr, "%s: every rank failed within %.1f s; rank %d: %s\n", name,
+          worst, (t->victim + 1) % nranks, t->msg[(t->victim + 1) % nranks]);
+}
+
+Test(together, fd_limit_on_one_of_16_tcp_ranks, .timeout = 120) {
+  together_t *t = h_shared_alloc(sizeof *t);
+  t->victim = 0; /* it connects to all 15 others: 60 sockets */
+  t->how = VICTIM_FD_LIMIT;
+  static const char *const words[] = {"rank 0", "RLIMIT_NOFILE", NULL};
+  together(16, t, RINGCC_ERR_SYSTEM, words, "ulimit -n 64 on rank 0 of 16");
+  h_shared_free(t, sizeof *t);
+}
+
+Test(together, rank_killed_while_connecting, .timeout = 120) {
+  together_t *t = h_shared_alloc(sizeof *t);
+  t->victim = 2;
+  t->how = VICTIM_KILLED;
+  static const char *const words[] = {"rank 2", "died or exited", NULL};
+  together(6, t, RINGCC_ERR_PEER_FAILED, words,
+           "rank 2 of 6 SIGKILLed while connecting");
+  h_shared_free(t, sizeof *t);
+}
+
+Test(together, no_memory_for_the_fifos_on_one_rank, .timeout = 120) {
+#if defined(__SANITIZE_ADDRESS__)
+  cr_skip_test("RLIMIT_AS and AddressSanitizer's shadow memory do not mix");
+#else
+  together_t *t = h_shared_alloc(sizeof *t);
+  t->victim = 1;
+  t->how = VICTIM_NO_MEMORY;
+  static const char *const words[] = {"rank 1", "no memory", NULL};
+  together(4, t, RINGCC_ERR_OUT_OF_MEMORY, words,
+           "no memory for rank 1's FIFOs");
+  h_shared_free(t, sizeof *t);
+#endif
 }

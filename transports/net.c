@@ -401,78 +401,134 @@ static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
   return NULL;
 }
 
-static ringcc_result_t connect_all(struct ringcc_comm *comm,
+/* How long one connect() or accept() may wait before init looks at the
+ * ring for news (rcc_agree_news): a rank that failed or left. A plugin
+ * whose connections finish in connect() and accept() (no ready()) is given
+ * this much per try and tried again; verbs' connections keep the deadline
+ * they are given for the handshake that follows, so they get the whole of
+ * it (and the ring is looked at only between them). */
+#define CONNECT_SLICE_NS (500 * 1000000LL)
+#define ACCEPT_SLICE_NS (100 * 1000000LL)
+
+static int64_t slice_end(int64_t slice, int64_t deadline) {
+  int64_t end = rcc_now_ns() + slice;
+  return end < deadline ? end : deadline;
+}
+
+/* One connection to peers[i] for FIFO set k: RINGCC_SUCCESS, a failure
+ * (recorded), or RINGCC_ERR_TIMEOUT at the end of a slice (try again). */
+static ringcc_result_t connect_one(struct ringcc_comm *comm,
                                    struct net_state *st, const int *peers,
-                                   int npeers, const char *all_blobs) {
+                                   int i, int k, const char *all_blobs) {
   char err[RCC_ERRLEN];
-  for (int i = 0; i < npeers; i++)
-    for (int k = 0; k < st->nsets; k++) {
-      struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
-      if (st->duplex && peers[i] < comm->rank)
-        continue; /* the lower rank connects; we accept */
-      struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
-                                .kind = k, .nranks = comm->nranks};
-      uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
-      memcpy(wire, &hello, sizeof(hello));
-      const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
-      ringcc_result_t r = st->plugin->connect(st->key, blob, wire,
-                                              &c->net_comm,
-                                              comm->init_deadline, err,
-                                              sizeof(err));
-      if (r == RINGCC_SUCCESS && st->duplex)
-        r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
-      if (r != RINGCC_SUCCESS)
-        return rcc_comm_error(comm, r,
-                              "net on rank %d: cannot connect to rank %d "
-                              "(host %s): %s",
-                              comm->rank, peers[i],
-                              comm->peers[peers[i]].hostname, err);
-    }
+  struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
+  struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
+                            .kind = k, .nranks = comm->nranks};
+  uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
+  memcpy(wire, &hello, sizeof(hello));
+  const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
+  int sliced = st->plugin->ready == NULL;
+  int64_t until = sliced ? slice_end(CONNECT_SLICE_NS, comm->init_deadline)
+                         : comm->init_deadline;
+  ringcc_result_t r = st->plugin->connect(st->key, blob, wire, &c->net_comm,
+                                          until, err, sizeof(err));
+  if (r == RINGCC_ERR_TIMEOUT && until < comm->init_deadline)
+    return r;
+  if (r == RINGCC_SUCCESS && st->duplex)
+    r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "net on rank %d: cannot connect to rank %d "
+                          "(host %s): %s", comm->rank, peers[i],
+                          comm->peers[peers[i]].hostname, err);
   return RINGCC_SUCCESS;
 }
 
-static ringcc_result_t accept_all(struct ringcc_comm *comm,
-                                  struct net_state *st, int expected) {
+/* The next connection from a peer, within a slice: RINGCC_SUCCESS (taken or
+ * refused), a failure (recorded), or RINGCC_ERR_TIMEOUT at the end of a
+ * slice. *expected counts down for each one taken. */
+static ringcc_result_t accept_one(struct ringcc_comm *comm,
+                                  struct net_state *st, int *expected) {
   char err[RCC_ERRLEN];
-  while (expected > 0) {
-    uint8_t wire[RCC_NET_HELLO_BYTES];
-    int peer, kind;
-    void *rc = NULL;
-    ringcc_result_t r = st->plugin->accept(st->listen_comm, wire, &rc,
-                                           comm->init_deadline, err,
-                                           sizeof(err));
-    if (r != RINGCC_SUCCESS)
-      return rcc_comm_error(comm, r,
-                            "net on rank %d: waiting for %d more connection%s "
-                            "from peers: %s",
-                            comm->rank, expected, expected == 1 ? "" : "s",
-                            err);
-    struct rcc_proxy_conn *c =
-        rcc_net_hello_parse(wire, sizeof(wire), comm->rank, comm->nranks,
-                            &peer, &kind)
-            ? recv_slot(st, comm->rank, peer, kind)
-            : NULL;
-    if (c == NULL) {
-      RCC_WARN(comm->rank, "net: refused a connection that proved the key "
-                           "but is not one this rank expects (rank %d, kind "
-                           "%d: taken already, or not a peer of this rank)",
-               peer, kind);
-      st->plugin->close_recv(rc);
-      continue;
-    }
-    /* Both ways: the send connection to the peer is the same link. Its slot
-     * precedes the receive slot (conns holds send, receive pairs). */
-    if (st->duplex &&
-        (r = st->plugin->reverse(rc, &c[-1].net_comm, err, sizeof(err))) !=
-            RINGCC_SUCCESS) {
-      st->plugin->close_recv(rc);
-      return rcc_comm_error(comm, r, "net on rank %d: the link from rank %d: "
-                            "%s", comm->rank, peer, err);
-    }
-    c->net_comm = rc;
-    expected--;
+  uint8_t wire[RCC_NET_HELLO_BYTES];
+  int peer = -1, kind = -1;
+  void *rc = NULL;
+  int64_t until = st->plugin->ready == NULL
+                      ? slice_end(ACCEPT_SLICE_NS, comm->init_deadline)
+                      : comm->init_deadline;
+  ringcc_result_t r = st->plugin->accept(st->listen_comm, wire, &rc, until,
+                                         err, sizeof(err));
+  if (r == RINGCC_ERR_TIMEOUT && until < comm->init_deadline)
+    return r;
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r,
+                          "net on rank %d: waiting for %d more connection%s "
+                          "from peers: %s",
+                          comm->rank, *expected, *expected == 1 ? "" : "s",
+                          err);
+  struct rcc_proxy_conn *c =
+      rcc_net_hello_parse(wire, sizeof(wire), comm->rank, comm->nranks, &peer,
+                          &kind)
+          ? recv_slot(st, comm->rank, peer, kind)
+          : NULL;
+  if (c == NULL) {
+    RCC_WARN(comm->rank, "net: refused a connection that proved the key "
+                         "but is not one this rank expects (rank %d, kind "
+                         "%d: taken already, or not a peer of this rank)",
+             peer, kind);
+    st->plugin->close_recv(rc);
+    return RINGCC_SUCCESS;
   }
+  /* Both ways: the send connection to the peer is the same link. Its slot
+   * precedes the receive slot (conns holds send, receive pairs). */
+  if (st->duplex &&
+      (r = st->plugin->reverse(rc, &c[-1].net_comm, err, sizeof(err))) !=
+          RINGCC_SUCCESS) {
+    st->plugin->close_recv(rc);
+    return rcc_comm_error(comm, r, "net on rank %d: the link from rank %d: "
+                          "%s", comm->rank, peer, err);
+  }
+  c->net_comm = rc;
+  (*expected)--;
   return RINGCC_SUCCESS;
+}
+
+/* Connects to every peer this rank connects to and accepts every peer's
+ * connections, in turns: a try of each connect still to make, then an
+ * accept, so a rank whose connect is refused for a while (its peer not
+ * listening yet, or gone) still serves its own listener; and between turns
+ * it looks at the ring for a rank that failed or left (rcc_agree_news),
+ * which ends the wait with that status (for rcc_agree_records). */
+static ringcc_result_t connect_and_accept(struct ringcc_comm *comm,
+                                          struct net_state *st,
+                                          const int *peers, int npeers,
+                                          const char *all_blobs,
+                                          int expected) {
+  ringcc_result_t r;
+  for (;;) {
+    int to_connect = 0;
+    for (int i = 0; i < npeers; i++)
+      for (int k = 0; k < st->nsets; k++) {
+        struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
+        if ((st->duplex && peers[i] < comm->rank) || c->net_comm != NULL)
+          continue; /* the lower rank connects; we accept. Or done */
+        r = connect_one(comm, st, peers, i, k, all_blobs);
+        if (r != RINGCC_SUCCESS && r != RINGCC_ERR_TIMEOUT)
+          return r;
+        to_connect += r != RINGCC_SUCCESS;
+      }
+    if (to_connect == 0 && expected == 0)
+      return RINGCC_SUCCESS;
+    if (expected > 0 && (r = accept_one(comm, st, &expected)) !=
+                            RINGCC_SUCCESS && r != RINGCC_ERR_TIMEOUT)
+      return r;
+    if (rcc_now_ns() >= comm->init_deadline) /* a slice that ended there */
+      return rcc_comm_error(comm, RINGCC_ERR_TIMEOUT, "net on rank %d: "
+                            "timed out connecting (%d connection%s to make, "
+                            "%d to accept)", comm->rank, to_connect,
+                            to_connect == 1 ? "" : "s", expected);
+    if ((r = rcc_agree_news(comm)) != RINGCC_SUCCESS)
+      return r;
+  }
 }
 
 /* Where the plugin finishes setups apart (ready): the send connections,
@@ -540,10 +596,9 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                         i % 2 == 0, set_is_device(comm, (i / 2) % st->nsets),
                         &st->gpu_data[i])) != RINGCC_SUCCESS)
       return r;
-  if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
-      (r = accept_all(comm, st,
-                      st->duplex ? lower * st->nsets : st->nconns / 2)) !=
-          RINGCC_SUCCESS ||
+  if ((r = connect_and_accept(comm, st, peers, npeers, all_blobs,
+                              st->duplex ? lower * st->nsets
+                                         : st->nconns / 2)) != RINGCC_SUCCESS ||
       (r = ready_all(comm, st)) != RINGCC_SUCCESS)
     return r;
   /* Every peer is connected: nobody may connect any more. */

@@ -618,13 +618,16 @@ static const char *fd_limit_str(void) {
   static __thread char buf[128];
   struct rlimit rl;
   int open_fds = 0;
-  DIR *d = opendir("/proc/self/fd");
+  DIR *d = opendir("/proc/self/fd"); /* needs a descriptor itself */
   for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
     open_fds += e->d_name[0] != '.';
   if (d != NULL)
     closedir(d), open_fds--; /* the directory's own */
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
     snprintf(buf, sizeof(buf), "%d descriptors are open", open_fds);
+  else if (d == NULL)
+    snprintf(buf, sizeof(buf), "the open-file limit (RLIMIT_NOFILE) is %llu, "
+             "and every one is in use", (unsigned long long)rl.rlim_cur);
   else
     snprintf(buf, sizeof(buf), "the open-file limit (RLIMIT_NOFILE) is %llu, "
              "%d descriptors are open", (unsigned long long)rl.rlim_cur,
