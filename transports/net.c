@@ -436,6 +436,14 @@ static ringcc_result_t connect_one(struct ringcc_comm *comm,
     return r;
   if (r == RINGCC_SUCCESS && st->duplex)
     r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
+  if (r == RINGCC_ERR_SYSTEM) /* out of descriptors, say: what it needs */
+    return rcc_comm_error(comm, r, "net on rank %d: cannot connect to rank %d "
+                          "(host %s): %s; it needs %d connections (%d peers "
+                          "x %d FIFO sets) of RINGCC_NSOCKS_PERPEER sockets "
+                          "(default 2): raise ulimit -n or lower that",
+                          comm->rank, peers[i], comm->peers[peers[i]].hostname,
+                          err, st->nconns / (st->duplex ? 2 : 1),
+                          st->nconns / (2 * st->nsets), st->nsets);
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "net on rank %d: cannot connect to rank %d "
                           "(host %s): %s", comm->rank, peers[i],
@@ -514,7 +522,12 @@ static ringcc_result_t connect_and_accept(struct ringcc_comm *comm,
         r = connect_one(comm, st, peers, i, k, all_blobs);
         if (r != RINGCC_SUCCESS && r != RINGCC_ERR_TIMEOUT)
           return r;
-        to_connect += r != RINGCC_SUCCESS;
+        /* A slice spent on one peer (refused: gone, or not listening any
+         * more because it failed): the ring may have news already. */
+        if (r == RINGCC_ERR_TIMEOUT &&
+            (r = rcc_agree_news(comm)) != RINGCC_SUCCESS)
+          return r;
+        to_connect += c->net_comm == NULL;
       }
     if (to_connect == 0 && expected == 0)
       return RINGCC_SUCCESS;
@@ -646,22 +659,29 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
     rcc_proxy_drain(st->proxy, rcc_deadline_after_ms(comm->set.timeout_ms));
     rcc_proxy_stop(st->proxy); /* first: nothing may touch the conns after */
   }
-  for (int i = 0; i < st->nconns; i++) {
-    struct rcc_proxy_conn *c = &st->conns[i];
-    if (c->net_comm) {
-      if (c->mhandle)
-        st->plugin->dereg_mr(c->net_comm, c->mhandle);
-      if (c->is_send)
-        st->plugin->close_send(c->net_comm);
-      else
-        st->plugin->close_recv(c->net_comm);
-    }
-    free(c->fifo);
+  /* The links this rank connected first (the lower rank of a pair): their
+   * ends close first, and the accepting ends wait for that (net_socket.c,
+   * no TIME_WAIT), so closing ours before we wait on our peers' keeps
+   * those waits from queueing behind each other round the ranks. */
+  for (int pass = 0; pass < 2 && st->conns != NULL; pass++)
+    for (int i = 0; i < st->nconns; i++) {
+      struct rcc_proxy_conn *c = &st->conns[i];
+      if ((c->peer > comm->rank) != (pass == 0))
+        continue;
+      if (c->net_comm) {
+        if (c->mhandle)
+          st->plugin->dereg_mr(c->net_comm, c->mhandle);
+        if (c->is_send)
+          st->plugin->close_send(c->net_comm);
+        else
+          st->plugin->close_recv(c->net_comm);
+      }
+      free(c->fifo);
 #if RINGCC_HAVE_CUDA
-    if (st->gpu_data && st->gpu_data[i])
-      free_gpu_slots(comm, st->gpu_data[i]);
+      if (st->gpu_data && st->gpu_data[i])
+        free_gpu_slots(comm, st->gpu_data[i]);
 #endif
-  }
+    }
   if (st->listen_comm)
     st->plugin->close_listen(st->listen_comm);
   free(st->conns);

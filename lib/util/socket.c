@@ -707,14 +707,12 @@ ringcc_result_t rcc_socket_connect(const struct sockaddr_storage *addr,
     }
     if (e == EMFILE || e == ENFILE)
       return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
-                      "this process cannot open a socket to connect to %s: "
-                      "%s (a failure of this rank's own: %s; raise the limit, "
-                      "ulimit -n, or use fewer sockets: RINGCC_NSOCKS_PERPEER)",
-                      a, strerror(e), fd_limit_str());
+                      "no socket for %s: %s (this rank's own failure: %s)", a,
+                      strerror(e), fd_limit_str());
     if (e == ENOMEM || e == ENOBUFS)
       return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
-                      "this process cannot make a socket to connect to %s: %s "
-                      "(a failure of this rank's own)", a, strerror(e));
+                      "no socket for %s: %s (this rank's own failure)", a,
+                      strerror(e));
     if (!connect_retryable(e))
       return rcc_errf(err, errlen, RINGCC_ERR_NETWORK,
                       "connection to %s failed: %s", a, strerror(e));
