@@ -421,36 +421,36 @@ static void together(int nranks, together_t *t, ringcc_result_t want,
           t->msg[(t->victim + 1) % nranks]);
 }
 
-Test(together, fd_limit_on_one_of_16_tcp_ranks, .timeout = 120) {
+/* One run of nranks with rank victim failing as how (together above). */
+static void victim_run(int nranks, int victim, int how, ringcc_result_t want,
+                       const char *const *words, const char *name) {
   together_t *t = h_shared_alloc(sizeof *t);
-  t->victim = 0; /* it connects to all 15 others: 60 sockets */
-  t->how = VICTIM_FD_LIMIT;
-  static const char *const words[] = {"rank 0", "RLIMIT_NOFILE", "it needs",
-                                      NULL};
-  together(16, t, RINGCC_ERR_SYSTEM, words, "ulimit -n 64 on rank 0 of 16");
+  t->victim = victim;
+  t->how = how;
+  together(nranks, t, want, words, name);
   h_shared_free(t, sizeof *t);
 }
 
+Test(together, fd_limit_on_one_of_16_tcp_ranks, .timeout = 120) {
+  /* rank 0 connects to all 15 others: 60 sockets */
+  static const char *const words[] = {"rank 0", "RLIMIT_NOFILE", "it needs",
+                                      NULL};
+  victim_run(16, 0, VICTIM_FD_LIMIT, RINGCC_ERR_SYSTEM, words,
+             "ulimit -n 64 on rank 0 of 16");
+}
+
 Test(together, rank_killed_while_connecting, .timeout = 120) {
-  together_t *t = h_shared_alloc(sizeof *t);
-  t->victim = 2;
-  t->how = VICTIM_KILLED;
   static const char *const words[] = {"rank 2", "died or exited", NULL};
-  together(6, t, RINGCC_ERR_PEER_FAILED, words,
-           "rank 2 of 6 SIGKILLed while connecting");
-  h_shared_free(t, sizeof *t);
+  victim_run(6, 2, VICTIM_KILLED, RINGCC_ERR_PEER_FAILED, words,
+             "rank 2 of 6 SIGKILLed while connecting");
 }
 
 Test(together, no_memory_for_the_fifos_on_one_rank, .timeout = 120) {
 #if defined(__SANITIZE_ADDRESS__)
   cr_skip_test("RLIMIT_AS and AddressSanitizer's shadow memory do not mix");
 #else
-  together_t *t = h_shared_alloc(sizeof *t);
-  t->victim = 1;
-  t->how = VICTIM_NO_MEMORY;
   static const char *const words[] = {"rank 1", "no memory", NULL};
-  together(4, t, RINGCC_ERR_OUT_OF_MEMORY, words,
-           "no memory for rank 1's FIFOs");
-  h_shared_free(t, sizeof *t);
+  victim_run(4, 1, VICTIM_NO_MEMORY, RINGCC_ERR_OUT_OF_MEMORY, words,
+             "no memory for rank 1's FIFOs");
 #endif
 }
