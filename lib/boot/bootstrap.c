@@ -1438,20 +1438,49 @@ int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
  * next rank reads it where it expects a header too) and fails with it, so a
  * failure reaches every rank in one trip round the ring, however far the
  * all-gather got: no rank waits on another's lockstep. */
-static void ring_send_failure(struct rcc_bootstrap *b) {
+static void ring_send_failure_to(struct rcc_bootstrap *b, int fd) {
   uint8_t msg[DATA_HDR_LEN + FAIL_WHY_MAX];
   size_t len = strnlen(b->fail_why, FAIL_WHY_MAX - 1);
-  if (b->next_fd < 0 || b->fail_rank == (b->rank + 1) % b->nranks)
-    return; /* nobody to tell, or the one that is gone */
   rcc_put_be32(msg, FAIL_MAGIC);
   rcc_put_be32(msg + 4, (uint32_t)b->fail_rank);
   rcc_put_be32(msg + 8, (uint32_t)b->fail_code);
   rcc_put_be32(msg + 12, (uint32_t)len);
   memcpy(msg + DATA_HDR_LEN, b->fail_why, len);
   char ignored[RCC_ERRLEN];
-  (void)rcc_socket_send_all(b->next_fd, msg, DATA_HDR_LEN + len,
+  (void)rcc_socket_send_all(fd, msg, DATA_HDR_LEN + len,
                             rcc_now_ns() + FAIL_SEND_NS, ignored,
                             sizeof(ignored));
+}
+
+static void ring_send_failure(struct rcc_bootstrap *b) {
+  if (b->next_fd >= 0 && b->fail_rank != (b->rank + 1) % b->nranks)
+    ring_send_failure_to(b, b->next_fd); /* not to the one that is gone */
+}
+
+static void ring_record_failure(struct rcc_bootstrap *b, int rank,
+                                int32_t code, const char *why);
+
+/* The next rank closed its connection: it may have said why first, back
+ * the other way (rcc_bootstrap_fail), before it left. 1 with the failure
+ * recorded, else 0. */
+static int ring_failure_back(struct rcc_bootstrap *b) {
+  uint8_t hdr[DATA_HDR_LEN];
+  char why[FAIL_WHY_MAX], msg[RCC_ERRLEN];
+  int64_t until = rcc_now_ns() + 100 * 1000000LL;
+  int n = b->nranks;
+  if (rcc_socket_recv_all(b->next_fd, hdr, sizeof(hdr), until, msg,
+                          sizeof(msg)) != RINGCC_SUCCESS ||
+      rcc_get_be32(hdr) != FAIL_MAGIC)
+    return 0;
+  uint32_t rank = rcc_get_be32(hdr + 4), len = rcc_get_be32(hdr + 12);
+  int32_t code = (int32_t)rcc_get_be32(hdr + 8);
+  if (rank >= (uint32_t)n || len >= FAIL_WHY_MAX || code <= 0 ||
+      rcc_socket_recv_all(b->next_fd, why, len, until, msg, sizeof(msg)) !=
+          RINGCC_SUCCESS)
+    return 0;
+  why[len] = '\0';
+  ring_record_failure(b, (int)rank, code, why);
+  return 1;
 }
 
 static void ring_record_failure(struct rcc_bootstrap *b, int rank,
@@ -1469,6 +1498,10 @@ void rcc_bootstrap_fail(struct rcc_bootstrap *b, int32_t code,
     return;
   ring_record_failure(b, b->rank, code, why);
   ring_send_failure(b);
+  /* And back to the previous rank, which reads it should it find this one
+   * gone before the news came round (ring_failure_back). */
+  if (b->prev_fd >= 0 && b->nranks > 2)
+    ring_send_failure_to(b, b->prev_fd);
 }
 
 int rcc_bootstrap_failure(const struct rcc_bootstrap *b, int32_t *code,
@@ -1519,7 +1552,8 @@ static void ring_lost(struct rcc_bootstrap *b, int gone, const void *out,
     return;
   snprintf(msg, sizeof(msg), "its bootstrap connection to rank %d closed: it "
            "died or exited", b->rank);
-  ring_record_failure(b, gone, RINGCC_ERR_PEER_FAILED, msg);
+  if (gone != (b->rank + 1) % b->nranks || !ring_failure_back(b))
+    ring_record_failure(b, gone, RINGCC_ERR_PEER_FAILED, msg);
   b->lost = gone;
   if (out_len > 0)
     (void)rcc_socket_send_all(b->next_fd, out, out_len,
