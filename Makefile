@@ -259,7 +259,7 @@ endif
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
         gpu-tests gpu-check ib-check \
-        clean distclean help fuzz fuzz-run tsan-check valgrind-check
+        clean distclean help fuzz fuzz-run tsan-check valgrind-check churn-check
 
 all: lib tools examples
 
@@ -568,6 +568,33 @@ endif
 	echo "valgrind-check: $$pass passed, $$fail failed"; \
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
 
+# ---- churn: communicators made and destroyed in a row -------------------------------
+# test/churn/churn.c: CHURN_ARGS cycles of 4 ranks each joining a new TCP
+# communicator, one allreduce checked, destroy (issue 32: TIME_WAIT used up
+# the ports after about 3,000). Run as root it gets a network namespace of
+# its own (loopback only), so that it neither uses the host's ports nor
+# meets other programs' TIME_WAIT; otherwise it runs on the host's.
+CHURN_BIN   := $(BUILD)/churn/churn
+CHURN_ARGS  ?= -n 10000 -e 1000
+
+$(CHURN_BIN): $(OBJ)/test/churn/churn.o $(TEST_HELPER_OBJ) $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(TEST_HELPER_OBJ) $(STATIC_LIB) \
+	  $(LIB_LIBS) $(LDLIBS)
+
+churn-check:
+	@$(DEPS_SCRIPT)
+	@$(MAKE) --no-print-directory $(CHURN_BIN)
+	@start=$$(date +%s); \
+	if [ "$$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then \
+	  echo "churn-check: in a network namespace of its own"; \
+	  unshare -n sh -c 'ip link set lo up && exec $(CHURN_BIN) $(CHURN_ARGS)'; \
+	else \
+	  $(CHURN_BIN) $(CHURN_ARGS); \
+	fi; rc=$$?; \
+	echo "churn-check: $$(if [ $$rc = 0 ]; then echo passed; else echo FAILED; fi) in $$(( $$(date +%s) - start )) s"; \
+	exit $$rc
+
 # ---- the verbs plugin (transports/net_ib/) -------------------------------------------
 # test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
 # RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
@@ -716,6 +743,8 @@ help:
 	@echo '                 (test/fuzz/corpus/NAME); fails on a crash, naming the input'
 	@echo '  tsan-check     SANITIZE=thread build (in $(TSAN_BUILD)) of the library and'
 	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
+	@echo '  churn-check    test/churn/churn.c: $$CHURN_ARGS (-n 10000) TCP communicators of 4'
+	@echo '                 ranks made and destroyed in a row (own network namespace as root)'
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'
 	@echo '  ib-check       scripts/ib-check.sh: the verbs plugin on Soft-RoCE in a qemu'

@@ -147,7 +147,11 @@ typedef struct {
   int cuda_device;       /* RINGCC_CUDA_DEVICE; -1 unset: the current CUDA
                            device at init; RINGCC_CUDA_DEVICE_NONE: no GPU
                            (host buffers only) */
-  int reserved[15];
+  int checksum;          /* RINGCC_CHECKSUM; -1 unset; 1: a CRC-32C of every
+                            network message, checked on receive (a mismatch
+                            fails the call with RINGCC_ERR_NETWORK instead of
+                            giving a wrong result); default 0 */
+  int reserved[14];
 } ringcc_config_t;
 
 /* ringcc_config_t.cuda_device (RINGCC_CUDA_DEVICE=none): this rank uses no
@@ -157,7 +161,7 @@ typedef struct {
 #define RINGCC_CONFIG_MAGIC 0x52434346u /* "RCCF" */
 #define RINGCC_CONFIG_INIT                                                     \
   {sizeof(ringcc_config_t), RINGCC_CONFIG_MAGIC, RINGCC_VERSION, -1, -1, -1,   \
-   -1, -1, -1, -1, NULL, -1, -1, {0}}
+   -1, -1, -1, -1, NULL, -1, -1, -1, {0}}
 
 /* ---- version and errors ---------------------------------------------- */
 RINGCC_API ringcc_result_t ringcc_get_version(int *version);

@@ -488,6 +488,41 @@ static struct wire_frame heap_pop(struct wire *w) {
 
 #define VNET_HDR 10 /* struct virtio_net_hdr */
 
+/* ns_impair_t.corrupt: swaps two differing 16-bit words of the TCP payload
+ * of a frame (past its virtio_net_hdr). Both sit at even offsets from the
+ * TCP header (IPv4 and TCP headers are multiples of 4 bytes), so the TCP
+ * checksum, a ones'-complement sum of those words, stays right whether it
+ * is already in the frame or left to the device. 1 when it changed bytes. */
+static int wire_corrupt(struct wire *w, uint8_t *frame, size_t len) {
+  uint8_t *eth = frame + VNET_HDR;
+  size_t left = len - VNET_HDR;
+  if (left < 14 + 20 || eth[12] != 0x08 || eth[13] != 0x00) /* IPv4 */
+    return 0;
+  uint8_t *iph = eth + 14;
+  size_t ihl = (size_t)(iph[0] & 0x0f) * 4;
+  size_t total = (size_t)iph[2] << 8 | iph[3];
+  if (iph[9] != 6 || ihl < 20 || total > left - 14 || total < ihl + 20)
+    return 0; /* not TCP, or a frame this does not understand */
+  uint8_t *tcp = iph + ihl;
+  size_t doff = (size_t)(tcp[12] >> 4) * 4;
+  if (doff < 20 || ihl + doff > total)
+    return 0;
+  uint8_t *pay = tcp + doff;
+  size_t words = (total - ihl - doff) / 2;
+  for (int tries = 0; words >= 2 && tries < 8; tries++) {
+    size_t a = (size_t)(wire_uniform(w) * (double)words);
+    size_t b = (size_t)(wire_uniform(w) * (double)words);
+    if (a == b || memcmp(pay + 2 * a, pay + 2 * b, 2) == 0)
+      continue;
+    uint8_t t[2];
+    memcpy(t, pay + 2 * a, 2);
+    memcpy(pay + 2 * a, pay + 2 * b, 2);
+    memcpy(pay + 2 * b, t, 2);
+    return 1;
+  }
+  return 0;
+}
+
 /* One frame arrived on port in: learn, impair, queue for the way out. */
 static void wire_take(struct wire *w, int in, const uint8_t *buf, size_t len) {
   if (len < VNET_HDR + 14)
@@ -516,6 +551,9 @@ static void wire_take(struct wire *w, int in, const uint8_t *buf, size_t len) {
     if (f.data == NULL)
       continue;
     memcpy(f.data, buf, len);
+    if (w->im.corrupt > 0 && wire_uniform(w) < w->im.corrupt &&
+        wire_corrupt(w, f.data, len))
+      w->stats->corrupted++;
     heap_push(w, f);
   }
 }

@@ -46,7 +46,7 @@
 
 /* What the wire counted (ns_net_impair): frames in, dropped, forwarded. */
 typedef struct {
-  unsigned long long frames, dropped, forwarded, reordered;
+  unsigned long long frames, dropped, forwarded, reordered, corrupted;
 } ns_wire_stats_t;
 
 typedef struct {
@@ -100,6 +100,12 @@ typedef struct {
   double loss;
   int delay_ms;
   int jitter_ms;
+  /* Probability that a TCP segment over IPv4 with 4 or more payload bytes
+   * has two 16-bit words of its payload swapped (two that differ): the
+   * corruption TCP's checksum cannot see (a ones'-complement sum does not
+   * change when its terms swap places), as a faulty switch or NIC memory
+   * makes it. */
+  double corrupt;
 } ns_impair_t;
 bool ns_net_impair(ns_net_t *net, const ns_impair_t *im, char *why,
                    size_t len);

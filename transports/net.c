@@ -33,6 +33,7 @@
 #include "clock.h"
 #include "agree.h"
 #include "comm.h"
+#include "crc32c.h"
 #include "env.h"
 #include "error.h"
 #include "fifo.h"
@@ -117,35 +118,55 @@ static void locality(const struct ringcc_comm *comm,
              (unsigned)(b >> 8) & 0xff, (unsigned)b & 0xff);
 }
 
-/* Where a plugin's disable_env (RINGCC_IB_DISABLE) is set and not "0", its
- * value, else NULL. */
-static const char *disabled_by(const struct rcc_net_plugin *pl) {
-  const char *off = pl->disable_env ? rcc_getenv(pl->disable_env) : NULL;
-  return off != NULL && strcmp(off, "0") != 0 ? off : NULL;
+/* A plugin's disable_env (RINGCC_IB_DISABLE for verbs): 0 (or unset) or 1,
+ * read here only; *off is set to 1 when it leaves the plugin out. An other
+ * value is an error that names the variable. */
+static ringcc_result_t disabled_by(struct ringcc_comm *comm,
+                                   const struct rcc_net_plugin *pl, int *off) {
+  const char *v = pl->disable_env ? rcc_getenv(pl->disable_env) : NULL;
+  int64_t x = 0;
+  *off = 0;
+  if (v != NULL && (rcc_parse_decimal(v, &x) != 0 || x < 0 || x > 1))
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: %s=\"%s\" is neither 0 nor 1",
+                          comm->rank, pl->disable_env, v);
+  *off = (int)x;
+  return RINGCC_SUCCESS;
+}
+
+/* A plugin's init failed: a setting of the user's that is wrong (the plugin
+ * says RINGCC_ERR_INVALID_ARGUMENT and names the variable) fails init on
+ * this rank, as every other bad RINGCC_* variable does; anything else only
+ * means the plugin cannot run here (INFO says why, in why[]). */
+static int bad_setting(ringcc_result_t r, const char *err) {
+  return r == RINGCC_ERR_INVALID_ARGUMENT && strstr(err, "RINGCC_") != NULL;
 }
 
 /* The plugins this rank can use (bit p: plugins[p]), trying each in order:
  * only the one RINGCC_NET names, when it is set; none that its disable_env
  * leaves out (RINGCC_NET and those variables are read here only). INFO says
- * why one is not used. A rank without network edges can use any. */
+ * why one is not used; where none can, the error gives each one's reason. A
+ * rank without network edges can use any. */
 static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
                                       uint32_t *mask) {
   const char *forced = rcc_getenv("RINGCC_NET");
-  char err[RCC_ERRLEN], names[128];
-  int found = forced == NULL, len = 0;
+  char err[RCC_ERRLEN], names[128], why[RCC_ERRLEN] = "";
+  int found = forced == NULL, len = 0, wlen = 0, off[NUM_PLUGINS];
+  for (int p = 0; p < NUM_PLUGINS; p++)
+    if (disabled_by(comm, plugins[p], &off[p]) != RINGCC_SUCCESS)
+      return RINGCC_ERR_INVALID_ARGUMENT;
   for (int p = 0; p < NUM_PLUGINS; p++) {
     const struct rcc_net_plugin *pl = plugins[p];
-    const char *off = disabled_by(pl);
     len += snprintf(names + len, sizeof(names) - (size_t)len, "%s%s",
                     p == 0 ? "" : p == NUM_PLUGINS - 1 ? " or " : ", ",
                     pl->name);
     if (forced == NULL || strcasecmp(forced, pl->name) != 0)
       continue;
     found = 1;
-    if (off != NULL)
+    if (off[p])
       return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                            "net on rank %d: RINGCC_NET=%s but %s=%s",
-                            comm->rank, forced, pl->disable_env, off);
+                            "net on rank %d: RINGCC_NET=%s but %s=1",
+                            comm->rank, forced, pl->disable_env);
   }
   if (!found)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
@@ -156,16 +177,15 @@ static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
   *mask = 0;
   for (int p = 0; p < NUM_PLUGINS; p++) {
     const struct rcc_net_plugin *pl = plugins[p];
-    const char *off = disabled_by(pl);
     if (forced != NULL && strcasecmp(forced, pl->name) != 0)
       continue;
     if (npeers == 0) {
       *mask |= 1u << p;
       continue;
     }
-    if (off != NULL) {
-      RCC_INFO(comm->rank, "net: NET/%s left out (%s=%s)", pl->name,
-               pl->disable_env, off);
+    if (off[p]) {
+      RCC_INFO(comm->rank, "net: NET/%s left out (%s=1)", pl->name,
+               pl->disable_env);
       continue;
     }
     if (pl->locate)
@@ -176,9 +196,19 @@ static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
     else if (forced != NULL)
       return rcc_comm_error(comm, r, "net on rank %d: RINGCC_NET=%s, but: %s",
                             comm->rank, forced, err);
-    else
+    else if (bad_setting(r, err))
+      return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
+    else {
       RCC_INFO(comm->rank, "net: NET/%s is not used: %s", pl->name, err);
+      if (wlen < (int)sizeof(why))
+        wlen += snprintf(why + wlen, sizeof(why) - (size_t)wlen, "%s%s",
+                         wlen ? "; " : "", err);
+    }
   }
+  if (*mask == 0 && npeers > 0)
+    return rcc_comm_error(comm, RINGCC_ERR_NETWORK,
+                          "net on rank %d: no network plugin can run here: %s",
+                          comm->rank, why);
   return RINGCC_SUCCESS;
 }
 
@@ -380,78 +410,147 @@ static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
   return NULL;
 }
 
-static ringcc_result_t connect_all(struct ringcc_comm *comm,
+/* How long one connect() or accept() may wait before init looks at the
+ * ring for news (rcc_agree_news): a rank that failed or left. A plugin
+ * whose connections finish in connect() and accept() (no ready()) is given
+ * this much per try and tried again; verbs' connections keep the deadline
+ * they are given for the handshake that follows, so they get the whole of
+ * it (and the ring is looked at only between them). */
+#define CONNECT_SLICE_NS (500 * 1000000LL)
+#define ACCEPT_SLICE_NS (100 * 1000000LL)
+
+static int64_t slice_end(int64_t slice, int64_t deadline) {
+  int64_t end = rcc_now_ns() + slice;
+  return end < deadline ? end : deadline;
+}
+
+/* One connection to peers[i] for FIFO set k: RINGCC_SUCCESS, a failure
+ * (recorded), or RINGCC_ERR_TIMEOUT at the end of a slice (try again). */
+static ringcc_result_t connect_one(struct ringcc_comm *comm,
                                    struct net_state *st, const int *peers,
-                                   int npeers, const char *all_blobs) {
+                                   int i, int k, const char *all_blobs) {
   char err[RCC_ERRLEN];
-  for (int i = 0; i < npeers; i++)
-    for (int k = 0; k < st->nsets; k++) {
-      struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
-      if (st->duplex && peers[i] < comm->rank)
-        continue; /* the lower rank connects; we accept */
-      struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
-                                .kind = k, .nranks = comm->nranks};
-      uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
-      memcpy(wire, &hello, sizeof(hello));
-      const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
-      ringcc_result_t r = st->plugin->connect(st->key, blob, wire,
-                                              &c->net_comm,
-                                              comm->init_deadline, err,
-                                              sizeof(err));
-      if (r == RINGCC_SUCCESS && st->duplex)
-        r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
-      if (r != RINGCC_SUCCESS)
-        return rcc_comm_error(comm, r,
-                              "net on rank %d: cannot connect to rank %d "
-                              "(host %s): %s",
-                              comm->rank, peers[i],
-                              comm->peers[peers[i]].hostname, err);
-    }
+  struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
+  struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
+                            .kind = k, .nranks = comm->nranks};
+  uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
+  memcpy(wire, &hello, sizeof(hello));
+  const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
+  int sliced = st->plugin->ready == NULL;
+  int64_t until = sliced ? slice_end(CONNECT_SLICE_NS, comm->init_deadline)
+                         : comm->init_deadline;
+  ringcc_result_t r = st->plugin->connect(st->key, blob, wire, &c->net_comm,
+                                          until, err, sizeof(err));
+  if (r == RINGCC_ERR_TIMEOUT && until < comm->init_deadline)
+    return r;
+  if (r == RINGCC_SUCCESS && st->duplex)
+    r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
+  if (r == RINGCC_ERR_SYSTEM) /* out of descriptors, say: what it needs */
+    return rcc_comm_error(comm, r, "net on rank %d: cannot connect to rank %d "
+                          "(host %s): %s; it needs %d connections (%d peers "
+                          "x %d FIFO sets) of RINGCC_NSOCKS_PERPEER sockets "
+                          "(default 2): raise ulimit -n or lower that",
+                          comm->rank, peers[i], comm->peers[peers[i]].hostname,
+                          err, st->nconns / (st->duplex ? 2 : 1),
+                          st->nconns / (2 * st->nsets), st->nsets);
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "net on rank %d: cannot connect to rank %d "
+                          "(host %s): %s", comm->rank, peers[i],
+                          comm->peers[peers[i]].hostname, err);
   return RINGCC_SUCCESS;
 }
 
-static ringcc_result_t accept_all(struct ringcc_comm *comm,
-                                  struct net_state *st, int expected) {
+/* The next connection from a peer, within a slice: RINGCC_SUCCESS (taken or
+ * refused), a failure (recorded), or RINGCC_ERR_TIMEOUT at the end of a
+ * slice. *expected counts down for each one taken. */
+static ringcc_result_t accept_one(struct ringcc_comm *comm,
+                                  struct net_state *st, int *expected) {
   char err[RCC_ERRLEN];
-  while (expected > 0) {
-    uint8_t wire[RCC_NET_HELLO_BYTES];
-    int peer, kind;
-    void *rc = NULL;
-    ringcc_result_t r = st->plugin->accept(st->listen_comm, wire, &rc,
-                                           comm->init_deadline, err,
-                                           sizeof(err));
-    if (r != RINGCC_SUCCESS)
-      return rcc_comm_error(comm, r,
-                            "net on rank %d: waiting for %d more connection%s "
-                            "from peers: %s",
-                            comm->rank, expected, expected == 1 ? "" : "s",
-                            err);
-    struct rcc_proxy_conn *c =
-        rcc_net_hello_parse(wire, sizeof(wire), comm->rank, comm->nranks,
-                            &peer, &kind)
-            ? recv_slot(st, comm->rank, peer, kind)
-            : NULL;
-    if (c == NULL) {
-      RCC_WARN(comm->rank, "net: refused a connection that proved the key "
-                           "but is not one this rank expects (rank %d, kind "
-                           "%d: taken already, or not a peer of this rank)",
-               peer, kind);
-      st->plugin->close_recv(rc);
-      continue;
-    }
-    /* Both ways: the send connection to the peer is the same link. Its slot
-     * precedes the receive slot (conns holds send, receive pairs). */
-    if (st->duplex &&
-        (r = st->plugin->reverse(rc, &c[-1].net_comm, err, sizeof(err))) !=
-            RINGCC_SUCCESS) {
-      st->plugin->close_recv(rc);
-      return rcc_comm_error(comm, r, "net on rank %d: the link from rank %d: "
-                            "%s", comm->rank, peer, err);
-    }
-    c->net_comm = rc;
-    expected--;
+  uint8_t wire[RCC_NET_HELLO_BYTES];
+  int peer = -1, kind = -1;
+  void *rc = NULL;
+  int64_t until = st->plugin->ready == NULL
+                      ? slice_end(ACCEPT_SLICE_NS, comm->init_deadline)
+                      : comm->init_deadline;
+  ringcc_result_t r = st->plugin->accept(st->listen_comm, wire, &rc, until,
+                                         err, sizeof(err));
+  if (r == RINGCC_ERR_TIMEOUT && until < comm->init_deadline)
+    return r;
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r,
+                          "net on rank %d: waiting for %d more connection%s "
+                          "from peers: %s",
+                          comm->rank, *expected, *expected == 1 ? "" : "s",
+                          err);
+  struct rcc_proxy_conn *c =
+      rcc_net_hello_parse(wire, sizeof(wire), comm->rank, comm->nranks, &peer,
+                          &kind)
+          ? recv_slot(st, comm->rank, peer, kind)
+          : NULL;
+  if (c == NULL) {
+    RCC_WARN(comm->rank, "net: refused a connection that proved the key "
+                         "but is not one this rank expects (rank %d, kind "
+                         "%d: taken already, or not a peer of this rank)",
+             peer, kind);
+    st->plugin->close_recv(rc);
+    return RINGCC_SUCCESS;
   }
+  /* Both ways: the send connection to the peer is the same link. Its slot
+   * precedes the receive slot (conns holds send, receive pairs). */
+  if (st->duplex &&
+      (r = st->plugin->reverse(rc, &c[-1].net_comm, err, sizeof(err))) !=
+          RINGCC_SUCCESS) {
+    st->plugin->close_recv(rc);
+    return rcc_comm_error(comm, r, "net on rank %d: the link from rank %d: "
+                          "%s", comm->rank, peer, err);
+  }
+  c->net_comm = rc;
+  (*expected)--;
   return RINGCC_SUCCESS;
+}
+
+/* Connects to every peer this rank connects to and accepts every peer's
+ * connections, in turns: a try of each connect still to make, then an
+ * accept, so a rank whose connect is refused for a while (its peer not
+ * listening yet, or gone) still serves its own listener; and between turns
+ * it looks at the ring for a rank that failed or left (rcc_agree_news),
+ * which ends the wait with that status (for rcc_agree_records). */
+static ringcc_result_t connect_and_accept(struct ringcc_comm *comm,
+                                          struct net_state *st,
+                                          const int *peers, int npeers,
+                                          const char *all_blobs,
+                                          int expected) {
+  ringcc_result_t r;
+  for (;;) {
+    int to_connect = 0;
+    for (int i = 0; i < npeers; i++)
+      for (int k = 0; k < st->nsets; k++) {
+        struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
+        if ((st->duplex && peers[i] < comm->rank) || c->net_comm != NULL)
+          continue; /* the lower rank connects; we accept. Or done */
+        r = connect_one(comm, st, peers, i, k, all_blobs);
+        if (r != RINGCC_SUCCESS && r != RINGCC_ERR_TIMEOUT)
+          return r;
+        /* A slice spent on one peer (refused: gone, or not listening any
+         * more because it failed): the ring may have news already. */
+        if (r == RINGCC_ERR_TIMEOUT &&
+            (r = rcc_agree_news(comm)) != RINGCC_SUCCESS)
+          return r;
+        to_connect += c->net_comm == NULL;
+      }
+    if (to_connect == 0 && expected == 0)
+      return RINGCC_SUCCESS;
+    if (expected > 0 && (r = accept_one(comm, st, &expected)) !=
+                            RINGCC_SUCCESS && r != RINGCC_ERR_TIMEOUT)
+      return r;
+    if (rcc_now_ns() >= comm->init_deadline) /* a slice that ended there */
+      return rcc_comm_error(comm, RINGCC_ERR_TIMEOUT, "net on rank %d: "
+                            "timed out connecting (%d connection%s to make, "
+                            "%d to accept)", comm->rank, to_connect,
+                            to_connect == 1 ? "" : "s", expected);
+    if ((r = rcc_agree_news(comm)) != RINGCC_SUCCESS)
+      return r;
+  }
 }
 
 /* Where the plugin finishes setups apart (ready): the send connections,
@@ -475,6 +574,23 @@ static ringcc_result_t ready_all(struct ringcc_comm *comm,
                               comm->peers[c->peer].hostname, err);
     }
   return RINGCC_SUCCESS;
+}
+
+/* RINGCC_CHECKSUM: every connection sums its payloads where the plugin can
+ * (the Socket plugin: a CRC-32C in each message's header); verbs rely on
+ * the link's own CRC, which covers every packet end to end. */
+static void checksums(struct ringcc_comm *comm, struct net_state *st) {
+  if (!comm->set.checksum)
+    return;
+  if (st->plugin->checksum == NULL) {
+    RCC_INFO(comm->rank, "net: RINGCC_CHECKSUM: NET/%s sums nothing itself; "
+             "its link's CRC covers every packet", st->plugin->name);
+    return;
+  }
+  for (int i = 0; i < st->nconns; i++)
+    st->plugin->checksum(st->conns[i].net_comm, 1);
+  RCC_INFO(comm->rank, "net: RINGCC_CHECKSUM: a CRC-32C (%s) of every "
+           "message, checked on receive", rcc_crc32c_impl());
 }
 
 static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
@@ -502,15 +618,15 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                         i % 2 == 0, set_is_device(comm, (i / 2) % st->nsets),
                         &st->gpu_data[i])) != RINGCC_SUCCESS)
       return r;
-  if ((r = connect_all(comm, st, peers, npeers, all_blobs)) != RINGCC_SUCCESS ||
-      (r = accept_all(comm, st,
-                      st->duplex ? lower * st->nsets : st->nconns / 2)) !=
-          RINGCC_SUCCESS ||
+  if ((r = connect_and_accept(comm, st, peers, npeers, all_blobs,
+                              st->duplex ? lower * st->nsets
+                                         : st->nconns / 2)) != RINGCC_SUCCESS ||
       (r = ready_all(comm, st)) != RINGCC_SUCCESS)
     return r;
   /* Every peer is connected: nobody may connect any more. */
   st->plugin->close_listen(st->listen_comm);
   st->listen_comm = NULL;
+  checksums(comm, st);
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     r = st->plugin->reg_mr(c->net_comm, c->data,
@@ -552,22 +668,29 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
     rcc_proxy_drain(st->proxy, rcc_deadline_after_ms(comm->set.timeout_ms));
     rcc_proxy_stop(st->proxy); /* first: nothing may touch the conns after */
   }
-  for (int i = 0; i < st->nconns; i++) {
-    struct rcc_proxy_conn *c = &st->conns[i];
-    if (c->net_comm) {
-      if (c->mhandle)
-        st->plugin->dereg_mr(c->net_comm, c->mhandle);
-      if (c->is_send)
-        st->plugin->close_send(c->net_comm);
-      else
-        st->plugin->close_recv(c->net_comm);
-    }
-    free(c->fifo);
+  /* The links this rank connected first (the lower rank of a pair): their
+   * ends close first, and the accepting ends wait for that (net_socket.c,
+   * no TIME_WAIT), so closing ours before we wait on our peers' keeps
+   * those waits from queueing behind each other round the ranks. */
+  for (int pass = 0; pass < 2 && st->conns != NULL; pass++)
+    for (int i = 0; i < st->nconns; i++) {
+      struct rcc_proxy_conn *c = &st->conns[i];
+      if ((c->peer > comm->rank) != (pass == 0))
+        continue;
+      if (c->net_comm) {
+        if (c->mhandle)
+          st->plugin->dereg_mr(c->net_comm, c->mhandle);
+        if (c->is_send)
+          st->plugin->close_send(c->net_comm);
+        else
+          st->plugin->close_recv(c->net_comm);
+      }
+      free(c->fifo);
 #if RINGCC_HAVE_CUDA
-    if (st->gpu_data && st->gpu_data[i])
-      free_gpu_slots(comm, st->gpu_data[i]);
+      if (st->gpu_data && st->gpu_data[i])
+        free_gpu_slots(comm, st->gpu_data[i]);
 #endif
-  }
+    }
   if (st->listen_comm)
     st->plugin->close_listen(st->listen_comm);
   free(st->conns);

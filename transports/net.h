@@ -35,8 +35,11 @@
  *
  * Every call that can fail writes one sentence to err[errlen] (what, which
  * address, the OS reason) and returns a ringcc_result_t: RINGCC_ERR_NETWORK
- * for a network failure, RINGCC_ERR_PEER_FAILED when the peer closed the
- * connection, RINGCC_ERR_TIMEOUT at a deadline.
+ * for a network failure (a link that failed, or bytes that break the
+ * protocol: corrupt below), RINGCC_ERR_PEER_FAILED when the peer closed the
+ * connection, RINGCC_ERR_SYSTEM for a failure of this rank's own (a local
+ * errno such as EBADF or ENOMEM: not the peer's), RINGCC_ERR_TIMEOUT at a
+ * deadline.
  */
 #ifndef RCC_NET_H
 #define RCC_NET_H
@@ -158,6 +161,20 @@ struct rcc_net_plugin {
    * is pending; 0: POLLOUT (a socket with room to write). The verbs
    * plugin's fds are completion channels: POLLIN. */
   short send_events;
+  /* Optional: payload checksums on a connection (RINGCC_CHECKSUM): a send
+   * comm sends a CRC-32C of every payload with it, a receive comm checks
+   * it and fails the message (RINGCC_ERR_NETWORK, one sentence with the
+   * bytes and both sums) on a mismatch, so corrupted bytes never reach a
+   * FIFO. NULL: the plugin has none (verbs: the link's end-to-end CRC of
+   * every packet covers the payload). */
+  void (*checksum)(void *comm, int on);
+  /* Optional: 1 when the connection failed because what arrived breaks the
+   * protocol (a header that claims more than the slot, a checksum that does
+   * not match): the peer is alive and sent garbage, or the bytes were
+   * corrupted on the way, so the engine reports the connection's error as
+   * it is and does not tell the other ranks that the peer is lost. NULL:
+   * every RINGCC_ERR_NETWORK is a link that failed. */
+  int (*corrupt)(void *comm);
 };
 
 /* For locate(): this rank among the ranks of its host, and its GPU. */

@@ -164,9 +164,13 @@ static void publish_failure(struct rcc_proxy *px) {
   /* A peer that went away is dead; one the network lost (no answer, an
    * error) is unreachable: either way the peers are told (failure.c), so
    * that they name it, not this rank, which leaves after its error. */
+  /* Not so where the bytes that arrived broke the protocol (the peer may
+   * be alive: its bytes were corrupted) or this rank's own failed (a local
+   * errno, RINGCC_ERR_SYSTEM): the error then names that cause alone. */
+  int corrupt = px->plugin->corrupt != NULL && px->plugin->corrupt(c->net_comm);
   if (px->fail_code == RINGCC_ERR_PEER_FAILED)
     rcc_peer_dead(px->comm, c->peer, px->comm->rank);
-  else if (px->fail_code == RINGCC_ERR_NETWORK)
+  else if (px->fail_code == RINGCC_ERR_NETWORK && !corrupt)
     rcc_peer_lost(px->comm, c->peer, px->comm->rank, 1);
   const struct rcc_peer_info *peer = &px->comm->peers[c->peer];
   char ranks[128];

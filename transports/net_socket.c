@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "crc32c.h"
 #include "env.h"
 #include "error.h"
 #include "gate.h"
@@ -97,7 +98,8 @@
  * put every payload from an aligned buffer exactly there
  * (docs/performance.md). Whole multiples of 64 keep a payload at the
  * alignment of the thread's page offset, the same for every message. */
-#define MSG_HEADER_BYTES 64 /* payload bytes, imm, zeros */
+#define MSG_HEADER_BYTES 64 /* payload bytes, imm, CRC-32C, flags, zeros */
+#define HDR_FLAG_CRC 1u     /* flags: the CRC-32C of the payload is there */
 #define MSG_ALIGN 64
 /* A receive reads a header, or what is left of a payload when it is shorter
  * than this, through a buffer of this size: one recv() then takes a small
@@ -112,6 +114,7 @@
 #define MAX_TAKEN 4096   /* connection ids remembered against replays */
 #define RECONNECTS 3     /* a socket dropped unread is opened again */
 #define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
+#define CLOSE_WAIT_MS 200 /* for the peer's FIN at close (conn_free) */
 
 _Static_assert(HANDLE_BYTES <= RCC_NET_HANDLE_BYTES, "handle size");
 _Static_assert(PREAMBLE_BYTES == RCC_NET_SOCKET_PREAMBLE_BYTES &&
@@ -350,6 +353,8 @@ struct net_request {
   size_t moved; /* bytes moved so far, header included */
   uint64_t seq; /* message number on the connection: socket seq % nsocks */
   uint32_t imm;
+  uint32_t sum, flags; /* a receive's header's CRC-32C and flags (the
+                          header's bytes take the padding after it) */
   int state;
   uint8_t header[MSG_HEADER_BYTES];
   void *home; /* a redirected receive: where it was posted, and its size */
@@ -379,6 +384,9 @@ struct net_conn {
   char message[RCC_ERRLEN];
   char peer[80]; /* "1.2.3.4:5": the remote end, for messages */
   struct net_conn *twin; /* the other way over the same sockets, or NULL */
+  int connected;         /* this end connected (it closes first: conn_free) */
+  int checksum;          /* RINGCC_CHECKSUM: send a CRC-32C / require one */
+  int corrupt;           /* failed on bytes that break the protocol */
   int hinted;            /* the caller reports poll()'s readiness (readable) */
   int nfree;
   struct net_request *free_list[RCC_NET_MAX_REQUESTS];
@@ -414,11 +422,17 @@ static void conn_free(struct net_conn *c) {
   if (c == NULL)
     return;
   int forked = c->pid != (int)getpid();
+  /* The end that connected closes first, the end that accepted waits for
+   * its FIN and resets (socket.h: neither keeps a TIME_WAIT, which held a
+   * minute's ports per communicator). The goodbye (net_proxy.c) already
+   * told both ends that nothing more comes. */
   for (int i = 0; i < c->nsocks; i++) {
     int fd = c->socks[i].fd;
-    if (fd >= 0 && c->twin == NULL)
+    if (fd >= 0 && c->twin == NULL && !c->connected && !forked)
+      rcc_socket_close_second(fd, CLOSE_WAIT_MS);
+    else if (fd >= 0 && c->twin == NULL)
       close(fd);
-    else if (fd >= 0 && c->kind == COMM_SEND && !forked)
+    else if (fd >= 0 && c->kind == COMM_SEND && c->connected && !forked)
       shutdown(fd, SHUT_WR); /* the twin still reads from it */
     free(c->socks[i].rbuf);
   }
@@ -468,16 +482,29 @@ static const char *unreachable_why(int e) {
   return "";
 }
 
-/* A failed send/recv: a peer that went away is PEER_FAILED. */
+/* An errno of this rank's own making (its descriptors, its memory), not
+ * the network's or the peer's. */
+static int local_errno(int e) {
+  return e == EBADF || e == ENOTSOCK || e == EFAULT || e == EINVAL ||
+         e == ENOMEM || e == ENOBUFS || e == EMFILE || e == ENFILE;
+}
+
+/* A failed send/recv: a peer that went away is PEER_FAILED; a local errno
+ * is SYSTEM, this rank's failure (the peer is not reported lost). */
 static void conn_fail_io(struct net_conn *c, int sock, int e,
                          const struct net_request *r) {
   char where[96];
-  int gone = e == ECONNRESET || e == EPIPE;
-  conn_fail(c, gone ? RINGCC_ERR_PEER_FAILED : RINGCC_ERR_NETWORK,
-            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s%s",
+  int gone = e == ECONNRESET || e == EPIPE, local = local_errno(e);
+  conn_fail(c, gone    ? RINGCC_ERR_PEER_FAILED
+               : local ? RINGCC_ERR_SYSTEM
+                       : RINGCC_ERR_NETWORK,
+            "NET/Socket: %s %s failed on socket %d of %d (%s): %s%s%s%s",
             c->kind == COMM_SEND ? "send to" : "receive from", c->peer, sock,
             c->nsocks, request_where(c, r, where, sizeof(where)), strerror(e),
             gone ? " (the peer closed the connection or died)" : "",
+            local ? " (a failure of this rank's own, not of the peer or the "
+                    "network)"
+                  : "",
             unreachable_why(e));
 }
 
@@ -547,15 +574,61 @@ static int header_arrived(struct net_conn *c, int sock,
                                       &bytes, &r->imm) != 0;
   }
   r->home = NULL;
+  r->sum = rcc_get_be32(r->header + 8);
+  r->flags = rcc_get_be32(r->header + 12);
   if (bad) {
+    c->corrupt = 1;
     conn_fail(c, RINGCC_ERR_NETWORK,
-              "NET/Socket: peer sent %u bytes, more than the %zu-byte slot "
-              "(connection from %s, message %llu, socket %d of %d)",
-              (unsigned)bytes, r->bytes, c->peer, (unsigned long long)r->seq,
-              sock, c->nsocks);
+              "NET/Socket: protocol violation: the header of message %llu "
+              "from %s (socket %d of %d) claims %u bytes for a %zu-byte slot "
+              "(header bytes 0-7: %02x%02x%02x%02x %02x%02x%02x%02x); the "
+              "stream is corrupt or out of step",
+              (unsigned long long)r->seq, c->peer, sock, c->nsocks,
+              (unsigned)bytes, r->bytes, r->header[0], r->header[1],
+              r->header[2], r->header[3], r->header[4], r->header[5],
+              r->header[6], r->header[7]);
     return -1;
   }
   r->bytes = bytes;
+  return 0;
+}
+
+/* The CRC-32C a message carries: of its size and immediate (the header's
+ * first 8 bytes: a flipped bit there would change what the payload means)
+ * and of its payload. */
+static uint32_t message_crc(uint32_t imm, const void *data, size_t bytes) {
+  uint8_t head[8];
+  rcc_put_be32(head, (uint32_t)bytes);
+  rcc_put_be32(head + 4, imm);
+  return rcc_crc32c(rcc_crc32c(0, head, sizeof(head)), data, bytes);
+}
+
+/* A whole message is in: where the connection sums payloads
+ * (RINGCC_CHECKSUM), its CRC-32C must be the one its header carries, else
+ * the connection fails: corrupted bytes never reach the FIFO. */
+static int checksum_ok(struct net_conn *c, int sock,
+                       const struct net_request *r) {
+  if (!c->checksum)
+    return 1;
+  uint32_t sent = r->sum;
+  c->corrupt = 1; /* unless it matches, below */
+  if ((r->flags & HDR_FLAG_CRC) == 0) {
+    conn_fail(c, RINGCC_ERR_NETWORK,
+              "NET/Socket: message %llu from %s (%zu bytes, socket %d of %d) "
+              "carries no checksum, though RINGCC_CHECKSUM=1 here: a protocol "
+              "violation", (unsigned long long)r->seq, c->peer, r->bytes, sock,
+              c->nsocks);
+    return 0;
+  }
+  uint32_t got = message_crc(r->imm, r->data, r->bytes);
+  if (got == sent)
+    return c->corrupt = 0, 1;
+  conn_fail(c, RINGCC_ERR_NETWORK,
+            "NET/Socket: checksum mismatch: message %llu from %s, %zu bytes "
+            "(socket %d of %d), CRC-32C 0x%08x here but 0x%08x sent: the "
+            "bytes were corrupted on the way (RINGCC_CHECKSUM=1 kept them "
+            "out of the result)", (unsigned long long)r->seq, c->peer,
+            r->bytes, sock, c->nsocks, (unsigned)got, (unsigned)sent);
   return 0;
 }
 
@@ -637,7 +710,8 @@ static void progress_recv(struct net_conn *c, int sock) {
     if (in_header && r->moved == MSG_HEADER_BYTES &&
         header_arrived(c, sock, r) != 0)
       return;
-    if (r->moved == wire_bytes(r->bytes)) /* false inside the header */
+    if (r->moved == wire_bytes(r->bytes) && /* false inside the header */
+        checksum_ok(c, sock, r))
       request_finish(s, r);
   }
 }
@@ -698,6 +772,10 @@ static ringcc_result_t socket_isend(void *send_comm, const void *data,
     memset(r->header, 0, sizeof(r->header));
     rcc_put_be32(r->header, (uint32_t)bytes);
     rcc_put_be32(r->header + 4, imm);
+    if (c->checksum) { /* the bytes are final: the executor published them */
+      rcc_put_be32(r->header + 8, message_crc(imm, data, bytes));
+      rcc_put_be32(r->header + 12, HDR_FLAG_CRC);
+    }
   }
   *request = r;
   return RINGCC_SUCCESS;
@@ -818,6 +896,7 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "NET/Socket: out of memory for a connection");
   rcc_socket_addr_str(&addr, c->peer, sizeof(c->peer));
+  c->connected = 1;
   uint64_t id = random_id();
   for (int i = 0; i < nsocks; i++) {
     uint8_t pre[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES + MAC_BYTES];
@@ -886,6 +965,7 @@ static ringcc_result_t socket_reverse(void *comm, void **other, char *err,
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "NET/Socket: out of memory for a connection");
   memcpy(o->peer, c->peer, sizeof(o->peer));
+  o->connected = c->connected;
   for (int i = 0; i < c->nsocks; i++)
     o->socks[i].fd = c->socks[i].fd;
   c->twin = o;
@@ -1299,6 +1379,14 @@ static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
 
 static void socket_close_conn(void *comm) { conn_free(comm); }
 
+static void socket_checksum(void *comm, int on) {
+  ((struct net_conn *)comm)->checksum = on;
+}
+
+static int socket_corrupt(void *comm) {
+  return ((struct net_conn *)comm)->corrupt;
+}
+
 static void socket_close_listen(void *listen_comm) {
   struct net_listen *l = listen_comm;
   if (l == NULL)
@@ -1335,4 +1423,6 @@ const struct rcc_net_plugin rcc_net_socket = {
     .close_send = socket_close_conn,
     .close_recv = socket_close_conn,
     .close_listen = socket_close_listen,
+    .checksum = socket_checksum,
+    .corrupt = socket_corrupt,
 };

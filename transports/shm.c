@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -147,6 +148,44 @@ static void *map_segment(int fd, size_t bytes) {
   return p == MAP_FAILED ? NULL : p;
 }
 
+/* Sizes the segment and reserves its pages now: ftruncate alone makes a
+ * sparse file, and a tmpfs too small for it would then kill the process
+ * with SIGBUS at the first touch of a page it cannot supply (in the first
+ * collective, on every rank), where a reservation fails here, at init,
+ * with ENOSPC. posix_fallocate may be interrupted by a signal (EINTR): it
+ * is tried again. 0, or an errno. */
+static int reserve_pages(int fd, size_t bytes) {
+  int e;
+  do
+    e = posix_fallocate(fd, 0, (off_t)bytes);
+  while (e == EINTR);
+  if (e == EOPNOTSUPP || e == EINVAL) /* no fallocate here: size it only */
+    e = ftruncate(fd, (off_t)bytes) == 0 ? 0 : errno;
+  return e;
+}
+
+/* The sentence for a segment that could not be reserved: /dev/shm's free
+ * bytes, what this rank needed, and the variables that shrink it. */
+static ringcc_result_t reserve_error(struct ringcc_comm *comm,
+                                     const struct shm_state *st, int e) {
+  struct statvfs vfs;
+  char free_bytes[64] = "unknown";
+  if (statvfs("/dev/shm", &vfs) == 0)
+    snprintf(free_bytes, sizeof(free_bytes), "%llu",
+             (unsigned long long)vfs.f_bavail * vfs.f_frsize);
+  return rcc_comm_error(
+      comm, e == ENOSPC || e == ENOMEM ? RINGCC_ERR_OUT_OF_MEMORY
+                                       : RINGCC_ERR_SYSTEM,
+      "shm on rank %d: cannot reserve %zu bytes in /dev/shm for %s: %s "
+      "(/dev/shm has %s bytes free; this rank's FIFOs need nslots x "
+      "chunk_bytes x channels x peers: lower RINGCC_NSLOTS (%d), "
+      "RINGCC_CHUNK_BYTES (%lld) or RINGCC_NCHANNELS (%d), or enlarge "
+      "/dev/shm, e.g. docker --shm-size)",
+      comm->rank, st->own_bytes, st->name, strerror(e), free_bytes,
+      comm->set.nslots, (long long)comm->set.chunk_bytes,
+      comm->kind_channels[RCC_CONN_COLL]);
+}
+
 static ringcc_result_t create_segment(struct ringcc_comm *comm,
                                       struct shm_state *st) {
   ringcc_result_t r = random_name(comm, st->name, sizeof(st->name));
@@ -160,17 +199,14 @@ static ringcc_result_t create_segment(struct ringcc_comm *comm,
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
                           "shm on rank %d: cannot create %s: %s", comm->rank,
                           st->name, strerror(errno));
-  if (ftruncate(fd, (off_t)st->own_bytes) != 0) {
-    int e = errno;
+  int e = reserve_pages(fd, st->own_bytes);
+  if (e != 0) {
     close(fd);
     shm_unlink(st->name);
-    return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
-                          "shm on rank %d: cannot size %s to %zu bytes: %s "
-                          "(is /dev/shm full?)",
-                          comm->rank, st->name, st->own_bytes, strerror(e));
+    return reserve_error(comm, st, e);
   }
   st->own = map_segment(fd, st->own_bytes);
-  int e = errno;
+  e = errno;
   close(fd);
   if (st->own == NULL) {
     shm_unlink(st->name);

@@ -88,6 +88,10 @@
 #define TABLE_MAGIC 0x52434354u /* "RCCT" */
 #define RING_MAGIC 0x52434352u  /* "RCCR" */
 #define DATA_MAGIC 0x52434344u  /* "RCCD" */
+#define FAIL_MAGIC 0x52434346u  /* "RCCF": in place of a step header, a
+                                   rank's failure (rcc_bootstrap_fail) */
+#define FAIL_WHY_MAX 512        /* its sentence, with room for the NUL */
+#define FAIL_SEND_NS (2 * 1000000000LL) /* passing one on */
 #define HANDSHAKE_VERSION 2u    /* 1 sent the secret itself */
 
 enum { PURPOSE_RENDEZVOUS = 1, PURPOSE_RING = 2 };
@@ -134,6 +138,9 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
 #define CHALLENGE_TIMEOUT_NS (10 * 1000000000LL)
 #define TABLE_SEND_TIMEOUT_NS (30 * 1000000000LL)
 #define DEFAULT_SERVER_TIMEOUT_MS 600000
+/* How long the second closer of a connection waits for the first's FIN
+ * (rcc_socket_close_second): ranks leave together, within milliseconds. */
+#define RING_CLOSE_WAIT_MS 200
 
 /* Reply status from the rendezvous. */
 enum {
@@ -147,8 +154,13 @@ enum {
 
 struct rcc_bootstrap {
   int rank, nranks;
+  int pid;              /* the process that connected the ring */
   int next_fd, prev_fd; /* -1 when nranks == 1 */
   uint32_t calls;       /* allgather/barrier calls so far: checked per step */
+  int lost;             /* a rank known to have left the ring, or -1 */
+  int fail_rank;        /* the failure passed along the ring, or -1 */
+  int32_t fail_code;
+  char fail_why[FAIL_WHY_MAX];
   struct sockaddr_storage root;
   struct sockaddr_storage *peers; /* every rank's bootstrap listener */
   uint8_t key[RCC_BOOT_KEY_BYTES]; /* the communicator's (rcc_bootstrap_key) */
@@ -1184,7 +1196,11 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
   memcpy(nonces + NONCE_LEN, c.nonce_a, NONCE_LEN);
   if (r == RINGCC_SUCCESS)
     r = recv_table(b, fd, secret, nonces, start, deadline_ns, err, errlen);
-  close(fd);
+  /* The rendezvous closes first, once every rank has its table. */
+  if (r == RINGCC_SUCCESS)
+    rcc_socket_close_second(fd, RING_CLOSE_WAIT_MS);
+  else
+    close(fd);
   return r;
 }
 
@@ -1311,6 +1327,8 @@ ringcc_result_t rcc_bootstrap_init(struct rcc_bootstrap **out,
                     "bootstrap: rank %d: out of memory", rank);
   b->rank = rank;
   b->nranks = nranks;
+  b->pid = (int)getpid();
+  b->lost = b->fail_rank = -1;
   b->next_fd = b->prev_fd = -1;
   r = id_decode(id, &b->root, secret, err, errlen);
   if (r == RINGCC_SUCCESS)
@@ -1364,11 +1382,145 @@ int rcc_bootstrap_data_header_ok(const uint8_t *hdr, size_t len, uint32_t call,
          rcc_get_be32(hdr + 4) == call && rcc_get_be64(hdr + 8) == bytes;
 }
 
+/* A failure passed along the ring (rcc_bootstrap_fail): in place of a step
+ * header, FAIL_MAGIC, the rank, its ringcc_result_t and the length of its
+ * sentence, then the sentence. Every rank that reads one where it expects a
+ * header passes it on (after the data of the step it is in, so that the
+ * next rank reads it where it expects a header too) and fails with it, so a
+ * failure reaches every rank in one trip round the ring, however far the
+ * all-gather got: no rank waits on another's lockstep. */
+static void ring_send_failure_to(struct rcc_bootstrap *b, int fd) {
+  uint8_t msg[DATA_HDR_LEN + FAIL_WHY_MAX];
+  size_t len = strnlen(b->fail_why, FAIL_WHY_MAX - 1);
+  rcc_put_be32(msg, FAIL_MAGIC);
+  rcc_put_be32(msg + 4, (uint32_t)b->fail_rank);
+  rcc_put_be32(msg + 8, (uint32_t)b->fail_code);
+  rcc_put_be32(msg + 12, (uint32_t)len);
+  memcpy(msg + DATA_HDR_LEN, b->fail_why, len);
+  char ignored[RCC_ERRLEN];
+  (void)rcc_socket_send_all(fd, msg, DATA_HDR_LEN + len,
+                            rcc_now_ns() + FAIL_SEND_NS, ignored,
+                            sizeof(ignored));
+}
+
+static void ring_send_failure(struct rcc_bootstrap *b) {
+  if (b->next_fd >= 0 && b->fail_rank != (b->rank + 1) % b->nranks)
+    ring_send_failure_to(b, b->next_fd); /* not to the one that is gone */
+}
+
+static void ring_record_failure(struct rcc_bootstrap *b, int rank,
+                                int32_t code, const char *why);
+
+/* The next rank closed its connection: it may have said why first, back
+ * the other way (rcc_bootstrap_fail), before it left. 1 with the failure
+ * recorded, else 0. */
+static int ring_failure_back(struct rcc_bootstrap *b) {
+  uint8_t hdr[DATA_HDR_LEN];
+  char why[FAIL_WHY_MAX], msg[RCC_ERRLEN];
+  int64_t until = rcc_now_ns() + 100 * 1000000LL;
+  int n = b->nranks;
+  if (rcc_socket_recv_all(b->next_fd, hdr, sizeof(hdr), until, msg,
+                          sizeof(msg)) != RINGCC_SUCCESS ||
+      rcc_get_be32(hdr) != FAIL_MAGIC)
+    return 0;
+  uint32_t rank = rcc_get_be32(hdr + 4), len = rcc_get_be32(hdr + 12);
+  int32_t code = (int32_t)rcc_get_be32(hdr + 8);
+  if (rank >= (uint32_t)n || len >= FAIL_WHY_MAX || code <= 0 ||
+      rcc_socket_recv_all(b->next_fd, why, len, until, msg, sizeof(msg)) !=
+          RINGCC_SUCCESS)
+    return 0;
+  why[len] = '\0';
+  ring_record_failure(b, (int)rank, code, why);
+  return 1;
+}
+
+static void ring_record_failure(struct rcc_bootstrap *b, int rank,
+                                int32_t code, const char *why) {
+  if (b->fail_rank >= 0)
+    return; /* the first one stands */
+  b->fail_rank = rank;
+  b->fail_code = code;
+  snprintf(b->fail_why, sizeof(b->fail_why), "%s", why);
+}
+
+void rcc_bootstrap_fail(struct rcc_bootstrap *b, int32_t code,
+                        const char *why) {
+  if (b == NULL || b->nranks == 1)
+    return;
+  ring_record_failure(b, b->rank, code, why);
+  ring_send_failure(b);
+  /* And back to the previous rank, which reads it should it find this one
+   * gone before the news came round (ring_failure_back). */
+  if (b->prev_fd >= 0 && b->nranks > 2)
+    ring_send_failure_to(b, b->prev_fd);
+}
+
+int rcc_bootstrap_failure(const struct rcc_bootstrap *b, int32_t *code,
+                          char *why, size_t len) {
+  if (b == NULL || b->fail_rank < 0)
+    return -1;
+  *code = b->fail_code;
+  snprintf(why, len, "%s", b->fail_why);
+  return b->fail_rank;
+}
+
+/* A step header that is a FAIL message: its sentence read, recorded and
+ * passed on (after this step's data). The error, or RINGCC_SUCCESS when
+ * the header is none. */
+static ringcc_result_t ring_failure_in(struct rcc_bootstrap *b,
+                                       const uint8_t *hdr, const void *out,
+                                       size_t out_len, int64_t deadline_ns,
+                                       char *err, size_t errlen) {
+  char why[FAIL_WHY_MAX], msg[RCC_ERRLEN];
+  int n = b->nranks, prev = (b->rank - 1 + n) % n;
+  if (rcc_get_be32(hdr) != FAIL_MAGIC)
+    return RINGCC_SUCCESS;
+  uint32_t rank = rcc_get_be32(hdr + 4), len = rcc_get_be32(hdr + 12);
+  int32_t code = (int32_t)rcc_get_be32(hdr + 8);
+  if (rank >= (uint32_t)n || len >= FAIL_WHY_MAX || code <= 0 ||
+      rcc_socket_recv_all(b->prev_fd, why, len, deadline_ns, msg,
+                          sizeof(msg)) != RINGCC_SUCCESS)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_USAGE, "bootstrap: rank "
+                    "%d got a malformed failure message from rank %d",
+                    b->rank, prev);
+  why[len] = '\0';
+  ring_record_failure(b, (int)rank, code, why);
+  (void)rcc_socket_send_all(b->next_fd, out, out_len,
+                            rcc_now_ns() + FAIL_SEND_NS, msg, sizeof(msg));
+  ring_send_failure(b);
+  return rcc_errf(err, errlen, (ringcc_result_t)code, "rank %d failed: %s",
+                  (int)rank, why[0] ? why : "(no reason given)");
+}
+
+/* The previous rank's connection closed (it died or exited): recorded and
+ * passed on as its failure, so that every rank names it, not the neighbour
+ * that stopped talking because of it. Not where this rank knows the cause
+ * already. */
+static void ring_lost(struct rcc_bootstrap *b, int gone, const void *out,
+                      size_t out_len) {
+  char msg[RCC_ERRLEN];
+  if (b->fail_rank >= 0)
+    return;
+  snprintf(msg, sizeof(msg), "its bootstrap connection to rank %d closed: it "
+           "died or exited", b->rank);
+  if (gone != (b->rank + 1) % b->nranks || !ring_failure_back(b))
+    ring_record_failure(b, gone, RINGCC_ERR_PEER_FAILED, msg);
+  b->lost = gone;
+  if (out_len > 0)
+    (void)rcc_socket_send_all(b->next_fd, out, out_len,
+                              rcc_now_ns() + FAIL_SEND_NS, msg, sizeof(msg));
+  ring_send_failure(b);
+}
+
+int rcc_bootstrap_lost(const struct rcc_bootstrap *b) {
+  return b == NULL ? -1 : b->lost;
+}
+
 static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
                                       size_t bytes, int64_t deadline_ns,
                                       const char *op, char *err,
                                       size_t errlen) {
-  int n = b->nranks;
+  int n = b->nranks, prev = (b->rank - 1 + n) % n, next = (b->rank + 1) % n;
   int64_t start = rcc_now_ns();
   uint32_t call = ++b->calls;
   char msg[RCC_ERRLEN];
@@ -1377,6 +1529,7 @@ static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
     int send_idx = (b->rank - step + n) % n;
     int recv_idx = (b->rank - step - 1 + n) % n;
     uint8_t out_hdr[DATA_HDR_LEN], in_hdr[DATA_HDR_LEN];
+    const uint8_t *out = data + (size_t)send_idx * bytes;
     int failed_recv;
     rcc_put_be32(out_hdr, DATA_MAGIC);
     rcc_put_be32(out_hdr + 4, call);
@@ -1384,20 +1537,25 @@ static ringcc_result_t ring_allgather(struct rcc_bootstrap *b, uint8_t *data,
     ringcc_result_t r = rcc_socket_sendrecv(
         b->next_fd, out_hdr, sizeof(out_hdr), b->prev_fd, in_hdr,
         sizeof(in_hdr), deadline_ns, &failed_recv, msg, sizeof(msg));
+    if (r == RINGCC_ERR_PEER_FAILED)
+      ring_lost(b, failed_recv ? prev : next, out, failed_recv ? bytes : 0);
     if (r != RINGCC_SUCCESS)
       return ring_error(b, r, failed_recv, op, start, msg, err, errlen);
+    if ((r = ring_failure_in(b, in_hdr, out, bytes, deadline_ns, err,
+                             errlen)) != RINGCC_SUCCESS)
+      return r;
     if (!rcc_bootstrap_data_header_ok(in_hdr, sizeof(in_hdr), call, bytes))
       return rcc_errf(err, errlen, RINGCC_ERR_INVALID_USAGE,
                       "bootstrap: rank %d in %s (call %u, %zu bytes per rank) "
                       "got call %u with %llu bytes per rank from rank %d: the "
                       "ranks made different bootstrap calls", b->rank, op,
                       call, bytes, rcc_get_be32(in_hdr + 4),
-                      (unsigned long long)rcc_get_be64(in_hdr + 8),
-                      (b->rank - 1 + n) % n);
-    r = rcc_socket_sendrecv(b->next_fd, data + (size_t)send_idx * bytes,
-                            bytes, b->prev_fd,
+                      (unsigned long long)rcc_get_be64(in_hdr + 8), prev);
+    r = rcc_socket_sendrecv(b->next_fd, out, bytes, b->prev_fd,
                             data + (size_t)recv_idx * bytes, bytes,
                             deadline_ns, &failed_recv, msg, sizeof(msg));
+    if (r == RINGCC_ERR_PEER_FAILED)
+      ring_lost(b, failed_recv ? prev : next, NULL, 0);
     if (r != RINGCC_SUCCESS)
       return ring_error(b, r, failed_recv, op, start, msg, err, errlen);
   }
@@ -1438,13 +1596,58 @@ ringcc_result_t rcc_bootstrap_barrier(struct rcc_bootstrap *b,
   return r;
 }
 
+int rcc_bootstrap_news(struct rcc_bootstrap *b, int32_t *status, int *rank) {
+  static __thread uint8_t buf[64 * 1024];
+  int n = b->nranks;
+  if (n == 1 || b->prev_fd < 0)
+    return 0;
+  ssize_t got;
+  do
+    got = recv(b->prev_fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+  while (got < 0 && errno == EINTR);
+  *rank = (b->rank - 1 + n) % n;
+  if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+    return -1; /* closed (or reset) before anything */
+  /* Step k of the next all-gather carries the record of rank - 1 - k. */
+  size_t off = 0;
+  for (int step = 0; got > 0 && step < n - 1; step++) {
+    if ((size_t)got - off >= DATA_HDR_LEN &&
+        rcc_get_be32(buf + off) == FAIL_MAGIC &&
+        rcc_get_be32(buf + off + 4) < (uint32_t)n) {
+      *rank = (int)rcc_get_be32(buf + off + 4);
+      *status = (int32_t)rcc_get_be32(buf + off + 8);
+      return 1; /* a failure on its way round */
+    }
+    if ((size_t)got - off < DATA_HDR_LEN + sizeof(int32_t) ||
+        rcc_get_be32(buf + off) != DATA_MAGIC ||
+        rcc_get_be32(buf + off + 4) != b->calls + 1)
+      return 0;
+    uint64_t bytes = rcc_get_be64(buf + off + 8);
+    if (bytes < sizeof(int32_t))
+      return 0;
+    memcpy(status, buf + off + DATA_HDR_LEN, sizeof(*status));
+    if (*status != 0) {
+      *rank = (b->rank - 1 - step + 2 * n) % n;
+      return 1;
+    }
+    if (bytes > (uint64_t)got - off - DATA_HDR_LEN)
+      return 0;
+    off += DATA_HDR_LEN + (size_t)bytes;
+  }
+  return 0;
+}
+
 void rcc_bootstrap_close(struct rcc_bootstrap *b) {
   if (b == NULL)
     return;
   memset(b->key, 0, sizeof(b->key));
+  /* Each ring connection's connecting end (to next) closes first, its
+   * accepting end second (socket.h: neither keeps a TIME_WAIT). */
   if (b->next_fd >= 0)
     close(b->next_fd);
-  if (b->prev_fd >= 0)
+  if (b->prev_fd >= 0 && b->pid == (int)getpid())
+    rcc_socket_close_second(b->prev_fd, RING_CLOSE_WAIT_MS);
+  else if (b->prev_fd >= 0)
     close(b->prev_fd);
   free(b->peers);
   free(b);

@@ -61,6 +61,26 @@ ringcc_result_t rcc_bootstrap_barrier(struct rcc_bootstrap *b,
  * never crosses the wire. */
 void rcc_bootstrap_key(const struct rcc_bootstrap *b,
                        uint8_t key[RCC_BOOT_KEY_BYTES]);
+/* News from the ring while this rank waits on something else (the network
+ * transport's connections), without taking anything: the records the
+ * previous ranks already sent for the next all-gather, each a record of
+ * the agreed steps (agree.c) starting with an int32_t status. 1 and
+ * *status, *rank where one of them is not 0 (a rank failed, or stopped
+ * for another's failure); -1 and *rank where the previous rank closed its
+ * connection with no such record before (it died or exited); else 0. */
+int rcc_bootstrap_news(struct rcc_bootstrap *b, int32_t *status, int *rank);
+/* The rank a failed all-gather or barrier found gone (its connection
+ * closed), or -1. */
+int rcc_bootstrap_lost(const struct rcc_bootstrap *b);
+/* This rank failed (code, why): instead of its next all-gather step it
+ * sends the failure along the ring, where every rank passes it on and fails
+ * its all-gather with it (at once, wherever that all-gather stands). */
+void rcc_bootstrap_fail(struct rcc_bootstrap *b, int32_t code,
+                        const char *why);
+/* The failure a failed all-gather met (this rank's own, one passed on, or
+ * a rank gone: *code, why[len]): its rank, or -1. */
+int rcc_bootstrap_failure(const struct rcc_bootstrap *b, int32_t *code,
+                          char *why, size_t len);
 void rcc_bootstrap_close(struct rcc_bootstrap *b);
 
 #endif /* RCC_BOOTSTRAP_H */

@@ -190,10 +190,13 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
   SETTING(c->shm_disable, "RINGCC_SHM_DISABLE", 0, 0, 1, s->shm_disable);
   SETTING(-1, "RINGCC_P2P_DISABLE", 0, 0, 1, s->p2p_disable);
   SETTING(c->check, "RINGCC_CHECK", 0, 0, 1, s->check);
+  SETTING(c->checksum, "RINGCC_CHECKSUM", 0, 0, 1, s->checksum);
   SETTING(-1, "RINGCC_SPIN", -1, -1, 1 << 24, s->spin);
   SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
   SETTING(-1, "RINGCC_NET_ZEROCOPY", 1, 0, 1, s->net_zerocopy);
-  SETTING(-1, "RINGCC_NCHANNELS", -1, -1, RCC_MAX_CHANNELS, s->nchannels);
+  s->nchannels = -1; /* unset: by collective and link (kind_channels) */
+  if (rcc_getenv("RINGCC_NCHANNELS") != NULL) /* set: 1..32, as documented */
+    SETTING(-1, "RINGCC_NCHANNELS", 1, 1, RCC_MAX_CHANNELS, s->nchannels);
   SETTING(-1, "RINGCC_DEVICE_CHUNK_BYTES", -1, -1, 64 << 20,
           s->device_chunk_bytes);
 #undef SETTING
@@ -263,6 +266,7 @@ static void fill_peer_info(struct ringcc_comm *comm, struct rcc_peer_info *me) {
   me->nslots = comm->set.nslots;
   me->nchannels = comm->set.nchannels;
   me->shm_disable = comm->set.shm_disable;
+  me->checksum = comm->set.checksum;
   rcc_cma_prepare(comm, me);
   me->trace_id = rcc_trace_id();
 }
@@ -301,6 +305,13 @@ static ringcc_result_t exchange_peer_info(struct ringcc_comm *comm,
           (long long)comm->set.chunk_bytes,
           (long long)comm->set.net_chunk_bytes, comm->set.nslots,
           comm->set.nchannels, (long long)comm->set.device_chunk_bytes);
+    if (q->checksum != comm->set.checksum)
+      return rcc_comm_error(
+          comm, RINGCC_ERR_INVALID_USAGE,
+          "init on rank %d: rank %d uses RINGCC_CHECKSUM=%d but rank %d uses "
+          "%d; all ranks must agree (a rank that checks would refuse every "
+          "message of one that does not sum)", comm->rank, p, q->checksum,
+          comm->rank, comm->set.checksum);
   }
   return RINGCC_SUCCESS;
 }
@@ -410,7 +421,8 @@ static void log_ring(const struct ringcc_comm *comm) {
   RCC_INFO(comm->rank,
            "settings: nranks %d, timeout_ms %lld, chunk_bytes %lld (ring step "
            "%zu), net_chunk_bytes %lld, nslots %d, channels %d (device %d), "
-           "device ring step %zu, shm_disable %d, spin %d, yields %d",
+           "device ring step %zu, shm_disable %d, spin %d, yields %d, "
+           "checksum %d",
            comm->nranks, (long long)comm->set.timeout_ms,
            (long long)comm->set.chunk_bytes, comm->ring_chunk_bytes,
            (long long)comm->set.net_chunk_bytes, comm->set.nslots,
@@ -419,7 +431,8 @@ static void log_ring(const struct ringcc_comm *comm) {
                ? comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL]
                : 0,
            comm->nkinds == RCC_MAX_CONN_KINDS ? comm->dev_ring_chunk_bytes : 0,
-           comm->set.shm_disable, comm->spin.spin, comm->spin.yields);
+           comm->set.shm_disable, comm->spin.spin, comm->spin.yields,
+           comm->set.checksum);
 }
 
 static ringcc_result_t comm_setup(struct ringcc_comm *comm,

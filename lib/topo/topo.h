@@ -149,6 +149,7 @@ struct rcc_peer_info {
   int32_t nslots;      /* must agree across ranks */
   int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
   int32_t shm_disable;
+  int32_t checksum;    /* RINGCC_CHECKSUM: must agree across ranks */
   uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
   uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
   struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */

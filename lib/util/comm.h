@@ -58,6 +58,7 @@ struct rcc_settings {
   int yields; /* sched_yield()s before sleeping (RINGCC_YIELDS); -1 */
   int net_zerocopy; /* network sends from the user's buffers
                        (RINGCC_NET_ZEROCOPY) */
+  int checksum;     /* CRC-32C of network payloads (RINGCC_CHECKSUM) */
 };
 
 /* Where a communicator stands, kept up to date by the executor for error

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/time.h>
@@ -593,6 +595,46 @@ int rcc_socket_poll_ms(int64_t deadline_ns) {
   return ms > 60000 ? 60000 : (int)ms;
 }
 
+void rcc_socket_close_second(int fd, int wait_ms) {
+  static __thread int64_t impatient_until; /* a peer did not close lately */
+  if (fd < 0)
+    return;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  int ms = rcc_now_ns() < impatient_until ? 0 : wait_ms, n;
+  do
+    n = poll(&p, 1, ms);
+  while (n < 0 && errno == EINTR);
+  if (n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    struct linger reset = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  } else if (n == 0 && ms > 0) {
+    impatient_until = rcc_now_ns() + 1000000000LL;
+  }
+  close(fd);
+}
+
+/* "the open-file limit (RLIMIT_NOFILE) is 64, 64 descriptors are open" */
+static const char *fd_limit_str(void) {
+  static __thread char buf[128];
+  struct rlimit rl;
+  int open_fds = 0;
+  DIR *d = opendir("/proc/self/fd"); /* needs a descriptor itself */
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+    open_fds += e->d_name[0] != '.';
+  if (d != NULL)
+    closedir(d), open_fds--; /* the directory's own */
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    snprintf(buf, sizeof(buf), "%d descriptors are open", open_fds);
+  else if (d == NULL)
+    snprintf(buf, sizeof(buf), "the open-file limit (RLIMIT_NOFILE) is %llu, "
+             "and every one is in use", (unsigned long long)rl.rlim_cur);
+  else
+    snprintf(buf, sizeof(buf), "the open-file limit (RLIMIT_NOFILE) is %llu, "
+             "%d descriptors are open", (unsigned long long)rl.rlim_cur,
+             open_fds);
+  return buf;
+}
+
 static int connect_retryable(int e) {
   return e == ECONNREFUSED || e == ETIMEDOUT || e == ENETUNREACH ||
          e == EHOSTUNREACH || e == ECONNRESET || e == ECONNABORTED;
@@ -663,6 +705,14 @@ ringcc_result_t rcc_socket_connect(const struct sockaddr_storage *addr,
       (void)setsockopt(*fd_out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       return RINGCC_SUCCESS;
     }
+    if (e == EMFILE || e == ENFILE)
+      return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
+                      "no socket for %s: %s (this rank's own failure: %s)", a,
+                      strerror(e), fd_limit_str());
+    if (e == ENOMEM || e == ENOBUFS)
+      return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                      "no socket for %s: %s (this rank's own failure)", a,
+                      strerror(e));
     if (!connect_retryable(e))
       return rcc_errf(err, errlen, RINGCC_ERR_NETWORK,
                       "connection to %s failed: %s", a, strerror(e));

@@ -87,4 +87,21 @@ ringcc_result_t rcc_socket_recv_all(int fd, void *buf, size_t len,
  * INT64_MAX, "no deadline", works; callers loop). */
 int rcc_socket_poll_ms(int64_t deadline_ns);
 
+/* Closing a TCP connection so that neither end stays in TIME_WAIT (which
+ * holds its port for a minute: thousands of communicators made and
+ * destroyed in a row used up the ephemeral ports, and then every listen on
+ * port 0 failed). TIME_WAIT is kept by the end that sends the first FIN and
+ * then receives the other's FIN; an end that receives a reset instead keeps
+ * nothing. So each connection has a first closer and a second closer,
+ * fixed by role (the end that connected closes first): the first closes
+ * as usual (FIN); the second waits up to wait_ms for that FIN, and having
+ * seen it (every byte of the peer's is in: nothing can be lost), closes
+ * with SO_LINGER 0, a reset, which also ends the first closer's
+ * FIN_WAIT_2 without TIME_WAIT. A peer that does not close within wait_ms
+ * gets an ordinary close (FIN); after such a wait the calls of this thread
+ * do not wait again for a second, so that a destroy with many connections
+ * to a slow peer waits once. Only the process that opened fd may call it
+ * (a forked child must only close()). */
+void rcc_socket_close_second(int fd, int wait_ms);
+
 #endif /* RCC_SOCKET_H */

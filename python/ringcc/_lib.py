@@ -116,7 +116,8 @@ class ConfigStruct(ctypes.Structure):
         ("socket_ifname", ctypes.c_char_p),
         ("net_chunk_bytes", ctypes.c_int64),
         ("cuda_device", ctypes.c_int),
-        ("reserved", ctypes.c_int * 15),
+        ("checksum", ctypes.c_int),
+        ("reserved", ctypes.c_int * 14),
     ]
 
 
@@ -212,7 +213,8 @@ def config_struct(**fields):
     cfg.magic = CONFIG_MAGIC
     cfg.version = major * 10000 + minor * 100 + patch
     for name in ("timeout_ms", "algo", "debug_level", "chunk_bytes", "nslots",
-                 "shm_disable", "check", "net_chunk_bytes", "cuda_device"):
+                 "shm_disable", "check", "net_chunk_bytes", "cuda_device",
+                 "checksum"):
         setattr(cfg, name, -1)
     cfg.socket_ifname = None
     for name, value in fields.items():

@@ -186,7 +186,7 @@ class Comm:
     variables (ringcc_comm_init_env). `timeout` is in seconds (every
     blocking wait, init included); the other keywords are ringcc_config_t's
     fields (algo, debug_level, chunk_bytes, nslots, shm_disable, check,
-    socket_ifname, net_chunk_bytes, cuda_device, timeout_ms).
+    socket_ifname, net_chunk_bytes, cuda_device, checksum, timeout_ms).
     """
 
     def __init__(self, nranks, uid, rank, timeout=None, **config):
