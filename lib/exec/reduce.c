@@ -237,16 +237,20 @@ uint16_t rcc_float_to_bf16(float f) { return float_to_bf16(f); }
   X(__VA_ARGS__, float32, RINGCC_FLOAT32, float, float, float, float,          \
     RCC_SAME, RCC_SAME)                                                        \
   X(__VA_ARGS__, float64, RINGCC_FLOAT64, double, double, double, double,      \
-    RCC_SAME, RCC_SAME)                                                        \
+    RCC_SAME, RCC_SAME)
+#define RCC_DATATYPE_F16(X, ...)                                               \
+  X(__VA_ARGS__, float16, RINGCC_FLOAT16, uint16_t, float, float, float,       \
+    half_to_float, float_to_half)
+/* float8: scalar conversions with branches, so their loops carry no
+ * vectorisation hint (clang would report that it could not honour it). */
+#define RCC_DATATYPES_FP8(X, ...)                                              \
   X(__VA_ARGS__, float8_e4m3, RINGCC_FLOAT8_E4M3, uint8_t, float, float,       \
     float, e4m3_to_float, float_to_e4m3)                                       \
   X(__VA_ARGS__, float8_e5m2, RINGCC_FLOAT8_E5M2, uint8_t, float, float,       \
     float, e5m2_to_float, float_to_e5m2)
-#define RCC_DATATYPE_F16(X, ...)                                               \
-  X(__VA_ARGS__, float16, RINGCC_FLOAT16, uint16_t, float, float, float,       \
-    half_to_float, float_to_half)
 #define RCC_DATATYPES(X, ...)                                                  \
-  RCC_DATATYPES_BUT_F16(X, __VA_ARGS__) RCC_DATATYPE_F16(X, __VA_ARGS__)
+  RCC_DATATYPES_BUT_F16(X, __VA_ARGS__) RCC_DATATYPE_F16(X, __VA_ARGS__)      \
+  RCC_DATATYPES_FP8(X, __VA_ARGS__)
 
 /* Scalar element functions, shared by every instruction set (they inline
  * into each set's kernels and get vectorised there). */
@@ -266,14 +270,15 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
 
 /* ---- kernels, generated per instruction set ---------------------------- */
 
-#define RCC_DEFINE_REDUCE(isa, attr, dt, T, op)                                \
+#define RCC_NO_HINT
+#define RCC_DEFINE_REDUCE(isa, attr, dt, T, op, hint)                          \
   static attr void reduce_##op##_##dt##_##isa(void *dst_, const void *a_,      \
                                               const void *b_, size_t n) {      \
     T *dst = dst_;                                                             \
     const T *a = a_, *b = b_;                                                  \
     size_t i = 0;                                                              \
     for (; n - i >= RCC_BLOCK; i += RCC_BLOCK) {                               \
-      RCC_IVDEP                                                                \
+      hint                                                                     \
       for (size_t j = 0; j < RCC_BLOCK; j++)                                   \
         dst[i + j] = elem_##op##_##dt(a[i + j], b[i + j]);                     \
     }                                                                          \
@@ -281,7 +286,7 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
       dst[i] = elem_##op##_##dt(a[i], b[i]);                                   \
   }
 
-#define RCC_DEFINE_AVG(isa, attr, dt, T, D)                                    \
+#define RCC_DEFINE_AVG(isa, attr, dt, T, D, hint)                              \
   static attr void avg_##dt##_##isa(void *dst_, const void *src_, size_t n,    \
                                     int nranks) {                              \
     T *dst = dst_;                                                             \
@@ -289,7 +294,7 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
     const D divisor = (D)nranks;                                               \
     size_t i = 0;                                                              \
     for (; n - i >= RCC_BLOCK; i += RCC_BLOCK) {                               \
-      RCC_IVDEP                                                                \
+      hint                                                                     \
       for (size_t j = 0; j < RCC_BLOCK; j++)                                   \
         dst[i + j] = elem_avg_##dt(src[i + j], divisor);                       \
     }                                                                          \
@@ -297,12 +302,16 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
       dst[i] = elem_avg_##dt(src[i], divisor);                                 \
   }
 
-#define RCC_DEFINE_KERNELS(isa, attr, dt, e, T, A, C, D, W, N)                 \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, sum)                                     \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, prod)                                    \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, min)                                     \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, max)                                     \
-  RCC_DEFINE_AVG(isa, attr, dt, T, D)
+#define RCC_DEFINE_KERNELS_HINT(isa, attr, hint, dt, e, T, A, C, D, W, N)     \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, sum, hint)                               \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, prod, hint)                              \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, min, hint)                               \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, max, hint)                               \
+  RCC_DEFINE_AVG(isa, attr, dt, T, D, hint)
+#define RCC_DEFINE_KERNELS(isa, attr, ...)                                     \
+  RCC_DEFINE_KERNELS_HINT(isa, attr, RCC_IVDEP, __VA_ARGS__)
+#define RCC_DEFINE_SCALAR_KERNELS(isa, attr, ...)                              \
+  RCC_DEFINE_KERNELS_HINT(isa, attr, RCC_NO_HINT, __VA_ARGS__)
 
 /* The table of one instruction set. AVG reduces as SUM. */
 typedef void (*rcc_avg_fn)(void *dst, const void *src, size_t n, int nranks);
@@ -327,7 +336,9 @@ struct rcc_kernel_set {
   };
 
 /* Portable C: whatever the compiler's baseline (SSE2 on x86-64) gives. */
-RCC_DATATYPES(RCC_DEFINE_KERNELS, portable, )
+RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, portable, )
+RCC_DATATYPE_F16(RCC_DEFINE_KERNELS, portable, )
+RCC_DATATYPES_FP8(RCC_DEFINE_SCALAR_KERNELS, portable, )
 RCC_DEFINE_KERNEL_SET(portable)
 
 #if RCC_HAVE_X86
@@ -419,10 +430,12 @@ RCC_DEFINE_KERNEL_SET(portable)
 
 RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, avx2, RCC_TARGET_AVX2)
 RCC_DEFINE_F16_KERNELS(avx2, RCC_TARGET_AVX2)
+RCC_DATATYPES_FP8(RCC_DEFINE_SCALAR_KERNELS, avx2, RCC_TARGET_AVX2)
 RCC_DEFINE_KERNEL_SET(avx2)
 
 RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, avx512, RCC_TARGET_AVX512)
 RCC_DEFINE_F16_KERNELS(avx512, RCC_TARGET_AVX512)
+RCC_DATATYPES_FP8(RCC_DEFINE_SCALAR_KERNELS, avx512, RCC_TARGET_AVX512)
 RCC_DEFINE_KERNEL_SET(avx512)
 #endif /* RCC_HAVE_X86 */
 
