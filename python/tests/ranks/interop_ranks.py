@@ -63,15 +63,10 @@ def reduced(n, count, dtype, op):
     kind = "minmax" if op in ("min", "max") else "sum"
     xs = np.stack([inputs(q, count, dtype, kind).astype(np.float32)
                    for q in range(n)])
-    if op == "sum":
-        r = xs.sum(0)
-    elif op == "min":
-        r = xs.min(0)
-    elif op == "max":
-        r = xs.max(0)
-    else:  # avg: the exact sum divided in float32, rounded once
-        r = xs.sum(0) / np.float32(n)
-    return r.astype(dtype)
+    if op == "avg":  # the exact sum divided in float32, rounded once
+        return (xs.sum(0) / np.float32(n)).astype(dtype)
+    return {"sum": np.sum, "min": np.min, "max": np.max}[op](xs, 0).astype(
+        dtype)
 
 
 def check_ml_dtypes(comm):
