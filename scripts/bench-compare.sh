@@ -187,8 +187,8 @@ mkdir -p "$BB"
 (
   set -e
   gcc -std=c11 -O2 -g -Wall -Wextra -Werror -c bench/bench_common.c -o "$BB/bench_common.o"
-  mpicc -std=c11 -O2 -g -Wall -Wextra -Werror bench/mpi_bench.c "$BB/bench_common.o" -o "$BB/mpi-bench"
-  g++ -std=c++17 -O2 -g -Wall -Wextra bench/gloo_bench.cc "$BB/bench_common.o" -o "$BB/gloo-bench" -lgloo -pthread
+  mpicc -std=c11 -O2 -g -Wall -Wextra -Werror bench/mpi_bench.c "$BB/bench_common.o" -o "$BB/mpi-bench" -lm
+  g++ -std=c++17 -O2 -g -Wall -Wextra bench/gloo_bench.cc "$BB/bench_common.o" -o "$BB/gloo-bench" -lgloo -pthread -lm
   gcc -std=c11 -O3 -march=native -Wall -Wextra -Werror -pthread bench/membw.c -o "$BB/membw"
   gcc -std=c11 -O2 -Wall -Wextra -Werror -pthread bench/tcpring.c -o "$BB/tcpring"
 ) >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log" >&2; die "building bench/ failed (see $out/build.log)"; }
