@@ -406,8 +406,9 @@ static const char *option_name(int c, char *buf, size_t len) {
 /* How many sizes -b, -e and -f/-i give (at most BC_MAX_SIZES + 1). */
 #define BC_MAX_SIZES 4096
 static size_t next_size(const struct bc_options *o, size_t s) {
-  size_t next = o->factor > 1 ? s * o->factor : s + o->step_bytes;
-  return next <= s ? SIZE_MAX : next; /* overflow: the end */
+  if (o->factor > 1)
+    return s > SIZE_MAX / o->factor ? SIZE_MAX : s * o->factor;
+  return s > SIZE_MAX - o->step_bytes ? SIZE_MAX : s + o->step_bytes;
 }
 
 static int count_sizes(const struct bc_options *o) {
