@@ -533,7 +533,7 @@ uint8_t h_fp8_code(ringcc_datatype_t dt, double x) {
   uint8_t sign = signbit(x) ? 0x80 : 0, max_code = e4m3 ? 0x7e : 0x7b;
   if (isnan(x))
     return (uint8_t)(sign | (e4m3 ? 0x7f : 0x7e));
-  double a = fabs(x), top = h_fp8_value(dt, max_code);
+  double a = fabs(x), top = e4m3 ? 448.0 : 57344.0; /* max_code's value */
   if (a > top) {
     if (e4m3)
       return (uint8_t)(sign | max_code); /* saturate */
@@ -541,10 +541,17 @@ uint8_t h_fp8_code(ringcc_datatype_t dt, double x) {
      * the even code, Inf's 0x7c */
     return (uint8_t)(sign | (a >= (top + 65536.0) / 2 ? 0x7c : max_code));
   }
+  static double values[2][128]; /* the positive codes' values, once */
+  static bool filled[2];
+  double *v = values[e4m3];
+  if (!filled[e4m3]) {
+    for (unsigned c = 0; c < 128; c++)
+      v[c] = h_fp8_value(dt, (uint8_t)c);
+    filled[e4m3] = true;
+  }
   uint8_t best = 0;
   for (unsigned c = 1; c <= max_code; c++) {
-    double d = fabs(h_fp8_value(dt, (uint8_t)c) - a);
-    double dbest = fabs(h_fp8_value(dt, best) - a);
+    double d = fabs(v[c] - a), dbest = fabs(v[best] - a);
     if (d < dbest || (d == dbest && (c & 1u) == 0))
       best = (uint8_t)c;
   }
