@@ -72,7 +72,7 @@ have_gloo() {
     g++ -std=c++17 -x c++ - -o /dev/null -lgloo -pthread >/dev/null 2>&1
 }
 
-# The verbs headers (transports/net_ib.h; the plugin loads libibverbs only
+# The verbs headers (transports/net_ib/; the plugin loads libibverbs only
 # at run time).
 have_verbs_headers() {
   have "$CC_BIN" || return 1
