@@ -55,8 +55,13 @@ TEST_TIMEOUT ?= 900
 TEST_ARGS   ?=
 T           ?=
 
-NP          ?= 4
-BENCH_ARGS  ?= -b 8 -e 64M -f 4
+# make bench: one rank per core (at least 2), nccl-tests' arguments.
+NP          ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -ge 2 ] 2>/dev/null || n=2; echo $$n)
+BENCH_ARGS  ?= -b 8 -e 64M -f 2
+# nccl-tests' program names: links to ringcc-bench, the name picks the
+# collective (build/bin and make install).
+PERF_NAMES  := all_reduce_perf all_gather_perf reduce_scatter_perf \
+               broadcast_perf reduce_perf alltoall_perf sendrecv_perf
 
 # Tools listed here link libringcc.a instead of the shared library (for a tool
 # that needs internal rcc_* functions). Names without .c, e.g. ringcc-model.
@@ -265,7 +270,10 @@ all: lib tools examples
 
 lib: $(SO_REAL) $(SO_MAJOR) $(SO_DEV) $(STATIC_LIB)
 
-tools: $(TOOL_BIN)
+tools: $(TOOL_BIN) $(PERF_NAMES:%=$(BINOUT)/%)
+
+$(PERF_NAMES:%=$(BINOUT)/%): $(BINOUT)/ringcc-bench
+	ln -sfn ringcc-bench $@
 
 examples: $(EXAMPLE_BIN)
 
@@ -332,11 +340,11 @@ endif
 	fi
 
 bench:
-	@$(DEPS_SCRIPT)
+	@$(DEPS_SCRIPT) --build-only
 	@$(MAKE) --no-print-directory all
 	@test -x $(BINOUT)/ringcc-run -a -x $(BINOUT)/ringcc-bench || \
 	  { echo "make bench: needs tools/ringcc-run.c and tools/ringcc-bench.c" >&2; exit 1; }
-	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/ringcc-bench $(BENCH_ARGS)
+	$(BINOUT)/ringcc-run -np $(NP) $(BINOUT)/all_reduce_perf $(BENCH_ARGS)
 
 # ---- Python: the ringcc package and the torch backend (python/, docs/python.md) ----
 # make test-python: a venv in $(PY_VENV) with numpy, torch, pytest and
@@ -344,7 +352,8 @@ bench:
 # installed from ./python (its setup.py runs make lib), then pytest on
 # python/tests. PY_TEST_ARGS adds pytest arguments (e.g. -k numpy, -x).
 # make python-bench: torch all_reduce ringcc vs gloo (python/benchmarks/).
-# Neither is part of make test, which needs no Python.
+# Neither is part of make test (which needs Python only for
+# scripts/check-layers.py).
 PYTHON      ?= python3
 PY_VENV     ?= build/venv
 PY_PACKAGES ?= numpy torch pytest ml_dtypes setuptools wheel
@@ -702,6 +711,7 @@ install: all $(PC_FILE)
 	install -m 644 $(PC_FILE) $(DESTDIR)$(PKGCONFIGDIR)/
 ifneq ($(strip $(TOOL_BIN)),)
 	install -m 755 $(TOOL_BIN) $(DESTDIR)$(BINDIR)/
+	for n in $(PERF_NAMES); do ln -sfn ringcc-bench $(DESTDIR)$(BINDIR)/$$n; done
 endif
 
 uninstall:
@@ -709,7 +719,7 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so $(DESTDIR)$(LIBDIR)/$(SONAME)
 	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libringcc.a
 	rm -f $(DESTDIR)$(PKGCONFIGDIR)/ringcc.pc
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOL_BIN)))
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOL_BIN)) $(PERF_NAMES))
 
 # ---- housekeeping ------------------------------------------------------------
 clean:
@@ -731,7 +741,7 @@ help:
 	@echo '                 binary in turn, and a summary'
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
-	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
+	@echo '  bench          deps (--build-only), build, then ringcc-run -np $$NP all_reduce_perf $$BENCH_ARGS'
 	@echo '  test-python    venv $(PY_VENV) (numpy, torch, pytest), pip install ./python,'
 	@echo '                 pytest python/tests (PY_TEST_ARGS=...; docs/python.md)'
 	@echo '  python-bench   torch all_reduce and a DDP step, ringcc vs gloo (PY_BENCH_ARGS=...)'

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,7 +26,6 @@
 #include <unistd.h>
 
 #define MAX_MISMATCH_REPORTS 3 /* per rank and check */
-#define MAX_SIZES 128
 
 /* ---- collectives, datatypes, ops ----------------------------------------- */
 
@@ -67,6 +67,8 @@ static const struct dt_info dts[BC_NUM_DTYPES] = {
     [BC_BFLOAT16] = {"bfloat16", 2, K_FLOAT, 256, 127},
     [BC_FLOAT32] = {"float32", 4, K_FLOAT, INT64_C(1) << 24, 127},
     [BC_FLOAT64] = {"float64", 8, K_FLOAT, INT64_C(1) << 53, 1023},
+    [BC_FLOAT8_E4M3] = {"float8_e4m3", 1, K_FLOAT, 16, 8},
+    [BC_FLOAT8_E5M2] = {"float8_e5m2", 1, K_FLOAT, 8, 15},
 };
 
 static const char *const op_names[BC_NUM_OPS] = {
@@ -98,43 +100,98 @@ void bc_call_context(const struct bc_options *o, const struct bc_plan *p,
 
 /* ---- options ------------------------------------------------------------- */
 
+/* The program names that select a collective, as nccl-tests names its
+ * binaries (make install links them to ringcc-bench). */
+static const char *const perf_names[BC_NUM_COLLS] = {
+    [BC_ALLREDUCE] = "all_reduce_perf",
+    [BC_REDUCE_SCATTER] = "reduce_scatter_perf",
+    [BC_ALLGATHER] = "all_gather_perf",
+    [BC_BCAST] = "broadcast_perf",
+    [BC_REDUCE] = "reduce_perf",
+    [BC_ALLTOALL] = "alltoall_perf",
+    [BC_SENDRECV] = "sendrecv_perf"};
+
+int bc_coll_of_prog(const char *argv0) {
+  const char *base = argv0 ? strrchr(argv0, '/') : NULL;
+  base = base ? base + 1 : argv0;
+  for (int k = 0; base && k < BC_NUM_COLLS; k++)
+    if (strcmp(base, perf_names[k]) == 0) return k;
+  return -1;
+}
+
+void bc_usage_common(FILE *f) {
+  fprintf(f,
+"nccl-tests' options, with nccl-tests' meanings:\n"
+"  -b, --minbytes SIZE      smallest size (default 8)\n"
+"  -e, --maxbytes SIZE      largest size (default 64M)\n"
+"  -f, --stepfactor N       sizes go up from -b, times N while <= -e\n"
+"                           (default 2; 1: use -i)\n"
+"  -i, --stepbytes BYTES    sizes go up from -b by BYTES (used when -f is 1\n"
+"                           or -i is given without -f; default 1M)\n"
+"                           SIZE and BYTES take a K, M or G suffix (x1024,\n"
+"                           x1024^2, x1024^3)\n"
+"  -n, --iters N            timed iterations per size (default 20)\n"
+"  -w, --warmup_iters N     untimed iterations before them (default 5)\n"
+"  -m, --agg_iters 1        calls per iteration: 1 only (no grouped calls)\n"
+"  -c, --check N            checked calls per size and placement, each on\n"
+"                           fresh inputs, every element compared (default 1;\n"
+"                           0: no check, #wrong shows N/A)\n"
+"  -a, --average 0|1|2|3    the time of rank 0 (0), the mean over ranks (1,\n"
+"                           default), the minimum (2) or the maximum (3)\n"
+"  -z, --blocking 0|1       1: every rank waits for the others after each\n"
+"                           call (a barrier; default 0)\n"
+"  -N, --run_cycles N       run the sweep of sizes N times (default 1; 0:\n"
+"                           until stopped)\n"
+"  -C, --report_cputime 0|1 1: the time column is the time to issue the\n"
+"                           calls (the bandwidths still use the time to\n"
+"                           complete them; host calls block, so for host\n"
+"                           buffers the two are the same)\n"
+"  -g, --ngpus 1            GPUs per rank: 1 (start more ranks for more)\n"
+"  -t, --nthreads 1         threads per rank: 1\n"
+"  -G, --cudagraph N        N > 0: capture the timed calls as a CUDA graph\n"
+"                           and replay it N times; with device buffers only\n"
+"                           (default 0)\n");
+}
+
 void bc_usage(FILE *f, const char *prog, const char *launch, int flags) {
   fprintf(f,
 "Usage: %s%s [options]\n"
 "Measures a collective over a range of sizes with ringcc-bench's method and\n"
 "output (float32, op sum), so the rows compare one for one.\n"
-"\n"
-"Options:\n"
-"  -c COLL      allreduce | reduce_scatter | allgather (default allreduce)\n"
-"  -b SIZE      smallest size in bytes (default 8)\n"
-"  -e SIZE      largest size in bytes (default 64M)\n"
-"  -f FACTOR    sizes go down from -e by FACTOR, plus -b itself (default 2)\n"
-"               SIZE takes a K, M or G suffix (x1024, x1024^2, x1024^3)\n"
-"  -d float32   -o sum   accepted for ringcc-bench compatibility (the only\n"
-"               datatype and op)\n"
-"  -n ITERS     timed iterations per size (default 20)\n"
-"  -w WARMUP    untimed iterations before them (default 5)\n"
-"  -m SECONDS   time at least this long per size: more iterations than -n\n"
-"               where calls are short (from the warm-up's time, the slowest\n"
-"               rank's; at most 1000000; default 0)\n"
-"  -C 0|1       check every element of every result (default 1)\n",
+"\n",
           prog, launch);
+  bc_usage_common(f);
+  fprintf(f,
+"  -d float32   -o sum      accepted for ringcc-bench compatibility (the only\n"
+"                           datatype and op)\n"
+"\n"
+"Options of this program:\n"
+"  --coll COLL              allreduce | reduce_scatter | allgather (default\n"
+"                           allreduce)\n"
+"  --min-time SECONDS       time at least this long per size: more iterations\n"
+"                           than -n where calls are short (from the warm-up's\n"
+"                           time, the slowest rank's; at most 1000000\n"
+"                           iterations; default 0)\n");
   if (flags & BC_OPT_IN_PLACE)
     fprintf(f,
-"  -I 0|1       measure the in-place group too (default 1; 0 prints n/a)\n");
+"  --in-place 0|1           measure the in-place group too (default 1; 0\n"
+"                           prints n/a)\n");
   fprintf(f,
-"  --json FILE  also write the rows to FILE as a JSON array (rank 0)\n");
+"  --json FILE              also write the rows to FILE as a JSON array\n"
+"                           (rank 0)\n");
   if (flags & BC_OPT_FORK)
     fprintf(f,
-"  -N NRANKS    rank processes to fork (default 2)\n"
-"  -T SECONDS   watchdog: stop every rank after SECONDS (default 600)\n");
+"  --nranks N               rank processes to fork (default 2)\n"
+"  -T, --timeout SECONDS    watchdog: stop every rank after SECONDS (default\n"
+"                           600)\n");
   fprintf(f,
-"  -h, --help   print this help and exit\n"
+"  -h, --help               print this help and exit\n"
 "\n"
 "Columns (as ringcc-bench): size count type redop root, then for out-of-place\n"
 "and in-place: time(us) algbw(GB/s) busbw(GB/s) #wrong. time = per-call\n"
-"average of the timed loop, maximum over the ranks; algbw = size/time\n"
-"(GB = 1e9 B); busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (others).\n"
+"average of the timed loop, combined over ranks as -a says; algbw =\n"
+"size/time (GB = 1e9 B); busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n\n"
+"(others).\n"
 "\n"
 "Exit status: 0 when every call succeeded and every element was right; %d\n"
 "when a call failed; %d for a usage error; %d when elements were wrong.\n",
@@ -180,25 +237,212 @@ static bool parse_seconds(const char *s, double *out) {
   return true;
 }
 
-/* The short options (getopt) and the long ones that a program with these
- * flags accepts; the others are unknown to it. */
-static void known_options(int flags, char optstring[64],
-                          struct option longopts[6]) {
-  int n = 0;
-  snprintf(optstring, 64, ":c:b:e:f:d:o:n:w:m:C:h%s%s%s%s",
-           flags & BC_OPT_EVERY ? "r:" : "",
-           flags & BC_OPT_IN_PLACE ? "I:" : "",
-           flags & BC_OPT_FORK ? "N:T:" : "",
-           flags & BC_OPT_DEVICE ? "G" : "");
-  longopts[n++] = (struct option){"json", required_argument, NULL, 'J'};
-  if (flags & BC_OPT_DEVICE)
-    longopts[n++] = (struct option){"device", no_argument, NULL, 'G'};
-  if (flags & BC_OPT_CALIBRATE)
-    longopts[n++] = (struct option){"calibrate", no_argument, NULL, 'K'};
-  if (flags & BC_OPT_REGISTER)
-    longopts[n++] = (struct option){"register", no_argument, NULL, 'R'};
-  longopts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+/* nccl-tests' datatype names, then libringcc's. */
+static const struct {
+  const char *name;
+  enum bc_dtype dt;
+} dtype_aliases[] = {
+    {"half", BC_FLOAT16},         {"float", BC_FLOAT32},
+    {"double", BC_FLOAT64},       {"f8e4m3", BC_FLOAT8_E4M3},
+    {"f8e5m2", BC_FLOAT8_E5M2},   {"char", BC_INT8},
+    {"int", BC_INT32},
+};
+
+static bool parse_dtype(const char *s, bool every, struct bc_options *o) {
+  int found = -1;
+  if (every && strcmp(s, "all") == 0) return o->all_dtypes = true;
+  for (int k = 0; k < BC_NUM_DTYPES; k++)
+    if (strcmp(s, dts[k].name) == 0) found = k;
+  for (size_t k = 0; k < sizeof dtype_aliases / sizeof dtype_aliases[0]; k++)
+    if (strcmp(s, dtype_aliases[k].name) == 0) found = (int)dtype_aliases[k].dt;
+  if (found < 0 || (!every && found != BC_FLOAT32)) return false;
+  o->dtype = (enum bc_dtype)found;
+  o->all_dtypes = false;
+  return true;
+}
+
+static bool parse_op(const char *s, bool every, struct bc_options *o) {
+  if (every && strcmp(s, "all") == 0) return o->all_ops = true;
+  for (int k = 0; k < BC_NUM_OPS; k++)
+    if (strcmp(s, op_names[k]) == 0 && (every || k == BC_SUM)) {
+      o->op = (enum bc_op)k;
+      o->all_ops = false;
+      return true;
+    }
+  return false;
+}
+
+/* Long-only options get codes above the characters. */
+enum { OPT_COLL = 256, OPT_JSON, OPT_MIN_TIME, OPT_IN_PLACE, OPT_NRANKS,
+       OPT_DEVICE, OPT_CALIBRATE, OPT_REGISTER };
+
+/* Every option any program knows: short letter (or OPT_*), long name, takes
+ * a value, and the BC_OPT_* flag a program needs for it (0: every one). */
+static const struct {
+  int code;
+  const char *name;
+  bool value;
+  int needs;
+} known[] = {
+    {'b', "minbytes", true, 0},       {'e', "maxbytes", true, 0},
+    {'i', "stepbytes", true, 0},      {'f', "stepfactor", true, 0},
+    {'n', "iters", true, 0},          {'m', "agg_iters", true, 0},
+    {'w', "warmup_iters", true, 0},   {'c', "check", true, 0},
+    {'o', "op", true, 0},             {'d', "datatype", true, 0},
+    {'r', "root", true, BC_OPT_EVERY}, {'z', "blocking", true, 0},
+    {'a', "average", true, 0},        {'G', "cudagraph", true, 0},
+    {'N', "run_cycles", true, 0},     {'C', "report_cputime", true, 0},
+    {'g', "ngpus", true, 0},          {'t', "nthreads", true, 0},
+    {'R', "local_register", true, BC_OPT_REGISTER},
+    {'T', "timeout", true, BC_OPT_FORK},
+    {'h', "help", false, 0},
+    {OPT_COLL, "coll", true, 0},      {OPT_JSON, "json", true, 0},
+    {OPT_MIN_TIME, "min-time", true, 0},
+    {OPT_IN_PLACE, "in-place", true, BC_OPT_IN_PLACE},
+    {OPT_NRANKS, "nranks", true, BC_OPT_FORK},
+    {OPT_DEVICE, "device", false, BC_OPT_DEVICE},
+    {OPT_CALIBRATE, "calibrate", false, BC_OPT_CALIBRATE},
+    {OPT_REGISTER, "register", false, BC_OPT_REGISTER},
+};
+#define NKNOWN (sizeof known / sizeof known[0])
+
+/* The getopt_long tables of the options a program with these flags takes. */
+static void known_options(int flags, char *optstring, size_t len,
+                          struct option *longopts) {
+  size_t at = 0, n = 0;
+  optstring[at++] = ':';
+  for (size_t k = 0; k < NKNOWN; k++) {
+    if (known[k].needs && !(flags & known[k].needs)) continue;
+    if (known[k].code < 256 && at + 3 < len) {
+      optstring[at++] = (char)known[k].code;
+      if (known[k].value) optstring[at++] = ':';
+    }
+    longopts[n++] = (struct option){known[k].name,
+                                    known[k].value ? required_argument
+                                                   : no_argument,
+                                    NULL, known[k].code};
+  }
+  optstring[at] = '\0';
   longopts[n] = (struct option){NULL, 0, NULL, 0};
+}
+
+/* The collectives --coll may name: every one, or the first three. */
+static bool parse_coll(const char *s, bool every, enum bc_coll *out) {
+  for (int k = 0; k < (every ? BC_NUM_COLLS : BC_ALLGATHER + 1); k++)
+    if (strcmp(s, colls[k].name) == 0) {
+      *out = (enum bc_coll)k;
+      return true;
+    }
+  return false;
+}
+
+/* One option's value into *o. Returns false when the value is invalid. */
+static bool parse_one(int c, const char *arg, bool every, struct bc_options *o,
+                      bool *step_given, bool *factor_given) {
+  int v = 0, factor;
+  switch (c) {
+  case 'b': return parse_size(arg, &o->min_bytes);
+  case 'e': return parse_size(arg, &o->max_bytes);
+  case 'i': *step_given = true; return parse_size(arg, &o->step_bytes);
+  case 'f':
+    *factor_given = true;
+    if (!parse_int(arg, 1, 1 << 20, &factor)) return false;
+    o->factor = (size_t)factor;
+    return true;
+  case 'n': return parse_int(arg, 1, INT32_MAX, &o->iters);
+  case 'm': return parse_int(arg, 1, 1, &v);
+  case 'w': return parse_int(arg, 0, INT32_MAX, &o->warmup);
+  case 'c': return parse_int(arg, 0, 1000000, &o->check);
+  case 'o': return parse_op(arg, every, o);
+  case 'd': return parse_dtype(arg, every, o);
+  case 'r': return parse_int(arg, 0, INT32_MAX, &o->root);
+  case 'z': return parse_int(arg, 0, 1, &o->blocking);
+  case 'a': return parse_int(arg, 0, 3, &o->average);
+  case 'G': return parse_int(arg, 0, 1000000, &o->graph_launches);
+  case 'N': return parse_int(arg, 0, INT32_MAX, &o->cycles);
+  case 'C': return parse_int(arg, 0, 1, &o->cputime);
+  case 'g': case 't': return parse_int(arg, 1, 1, &v);
+  case 'R':
+    if (!parse_int(arg, 0, 2, &v)) return false;
+    o->register_buffers = v > 0;
+    return true;
+  case 'T': return parse_int(arg, 1, 7 * 24 * 3600, &o->watchdog_s);
+  case OPT_COLL: return parse_coll(arg, every, &o->coll);
+  case OPT_JSON: o->json_path = arg; return true;
+  case OPT_MIN_TIME: return parse_seconds(arg, &o->min_time);
+  case OPT_IN_PLACE: return parse_int(arg, 0, 1, &o->in_place);
+  case OPT_NRANKS: return parse_int(arg, 1, 1024, &o->nranks);
+  case OPT_DEVICE: o->device = true; return true;
+  case OPT_CALIBRATE: o->calibrate = true; return true;
+  case OPT_REGISTER: o->register_buffers = true; return true;
+  default: return false;
+  }
+}
+
+/* What a value may be, for the message of an invalid one. */
+static const char *wanted(int c) {
+  switch (c) {
+  case 'm': return " (1 only: libringcc has no grouped calls)";
+  case 'g': return " (1 only: one GPU per rank; start more ranks for more)";
+  case 't': return " (1 only: one thread per rank; start more ranks)";
+  case 'f': return " (an integer >= 1)";
+  case 'a': return " (0, 1, 2 or 3)";
+  case 'c': return " (0 .. 1000000)";
+  case 'd': return " (a datatype name, or all; see --help)";
+  case 'o': return " (sum, prod, min, max, avg, or all)";
+  default: return "";
+  }
+}
+
+static const char *option_name(int c, char *buf, size_t len) {
+  for (size_t k = 0; k < NKNOWN; k++)
+    if (known[k].code == c) {
+      if (c < 256) snprintf(buf, len, "-%c", c);
+      else snprintf(buf, len, "--%s", known[k].name);
+      return buf;
+    }
+  return "?";
+}
+
+/* How many sizes -b, -e and -f/-i give (at most BC_MAX_SIZES + 1). */
+#define BC_MAX_SIZES 4096
+static size_t next_size(const struct bc_options *o, size_t s) {
+  if (o->factor > 1)
+    return s > SIZE_MAX / o->factor ? SIZE_MAX : s * o->factor;
+  return s > SIZE_MAX - o->step_bytes ? SIZE_MAX : s + o->step_bytes;
+}
+
+static int count_sizes(const struct bc_options *o) {
+  int n = 0;
+  for (size_t s = o->min_bytes; s <= o->max_bytes && n <= BC_MAX_SIZES;
+       s = next_size(o, s)) {
+    n++;
+    if (s == SIZE_MAX) break;
+  }
+  return n;
+}
+
+/* Checks that need every option. */
+static const char *check_options(const struct bc_options *o, int flags,
+                                 char *err, size_t errlen) {
+  if (o->min_bytes == 0 || o->min_bytes > o->max_bytes)
+    snprintf(err, errlen, "want 1 <= -b (%zu) <= -e (%zu)", o->min_bytes,
+             o->max_bytes);
+  else if (o->factor <= 1 && o->step_bytes == 0)
+    snprintf(err, errlen, "-i 0 with -f 1: the sizes would not grow");
+  else if (count_sizes(o) > BC_MAX_SIZES)
+    snprintf(err, errlen, "-b %zu -e %zu with %s %zu give more than %d sizes",
+             o->min_bytes, o->max_bytes, o->factor > 1 ? "-f" : "-i",
+             o->factor > 1 ? o->factor : o->step_bytes, BC_MAX_SIZES);
+  else if (o->graph_launches > 0 && !((flags & BC_OPT_DEVICE) && o->device))
+    snprintf(err, errlen, "-G %d: CUDA graphs need device buffers (%s)",
+             o->graph_launches,
+             flags & BC_OPT_DEVICE ? "--device" : "ringcc-bench --device");
+  else if (o->graph_launches > 0 && o->blocking)
+    snprintf(err, errlen, "-G with -z 1: a graph cannot wait between calls");
+  else
+    return NULL;
+  return err;
 }
 
 const char *bc_parse_options(int argc, char **argv, int flags,
@@ -206,64 +450,40 @@ const char *bc_parse_options(int argc, char **argv, int flags,
   *o = (struct bc_options){.coll = BC_ALLREDUCE, .dtype = BC_FLOAT32,
                            .op = BC_SUM, .min_bytes = 8,
                            .max_bytes = (size_t)64 << 20, .factor = 2,
-                           .iters = 20, .warmup = 5, .root = 0, .check = 1,
-                           .in_place = 1, .json_path = NULL, .help = 0,
-                           .nranks = 2, .watchdog_s = 600};
+                           .step_bytes = (size_t)1 << 20, .iters = 20,
+                           .warmup = 5, .root = 0, .check = 1, .cycles = 1,
+                           .average = 1, .in_place = 1, .nranks = 2,
+                           .watchdog_s = 600};
   bool every = flags & BC_OPT_EVERY;
-  char optstring[64];
-  struct option longopts[6];
-  int c, factor;
-  known_options(flags, optstring, longopts);
+  bool step_given = false, factor_given = false;
+  char optstring[96], name[32];
+  struct option longopts[NKNOWN + 1];
+  int c, from_name = every && argc > 0 ? bc_coll_of_prog(argv[0]) : -1;
+  if (from_name >= 0) o->coll = (enum bc_coll)from_name;
+  known_options(flags, optstring, sizeof optstring, longopts);
   opterr = 0;
+  optind = 1;
   while ((c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
-    bool ok = true;
-    switch (c) {
-    case 'c': /* without BC_OPT_EVERY: allreduce, reduce_scatter, allgather */
-      ok = false;
-      for (int k = 0; k < (every ? BC_NUM_COLLS : BC_ALLGATHER + 1); k++)
-        if (strcmp(optarg, colls[k].name) == 0)
-          o->coll = (enum bc_coll)k, ok = true;
-      break;
-    case 'd':
-      ok = false;
-      for (int k = 0; k < BC_NUM_DTYPES; k++)
-        if (strcmp(optarg, dts[k].name) == 0 && (every || k == BC_FLOAT32))
-          o->dtype = (enum bc_dtype)k, ok = true;
-      break;
-    case 'o':
-      ok = false;
-      for (int k = 0; k < BC_NUM_OPS; k++)
-        if (strcmp(optarg, op_names[k]) == 0 && (every || k == BC_SUM))
-          o->op = (enum bc_op)k, ok = true;
-      break;
-    case 'b': ok = parse_size(optarg, &o->min_bytes); break;
-    case 'e': ok = parse_size(optarg, &o->max_bytes); break;
-    case 'f':
-      ok = parse_int(optarg, 2, 1 << 20, &factor);
-      o->factor = (size_t)factor;
-      break;
-    case 'n': ok = parse_int(optarg, 1, INT32_MAX, &o->iters); break;
-    case 'w': ok = parse_int(optarg, 0, INT32_MAX, &o->warmup); break;
-    case 'm': ok = parse_seconds(optarg, &o->min_time); break;
-    case 'r': ok = parse_int(optarg, 0, INT32_MAX, &o->root); break;
-    case 'C': ok = parse_int(optarg, 0, 1, &o->check); break;
-    case 'I': ok = parse_int(optarg, 0, 1, &o->in_place); break;
-    case 'N': ok = parse_int(optarg, 1, 1024, &o->nranks); break;
-    case 'T': ok = parse_int(optarg, 1, 7 * 24 * 3600, &o->watchdog_s); break;
-    case 'G': o->device = true; break;
-    case 'J': o->json_path = optarg; break;
-    case 'K': o->calibrate = true; break;
-    case 'R': o->register_buffers = true; break;
-    case 'h': o->help = 1; return NULL;
-    case ':':
+    if (c == 'h') {
+      o->help = 1;
+      return NULL;
+    }
+    if (c == ':') {
       snprintf(err, errlen, "option %s needs a value", argv[optind - 1]);
       return err;
-    default:
+    }
+    if (c == '?') {
       snprintf(err, errlen, "unknown option '%s'", argv[optind - 1]);
       return err;
     }
-    if (!ok) {
-      snprintf(err, errlen, "invalid value '%s' for -%c", optarg, c);
+    if (!parse_one(c, optarg, every, o, &step_given, &factor_given)) {
+      snprintf(err, errlen, "invalid value '%s' for %s%s", optarg,
+               option_name(c, name, sizeof name), wanted(c));
+      return err;
+    }
+    if (c == OPT_COLL && from_name >= 0 && (int)o->coll != from_name) {
+      snprintf(err, errlen, "--coll %s, but this program's name (%s) selects "
+               "%s", optarg, perf_names[from_name], colls[from_name].name);
       return err;
     }
   }
@@ -271,12 +491,8 @@ const char *bc_parse_options(int argc, char **argv, int flags,
     snprintf(err, errlen, "unexpected argument '%s'", argv[optind]);
     return err;
   }
-  if (o->min_bytes == 0 || o->min_bytes > o->max_bytes) {
-    snprintf(err, errlen, "want 1 <= -b (%zu) <= -e (%zu)", o->min_bytes,
-             o->max_bytes);
-    return err;
-  }
-  return NULL;
+  if (step_given && !factor_given) o->factor = 1; /* -i alone: fixed steps */
+  return check_options(o, flags, err, errlen);
 }
 
 const char *bc_check_nranks(const struct bc_options *o, int nranks, char *err,
@@ -346,6 +562,38 @@ static float bf16_to_float(uint16_t h) {
   return f;
 }
 
+/* ---- float8 (OCP e4m3: bias 7, 3 mantissa bits, no infinity, saturating;
+ * e5m2: bias 15, 2 mantissa bits, IEEE-like) -------------------------------
+ * By value rather than by bits: the quantum at x's binade, rint (nearest
+ * even) on the count of quanta, then the code from the rounded value. */
+
+static double fp8_value(uint8_t v, bool e4m3) {
+  int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, emax = e4m3 ? 15 : 31;
+  int e = (v & 0x7f) >> mbits, m = v & ((1 << mbits) - 1);
+  double sign = (v & 0x80) ? -1.0 : 1.0;
+  if (e4m3 && e == emax && m == 7) return NAN;
+  if (!e4m3 && e == emax) return m ? NAN : sign * INFINITY;
+  if (e == 0) return sign * ldexp(m, 1 - bias - mbits);
+  return sign * ldexp(1.0 + ldexp(m, -mbits), e - bias);
+}
+
+static uint8_t fp8_code(double x, bool e4m3) {
+  int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  uint8_t sign = signbit(x) ? 0x80 : 0;
+  if (isnan(x)) return (uint8_t)(sign | (e4m3 ? 0x7f : 0x7e));
+  double a = fabs(x), top = e4m3 ? 448.0 : 57344.0;
+  int exp;
+  frexp(a, &exp); /* a = f * 2^exp, f in [0.5, 1) */
+  int binade = exp - 1 < 1 - bias ? 1 - bias : exp - 1;
+  double quantum = ldexp(1.0, binade - mbits), r = rint(a / quantum) * quantum;
+  if (isinf(a) || r > top) return (uint8_t)(sign | (e4m3 ? 0x7e : 0x7c));
+  if (r < ldexp(1.0, 1 - bias))
+    return (uint8_t)(sign | (uint8_t)(r / ldexp(1.0, 1 - bias - mbits)));
+  frexp(r, &exp);
+  int m = (int)(ldexp(r, mbits - (exp - 1)) - (1 << mbits));
+  return (uint8_t)(sign | ((exp - 1 + bias) << mbits) | m);
+}
+
 /* ---- element values ---------------------------------------------------------
  * An element is held as a uint64 (integers, sign-extended for signed types,
  * so arithmetic wraps exactly like the type's) or as a double (floats, whose
@@ -372,6 +620,9 @@ static double float_norm(enum bc_dtype dt, double x) {
   case BC_FLOAT16: return half_to_float(float_to_half((float)x));
   case BC_BFLOAT16: return bf16_to_float(float_to_bf16((float)x));
   case BC_FLOAT32: return (float)x;
+  case BC_FLOAT8_E4M3: case BC_FLOAT8_E5M2:
+    return fp8_value(fp8_code((float)x, dt == BC_FLOAT8_E4M3),
+                     dt == BC_FLOAT8_E4M3);
   default: return x;
   }
 }
@@ -385,6 +636,9 @@ static void put(enum bc_dtype dt, void *buf, size_t i, elem_t v) {
   case BC_FLOAT16: *(uint16_t *)p = float_to_half((float)v.f); break;
   case BC_BFLOAT16: *(uint16_t *)p = float_to_bf16((float)v.f); break;
   case BC_FLOAT32: *(float *)p = (float)v.f; break;
+  case BC_FLOAT8_E4M3: case BC_FLOAT8_E5M2:
+    *(uint8_t *)p = fp8_code(v.f, dt == BC_FLOAT8_E4M3);
+    break;
   default: *(double *)p = v.f; break;
   }
 }
@@ -400,6 +654,9 @@ static elem_t get(enum bc_dtype dt, const void *buf, size_t i) {
   case BC_FLOAT16: v.f = half_to_float(*(const uint16_t *)p); break;
   case BC_BFLOAT16: v.f = bf16_to_float(*(const uint16_t *)p); break;
   case BC_FLOAT32: v.f = *(const float *)p; break;
+  case BC_FLOAT8_E4M3: case BC_FLOAT8_E5M2:
+    v.f = fp8_value(*(const uint8_t *)p, dt == BC_FLOAT8_E4M3);
+    break;
   default: v.f = *(const double *)p; break;
   }
   return v;
@@ -628,19 +885,14 @@ static long long check_result(struct run *r, const struct bc_plan *p,
 
 /* ---- sizes --------------------------------------------------------------- */
 
-/* From -e down by the factor while >= -b, then -b if it is not on that grid,
- * so that the largest size asked for is always measured. Ascending into
- * sizes[]; returns how many. */
-static int size_grid(const struct bc_options *o, size_t sizes[MAX_SIZES]) {
-  size_t grid[MAX_SIZES];
-  int n = 0;
-  for (size_t s = o->max_bytes; s >= o->min_bytes && n < MAX_SIZES - 1;
-       s /= o->factor) {
-    grid[n++] = s;
-    if (s / o->factor == 0) break;
-  }
-  if (n == 0 || grid[n - 1] != o->min_bytes) grid[n++] = o->min_bytes;
-  for (int k = 0; k < n; k++) sizes[k] = grid[n - 1 - k];
+/* nccl-tests' sizes: from -b up, times -f (or plus -i), while <= -e.
+ * Into a new array (count_sizes bounded it); returns how many. */
+static int size_grid(const struct bc_options *o, size_t **out) {
+  int n = count_sizes(o), k = 0;
+  size_t *sizes = calloc((size_t)n, sizeof *sizes);
+  if (sizes == NULL) return -1;
+  for (size_t s = o->min_bytes; k < n; s = next_size(o, s)) sizes[k++] = s;
+  *out = sizes;
   return n;
 }
 
@@ -698,6 +950,51 @@ static void sync_calls(const struct run *r) {
   if (r->be->sync) r->be->sync(r->be->ctx);
 }
 
+/* The time of the ranks as -a says: rank 0's, the mean, min or max. */
+static double over_ranks(const struct run *r, double mine) {
+  const struct bc_backend *be = r->be;
+  if (r->o->average == 3) return be->max_double(be->ctx, mine);
+  double *all = calloc((size_t)r->nranks, sizeof *all), v;
+  if (all == NULL) fail(r, "out of memory");
+  be->allgather_bytes(be->ctx, &mine, all, sizeof mine);
+  v = all[0];
+  for (int q = 1; q < r->nranks; q++) {
+    if (r->o->average == 1) v += all[q];
+    else if (r->o->average == 2 && all[q] < v) v = all[q];
+  }
+  free(all);
+  return r->o->average == 1 ? v / r->nranks : v;
+}
+
+/* The timed loop: iters calls (each followed by a wait for every rank with
+ * -z 1; replayed from a CUDA graph with -G). *issue_s: seconds to issue
+ * them, per call. Returns seconds per call until all were done. */
+static double timed_loop(struct run *r, const struct bc_plan *p, bool in_place,
+                         int iters, double *issue_s) {
+  const struct bc_backend *be = r->be;
+  int graphs = r->o->graph_launches;
+  be->barrier(be->ctx);
+  double t0 = bc_now_s();
+  if (graphs > 0) be->graph_begin(be->ctx);
+  for (int k = 0; k < iters; k++) {
+    run_once(r, p, in_place);
+    if (r->o->blocking) {
+      sync_calls(r);
+      be->barrier(be->ctx);
+    }
+  }
+  if (graphs > 0) {
+    be->graph_end(be->ctx); /* captured: time the replays only */
+    be->barrier(be->ctx);
+    t0 = bc_now_s();
+    for (int g = 0; g < graphs; g++) be->graph_launch(be->ctx);
+  }
+  double calls = (double)iters * (graphs > 0 ? graphs : 1);
+  *issue_s = (bc_now_s() - t0) / calls;
+  sync_calls(r); /* the issued calls have run */
+  return (bc_now_s() - t0) / calls;
+}
+
 static struct bc_result measure(struct run *r, const struct bc_plan *p,
                                 bool in_place) {
   const struct bc_backend *be = r->be;
@@ -723,19 +1020,16 @@ static struct bc_result measure(struct run *r, const struct bc_plan *p,
     double want = est > 0 ? r->o->min_time / est : 1e6;
     if (want > res.iters) res.iters = want < 1e6 ? (int)want + 1 : 1000000;
   }
-  be->barrier(be->ctx);
-  double t0 = bc_now_s();
-  for (int k = 0; k < res.iters; k++) run_once(r, p, in_place);
-  sync_calls(r); /* the issued calls have run */
-  double mine = (bc_now_s() - t0) / res.iters;
-  double t = be->max_double(be->ctx, mine);
-  res.time_us = t * 1e6;
+  double issue_s, t = over_ranks(r, timed_loop(r, p, in_place, res.iters,
+                                               &issue_s));
+  res.time_us = (r->o->cputime ? over_ranks(r, issue_s) : t) * 1e6;
   res.algbw = t > 0 ? (double)p->bytes / t / 1e9 : 0;
   res.busbw = res.algbw * busbw_factor(r->o->coll, r->nranks);
-  if (r->o->check) {
+  for (int c = 0; c < r->o->check && res.wrong <= 0; c++) {
     fill_inputs(r, p, in_place);
     stage_in(r, p);
     run_once(r, p, in_place);
+    sync_calls(r);
     if (be->stage_out) be->stage_out(be->ctx, p, r->rbuf);
     res.wrong = be->sum_ll(be->ctx, check_result(r, p, in_place));
   }
@@ -748,16 +1042,24 @@ static struct bc_result measure(struct run *r, const struct bc_plan *p,
 #define GROUP_FMT " %10s %11s %11s %7s"
 #define GROUP_WIDTH 43 /* strlen of a formatted GROUP_FMT */
 
+static const char *const average_names[] = {"rank 0", "mean", "min", "max"};
+
 static void print_header(const struct run *r) {
   const struct bc_options *o = r->o;
   printf("# %s: %s, %s\n", r->be->prog, colls[o->coll].name, r->be->library);
   printf("#  nranks %d  datatype %s  op %s  root %d  minBytes %zu  maxBytes %zu"
-         "  step %zu(factor)  warmup %d  iters %d  mintime %gs  check %d\n",
-         r->nranks, dts[o->dtype].name, redop_of(o), root_of(o), o->min_bytes,
-         o->max_bytes, o->factor, o->warmup, o->iters, o->min_time, o->check);
-  printf("#  %s; time = per-call average of the timed loop, max over ranks; "
+         "  step: %zu(%s)  warmup iters: %d  iters: %d  mintime %gs"
+         "  validation: %d  blocking %d  cycles %d  graph: %d\n",
+         r->nranks, o->all_dtypes ? "all" : dts[o->dtype].name,
+         o->all_ops && colls[o->coll].has_op ? "all" : redop_of(o), root_of(o),
+         o->min_bytes, o->max_bytes, o->factor > 1 ? o->factor : o->step_bytes,
+         o->factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->min_time,
+         o->check, o->blocking, o->cycles, o->graph_launches);
+  printf("#  %s; time = per-call average of the timed loop, %s over ranks%s; "
          "GB = 1e9 B; busbw = algbw x %.4f\n",
-         r->be->call_desc, busbw_factor(o->coll, r->nranks));
+         r->be->call_desc, average_names[o->average],
+         o->cputime ? " (time to issue, -C 1)" : "",
+         busbw_factor(o->coll, r->nranks));
   if (o->coll == BC_BCAST)
     printf("#  bcast has one buffer: out-of-place and in-place time the same "
            "call\n");
@@ -810,6 +1112,8 @@ static void print_group(const struct bc_result *res) {
 }
 
 struct row {
+  enum bc_dtype dtype;
+  enum bc_op op;
   struct bc_plan plan;
   struct bc_result oop, ip;
 };
@@ -849,11 +1153,14 @@ static int write_json(const struct run *r, FILE *f, const struct row *rows,
   fprintf(f, "[\n");
   for (int k = 0; k < nrows; k++) {
     const struct row *row = &rows[k];
+    struct bc_options cur = *o;
+    cur.dtype = row->dtype;
+    cur.op = row->op;
     fprintf(f, "  {\"collective\": \"%s\", \"nranks\": %d, \"size\": %zu, "
                "\"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
                "\"root\": %d, \"iters\": %d, \"warmup\": %d",
             colls[o->coll].name, r->nranks, row->plan.bytes, row->plan.count,
-            dts[o->dtype].name, redop_of(o), root_of(o),
+            dts[row->dtype].name, redop_of(&cur), root_of(o),
             row->oop.valid ? row->oop.iters : row->ip.iters, o->warmup);
     json_group(f, "oop", &row->oop);
     json_group(f, "ip", &row->ip);
@@ -932,60 +1239,99 @@ static int print_end(const struct run *r, FILE *json, const struct row *rows,
   return status;
 }
 
+/* The rows so far (every sweep's, for the JSON). */
+struct rows {
+  struct row *at;
+  int n, cap;
+};
+
+static struct row *new_row(const struct run *r, struct rows *rows) {
+  if (rows->n == rows->cap) {
+    int cap = rows->cap ? 2 * rows->cap : 64;
+    struct row *at = realloc(rows->at, (size_t)cap * sizeof *at);
+    if (at == NULL) fail(r, "out of memory");
+    rows->at = at;
+    rows->cap = cap;
+  }
+  return &rows->at[rows->n++];
+}
+
+struct totals {
+  long long wrong;
+  double busbw_sum;
+  int busbw_n;
+};
+
+/* One sweep of the sizes for r->o's datatype and op. */
+static void sweep(struct run *r, const size_t *sizes, int nsizes,
+                  struct rows *rows, struct totals *t) {
+  const struct bc_options *o = r->o;
+  float_range_setup(r);
+  for (int k = 0; k < nsizes; k++) {
+    struct row row = {.dtype = o->dtype, .op = o->op,
+                      .plan = make_plan(o, r->nranks, sizes[k])};
+    if (row.plan.count == 0) {
+      if (r->rank == 0)
+        printf("#  size %zu skipped: less than one %s element%s\n",
+               row.plan.requested, dts[o->dtype].name,
+               colls[o->coll].per_rank_blocks ? " per rank" : "");
+      continue;
+    }
+    row.oop = measure(r, &row.plan, false);
+    if (o->in_place && o->coll != BC_SENDRECV)
+      row.ip = measure(r, &row.plan, true);
+    else
+      row.ip = (struct bc_result){.valid = false};
+    const struct bc_result *groups[2] = {&row.oop, &row.ip};
+    for (int g = 0; g < 2; g++) {
+      if (!groups[g]->valid) continue;
+      t->busbw_sum += groups[g]->busbw;
+      t->busbw_n++;
+      if (groups[g]->wrong > 0) t->wrong += groups[g]->wrong;
+    }
+    *new_row(r, rows) = row;
+    if (r->rank == 0) print_row(o, &row);
+  }
+}
+
 int bc_run(const struct bc_backend *be, const struct bc_options *o, int rank,
            int nranks) {
   struct run r = {.be = be, .o = o, .rank = rank, .nranks = nranks};
   FILE *json;
-  float_range_setup(&r);
   if (open_json(&r, &json) != 0) return BC_EXIT_USAGE;
 
-  size_t sizes[MAX_SIZES], buf_bytes = 0;
-  int nsizes = size_grid(o, sizes);
-  struct row rows[MAX_SIZES];
-  for (int k = 0; k < nsizes; k++) {
-    rows[k] = (struct row){.plan = make_plan(o, nranks, sizes[k])};
-    if (rows[k].plan.bytes > buf_bytes) buf_bytes = rows[k].plan.bytes;
-  }
-  r.sbuf = alloc_or_fail(&r, buf_bytes);
-  r.rbuf = alloc_or_fail(&r, buf_bytes);
-  if (be->alloc_buffers) be->alloc_buffers(be->ctx, buf_bytes);
+  size_t *sizes = NULL;
+  int nsizes = size_grid(o, &sizes);
+  if (nsizes < 0) fail(&r, "out of memory");
+  r.sbuf = alloc_or_fail(&r, o->max_bytes);
+  r.rbuf = alloc_or_fail(&r, o->max_bytes);
+  if (be->alloc_buffers) be->alloc_buffers(be->ctx, o->max_bytes);
 
   if (rank == 0) print_header(&r);
   print_ranks(&r);
   if (rank == 0) print_table_header();
 
-  long long total_wrong = 0;
-  double busbw_sum = 0;
-  int busbw_n = 0, measured = 0;
-  for (int k = 0; k < nsizes; k++) {
-    struct row *row = &rows[k];
-    if (row->plan.count == 0) {
-      if (rank == 0)
-        printf("#  size %zu skipped: less than one %s element%s\n",
-               row->plan.requested, dts[o->dtype].name,
-               colls[o->coll].per_rank_blocks ? " per rank" : "");
-      continue;
-    }
-    row->oop = measure(&r, &row->plan, false);
-    if (o->in_place && o->coll != BC_SENDRECV)
-      row->ip = measure(&r, &row->plan, true);
-    else
-      row->ip = (struct bc_result){.valid = false};
-    const struct bc_result *groups[2] = {&row->oop, &row->ip};
-    for (int g = 0; g < 2; g++) {
-      if (!groups[g]->valid) continue;
-      busbw_sum += groups[g]->busbw;
-      busbw_n++;
-      if (groups[g]->wrong > 0) total_wrong += groups[g]->wrong;
-    }
-    rows[measured++] = *row;
-    if (rank == 0) print_row(o, row);
-  }
+  struct rows rows = {0};
+  struct totals t = {0};
+  bool ops = o->all_ops && colls[o->coll].has_op;
+  int d0 = o->all_dtypes ? 0 : (int)o->dtype;
+  int d1 = o->all_dtypes ? BC_NUM_DTYPES : (int)o->dtype + 1;
+  int op0 = ops ? 0 : (int)o->op, op1 = ops ? BC_NUM_OPS : (int)o->op + 1;
+  for (long cycle = 0; o->cycles == 0 || cycle < o->cycles; cycle++)
+    for (int d = d0; d < d1; d++)
+      for (int op = op0; op < op1; op++) {
+        struct bc_options cur = *o;
+        cur.dtype = (enum bc_dtype)d;
+        cur.op = (enum bc_op)op;
+        r.o = &cur;
+        sweep(&r, sizes, nsizes, &rows, &t);
+        r.o = o;
+      }
 
   int status = 0;
   if (rank == 0)
-    status = print_end(&r, json, rows, measured, total_wrong,
-                       busbw_n ? busbw_sum / busbw_n : 0.0);
+    status = print_end(&r, json, rows.at, rows.n, t.wrong,
+                       t.busbw_n ? t.busbw_sum / t.busbw_n : 0.0);
   fflush(stdout);
   fflush(stderr);
   if (be->free_host) {
@@ -995,7 +1341,9 @@ int bc_run(const struct bc_backend *be, const struct bc_options *o, int rank,
     free(r.sbuf);
     free(r.rbuf);
   }
-  if (total_wrong) return BC_EXIT_WRONG;
+  free(rows.at);
+  free(sizes);
+  if (t.wrong) return BC_EXIT_WRONG;
   /* rank 0's JSON failure is every rank's */
   return be->sum_ll(be->ctx, status) ? BC_EXIT_FAILED : 0;
 }

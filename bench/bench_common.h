@@ -2,16 +2,18 @@
  * bench_common.h - the one measurement behind tools/ringcc-bench.c,
  * bench/mpi_bench.c and bench/gloo_bench.cc.
  *
- * It owns everything but the library call: the options, the sizes (-e down
- * by -f, plus -b), the inputs (element i of rank q from (7i + 131q) mod 1021,
- * chosen per datatype and op so that any order of reduction gives the same,
- * exactly representable, result), the loop per size and placement (fill,
- * WARMUP calls, barrier, ITERS timed calls, per-call average, max over
- * ranks; with -C 1 fill again, one more call, every element checked and the
- * wrong ones summed over ranks), the nccl-tests bus-bandwidth factors, and
- * the output: the text rows and, with --json FILE, the JSON array that
- * bench/summarize.py reads. So the three programs differ only in the library
- * they call, and their rows compare one for one.
+ * It owns everything but the library call: the options (nccl-tests' short
+ * flags with nccl-tests' meanings, the programs' own as long options), the
+ * sizes (-b up to -e by the factor -f or the step -i), the inputs (element i
+ * of rank q from (7i + 131q) mod 1021, chosen per datatype and op so that any
+ * order of reduction gives the same, exactly representable, result), the loop
+ * per size and placement (fill, WARMUP calls, barrier, ITERS timed calls,
+ * per-call average over them, combined over ranks as -a says; -c times: fill
+ * again, one more call, every element checked and the wrong ones summed over
+ * ranks), the nccl-tests bus-bandwidth factors, and the output: the text rows
+ * and, with --json FILE, the JSON array that bench/summarize.py reads. So the
+ * three programs differ only in the library they call, and their rows compare
+ * one for one.
  *
  * A program supplies a struct bc_backend: how to run one collective call and
  * the few helper collectives the loop needs.
@@ -53,6 +55,8 @@ enum bc_dtype {
   BC_BFLOAT16,
   BC_FLOAT32,
   BC_FLOAT64,
+  BC_FLOAT8_E4M3,
+  BC_FLOAT8_E5M2,
   BC_NUM_DTYPES
 };
 
@@ -62,15 +66,24 @@ struct bc_options {
   enum bc_coll coll;
   enum bc_dtype dtype;
   enum bc_op op;
-  size_t min_bytes, max_bytes, factor;
-  int iters, warmup, root, check;
-  double min_time;       /* -m: seconds of timed iterations at least */
-  int in_place;          /* 1: also measure the in-place group */
-  const char *json_path; /* NULL: no JSON */
-  int help;              /* -h: the caller prints its usage and exits 0 */
-  bool device;           /* -G (BC_OPT_DEVICE) */
+  bool all_dtypes, all_ops;   /* -d all, -o all: one sweep of sizes each */
+  size_t min_bytes, max_bytes;
+  size_t factor;              /* -f: sizes multiply by it (> 1), else ... */
+  size_t step_bytes;          /* -i: ... grow by this many bytes */
+  int iters, warmup, root;
+  int check;                  /* -c: checked calls per size (0: none) */
+  int cycles;                 /* -N: sweeps of the sizes (0: until stopped) */
+  int blocking;               /* -z 1: every rank waits for each call */
+  int average;                /* -a: time of rank 0 (0), mean (1), min (2), max (3) */
+  int cputime;                /* -C 1: the time column is the time to issue */
+  int graph_launches;         /* -G: CUDA graph replays (0: no graph) */
+  double min_time;            /* --min-time: seconds of timed iterations at least */
+  int in_place;               /* 1: also measure the in-place group */
+  const char *json_path;      /* NULL: no JSON */
+  int help;                   /* -h: the caller prints its usage and exits 0 */
+  bool device;           /* --device (BC_OPT_DEVICE) */
   bool calibrate;        /* --calibrate (BC_OPT_CALIBRATE) */
-  bool register_buffers; /* --register (BC_OPT_REGISTER) */
+  bool register_buffers; /* --register, -R 1|2 (BC_OPT_REGISTER) */
   /* Only for programs that fork their own ranks (BC_OPT_FORK). */
   int nranks;
   int watchdog_s;
@@ -119,17 +132,24 @@ struct bc_backend {
    * they go at the end. alloc_host does not return on failure. */
   void *(*alloc_host)(void *ctx, size_t bytes);
   void (*free_host)(void *ctx, void *p);
+  /* Needed for -G N (device buffers only): start capturing the calls on the
+   * stream, end the capture and make the graph, launch it once. */
+  void (*graph_begin)(void *ctx);
+  void (*graph_end)(void *ctx);
+  void (*graph_launch)(void *ctx);
 };
 
-/* Flags for bc_parse_options: what a program accepts beyond -c allreduce |
- * reduce_scatter | allgather, -d float32, -o sum, -b -e -f -n -w -m -C
- * --json -h. */
-#define BC_OPT_FORK 1      /* -N NRANKS and -T SECONDS */
-#define BC_OPT_IN_PLACE 2  /* -I 0|1 */
-#define BC_OPT_EVERY 4     /* every collective, datatype and op; -r ROOT */
-#define BC_OPT_DEVICE 8    /* -G, --device */
+/* Flags for bc_parse_options: what a program accepts beyond nccl-tests'
+ * -b -e -i -f -n -m 1 -w -c -a -z -N -C -g 1 -t 1 -G 0 -d float32 -o sum,
+ * --coll allreduce | reduce_scatter | allgather, --min-time, --json, -h. */
+#define BC_OPT_FORK 1      /* --nranks N and -T SECONDS */
+#define BC_OPT_IN_PLACE 2  /* --in-place 0|1 */
+#define BC_OPT_EVERY 4     /* every collective, datatype and op; -r ROOT;
+                              the collective from the program's name
+                              (all_reduce_perf ...) */
+#define BC_OPT_DEVICE 8    /* --device; -G N (CUDA graphs) with it */
 #define BC_OPT_CALIBRATE 16 /* --calibrate */
-#define BC_OPT_REGISTER 32 /* --register */
+#define BC_OPT_REGISTER 32 /* --register, -R 1|2 */
 
 /* Parses argv into *o. Returns NULL, or the message of a usage error (put in
  * err). -h sets o->help and stops there. */
@@ -142,6 +162,12 @@ const char *bc_check_nranks(const struct bc_options *o, int nranks, char *err,
 /* The usage text of the programs that take the flags BC_OPT_IN_PLACE and
  * maybe BC_OPT_FORK (mpi-bench, gloo-bench). */
 void bc_usage(FILE *f, const char *prog, const char *launch, int flags);
+/* The options every program shares, with nccl-tests' meanings (one part of
+ * each program's usage text). */
+void bc_usage_common(FILE *f);
+/* The collective a program name selects ("all_reduce_perf", a path to it),
+ * or -1. */
+int bc_coll_of_prog(const char *argv0);
 
 /* Runs every size on this rank; rank 0 prints. Returns the exit status
  * (0, BC_EXIT_FAILED, BC_EXIT_USAGE when the JSON file cannot be written,

@@ -2,7 +2,7 @@
 // Gloo's TCP transport on 127.0.0.1, for the side-by-side comparison
 // (scripts/bench-compare.sh).
 //
-//   gloo-bench -N 4 -b 8 -e 64M -f 4 [--json FILE]
+//   gloo-bench --nranks 4 -b 8 -e 64M -f 2 [--json FILE]
 //
 // The program forks its N ranks itself. Each creates a TCP device bound to
 // 127.0.0.1 and a gloo::rendezvous::Context that meets the others through a
@@ -294,7 +294,7 @@ int main(int argc, char** argv) {
     return BC_EXIT_USAGE;
   }
   if (o.help) {
-    bc_usage(stdout, PROG_NAME, " -N NRANKS", BC_OPT_FORK | BC_OPT_IN_PLACE);
+    bc_usage(stdout, PROG_NAME, " --nranks N", BC_OPT_FORK | BC_OPT_IN_PLACE);
     return 0;
   }
 

@@ -2,7 +2,7 @@
  * mpi_bench.c - ringcc-bench's measurement of MPI collectives, for the
  * side-by-side comparison (scripts/bench-compare.sh).
  *
- *   mpirun -np 4 mpi-bench -c allreduce -b 8 -e 64M -f 4 [--json FILE]
+ *   mpirun -np 4 mpi-bench --coll allreduce -b 8 -e 64M -f 2 [--json FILE]
  *
  * The calls, on MPI_COMM_WORLD with host buffers, float32 and MPI_SUM:
  *   allreduce       MPI_Allreduce(sendbuf, recvbuf, count, ...)

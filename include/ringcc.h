@@ -68,6 +68,14 @@ typedef enum {
   RINGCC_BFLOAT16 = 7, /* bfloat16; reduced in float, rounded to nearest even */
   RINGCC_FLOAT32 = 8,
   RINGCC_FLOAT64 = 9,
+  /* OCP FP8 (the NVIDIA/ml_dtypes float8_e4m3fn and float8_e5m2 encodings).
+   * Reduced in float and rounded to nearest even once per step (each
+   * combination of two values). Overflow: e4m3 has no infinity and
+   * saturates to +-448 (as CUDA's and NCCL's conversions do; +-Inf inputs
+   * too); e5m2 overflows to +-Inf like float16. NaNs stay NaN. Host buffers
+   * only: on device buffers the call returns RINGCC_ERR_UNSUPPORTED. */
+  RINGCC_FLOAT8_E4M3 = 10,
+  RINGCC_FLOAT8_E5M2 = 11,
   RINGCC_NUM_DATATYPES
 } ringcc_datatype_t;
 
@@ -143,7 +151,7 @@ typedef struct {
   int check;            /* RINGCC_CHECK; -1 unset; cross-rank argument check, default 0 */
   const char *socket_ifname; /* RINGCC_SOCKET_IFNAME; NULL unset */
   int64_t net_chunk_bytes; /* RINGCC_NET_CHUNK_BYTES; -1 unset; bytes per slot
-                              of network FIFOs, default 1048576 */
+                              of network FIFOs, default 262144 (256 KiB) */
   int cuda_device;       /* RINGCC_CUDA_DEVICE; -1 unset: the current CUDA
                            device at init; RINGCC_CUDA_DEVICE_NONE: no GPU
                            (host buffers only) */

@@ -21,8 +21,9 @@
 # Each repetition is a separate ringcc-run of ringcc-bench -b S -e S (one
 # size), so A and B alternate at every size and a burst of load from
 # elsewhere hits both alike. The time is ringcc-bench's out-of-place
-# time(us) at -n 20 -w 5 (-m 0.2 below 1 MiB, so short calls are averaged
-# over 0.2 s). The table goes to stdout and DIR/table.md.
+# time(us) at -n 20 -w 5 (--min-time 0.2 below 1 MiB, so short calls are
+# averaged over 0.2 s). A build from before ringcc-bench took nccl-tests'
+# flags gets its old spelling (-c COLL, -m SECONDS). The table goes to stdout and DIR/table.md.
 set -euo pipefail
 
 np=4 sizes=8,64K,64M reps=7 coll=allreduce transports=shm,tcp out=
@@ -58,10 +59,13 @@ run() { # build transport size
   [ "$2" = tcp ] && shm=1
   local reg=()
   [ "$2" = shm-reg ] && reg=(--register)
-  local extra=(-n 20 -w 5)
-  case $3 in *M|*G) ;; *) extra+=(-m 0.2) ;; esac
+  local extra=(-n 20 -w 5) coll_flag=--coll min_time=--min-time
+  if ! "$1/bin/ringcc-bench" --help 2>/dev/null | grep -q -- --min-time; then
+    coll_flag=-c min_time=-m # the spelling of older builds
+  fi
+  case $3 in *M|*G) ;; *) extra+=("$min_time" 0.2) ;; esac
   log=$(RINGCC_SHM_DISABLE=$shm timeout 300 "$1/bin/ringcc-run" -np "$np" \
-        "$1/bin/ringcc-bench" -c "$coll" -b "$3" -e "$3" "${extra[@]}" "${reg[@]}" 2>&1) ||
+        "$1/bin/ringcc-bench" "$coll_flag" "$coll" -b "$3" -e "$3" "${extra[@]}" "${reg[@]}" 2>&1) ||
     { echo fail; return; }
   printf '%s\n' "$log" | awk '/^\[0\] +[0-9]/ { print $7; exit }'
 }

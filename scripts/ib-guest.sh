@@ -169,11 +169,11 @@ if [ "$IB_CHECK_BENCH" = 1 ]; then
   for np in 2 3; do
     step "ringcc-bench allreduce n=$np over rxe0" 600 env RINGCC_SHM_DISABLE=1 \
       RINGCC_NET=IB /ringcc/bin/ringcc-run -np $np --timeout 580 \
-      /ringcc/bin/ringcc-bench -b 1M -e 64M -f 64 -n 3 -w 1 -C 0
+      /ringcc/bin/ringcc-bench -b 1M -e 64M -f 64 -n 3 -w 1 -c 0
   done
   # The same over TCP on the same interface, for scale.
   step "ringcc-bench allreduce n=2 over TCP (d0)" 600 env RINGCC_SHM_DISABLE=1 \
     RINGCC_NET=Socket RINGCC_SOCKET_IFNAME=d0 /ringcc/bin/ringcc-run -np 2 \
-    --timeout 580 /ringcc/bin/ringcc-bench -b 1M -e 64M -f 64 -n 3 -w 1 -C 0
+    --timeout 580 /ringcc/bin/ringcc-bench -b 1M -e 64M -f 64 -n 3 -w 1 -c 0
 fi
 finish

@@ -28,6 +28,15 @@ mkdir -p "$out"
 [ -x "$base/ringcc-bench" ] || { echo "trace-cost.sh: no $base/ringcc-bench" >&2; exit 2; }
 [ -x "$new/ringcc-bench" ] || { echo "trace-cost.sh: build first (make)" >&2; exit 2; }
 export RINGCC_TUNER_FILE=none RINGCC_CUDA_DEVICE=none
+# No check of the results: -c 0 (nccl-tests' spelling), -C 0 in builds from
+# before ringcc-bench took nccl-tests' flags.
+nocheck() { # bin
+  if "$1/ringcc-bench" --help 2>/dev/null | grep -q -- --min-time; then
+    echo "-c 0"
+  else
+    echo "-C 0"
+  fi
+}
 
 raw="$out/time-np$np.txt"
 : > "$raw"
@@ -38,7 +47,7 @@ for r in $(seq 1 "$rounds"); do
     [ "$v" = base ] && bin=$base
     [ "$v" = on ] && extra=(RINGCC_TRACE="$out/trace" RINGCC_TRACE_EVENTS=4096)
     t=$(env "${extra[@]}" timeout 300 "$new/ringcc-run" -np "$np" \
-          "$bin/ringcc-bench" -b 8 -e 8 -n 5000 -w 500 -C 0 2>/dev/null |
+          "$bin/ringcc-bench" -b 8 -e 8 -n 5000 -w 500 $(nocheck "$bin") 2>/dev/null |
         awk '/^\[0\] +8 /{print $7}')
     echo "$r $v ${t:-NaN}" >> "$raw"
   done
@@ -69,7 +78,7 @@ if [ "$np" = 2 ] && command -v valgrind >/dev/null; then
       RINGCC_SPIN=0 RINGCC_YIELDS=0 timeout 900 "$new/ringcc-run" -np 2 \
         valgrind --tool=callgrind \
         --callgrind-out-file="$out/cg.$v.$iters.%q{RINGCC_RANK}" \
-        "$bin/ringcc-bench" -b 8 -e 8 -n "$iters" -w 10 -C 0 >/dev/null 2>&1
+        "$bin/ringcc-bench" -b 8 -e 8 -n "$iters" -w 10 $(nocheck "$bin") >/dev/null 2>&1
     done
     for rank in 0 1; do
       a=$(awk '/^(summary|totals):/{print $2; exit}' "$out/cg.$v.400.$rank")

@@ -512,12 +512,58 @@ uint16_t h_float_to_bf16(float f) {
 
 float h_bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
 
+/* ---- float8: by the definition, and rounding by search ------------------- */
+
+double h_fp8_value(ringcc_datatype_t dt, uint8_t code) {
+  bool e4m3 = dt == RINGCC_FLOAT8_E4M3;
+  int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  int e = (code & 0x7f) >> mbits, m = code & ((1 << mbits) - 1);
+  double sign = (code & 0x80) ? -1.0 : 1.0;
+  if (e4m3 && (code & 0x7f) == 0x7f)
+    return NAN;
+  if (!e4m3 && e == 31)
+    return m == 0 ? sign * INFINITY : NAN;
+  if (e == 0) /* subnormal: 0.m x 2^(1-bias) */
+    return sign * ((double)m / (1 << mbits)) * ldexp(1.0, 1 - bias);
+  return sign * (1.0 + (double)m / (1 << mbits)) * ldexp(1.0, e - bias);
+}
+
+uint8_t h_fp8_code(ringcc_datatype_t dt, double x) {
+  bool e4m3 = dt == RINGCC_FLOAT8_E4M3;
+  uint8_t sign = signbit(x) ? 0x80 : 0, max_code = e4m3 ? 0x7e : 0x7b;
+  if (isnan(x))
+    return (uint8_t)(sign | (e4m3 ? 0x7f : 0x7e));
+  double a = fabs(x), top = e4m3 ? 448.0 : 57344.0; /* max_code's value */
+  if (a > top) {
+    if (e4m3)
+      return (uint8_t)(sign | max_code); /* saturate */
+    /* e5m2: between 57344 and the next step (2^16, Inf) the tie goes to
+     * the even code, Inf's 0x7c */
+    return (uint8_t)(sign | (a >= (top + 65536.0) / 2 ? 0x7c : max_code));
+  }
+  static double values[2][128]; /* the positive codes' values, once */
+  static bool filled[2];
+  double *v = values[e4m3];
+  if (!filled[e4m3]) {
+    for (unsigned c = 0; c < 128; c++)
+      v[c] = h_fp8_value(dt, (uint8_t)c);
+    filled[e4m3] = true;
+  }
+  uint8_t best = 0;
+  for (unsigned c = 1; c <= max_code; c++) {
+    double d = fabs(v[c] - a), dbest = fabs(v[best] - a);
+    if (d < dbest || (d == dbest && (c & 1u) == 0))
+      best = (uint8_t)c;
+  }
+  return (uint8_t)(sign | best);
+}
+
 /* ---- datatypes -------------------------------------------------------- */
 
 const ringcc_datatype_t h_all_dtypes[RINGCC_NUM_DATATYPES] = {
     RINGCC_INT8,  RINGCC_UINT8,   RINGCC_INT32,    RINGCC_UINT32,
     RINGCC_INT64, RINGCC_UINT64,  RINGCC_FLOAT16,  RINGCC_BFLOAT16,
-    RINGCC_FLOAT32, RINGCC_FLOAT64};
+    RINGCC_FLOAT32, RINGCC_FLOAT64, RINGCC_FLOAT8_E4M3, RINGCC_FLOAT8_E5M2};
 const ringcc_op_t h_all_ops[RINGCC_NUM_OPS] = {RINGCC_SUM, RINGCC_PROD,
                                                RINGCC_MIN, RINGCC_MAX,
                                                RINGCC_AVG};
@@ -526,6 +572,8 @@ size_t h_dt_size(ringcc_datatype_t dt) {
   switch (dt) {
   case RINGCC_INT8:
   case RINGCC_UINT8:
+  case RINGCC_FLOAT8_E4M3:
+  case RINGCC_FLOAT8_E5M2:
     return 1;
   case RINGCC_FLOAT16:
   case RINGCC_BFLOAT16:
@@ -546,7 +594,8 @@ size_t h_dt_size(ringcc_datatype_t dt) {
 const char *h_dt_name(ringcc_datatype_t dt) {
   static const char *names[] = {"int8",    "uint8",    "int32",   "uint32",
                                 "int64",   "uint64",   "float16", "bfloat16",
-                                "float32", "float64"};
+                                "float32", "float64",  "float8_e4m3",
+                                "float8_e5m2"};
   return (int)dt >= 0 && dt < RINGCC_NUM_DATATYPES ? names[dt] : "?";
 }
 
@@ -557,7 +606,8 @@ const char *h_op_name(ringcc_op_t op) {
 
 bool h_dt_is_float(ringcc_datatype_t dt) {
   return dt == RINGCC_FLOAT16 || dt == RINGCC_BFLOAT16 ||
-         dt == RINGCC_FLOAT32 || dt == RINGCC_FLOAT64;
+         dt == RINGCC_FLOAT32 || dt == RINGCC_FLOAT64 ||
+         dt == RINGCC_FLOAT8_E4M3 || dt == RINGCC_FLOAT8_E5M2;
 }
 
 static bool dt_is_signed_int(ringcc_datatype_t dt) {
@@ -604,6 +654,10 @@ static int input_exponent(ringcc_datatype_t dt, ringcc_op_t op) {
     return minmax ? -10 : -8;
   case RINGCC_FLOAT64:
     return minmax ? -30 : -20;
+  case RINGCC_FLOAT8_E4M3:
+    return minmax ? -1 : -2;
+  case RINGCC_FLOAT8_E5M2:
+    return -1;
   default:
     return 0;
   }
@@ -616,7 +670,7 @@ static int64_t centered(uint64_t h, int64_t half_range) {
 
 /* SUM and AVG: with up to 8 ranks, |sum of v| stays within the exactly
  * representable integers of the type (float16 2048, bfloat16 256, float32
- * 2^24, float64 2^53) and the signed integer types never overflow; int8,
+ * 2^24, float64 2^53, float8 e4m3 16, e5m2 8; so does every partial sum) and the signed integer types never overflow; int8,
  * uint8 and the unsigned types wrap, which modular expectations follow. */
 static int64_t sum_value(ringcc_datatype_t dt, uint64_t h) {
   switch (dt) {
@@ -640,6 +694,10 @@ static int64_t sum_value(ringcc_datatype_t dt, uint64_t h) {
     return centered(h, (int64_t)1 << 20);
   case RINGCC_FLOAT64:
     return centered(h, (int64_t)1 << 48);
+  case RINGCC_FLOAT8_E4M3:
+    return centered(h, 2);
+  case RINGCC_FLOAT8_E5M2:
+    return centered(h, 1);
   default:
     return 0;
   }
@@ -688,6 +746,9 @@ static int64_t minmax_value(ringcc_datatype_t dt, int rank, size_t idx,
     return sb * 65536 + (int64_t)(low & 0xffff);
   case RINGCC_FLOAT64:
     return sb * ((int64_t)1 << 40) + (int64_t)(low & (((uint64_t)1 << 40) - 1));
+  case RINGCC_FLOAT8_E4M3: /* 8 values, one per rank below 8, all exact */
+  case RINGCC_FLOAT8_E5M2:
+    return base % 8 - 4;
   default:
     return 0;
   }
@@ -736,6 +797,12 @@ static void store_real(ringcc_datatype_t dt, double x, void *elem) {
   case RINGCC_FLOAT32: {
     float f = (float)x;
     memcpy(elem, &f, 4);
+    break;
+  }
+  case RINGCC_FLOAT8_E4M3:
+  case RINGCC_FLOAT8_E5M2: {
+    uint8_t c = h_fp8_code(dt, x);
+    memcpy(elem, &c, 1);
     break;
   }
   default:
@@ -903,6 +970,11 @@ const char *h_format_elem(ringcc_datatype_t dt, const void *elem, char *out,
   case RINGCC_FLOAT64:
     memcpy(&d, elem, 8);
     snprintf(out, len, "%.17g", d);
+    break;
+  case RINGCC_FLOAT8_E4M3:
+  case RINGCC_FLOAT8_E5M2:
+    memcpy(&u8, elem, 1);
+    snprintf(out, len, "%.9g (0x%02x)", h_fp8_value(dt, u8), u8);
     break;
   default:
     snprintf(out, len, "?");

@@ -99,6 +99,12 @@ uint16_t h_float_to_half(float f); /* round to nearest even */
 float h_half_to_float(uint16_t h);
 uint16_t h_float_to_bf16(float f); /* round to nearest even */
 float h_bf16_to_float(uint16_t h);
+/* float8 (RINGCC_FLOAT8_E4M3 or _E5M2): the value of a code (NaN for NaN
+ * codes), and the code of a value: the nearest of the finite codes, a tie
+ * to the even code; above the largest finite value e4m3 saturates (+-448)
+ * and e5m2 gives +-Inf from the midpoint to 2^16 on. */
+double h_fp8_value(ringcc_datatype_t dt, uint8_t code);
+uint8_t h_fp8_code(ringcc_datatype_t dt, double x);
 
 /* ---- datatypes, values, exact inputs ------------------------------------ */
 

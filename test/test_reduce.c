@@ -4,7 +4,9 @@
  * hit the vector tails, dst aliasing a or b, every instruction set this CPU
  * has; the float16/bfloat16 conversions exhaustively over 16-bit patterns and
  * over every rounding tie, against GCC's _Float16 and the F16C instructions;
- * rcc_reduce_avg_finish for every datatype.
+ * rcc_reduce_avg_finish for every datatype; the float8 conversions over all
+ * 256 codes of each format and every rounding midpoint, against harness.c's
+ * conversions by definition and search.
  */
 #include <criterion/criterion.h>
 #include <float.h>
@@ -22,6 +24,7 @@
 #define HAVE_X86 0
 #endif
 
+#include "harness.h"
 #include "reduce.h"
 
 /* Around the vector widths and the kernels' 64-element blocks, and long. */
@@ -36,9 +39,10 @@ static const char *const alias_names[] = {"dst separate", "dst == a",
 static const char *const isa_names[] = {"portable", "avx2", "avx512"};
 static const char *const dt_names[] = {"int8",    "uint8",    "int32", "uint32",
                                        "int64",   "uint64",   "float16",
-                                       "bfloat16", "float32", "float64"};
+                                       "bfloat16", "float32", "float64",
+                                       "float8_e4m3", "float8_e5m2"};
 static const char *const op_names[] = {"sum", "prod", "min", "max", "avg"};
-static const size_t dt_sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+static const size_t dt_sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
 
 /* ---- random values --------------------------------------------------- */
 
@@ -151,6 +155,10 @@ static void fill(int dt, void *buf, size_t n) {
       break;
     case RINGCC_FLOAT64:
       ((double *)buf)[i] = float_value(1);
+      break;
+    case RINGCC_FLOAT8_E4M3: /* every code is likely among 256 */
+    case RINGCC_FLOAT8_E5M2:
+      ((uint8_t *)buf)[i] = (uint8_t)rng();
       break;
     }
   }
@@ -297,6 +305,13 @@ static void ref_reduce(int dt, int op, const void *a, const void *b, size_t i,
     ((double *)out)[i] =
         ref_f64(op, ((const double *)a)[i], ((const double *)b)[i]);
     break;
+  case RINGCC_FLOAT8_E4M3:
+  case RINGCC_FLOAT8_E5M2: {
+    float x = (float)h_fp8_value(dt, ((const uint8_t *)a)[i]);
+    float y = (float)h_fp8_value(dt, ((const uint8_t *)b)[i]);
+    ((uint8_t *)out)[i] = h_fp8_code(dt, ref_f32(op, x, y));
+    break;
+  }
   }
 }
 
@@ -310,6 +325,9 @@ static int is_nan_elem(int dt, const void *p) {
     return isnan(*(const float *)p);
   case RINGCC_FLOAT64:
     return isnan(*(const double *)p);
+  case RINGCC_FLOAT8_E4M3:
+  case RINGCC_FLOAT8_E5M2:
+    return isnan(h_fp8_value(dt, *(const uint8_t *)p));
   default:
     return 0;
   }
@@ -500,6 +518,11 @@ static void ref_avg(int dt, const void *src, size_t i, int n, void *out) {
     break;
   case RINGCC_FLOAT64:
     ((double *)out)[i] = ((const double *)src)[i] / (double)n;
+    break;
+  case RINGCC_FLOAT8_E4M3:
+  case RINGCC_FLOAT8_E5M2:
+    ((uint8_t *)out)[i] = h_fp8_code(
+        dt, (float)h_fp8_value(dt, ((const uint8_t *)src)[i]) / (float)n);
     break;
   }
 }
@@ -772,4 +795,81 @@ Test(bfloat16, rounding_matches_reference, .timeout = 20) {
     }
   }
   cr_assert_eq(bad, 0, "%d float->bf16 conversions wrong (see the log)", bad);
+}
+
+/* ---- float8 --------------------------------------------------------------- */
+
+/* Every code of both formats to float and back: the value the definition
+ * gives (NaN for the NaN codes), and the same code again (a NaN: a NaN). */
+Test(reduce, fp8_every_code_round_trip, .timeout = 10) {
+  const ringcc_datatype_t dts[] = {RINGCC_FLOAT8_E4M3, RINGCC_FLOAT8_E5M2};
+  for (int k = 0; k < 2; k++)
+    for (unsigned c = 0; c < 256; c++) {
+      ringcc_datatype_t dt = dts[k];
+      double want = h_fp8_value(dt, (uint8_t)c);
+      float got = rcc_fp8_to_float(dt, (uint8_t)c);
+      if (isnan(want)) {
+        cr_assert(isnan(got), "%s 0x%02x: %g, want NaN", dt_names[dt], c,
+                  (double)got);
+        cr_assert(isnan(h_fp8_value(dt, rcc_float_to_fp8(dt, got))),
+                  "%s 0x%02x: NaN back to a code that is no NaN", dt_names[dt],
+                  c);
+        continue;
+      }
+      cr_assert((double)got == want && !signbit(got) == !signbit(want),
+                "%s 0x%02x: %.9g, want %.9g", dt_names[dt], c, (double)got,
+                want);
+      cr_assert_eq(rcc_float_to_fp8(dt, got), c, "%s 0x%02x: back to 0x%02x",
+                   dt_names[dt], c, rcc_float_to_fp8(dt, got));
+    }
+}
+
+/* Rounding: each midpoint between neighbouring codes (a tie: to the even
+ * code), a hair either side of it, values past the largest finite one
+ * (e4m3 saturates, e5m2 overflows to Inf), +-Inf, and tiny values. */
+Test(reduce, fp8_rounding_and_overflow, .timeout = 10) {
+  const ringcc_datatype_t dts[] = {RINGCC_FLOAT8_E4M3, RINGCC_FLOAT8_E5M2};
+  for (int k = 0; k < 2; k++) {
+    ringcc_datatype_t dt = dts[k];
+    unsigned max_code = dt == RINGCC_FLOAT8_E4M3 ? 0x7e : 0x7b;
+    for (unsigned c = 0; c < max_code; c++)
+      for (int s = 0; s < 2; s++) {
+        double lo = h_fp8_value(dt, (uint8_t)c);
+        double hi = h_fp8_value(dt, (uint8_t)(c + 1));
+        double mid = (lo + hi) / 2, sign = s ? -1.0 : 1.0;
+        const float probes[] = {(float)mid, nextafterf((float)mid, 0),
+                                nextafterf((float)mid, INFINITY),
+                                (float)lo, (float)hi};
+        for (int p = 0; p < 5; p++) {
+          float x = (float)sign * probes[p];
+          cr_assert_eq(rcc_float_to_fp8(dt, x), h_fp8_code(dt, x),
+                       "%s %.9g: 0x%02x, want 0x%02x", dt_names[dt],
+                       (double)x, rcc_float_to_fp8(dt, x), h_fp8_code(dt, x));
+        }
+      }
+    const float big[] = {448.0f, 464.0f, 465.0f, 480.0f, 57344.0f, 61439.0f,
+                         61440.0f, 65536.0f, 1e30f, INFINITY, 1e-30f, 0.0f,
+                         -0.0f, FLT_MIN, 0x1p-10f, 0x1p-17f, 0x1p-18f};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+      for (int s = 0; s < 2; s++) {
+        float x = s ? -big[i] : big[i];
+        cr_assert_eq(rcc_float_to_fp8(dt, x), h_fp8_code(dt, x),
+                     "%s %.9g: 0x%02x, want 0x%02x", dt_names[dt], (double)x,
+                     rcc_float_to_fp8(dt, x), h_fp8_code(dt, x));
+      }
+  }
+  /* The documented overflow, spelled out. */
+  cr_assert_eq(rcc_float_to_fp8(RINGCC_FLOAT8_E4M3, 1000.0f), 0x7e);
+  cr_assert_eq(rcc_float_to_fp8(RINGCC_FLOAT8_E4M3, -INFINITY), 0xfe);
+  cr_assert_eq(rcc_float_to_fp8(RINGCC_FLOAT8_E4M3, 464.0f), 0x7e); /* tie */
+  cr_assert_eq(rcc_float_to_fp8(RINGCC_FLOAT8_E5M2, 61440.0f), 0x7c); /* Inf */
+  cr_assert_eq(rcc_float_to_fp8(RINGCC_FLOAT8_E5M2, 61439.0f), 0x7b);
+  cr_assert_eq(rcc_float_to_fp8(RINGCC_FLOAT8_E5M2, -1e9f), 0xfc);
+  /* A sum that overflows, through the kernel: 448 + 448 saturates. */
+  uint8_t a = 0x7e, b = 0x7e, d = 0;
+  rcc_reduce_get(RINGCC_FLOAT8_E4M3, RINGCC_SUM)(&d, &a, &b, 1);
+  cr_assert_eq(d, 0x7e, "e4m3 448 + 448 gave 0x%02x, want 0x7e (448)", d);
+  a = b = 0x7b; /* 57344 */
+  rcc_reduce_get(RINGCC_FLOAT8_E5M2, RINGCC_SUM)(&d, &a, &b, 1);
+  cr_assert_eq(d, 0x7c, "e5m2 57344 + 57344 gave 0x%02x, want 0x7c (Inf)", d);
 }

@@ -1,11 +1,11 @@
 /*
- * bench_device.h - device buffers for ringcc-bench -G: the benchmark keeps
- * its host buffers for filling and checking, and with -G copies them to and
+ * bench_device.h - device buffers for ringcc-bench --device: the benchmark keeps
+ * its host buffers for filling and checking, and with --device copies them to and
  * from cudaMalloc'd twins that the collectives use, on one stream of the
  * rank's GPU (RINGCC_CUDA_DEVICE, else the current device). The timed loop
  * ends with a stream synchronize, so a time is the enqueued calls' run time.
  *
- * Built without CUDA (RINGCC_HAVE_CUDA 0), -G says so and exits.
+ * Built without CUDA (RINGCC_HAVE_CUDA 0), --device says so and exits.
  */
 #ifndef RCC_BENCH_DEVICE_H
 #define RCC_BENCH_DEVICE_H
@@ -31,7 +31,7 @@ static void dev_check(cudaError_t e, const char *what) {
 static void dev_select(void) {
   const char *env = getenv("RINGCC_CUDA_DEVICE");
   int count = 0, dev = 0;
-  dev_check(cudaGetDeviceCount(&count), "-G: no usable CUDA device");
+  dev_check(cudaGetDeviceCount(&count), "--device: no usable CUDA device");
   if (env != NULL && *env >= '0' && *env <= '9')
     dev = atoi(env);
   else
@@ -66,6 +66,31 @@ static void dev_sync(void *stream) {
   dev_check(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
 }
 
+/* -G: the timed calls captured on the stream into one graph (the one
+ * graph of this process), replayed by dev_graph_launch. */
+static cudaGraphExec_t dev_graph_exec;
+
+static void dev_graph_begin(void *stream) {
+  dev_check(cudaStreamBeginCapture((cudaStream_t)stream,
+                                   cudaStreamCaptureModeThreadLocal),
+            "-G: cudaStreamBeginCapture");
+}
+
+static void dev_graph_end(void *stream) {
+  cudaGraph_t graph;
+  dev_check(cudaStreamEndCapture((cudaStream_t)stream, &graph),
+            "-G: cudaStreamEndCapture");
+  if (dev_graph_exec) cudaGraphExecDestroy(dev_graph_exec);
+  dev_check(cudaGraphInstantiate(&dev_graph_exec, graph, 0),
+            "-G: cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+}
+
+static void dev_graph_launch(void *stream) {
+  dev_check(cudaGraphLaunch(dev_graph_exec, (cudaStream_t)stream),
+            "-G: cudaGraphLaunch");
+}
+
 static void dev_free(void *p, void *stream) {
   if (p)
     cudaFree(p);
@@ -76,7 +101,7 @@ static void dev_free(void *p, void *stream) {
 #else /* !RINGCC_HAVE_CUDA */
 
 static void dev_select(void) {
-  fprintf(stderr, "ringcc-bench: -G needs a build with CUDA (make CUDA=1)\n");
+  fprintf(stderr, "ringcc-bench: --device needs a build with CUDA (make CUDA=1)\n");
   exit(2);
 }
 static void *dev_alloc(size_t bytes, void **stream) {
@@ -91,6 +116,9 @@ static void dev_get(void *dst, const void *src, size_t bytes, void *stream) {
 }
 static void dev_sync(void *stream) { (void)stream; }
 static void dev_free(void *p, void *stream) { (void)p, (void)stream; }
+static void dev_graph_begin(void *stream) { (void)stream; }
+static void dev_graph_end(void *stream) { (void)stream; }
+static void dev_graph_launch(void *stream) { (void)stream; }
 
 #endif /* RINGCC_HAVE_CUDA */
 #endif /* RCC_BENCH_DEVICE_H */

@@ -4,16 +4,21 @@
  * numbers can be compared with nccl-tests and with the MPI and Gloo
  * benchmarks of bench/.
  *
- *   ringcc-run -np 4 ringcc-bench -c allreduce -b 8 -e 64M -f 2
- *   mpirun -np 4 ringcc-bench ...          (ringcc_comm_init_env reads mpirun's
- *                                           variables too)
+ *   ringcc-run -np 4 ringcc-bench --coll allreduce -b 8 -e 64M -f 2
+ *   mpirun -np 4 all_reduce_perf -b 8 -e 64M -f 2 -g 1
+ *                    (ringcc_comm_init_env reads mpirun's variables too)
+ *
+ * It takes nccl-tests' options with their meanings, and installed under
+ * nccl-tests' program names (all_reduce_perf, all_gather_perf, ...: links
+ * to this program) the name selects the collective, so nccl-tests command
+ * lines run unchanged.
  *
  * The measurement - options, sizes, inputs, the timed loop, the check of
  * every element, the columns and the JSON - is bench/bench_common.c, shared
  * with bench/mpi_bench.c and bench/gloo_bench.cc. This file is its libringcc
  * backend: one call of each collective, the helper collectives the loop needs
- * (barrier, max of the times, sum of #wrong, the rank list), and with -G the
- * device buffers (bench_device.h).
+ * (barrier, max of the times, sum of #wrong, the rank list), and with
+ * --device the device buffers and CUDA graphs (bench_device.h).
  *
  * With --calibrate it measures this machine for the tuner instead (see
  * calibrate() below and docs/tuning.md) and writes the tuner's cache file.
@@ -48,7 +53,9 @@ static const ringcc_datatype_t rcc_dtypes[BC_NUM_DTYPES] = {
     [BC_INT32] = RINGCC_INT32,     [BC_UINT32] = RINGCC_UINT32,
     [BC_INT64] = RINGCC_INT64,     [BC_UINT64] = RINGCC_UINT64,
     [BC_FLOAT16] = RINGCC_FLOAT16, [BC_BFLOAT16] = RINGCC_BFLOAT16,
-    [BC_FLOAT32] = RINGCC_FLOAT32, [BC_FLOAT64] = RINGCC_FLOAT64};
+    [BC_FLOAT32] = RINGCC_FLOAT32, [BC_FLOAT64] = RINGCC_FLOAT64,
+    [BC_FLOAT8_E4M3] = RINGCC_FLOAT8_E4M3,
+    [BC_FLOAT8_E5M2] = RINGCC_FLOAT8_E5M2};
 static const ringcc_op_t rcc_ops[BC_NUM_OPS] = {
     [BC_SUM] = RINGCC_SUM, [BC_PROD] = RINGCC_PROD, [BC_MIN] = RINGCC_MIN,
     [BC_MAX] = RINGCC_MAX, [BC_AVG] = RINGCC_AVG};
@@ -58,7 +65,7 @@ struct bench {
   const struct bc_options *o;
   ringcc_comm_t comm;
   int rank, nranks;
-  char *dsbuf, *drbuf; /* -G: what the calls use; host buffers fill and check */
+  char *dsbuf, *drbuf; /* --device: what the calls use; host buffers fill and check */
   void *stream;        /* -G: a cudaStream_t */
   ringcc_reg_t regs[2]; /* --register: the two buffers' registrations */
   void *reg_ptr[2];
@@ -99,59 +106,68 @@ static void check_call(struct bench *b, ringcc_result_t r, const char *call,
 static void usage(FILE *f) {
   fprintf(f,
 "Usage: " PROG_NAME " [options]\n"
-"Measures a libringcc collective over a range of sizes, nccl-tests style.\n"
-"Run it under a launcher: ringcc-run -np N " PROG_NAME " ..., or mpirun/srun\n"
-"(ranks join with ringcc_comm_init_env).\n"
+"       all_reduce_perf | all_gather_perf | reduce_scatter_perf |\n"
+"       broadcast_perf | reduce_perf | alltoall_perf | sendrecv_perf [options]\n"
+"Measures a libringcc collective over a range of sizes, nccl-tests style;\n"
+"under nccl-tests' program names (links to " PROG_NAME ") the name picks the\n"
+"collective. Run it under a launcher: ringcc-run -np N all_reduce_perf ...,\n"
+"or mpirun/srun (ranks join with ringcc_comm_init_env).\n"
+"\n");
+  bc_usage_common(f);
+  fprintf(f,
+"  -d, --datatype TYPE      int8 | uint8 | int32 | uint32 | int64 | uint64 |\n"
+"                           float16 | bfloat16 | float32 | float64 |\n"
+"                           float8_e4m3 | float8_e5m2, nccl-tests' half |\n"
+"                           float | double | f8e4m3 | f8e5m2, or all\n"
+"                           (default float32)\n"
+"  -o, --op OP              sum | prod | min | max | avg, or all (default\n"
+"                           sum); used by allreduce, reduce_scatter, reduce\n"
+"  -r, --root ROOT          root rank of bcast and reduce (default 0)\n"
+"  -R, --local_register 0|1|2  1 or 2: as --register\n"
 "\n"
-"Options:\n"
-"  -c COLL      allreduce | reduce_scatter | allgather | bcast | reduce |\n"
-"               alltoall | sendrecv (default allreduce)\n"
-"  -b SIZE      smallest size in bytes (default 8)\n"
-"  -e SIZE      largest size in bytes (default 64M)\n"
-"  -f FACTOR    sizes go down from -e by FACTOR, plus -b itself\n"
-"               (integer >= 2, default 2)\n"
-"               SIZE takes a K, M or G suffix (x1024, x1024^2, x1024^3)\n"
-"  -d TYPE      int8 | uint8 | int32 | uint32 | int64 | uint64 | float16 |\n"
-"               bfloat16 | float32 | float64 (default float32)\n"
-"  -o OP        sum | prod | min | max | avg (default sum); used by\n"
-"               allreduce, reduce_scatter and reduce\n"
-"  -n ITERS     timed iterations per size (default 20)\n"
-"  -w WARMUP    untimed iterations before them (default 5)\n"
-"  -m SECONDS   time at least this long per size: more iterations than -n\n"
-"               where calls are short (from the warm-up's time, the slowest\n"
-"               rank's; at most 1000000; default 0)\n"
-"  -r ROOT      root rank of bcast and reduce (default 0)\n"
-"  -C 0|1       check every element of every result (default 1)\n"
-"  -G, --device device buffers (cudaMalloc) on one stream; needs a CUDA\n"
-"               build and a GPU (RINGCC_CUDA_DEVICE picks it)\n"
-"  --register   host buffers from ringcc_mem_alloc, registered once with\n"
-"               ringcc_comm_register (outside the timed loops): collectives\n"
-"               on one host may then run zero-copy (docs/algorithms.md)\n"
-"  --json FILE  also write the rows to FILE as a JSON array (rank 0)\n"
-"  --calibrate  measure this machine for the tuner instead: alpha and beta of\n"
-"               shared memory and of TCP (communicators with shm_disable=1),\n"
-"               gamma (local reduction), fitted to ring allreduce, one-shot\n"
-"               allreduce and ping-pong times; writes the tuner's file\n"
-"               (RINGCC_TUNER_FILE, else $XDG_CACHE_HOME/ringcc/tuner.conf,\n"
-"               else ~/.cache/ringcc/tuner.conf). All ranks on one host,\n"
-"               at least 2; other options are ignored. docs/tuning.md\n"
-"  -h, --help   print this help and exit\n"
+"libringcc's own options:\n"
+"  --coll COLL              allreduce | reduce_scatter | allgather | bcast |\n"
+"                           reduce | alltoall | sendrecv (default allreduce,\n"
+"                           or the one the program's name picks)\n"
+"  --device                 device buffers (cudaMalloc) on one stream; needs a\n"
+"                           CUDA build and a GPU (RINGCC_CUDA_DEVICE picks it)\n"
+"  --register               host buffers from ringcc_mem_alloc, registered once\n"
+"                           with ringcc_comm_register (outside the timed\n"
+"                           loops): collectives on one host may then run\n"
+"                           zero-copy (docs/algorithms.md)\n"
+"  --min-time SECONDS       time at least this long per size: more iterations\n"
+"                           than -n where calls are short (from the warm-up's\n"
+"                           time, the slowest rank's; at most 1000000\n"
+"                           iterations; default 0)\n"
+"  --json FILE              also write the rows to FILE as a JSON array (rank 0)\n"
+"  --calibrate              measure this machine for the tuner instead: alpha\n"
+"               and beta of shared memory and of TCP (communicators with\n"
+"               shm_disable=1), gamma (local reduction), fitted to ring\n"
+"               allreduce, one-shot allreduce and ping-pong times; writes the\n"
+"               tuner's file (RINGCC_TUNER_FILE, else\n"
+"               $XDG_CACHE_HOME/ringcc/tuner.conf, else\n"
+"               ~/.cache/ringcc/tuner.conf). All ranks on one host, at least\n"
+"               2; other options are ignored. docs/tuning.md\n"
+"  -h, --help               print this help and exit\n"
 "\n"
-"Columns (rank 0 prints one row per size):\n"
+"Columns (rank 0 prints one row per size), as nccl-tests:\n"
 "  size count type redop root, then for out-of-place and for in-place:\n"
 "  time(us) algbw(GB/s) busbw(GB/s) #wrong\n"
 "  size: bytes of the buffer (allreduce, bcast, reduce, sendrecv), of the\n"
 "  gathered output (allgather), of the full input (reduce_scatter), of the\n"
 "  send buffer (alltoall); rounded down to a multiple of the element size,\n"
 "  and of nranks elements where each rank has a block; count = size/typesize.\n"
-"  time: per-call average of the timed loop, maximum over the ranks.\n"
-"  algbw = size/time, GB = 1e9 bytes. busbw = algbw x 2(n-1)/n (allreduce),\n"
-"  (n-1)/n (reduce_scatter, allgather, alltoall), 1 (bcast, reduce, sendrecv).\n"
-"  #wrong: wrong elements summed over the ranks (N/A with -C 0).\n"
+"  time: per-call average of the timed loop, combined over the ranks as -a\n"
+"  says (default the mean). algbw = size/time, GB = 1e9 bytes.\n"
+"  busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (reduce_scatter, allgather,\n"
+"  alltoall), 1 (bcast, reduce, sendrecv).\n"
+"  #wrong: wrong elements summed over the ranks (N/A with -c 0).\n"
 "  In place: the same buffer for allreduce, reduce, alltoall; sendbuf =\n"
 "  recvbuf + rank*sendcount (allgather); recvbuf = sendbuf + rank*recvcount\n"
 "  (reduce_scatter). bcast has one buffer, so both groups time the same call;\n"
 "  sendrecv (rank r sends to r+1 and receives from r-1) has no in-place form.\n"
+"  The last lines: '# Out of bounds values : N OK|FAILED' (the sum of\n"
+"  #wrong) and '# Avg bus bandwidth    : X' (the mean busbw of all rows).\n"
 "\n"
 "What ran: ringcc-run --trace DIR records every step of every call (each\n"
 "  timed call has its sequence number), and ringcc-trace DIR/trace.json\n"
@@ -191,10 +207,9 @@ static ringcc_result_t sendrecv(struct bench *b, const struct bc_plan *p,
  * the same buffer for allreduce, reduce, alltoall; sendbuf = recvbuf +
  * rank*sendcount (allgather); recvbuf = sendbuf + rank*recvcount
  * (reduce_scatter). */
-static ringcc_result_t call_coll(struct bench *b, const struct bc_plan *p,
-                                 bool in_place, char *s, char *r,
-                                 const char **call) {
-  const struct bc_options *o = b->o;
+static ringcc_result_t call_coll(struct bench *b, const struct bc_options *o,
+                                 const struct bc_plan *p, bool in_place,
+                                 char *s, char *r, const char **call) {
   ringcc_datatype_t dt = rcc_dtypes[o->dtype];
   ringcc_op_t op = rcc_ops[o->op];
   char *own_block = r + (size_t)b->rank * p->arg * bc_dtype_size(o->dtype);
@@ -224,7 +239,7 @@ static ringcc_result_t call_coll(struct bench *b, const struct bc_plan *p,
   }
 }
 
-/* call_coll on the host buffers, or with -G on their device twins; dies
+/* call_coll on the host buffers, or with --device on their device twins; dies
  * with the details on failure (formatted only then, so the timed loop does
  * nothing but call). */
 static int rcc_call(void *ctx, const struct bc_options *o,
@@ -232,7 +247,7 @@ static int rcc_call(void *ctx, const struct bc_options *o,
                     void *rbuf) {
   struct bench *b = ctx;
   const char *call = "";
-  ringcc_result_t r = call_coll(b, p, in_place, o->device ? b->dsbuf : sbuf,
+  ringcc_result_t r = call_coll(b, o, p, in_place, o->device ? b->dsbuf : sbuf,
                                 o->device ? b->drbuf : rbuf, &call);
   if (r != RINGCC_SUCCESS) {
     char context[160];
@@ -303,6 +318,18 @@ static void dev_stage_out(void *ctx, const struct bc_plan *p, void *rbuf) {
 
 static void dev_sync_calls(void *ctx) {
   dev_sync(((struct bench *)ctx)->stream);
+}
+
+static void dev_graph_begin_calls(void *ctx) {
+  dev_graph_begin(((struct bench *)ctx)->stream);
+}
+
+static void dev_graph_end_calls(void *ctx) {
+  dev_graph_end(((struct bench *)ctx)->stream);
+}
+
+static void dev_graph_launch_calls(void *ctx) {
+  dev_graph_launch(((struct bench *)ctx)->stream);
 }
 
 /* --register: the host buffers are shared memory every rank registers (all
@@ -743,8 +770,8 @@ int main(int argc, char **argv) {
   struct bc_backend be = {
       .prog = PROG_NAME,
       .library = library,
-      .call_desc = o.device ? "device buffers (-G), one stream, synchronized "
-                              "after the loop"
+      .call_desc = o.device ? "device buffers (--device), one stream, "
+                              "synchronized after the loop"
                    : o.register_buffers
                        ? "registered host buffers (ringcc_mem_alloc + "
                          "ringcc_comm_register, --register), NULL stream"
@@ -767,6 +794,9 @@ int main(int argc, char **argv) {
     be.stage_in = dev_stage_in;
     be.stage_out = dev_stage_out;
     be.sync = dev_sync_calls;
+    be.graph_begin = dev_graph_begin_calls;
+    be.graph_end = dev_graph_end_calls;
+    be.graph_launch = dev_graph_launch_calls;
   }
   finish(b, bc_run(&be, &o, b->rank, b->nranks));
 }

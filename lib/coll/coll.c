@@ -209,6 +209,13 @@ static ringcc_result_t locate(struct call *c) {
   ringcc_result_t r = rcc_cuda_locate(c->comm, c->fn, send, sname, recv, rname,
                                       c->stream, &device);
   c->uses |= device ? ON_DEVICE : 0;
+  if (device && r == RINGCC_SUCCESS &&
+      (c->dt == RINGCC_FLOAT8_E4M3 || c->dt == RINGCC_FLOAT8_E5M2))
+    return rcc_comm_error(c->comm, RINGCC_ERR_UNSUPPORTED,
+                          "%s on rank %d: datatype %s on device buffers is not "
+                          "supported yet (host buffers only; docs/cuda.md)",
+                          c->fn, c->comm->rank,
+                          ringcc_datatype_name((ringcc_datatype_t)c->dt));
   size_t esize = ringcc_datatype_size(c->dt);
   const char *bad = device && r == RINGCC_SUCCESS
                         ? rcc_cuda_misaligned(send, sname, recv, rname, esize)

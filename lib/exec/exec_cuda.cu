@@ -496,7 +496,8 @@ typedef void (*kernel_fn)(const struct rcc_cuda_args);
 #define RCC_KERNEL_ROW(unused, e_dt, T) {RCC_CUDA_OPS(RCC_KERNEL_OF_OP, T)},
 #define RCC_KERNEL_OF_OP(T, e_op) RCC_KERNEL_OF(T, e_op)
 
-/* kernels[dt][op], in enum order (RCC_CUDA_DATATYPES, RCC_CUDA_OPS). */
+/* kernels[dt][op], in enum order (RCC_CUDA_DATATYPES, RCC_CUDA_OPS). The
+ * float8 rows are empty: coll.c refuses float8 on device buffers. */
 const kernel_fn kernels[RINGCC_NUM_DATATYPES][RINGCC_NUM_OPS] = {
     RCC_CUDA_DATATYPES(RCC_KERNEL_ROW, ~)};
 } /* namespace */
@@ -504,7 +505,7 @@ const kernel_fn kernels[RINGCC_NUM_DATATYPES][RINGCC_NUM_OPS] = {
 extern "C" int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream,
                                char *err, size_t errlen) {
   if (a->dt < 0 || a->dt >= RINGCC_NUM_DATATYPES || a->op < 0 ||
-      a->op >= RINGCC_NUM_OPS) {
+      a->op >= RINGCC_NUM_OPS || kernels[a->dt][a->op] == NULL) {
     snprintf(err, errlen, "no kernel for datatype %d, op %d", a->dt, a->op);
     return (int)cudaErrorInvalidValue;
   }

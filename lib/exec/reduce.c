@@ -21,6 +21,11 @@
  *  - float16 and bfloat16 are widened to float, combined in float and rounded
  *    back to nearest even (overflow gives Inf, NaNs stay NaN, subnormals are
  *    kept, independent of the MXCSR FTZ/DAZ bits for the conversions).
+ *  - float8 (OCP e4m3 and e5m2) likewise: widened to float, combined, rounded
+ *    to nearest even. e4m3 has no infinity: overflow (and +-Inf) saturates to
+ *    +-448, as CUDA's __NV_SATFINITE conversion does; e5m2 overflows to
+ *    +-Inf. NaNs stay NaN (e5m2's made quiet). Scalar conversions: these
+ *    kernels are correct, not fast.
  *  - RINGCC_AVG reduces as RINGCC_SUM; rcc_reduce_avg_finish divides.
  *
  * dst may alias a or b exactly. The loops carry no restrict (that would be a
@@ -134,6 +139,64 @@ static inline uint16_t float_to_bf16(float f) {
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+/*
+ * float8: M mantissa bits, exponent bias B. A normal value is
+ * 2^(e-B) * (1 + m/2^M); e == 0 holds subnormals m * 2^(1-B-M). e4m3 (M 3,
+ * B 7) keeps S.1111.111 for NaN and has no infinity; e5m2 (M 2, B 15) is
+ * IEEE-like (e == 31: Inf, or NaN when m != 0).
+ */
+static inline float fp8_to_float(uint8_t v, unsigned M, unsigned B, int e4m3) {
+  uint32_t sign = (uint32_t)(v & 0x80u) << 24;
+  uint32_t e = (v & 0x7fu) >> M, m = v & ((1u << M) - 1);
+  uint32_t emax = (0x7fu >> M); /* all ones */
+  if (e4m3 && e == emax && m == (1u << M) - 1)
+    return f32_from_bits(sign | 0x7fc00000u);
+  if (!e4m3 && e == emax) /* Inf, or a NaN made quiet */
+    return f32_from_bits(sign | 0x7f800000u | (m ? 0x400000u | (m << (23 - M)) : 0));
+  if (e == 0) { /* m * 2^(1-B-M), exact */
+    float f = (float)m * f32_from_bits((127u + 1u - B - M) << 23);
+    return f32_from_bits(sign | f32_bits(f));
+  }
+  return f32_from_bits(sign | ((e + 127u - B) << 23) | (m << (23 - M)));
+}
+
+/* Round to nearest even, then saturate (e4m3) or give Inf (e5m2) above the
+ * largest finite value. */
+static inline uint8_t float_to_fp8(float f, unsigned M, unsigned B, int e4m3) {
+  uint32_t x = f32_bits(f);
+  uint32_t sign = (x >> 24) & 0x80u, ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN */
+    return (uint8_t)(sign | (e4m3 ? 0x7fu : 0x7eu));
+  uint32_t max_code = e4m3 ? 0x7eu : 0x7bu;
+  uint32_t over = e4m3 ? 0x7eu : 0x7cu; /* +-448, or +-Inf */
+  if (ax >= 0x7f800000u) return (uint8_t)(sign | over);
+  uint32_t code;
+  if (ax < ((127u + 1u - B) << 23)) {
+    /* below the smallest normal: adding 2^(1-B-M+23), whose ulp is the
+     * subnormal step, rounds to whole steps; the low bits count them (the
+     * count 2^M is the smallest normal, encoded alike). */
+    float magic = f32_from_bits((127u + 1u - B - M + 23u) << 23);
+    code = f32_bits(f32_from_bits(ax) + magic) - f32_bits(magic);
+  } else {
+    unsigned shift = 23u - M;
+    uint32_t rounded = (ax + (1u << (shift - 1)) - 1u + ((ax >> shift) & 1u)) >> shift;
+    code = rounded - ((127u - B) << M); /* rebias; a carry moves e up */
+  }
+  return (uint8_t)(sign | (code > max_code ? over : code));
+}
+
+static inline float e4m3_to_float(uint8_t v) { return fp8_to_float(v, 3, 7, 1); }
+static inline uint8_t float_to_e4m3(float f) { return float_to_fp8(f, 3, 7, 1); }
+static inline float e5m2_to_float(uint8_t v) { return fp8_to_float(v, 2, 15, 0); }
+static inline uint8_t float_to_e5m2(float f) { return float_to_fp8(f, 2, 15, 0); }
+
+float rcc_fp8_to_float(ringcc_datatype_t dt, uint8_t v) {
+  return dt == RINGCC_FLOAT8_E4M3 ? e4m3_to_float(v) : e5m2_to_float(v);
+}
+uint8_t rcc_float_to_fp8(ringcc_datatype_t dt, float f) {
+  return dt == RINGCC_FLOAT8_E4M3 ? float_to_e4m3(f) : float_to_e5m2(f);
+}
+
 float rcc_half_to_float(uint16_t h) { return half_to_float(h); }
 uint16_t rcc_float_to_half(float f) { return float_to_half(f); }
 float rcc_bf16_to_float(uint16_t h) { return bf16_to_float(h); }
@@ -178,8 +241,16 @@ uint16_t rcc_float_to_bf16(float f) { return float_to_bf16(f); }
 #define RCC_DATATYPE_F16(X, ...)                                               \
   X(__VA_ARGS__, float16, RINGCC_FLOAT16, uint16_t, float, float, float,       \
     half_to_float, float_to_half)
+/* float8: scalar conversions with branches, so their loops carry no
+ * vectorisation hint (clang would report that it could not honour it). */
+#define RCC_DATATYPES_FP8(X, ...)                                              \
+  X(__VA_ARGS__, float8_e4m3, RINGCC_FLOAT8_E4M3, uint8_t, float, float,       \
+    float, e4m3_to_float, float_to_e4m3)                                       \
+  X(__VA_ARGS__, float8_e5m2, RINGCC_FLOAT8_E5M2, uint8_t, float, float,       \
+    float, e5m2_to_float, float_to_e5m2)
 #define RCC_DATATYPES(X, ...)                                                  \
-  RCC_DATATYPES_BUT_F16(X, __VA_ARGS__) RCC_DATATYPE_F16(X, __VA_ARGS__)
+  RCC_DATATYPES_BUT_F16(X, __VA_ARGS__) RCC_DATATYPE_F16(X, __VA_ARGS__)      \
+  RCC_DATATYPES_FP8(X, __VA_ARGS__)
 
 /* Scalar element functions, shared by every instruction set (they inline
  * into each set's kernels and get vectorised there). */
@@ -199,14 +270,15 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
 
 /* ---- kernels, generated per instruction set ---------------------------- */
 
-#define RCC_DEFINE_REDUCE(isa, attr, dt, T, op)                                \
+#define RCC_NO_HINT
+#define RCC_DEFINE_REDUCE(isa, attr, dt, T, op, hint)                          \
   static attr void reduce_##op##_##dt##_##isa(void *dst_, const void *a_,      \
                                               const void *b_, size_t n) {      \
     T *dst = dst_;                                                             \
     const T *a = a_, *b = b_;                                                  \
     size_t i = 0;                                                              \
     for (; n - i >= RCC_BLOCK; i += RCC_BLOCK) {                               \
-      RCC_IVDEP                                                                \
+      hint                                                                     \
       for (size_t j = 0; j < RCC_BLOCK; j++)                                   \
         dst[i + j] = elem_##op##_##dt(a[i + j], b[i + j]);                     \
     }                                                                          \
@@ -214,7 +286,7 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
       dst[i] = elem_##op##_##dt(a[i], b[i]);                                   \
   }
 
-#define RCC_DEFINE_AVG(isa, attr, dt, T, D)                                    \
+#define RCC_DEFINE_AVG(isa, attr, dt, T, D, hint)                              \
   static attr void avg_##dt##_##isa(void *dst_, const void *src_, size_t n,    \
                                     int nranks) {                              \
     T *dst = dst_;                                                             \
@@ -222,7 +294,7 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
     const D divisor = (D)nranks;                                               \
     size_t i = 0;                                                              \
     for (; n - i >= RCC_BLOCK; i += RCC_BLOCK) {                               \
-      RCC_IVDEP                                                                \
+      hint                                                                     \
       for (size_t j = 0; j < RCC_BLOCK; j++)                                   \
         dst[i + j] = elem_avg_##dt(src[i + j], divisor);                       \
     }                                                                          \
@@ -230,12 +302,16 @@ RCC_DATATYPES(RCC_DEFINE_ELEMENTS, ~)
       dst[i] = elem_avg_##dt(src[i], divisor);                                 \
   }
 
-#define RCC_DEFINE_KERNELS(isa, attr, dt, e, T, A, C, D, W, N)                 \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, sum)                                     \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, prod)                                    \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, min)                                     \
-  RCC_DEFINE_REDUCE(isa, attr, dt, T, max)                                     \
-  RCC_DEFINE_AVG(isa, attr, dt, T, D)
+#define RCC_DEFINE_KERNELS_HINT(isa, attr, hint, dt, e, T, A, C, D, W, N)     \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, sum, hint)                               \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, prod, hint)                              \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, min, hint)                               \
+  RCC_DEFINE_REDUCE(isa, attr, dt, T, max, hint)                               \
+  RCC_DEFINE_AVG(isa, attr, dt, T, D, hint)
+#define RCC_DEFINE_KERNELS(isa, attr, ...)                                     \
+  RCC_DEFINE_KERNELS_HINT(isa, attr, RCC_IVDEP, __VA_ARGS__)
+#define RCC_DEFINE_SCALAR_KERNELS(isa, attr, ...)                              \
+  RCC_DEFINE_KERNELS_HINT(isa, attr, RCC_NO_HINT, __VA_ARGS__)
 
 /* The table of one instruction set. AVG reduces as SUM. */
 typedef void (*rcc_avg_fn)(void *dst, const void *src, size_t n, int nranks);
@@ -260,7 +336,9 @@ struct rcc_kernel_set {
   };
 
 /* Portable C: whatever the compiler's baseline (SSE2 on x86-64) gives. */
-RCC_DATATYPES(RCC_DEFINE_KERNELS, portable, )
+RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, portable, )
+RCC_DATATYPE_F16(RCC_DEFINE_KERNELS, portable, )
+RCC_DATATYPES_FP8(RCC_DEFINE_SCALAR_KERNELS, portable, )
 RCC_DEFINE_KERNEL_SET(portable)
 
 #if RCC_HAVE_X86
@@ -352,10 +430,12 @@ RCC_DEFINE_KERNEL_SET(portable)
 
 RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, avx2, RCC_TARGET_AVX2)
 RCC_DEFINE_F16_KERNELS(avx2, RCC_TARGET_AVX2)
+RCC_DATATYPES_FP8(RCC_DEFINE_SCALAR_KERNELS, avx2, RCC_TARGET_AVX2)
 RCC_DEFINE_KERNEL_SET(avx2)
 
 RCC_DATATYPES_BUT_F16(RCC_DEFINE_KERNELS, avx512, RCC_TARGET_AVX512)
 RCC_DEFINE_F16_KERNELS(avx512, RCC_TARGET_AVX512)
+RCC_DATATYPES_FP8(RCC_DEFINE_SCALAR_KERNELS, avx512, RCC_TARGET_AVX512)
 RCC_DEFINE_KERNEL_SET(avx512)
 #endif /* RCC_HAVE_X86 */
 

@@ -12,7 +12,7 @@
 
 /* dst[i] = a[i] op b[i] for i < n; dst may alias a or b (exactly, not
  * partially). RINGCC_AVG reduces as RINGCC_SUM; the division by nranks is
- * rcc_reduce_avg_finish's. float16/bfloat16 are computed in float and rounded
+ * rcc_reduce_avg_finish's. float16/bfloat16/float8 are computed in float and rounded
  * to nearest even; integers wrap modulo 2^bits. */
 typedef void (*rcc_reduce_fn)(void *dst, const void *a, const void *b,
                               size_t n);
@@ -24,6 +24,10 @@ float rcc_half_to_float(uint16_t h);
 uint16_t rcc_float_to_half(float f); /* round to nearest even */
 float rcc_bf16_to_float(uint16_t h);
 uint16_t rcc_float_to_bf16(float f); /* round to nearest even */
+/* RINGCC_FLOAT8_E4M3 / _E5M2 (dt picks): exact; round to nearest even,
+ * e4m3 saturating to +-448, e5m2 overflowing to +-Inf. */
+float rcc_fp8_to_float(ringcc_datatype_t dt, uint8_t v);
+uint8_t rcc_float_to_fp8(ringcc_datatype_t dt, float f);
 /* Kernel instruction sets. The best the CPU has is used unless
  * rcc_reduce_set_isa (tests, benchmarks) caps it; isa < 0 restores the best.
  * Returns the set now in use (lower than asked where the CPU lacks it). */

@@ -14,6 +14,8 @@ static const struct {
     [RINGCC_INT64] = {"int64", 8},     [RINGCC_UINT64] = {"uint64", 8},
     [RINGCC_FLOAT16] = {"float16", 2}, [RINGCC_BFLOAT16] = {"bfloat16", 2},
     [RINGCC_FLOAT32] = {"float32", 4}, [RINGCC_FLOAT64] = {"float64", 8},
+    [RINGCC_FLOAT8_E4M3] = {"float8_e4m3", 1},
+    [RINGCC_FLOAT8_E5M2] = {"float8_e5m2", 1},
 };
 
 RINGCC_API size_t ringcc_datatype_size(ringcc_datatype_t dt) {

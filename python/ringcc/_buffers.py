@@ -7,7 +7,12 @@ understood, tried in this order:
 
 - NumPy arrays (and subclasses), read through `__array_interface__`;
 - objects with `__dlpack__` (torch tensors, CuPy, JAX, ...), whose DLPack
-  capsule is read with ctypes; this is also how CUDA memory is seen;
+  capsule is read with ctypes: the versioned protocol first
+  (`__dlpack__(max_version=(1, 1))`, a "dltensor_versioned" capsule with
+  its read-only flag), else the unversioned one; `__dlpack_device__` is
+  asked first where the object has it, so a device ringcc cannot use is
+  refused before anything is exported. This is also how CUDA memory is
+  seen;
 - anything with the buffer protocol (bytearray, array.array, memoryview,
   mmap, ...), read through a memoryview.
 
@@ -26,11 +31,6 @@ try:
     import numpy as _np
 except ImportError:  # the package works on plain buffers without NumPy
     _np = None
-
-try:
-    import ml_dtypes as _ml_dtypes
-except ImportError:
-    _ml_dtypes = None
 
 
 class Buffer:
@@ -63,7 +63,12 @@ _NUMPY_NAMES = {
     "int64": Datatype.INT64, "uint64": Datatype.UINT64,
     "float16": Datatype.FLOAT16, "bfloat16": Datatype.BFLOAT16,
     "float32": Datatype.FLOAT32, "float64": Datatype.FLOAT64,
+    # ml_dtypes' (and torch's) names of the OCP formats. Not ml_dtypes'
+    # float8_e4m3 (IEEE-like, with infinities): another encoding.
+    "float8_e4m3fn": Datatype.FLOAT8_E4M3, "float8_e5m2": Datatype.FLOAT8_E5M2,
 }
+_DTYPE_LIST = ("int8, uint8, int32, uint32, int64, uint64, float16, "
+               "bfloat16, float32, float64, float8_e4m3fn, float8_e5m2")
 
 # DLPack type codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4.
 _DLPACK_TYPES = {
@@ -72,9 +77,15 @@ _DLPACK_TYPES = {
     (0, 64): Datatype.INT64, (1, 64): Datatype.UINT64,
     (2, 16): Datatype.FLOAT16, (4, 16): Datatype.BFLOAT16,
     (2, 32): Datatype.FLOAT32, (2, 64): Datatype.FLOAT64,
+    # DLPack 1.1: kDLFloat8_e4m3fn 10, kDLFloat8_e5m2 12
+    (10, 8): Datatype.FLOAT8_E4M3, (12, 8): Datatype.FLOAT8_E5M2,
 }
 _DLPACK_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque",
-                      4: "bfloat", 5: "complex", 6: "bool"}
+                      4: "bfloat", 5: "complex", 6: "bool",
+                      7: "float8_e3m4", 8: "float8_e4m3",
+                      9: "float8_e4m3b11fnuz", 10: "float8_e4m3fn",
+                      11: "float8_e4m3fnuz", 12: "float8_e5m2",
+                      13: "float8_e5m2fnuz", 14: "float8_e8m0fnu"}
 
 # struct-module format characters (native sizes) of the buffer protocol.
 _FORMATS = {"b": Datatype.INT8, "B": Datatype.UINT8, "e": Datatype.FLOAT16,
@@ -106,10 +117,12 @@ def datatype_of(spec):
         key = name.lower()
         if key in _NUMPY_NAMES:
             return _NUMPY_NAMES[key]
-        if key.upper() in Datatype.__members__:
+        # ringcc's own names ("float8_e4m3") only as strings: a NumPy dtype
+        # named float8_e4m3 is ml_dtypes' other encoding
+        if isinstance(spec, str) and key.upper() in Datatype.__members__:
             return Datatype[key.upper()]
     raise TypeError(f"ringcc has no datatype {spec!r}; it has "
-                    + ", ".join(_NUMPY_NAMES))
+                    + _DTYPE_LIST)
 
 
 def _numpy_datatype(dtype, name):
@@ -117,11 +130,11 @@ def _numpy_datatype(dtype, name):
         raise TypeError(f"argument '{name}' has a non-native byte order "
                         f"({dtype.str})")
     key = dtype.name
-    if key in _NUMPY_NAMES and (key != "bfloat16" or _ml_dtypes is not None):
+    if key in _NUMPY_NAMES:
         return _NUMPY_NAMES[key]
     raise TypeError(f"argument '{name}' has dtype {dtype}, which ringcc does "
-                    "not have (int8, uint8, int32, uint32, int64, uint64, "
-                    "float16, bfloat16 via ml_dtypes, float32, float64)")
+                    f"not have ({_DTYPE_LIST}; the last three through "
+                    "ml_dtypes)")
 
 
 # ---- NumPy ----------------------------------------------------------------
@@ -158,7 +171,24 @@ class _DLTensor(ctypes.Structure):
                 ("byte_offset", ctypes.c_uint64)]
 
 
-# DLManagedTensor starts with its DLTensor; that is all this module reads.
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
+                ("dl_tensor", _DLTensor)]
+
+
+_DLPACK_FLAG_READ_ONLY = 1
+_DLPACK_MAX_VERSION = (1, 1)  # what this module reads
+
+# DLManagedTensor starts with its DLTensor; that is all this module reads of
+# it. A versioned capsule's tensor follows its version, context, deleter
+# and flags. Either capsule stays unconsumed ("dltensor"/"dltensor_versioned")
+# and referenced by the Buffer, so the exporter's deleter runs when the
+# capsule is collected, after the call.
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -170,34 +200,67 @@ _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
 
 def _readonly_flag(obj):
-    """Whether a DLPack exporter says its memory is read-only. DLPack 0.x
-    has no such flag, so only what the object itself says (a `flags`
-    attribute with `writeable`, as NumPy-like arrays have) counts."""
+    """Whether the object says its memory is read-only (a `flags` attribute
+    with `writeable`, as NumPy-like arrays have): DLPack 0.x capsules carry
+    no such flag, and a 1.x exporter may not set it."""
     flags = getattr(obj, "flags", None)
     writeable = getattr(flags, "writeable", None)
     return writeable is False
 
 
-def _from_dlpack(obj, name, writable):
+def _dlpack_device(obj, name):
+    """__dlpack_device__(), checked, where the object has it."""
+    query = getattr(obj, "__dlpack_device__", None)
+    if query is None:
+        return None
+    device_type = int(query()[0])
+    if device_type not in (_KDL_CPU, _KDL_CUDA_HOST, _KDL_CUDA,
+                           _KDL_CUDA_MANAGED):
+        raise TypeError(f"argument '{name}' lives on DLPack device type "
+                        f"{device_type}; ringcc takes host or CUDA memory")
+    return device_type
+
+
+def _export(obj, name):
+    """(capsule, tensor, read_only) from obj.__dlpack__: the versioned
+    protocol where the exporter has it, else the unversioned one."""
+    _dlpack_device(obj, name)
     try:
-        capsule = obj.__dlpack__()
-    except TypeError:
-        capsule = obj.__dlpack__(stream=None)
+        try:
+            capsule = obj.__dlpack__(max_version=_DLPACK_MAX_VERSION)
+        except TypeError:  # an exporter from before DLPack 1.0
+            try:
+                capsule = obj.__dlpack__()
+            except TypeError:
+                capsule = obj.__dlpack__(stream=None)
     except (RuntimeError, BufferError, ValueError) as e:
         raise TypeError(f"argument '{name}' cannot be exported through "
                         f"DLPack: {e}") from None
-    if not _capsule_valid(capsule, b"dltensor"):
-        raise TypeError(f"argument '{name}': __dlpack__() did not return an "
-                        "unconsumed 'dltensor' capsule")
-    tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    if _capsule_valid(capsule, b"dltensor_versioned"):
+        managed = _DLManagedTensorVersioned.from_address(
+            _capsule_pointer(capsule, b"dltensor_versioned"))
+        if managed.version.major != 1:
+            raise TypeError(f"argument '{name}': DLPack {managed.version.major}"
+                            f".{managed.version.minor}, ringcc reads 1.x")
+        return (capsule, managed.dl_tensor,
+                bool(managed.flags & _DLPACK_FLAG_READ_ONLY))
+    if _capsule_valid(capsule, b"dltensor"):
+        return (capsule,
+                _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor")),
+                False)
+    raise TypeError(f"argument '{name}': __dlpack__() did not return an "
+                    "unconsumed 'dltensor' or 'dltensor_versioned' capsule")
+
+
+def _from_dlpack(obj, name, writable):
+    capsule, tensor, read_only = _export(obj, name)
     code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
     dtype = _DLPACK_TYPES.get((code, bits)) if lanes == 1 else None
     if dtype is None:
         tname = str(getattr(obj, "dtype", "")) or \
             f"{_DLPACK_CODE_NAMES.get(code, code)}{bits}x{lanes}"
         raise TypeError(f"argument '{name}' has dtype {tname}, which ringcc "
-                        "does not have (int8, uint8, int32, uint32, int64, "
-                        "uint64, float16, bfloat16, float32, float64)")
+                        f"does not have ({_DTYPE_LIST})")
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     count = 1
     for extent in shape:
@@ -219,7 +282,7 @@ def _from_dlpack(obj, name, writable):
     else:
         raise TypeError(f"argument '{name}' lives on DLPack device type "
                         f"{device_type}; ringcc takes host or CUDA memory")
-    if writable and _readonly_flag(obj):
+    if writable and (read_only or _readonly_flag(obj)):
         raise ValueError(f"argument '{name}' is read-only, but the call "
                          "writes its result there")
     address = (tensor.data or 0) + tensor.byte_offset

@@ -52,13 +52,15 @@ class Datatype(enum.IntEnum):
     BFLOAT16 = 7
     FLOAT32 = 8
     FLOAT64 = 9
+    FLOAT8_E4M3 = 10  # OCP e4m3 (ml_dtypes/torch float8_e4m3fn)
+    FLOAT8_E5M2 = 11  # OCP e5m2 (ml_dtypes/torch float8_e5m2)
 
 
 DATATYPE_SIZE = {
     Datatype.INT8: 1, Datatype.UINT8: 1, Datatype.INT32: 4,
     Datatype.UINT32: 4, Datatype.INT64: 8, Datatype.UINT64: 8,
     Datatype.FLOAT16: 2, Datatype.BFLOAT16: 2, Datatype.FLOAT32: 4,
-    Datatype.FLOAT64: 8,
+    Datatype.FLOAT64: 8, Datatype.FLOAT8_E4M3: 1, Datatype.FLOAT8_E5M2: 1,
 }
 
 

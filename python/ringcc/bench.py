@@ -1,7 +1,10 @@
 """bench.py - `python3 -m ringcc.bench`: a collective benchmark of the Python
 binding, in ringcc-bench's (nccl-tests') format.
 
-    build/bin/ringcc-run -np 4 python3 -m ringcc.bench -b 8 -e 64M -f 4
+    build/bin/ringcc-run -np 4 python3 -m ringcc.bench -b 8 -e 64M -f 2
+
+Sizes go up from -b, times -f, while <= -e (nccl-tests' meaning); --coll
+picks the collective (-c is nccl-tests' check count, not taken here).
 
 One row per size: size (bytes), count, type, redop, root, time (us, the
 slowest rank's mean per call), algbw and busbw (GB/s, nccl-tests' factors),
@@ -78,9 +81,9 @@ def main(argv=None):
                                  description=__doc__.split("\n")[0])
     ap.add_argument("-b", "--minbytes", default="8")
     ap.add_argument("-e", "--maxbytes", default="64M")
-    ap.add_argument("-f", "--stepfactor", type=int, default=4)
-    ap.add_argument("-c", "--collective", default="allreduce",
-                    choices=COLLECTIVES)
+    ap.add_argument("-f", "--stepfactor", type=int, default=2)
+    ap.add_argument("--coll", "--collective", dest="collective",
+                    default="allreduce", choices=COLLECTIVES)
     ap.add_argument("-d", "--datatype", default="float32",
                     choices=["float32", "float64", "int32", "int64"])
     ap.add_argument("-n", "--iters", type=int, default=0,
@@ -99,6 +102,7 @@ def main(argv=None):
                   f"{'busbw(GB/s)':>12} {'#wrong':>7}")
         size = parse_size(args.minbytes)
         wrong_total = 0
+        busbws = []
         while size <= parse_size(args.maxbytes):
             count = max(size // dtype.itemsize, 1)
             if args.collective in ("reduce_scatter", "allgather", "alltoall"):
@@ -119,6 +123,7 @@ def main(argv=None):
             wrong_total += int(wrong[0])
             nbytes = count * dtype.itemsize
             algbw = nbytes / took[0] / 1e9
+            busbws.append(algbw * bus_factor(args.collective, n))
             if r == 0:
                 redop = "sum" if args.collective in (
                     "allreduce", "reduce_scatter", "reduce") else "none"
@@ -130,7 +135,10 @@ def main(argv=None):
             size *= args.stepfactor
         comm.barrier()
     if r == 0:
-        print(f"# wrong elements: {wrong_total}")
+        print(f"# Out of bounds values : {wrong_total} "
+              f"{'FAILED' if wrong_total else 'OK'}")
+        print(f"# Avg bus bandwidth    : "
+              f"{sum(busbws) / len(busbws) if busbws else 0:g}")
     return 1 if wrong_total else 0
 
 

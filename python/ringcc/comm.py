@@ -21,10 +21,11 @@ import ctypes
 import operator
 
 from . import _lib
-from ._buffers import describe
+from ._buffers import datatype_of, describe
 from ._lib import Datatype, Op, Result, lib
 
 HOST = _lib.SPLIT_HOST
+ANY_TAG = -1  # Recv's tag: ringcc has no tags (mpi4py's MPI.ANY_TAG)
 
 
 class _InPlace:
@@ -482,6 +483,91 @@ class Comm:
         """Returns when every rank has entered the barrier."""
         self._run("ringcc_barrier", self._live(), _stream_address(stream))
 
+    # ---- mpi4py's spelling ---------------------------------------------------
+    # The buffer methods of mpi4py's Comm, on the calls above: the same
+    # arguments in the same order, IN_PLACE as MPI.IN_PLACE, a buffer or
+    # mpi4py's buffer specification [buf, datatype] / [buf, count, datatype]
+    # (the datatype a ringcc Datatype, its name or a NumPy dtype; it and the
+    # count must be the buffer's own: ringcc does not convert), None
+    # returned. What MPI has and ringcc does not (tags, ANY_SOURCE, uneven
+    # Reduce_scatter counts) raises ValueError before anything is sent.
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.size
+
+    def Allreduce(self, sendbuf, recvbuf, op=Op.SUM):
+        self.allreduce(_spec(sendbuf, "sendbuf"), _spec(recvbuf, "recvbuf"),
+                       op)
+
+    def Bcast(self, buf, root=0):
+        self.bcast(_spec(buf, "buf"), root)
+
+    def Reduce(self, sendbuf, recvbuf, op=Op.SUM, root=0):
+        self.reduce(_spec(sendbuf, "sendbuf"), _spec(recvbuf, "recvbuf"), op,
+                    root)
+
+    def Allgather(self, sendbuf, recvbuf):
+        self.allgather(_spec(sendbuf, "sendbuf"), _spec(recvbuf, "recvbuf"))
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=Op.SUM):
+        self.reduce_scatter(_spec(sendbuf, "sendbuf"),
+                            _spec(recvbuf, "recvbuf"), op)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=Op.SUM):
+        recv = _spec(recvbuf, "recvbuf")
+        if recvcounts is not None:
+            counts = [operator.index(c) for c in recvcounts]
+            mine = describe(recv, "recvbuf", True).count
+            if len(counts) != self.size or any(c != mine for c in counts):
+                raise ValueError(f"argument 'recvcounts' is {counts}; ringcc "
+                                 f"reduces equal blocks ({mine} elements on "
+                                 f"each of the {self.size} ranks)")
+        self.reduce_scatter(_spec(sendbuf, "sendbuf"), recv, op)
+
+    def Alltoall(self, sendbuf, recvbuf):
+        self.alltoall(_spec(sendbuf, "sendbuf"), _spec(recvbuf, "recvbuf"))
+
+    def Send(self, buf, dest, tag=0):
+        _no_tag(tag, (0,))
+        self.send(_spec(buf, "buf"), dest)
+
+    def Recv(self, buf, source, tag=ANY_TAG, status=None):
+        _no_tag(tag, (0, ANY_TAG))
+        if status is not None:
+            raise ValueError("argument 'status': ringcc's Recv has no status")
+        self.recv(_spec(buf, "buf"), source)
+
+    def Barrier(self):
+        self.barrier()
+
+
+def _no_tag(tag, allowed):
+    if operator.index(tag) not in allowed:
+        raise ValueError(f"argument 'tag' is {tag}; ringcc has no tags "
+                         "(messages between two ranks match in order)")
+
+
+def _spec(arg, name):
+    """The buffer of an mpi4py buffer specification, checked against it."""
+    if arg is IN_PLACE or arg is None or not isinstance(arg, (list, tuple)):
+        return arg
+    if not 1 <= len(arg) <= 3:
+        raise TypeError(f"argument '{name}' is a {len(arg)}-item "
+                        "specification; give buf, [buf, datatype] or "
+                        "[buf, count, datatype]")
+    buf = arg[0]
+    b = describe(buf, name, False)
+    if len(arg) == 3 and operator.index(arg[1]) != b.count:
+        raise ValueError(f"argument '{name}': count {arg[1]}, but the buffer "
+                         f"has {b.count} elements (shape {b.shape})")
+    if len(arg) >= 2 and datatype_of(arg[-1]) != b.dtype:
+        raise ValueError(f"argument '{name}': datatype {arg[-1]!r}, but the "
+                         f"buffer holds {b.dtype.name.lower()}")
+    return buf
+
 
 __all__ = ["Comm", "UniqueId", "get_unique_id", "RingccError", "IN_PLACE",
-           "HOST", "op_of", "Datatype", "Op", "Result"]
+           "HOST", "ANY_TAG", "op_of", "Datatype", "Op", "Result"]
