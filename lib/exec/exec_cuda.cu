@@ -58,22 +58,22 @@
 /* Each file in its own namespace (their static helpers share names); the
  * global step functions schedule.h declares forward to them. */
 namespace rcc_sched_ring {
-#include "coll_ring.c"
+#include "ring.c"
 }
 namespace rcc_sched_oneshot {
-#include "coll_oneshot.c"
+#include "oneshot.c"
 }
 namespace rcc_sched_pairwise {
-#include "coll_pairwise.c"
+#include "pairwise.c"
 }
 namespace rcc_sched_tree {
-#include "coll_tree.c"
+#include "tree.c"
 }
 namespace rcc_sched_recdoubling {
-#include "coll_recdoubling.c"
+#include "recdoubling.c"
 }
 namespace rcc_sched_rabenseifner {
-#include "coll_rabenseifner.c"
+#include "rabenseifner.c"
 }
 
 RCC_HD void rcc_plan_ring(struct rcc_plan *p) { rcc_sched_ring::rcc_plan_ring(p); }
