@@ -371,6 +371,7 @@ static ringcc_result_t execute(const struct call *c, int *alg,
   /* The call's plan; the executors split it over its channels. */
   struct rcc_plan plan = {
       .alg = a->id,
+      .sched = a->sched,
       .coll = c->coll,
       .nranks = comm->nranks,
       .rank = comm->rank,
@@ -388,7 +389,7 @@ static ringcc_result_t execute(const struct call *c, int *alg,
   if (a->exec == RCC_EXEC_BOARD) { /* its regions hold the input: no staging */
     struct rcc_plan whole;
     rcc_plan_channel(&plan, 0, &whole); /* one channel: the whole call */
-    a->plan(&whole);
+    rcc_plan_build(&whole);
     whole.alg = a->id; /* the one-shot's plan, on the board */
     return rcc_exec_host_board(comm, &whole, src, c->recvbuf,
                                (ringcc_datatype_t)c->dt, op);

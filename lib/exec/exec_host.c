@@ -1012,19 +1012,18 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
                                        const struct rcc_plan *call,
                                        const void *src, void *dst,
                                        ringcc_datatype_t dt, ringcc_op_t op) {
-  const struct rcc_algorithm *a = &rcc_algorithms[call->alg];
   int n = call->nchannels > 1 ? call->nchannels : 1;
   if (n == 1) { /* as one plan, with the user-buffer paths */
     struct rcc_plan plan;
     rcc_plan_channel(call, 0, &plan);
-    a->plan(&plan);
+    rcc_plan_build(&plan);
     return rcc_exec_host(comm, &plan, src, dst, dt, op);
   }
   struct chan ch[RCC_MAX_CHANNELS];
   uint64_t total = 0;
   for (int c = 0; c < n; c++) {
     rcc_plan_channel(call, c, &ch[c].plan);
-    a->plan(&ch[c].plan);
+    rcc_plan_build(&ch[c].plan);
     ch[c].i = 0;
     ch[c].half = 0;
     total += ch[c].plan.nsteps;
