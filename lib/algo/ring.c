@@ -150,16 +150,17 @@ RCC_HD static void allreduce_step(const struct rcc_plan *p, uint64_t loop,
 /* Reduce-Scatter, AllGather: the piece of block s->block at loop_off of
  * its share: *blocked, its offset in the blocked buffer (src of a
  * Reduce-Scatter, dst of an AllGather), *own, in the rank's own block (the
- * other buffer), and its size; an uneven block shorter than another has
- * empty pieces at the end (every rank still sends and receives them, so the
+ * other buffer), and its size; an uneven block shorter than the longest has
+ * empty pieces at its end (every rank still sends and receives them, so the
  * ranks' steps keep matching). */
 RCC_HD static void block_piece(const struct rcc_plan *p, size_t loop_off,
                                struct rcc_step *s, size_t *blocked,
                                size_t *own) {
   size_t in, len, at = rcc_plan_block(p, s->block, &in, &len);
-  *blocked = at + loop_off;
-  *own = in + loop_off;
-  s->nelem = loop_off < len ? rcc_min_sz(p->chunk_elems, len - loop_off) : 0;
+  size_t off = rcc_min_sz(loop_off, len); /* an empty piece: at the end */
+  *blocked = at + off;
+  *own = in + off;
+  s->nelem = rcc_min_sz(p->chunk_elems, len - off);
 }
 
 RCC_HD static void reduce_scatter_step(const struct rcc_plan *p,

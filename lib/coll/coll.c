@@ -15,6 +15,7 @@
 
 #include "algorithms.h"
 #include "cma.h"
+#include "coll.h"
 #include "comm.h"
 #include "cuda.h"
 #include "dtype.h"
@@ -558,6 +559,48 @@ static ringcc_result_t run(struct call *c) {
     return r;
   r = run_inside(c);
   rcc_comm_leave(c->comm, RCC_ENTER_CALL);
+  return r;
+}
+
+ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
+                                    void *recvbuf, const size_t *counts,
+                                    const size_t *displs,
+                                    ringcc_datatype_t dt) {
+  const char *fn = "rcc_allgatherv_ring";
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  size_t esize = ringcc_datatype_size(dt);
+  if (esize == 0 || counts == NULL || displs == NULL) {
+    rcc_comm_leave(comm, RCC_ENTER_CALL);
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "%s on rank %d: %s", fn, comm->rank,
+                          esize == 0 ? "datatype is not a ringcc_datatype_t"
+                                     : "counts or displs is NULL");
+  }
+  struct rcc_plan plan = {
+      .alg = RCC_ALG_RING,
+      .sched = RCC_SCHED_RING,
+      .coll = RCC_COLL_ALLGATHER,
+      .nranks = comm->nranks,
+      .rank = comm->rank,
+      .pos = comm->ring_pos,
+      .ring = comm->ring,
+      .nchannels = comm->set.nchannels > 0 ? comm->kind_channels[RCC_CONN_COLL]
+                                           : 1,
+      .granule = rcc_plan_granule(esize),
+      .ring_rev = comm->ring_rev,
+      .pos_rev = comm->ring_pos_rev,
+      .count = counts[comm->rank],
+      .counts = counts,
+      .displs = displs,
+      .chunk_elems = comm->ring_chunk_bytes / esize,
+  };
+  RCC_PUT(comm->seq, comm->seq + 1);
+  r = rcc_exec_host_channels(comm, &plan, sendbuf, recvbuf, dt, RINGCC_SUM);
+  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
+    rcc_comm_set_fatal(comm, r);
+  rcc_comm_leave(comm, RCC_ENTER_CALL);
   return r;
 }
 
