@@ -6,7 +6,6 @@
  * time, the earlier one wins (the ring before the others).
  */
 #include <string.h>
-#include <strings.h>
 
 #include "algorithms.h"
 
@@ -356,6 +355,8 @@ int rcc_alg_forced_by(int alg, int setting) {
 
 /* ---- RINGCC_ALGO's spellings ----------------------------------------------- */
 
+/* One spelling per ringcc_algo_t (ringcc.h), the one RINGCC_ALGO, the docs,
+ * ringcc-model and the Python package (ringcc.Algo) use. */
 static const char *const settings[RINGCC_NUM_ALGOS] = {
     [RINGCC_ALGO_AUTO] = "auto",
     [RINGCC_ALGO_RING] = "ring",
@@ -372,9 +373,26 @@ const char *rcc_algo_setting_name(int setting) {
   return setting >= 0 && setting < RINGCC_NUM_ALGOS ? settings[setting] : "?";
 }
 
+/* A spelling matches when it does with case, '-' and '_' ignored: "one-shot"
+ * and "zero-copy", as the logs name those algorithms, are "oneshot" and
+ * "zerocopy". */
+static int same_spelling(const char *given, const char *name) {
+  for (;; given++) {
+    while (*given == '-' || *given == '_')
+      given++;
+    char a = *given >= 'A' && *given <= 'Z' ? (char)(*given - 'A' + 'a')
+                                            : *given;
+    if (a != *name)
+      return 0;
+    if (a == '\0')
+      return 1;
+    name++;
+  }
+}
+
 int rcc_algo_setting_parse(const char *name) {
   for (int a = 0; a < RINGCC_NUM_ALGOS; a++)
-    if (strcasecmp(name, settings[a]) == 0)
+    if (same_spelling(name, settings[a]))
       return a;
   return -1;
 }

@@ -113,8 +113,9 @@ int rcc_alg_terms(int alg, int coll, int link, int nranks, double S, double C,
  * programs written before oneshot and cma had names, forces either. */
 int rcc_alg_forced_by(int alg, int setting);
 
-/* RINGCC_ALGO's spellings: "auto", "ring", "tree", "oneshot", ...; and the
- * ringcc_algo_t a spelling names (case-insensitive), or -1. */
+/* A ringcc_algo_t's one spelling: "auto", "ring", "tree", "oneshot", ...;
+ * and the ringcc_algo_t a spelling names (case, '-' and '_' ignored:
+ * "One-Shot" is "oneshot"), or -1. */
 const char *rcc_algo_setting_name(int setting);
 int rcc_algo_setting_parse(const char *name);
 
