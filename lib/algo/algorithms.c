@@ -25,7 +25,7 @@ static const char *needs_ranks(const struct rcc_alg_context *c) {
 static const char *one_slot(const struct rcc_alg_context *c) {
   if (c->nranks < 2 || c->bytes <= 0)
     return "needs 2 ranks and a non-empty message";
-  if (c->bytes > c->slot_bytes)
+  if (c->bytes > c->all_chunk_bytes)
     return "larger than one FIFO slot";
   return NULL;
 }

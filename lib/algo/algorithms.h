@@ -52,8 +52,9 @@ struct rcc_alg_context {
   int coll;            /* enum rcc_coll */
   int nranks;
   double bytes;        /* S, in nccl-tests' convention */
-  double slot_bytes;   /* one FIFO slot of every edge: what an algorithm
-                          that sends the whole message in one step fits */
+  double all_chunk_bytes; /* the chunk of algorithms that use every edge
+                             (one slot of each): what one that sends the
+                             whole message in one step fits */
   double board_bytes;  /* a one-shot board region; 0: no board */
   int network_only;    /* every edge crosses the network */
   int cma;             /* cross-memory attach works between every pair */

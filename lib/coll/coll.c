@@ -260,9 +260,10 @@ static const void *source_buffer(const struct call *c) {
   return c->recvbuf;
 }
 
-/* Bytes per step: one slot of the edges the schedule uses (device calls:
- * of the device FIFOs, whose P2P slots are larger). */
-static size_t step_bytes(const struct call *c) {
+/* The call's chunk, the bytes one step moves: one slot of the edges the
+ * schedule uses (device calls: of the device FIFOs, whose P2P slots are
+ * larger). */
+static size_t chunk_bytes(const struct call *c) {
   struct ringcc_comm *comm = c->comm;
   int device = (c->uses & ON_DEVICE) != 0;
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
@@ -321,7 +322,7 @@ static ringcc_result_t stage_input(const struct call *c, size_t bytes,
 static void choose(const struct call *c, struct rcc_tuning *tune) {
   struct ringcc_comm *comm = c->comm;
   size_t esize = ringcc_datatype_size(c->dt);
-  tune->chunk_bytes = step_bytes(c);
+  tune->chunk_bytes = chunk_bytes(c);
   tune->channels = 1; /* point-to-point, one rank */
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
     tune->alg = RCC_ALG_P2P;
