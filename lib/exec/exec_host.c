@@ -1058,7 +1058,7 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
  * the one-shot needs no FIFOs: each rank copies its input into its own board
  * region and publishes it with the call's sequence number, then reads every
  * rank's region in rank order, reducing into dst, exactly as the FIFO
- * schedule (coll_oneshot.c) does: the same operands in the same order on
+ * schedule (oneshot.c) does: the same operands in the same order on
  * every rank, so every rank gets the same bits.
  *
  * Two regions alternate between calls. A rank that starts call s has read

@@ -10,7 +10,7 @@
  * RCC_CUDA_DATATYPES and RCC_CUDA_OPS are the tables the kernels are
  * instantiated from.
  *
- * Semantics, bit for bit those of the host (lib/reduce.c):
+ * Semantics, bit for bit those of the host (lib/exec/reduce.c):
  *  - integers wrap modulo 2^bits (sum and product in the unsigned type);
  *  - min(x, y) = x < y ? x : y, max(x, y) = x > y ? x : y (so a NaN or a
  *    pair of zeros gives y, the element of b);
