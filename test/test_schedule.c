@@ -52,7 +52,7 @@ static struct layout make_layout(int n, const size_t *counts, size_t gap) {
   return l;
 }
 
-/* ---- running every rank's plan against each other -------------------------- */
+/* ---- running every rank's plan against each other ----------------------- */
 
 #define MAX_MSGS 4096
 
@@ -72,19 +72,6 @@ struct sim {
   struct queue q[MAX_RANKS][MAX_RANKS]; /* q[from][to] */
   char why[256];
 };
-
-static int receives(int kind) {
-  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
-static int sends(int kind) {
-  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
-         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
 
 static int reads_src(int kind) {
   return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY ||
@@ -121,7 +108,7 @@ static int run_step(struct sim *m, int r, const struct rcc_step *s) {
              r, s->dst_off, s->dst_off + k, m->dst_len[r]);
     return -1;
   }
-  if (receives(s->kind)) {
+  if (rcc_step_receives(s->kind)) {
     iq = &m->q[s->recv_peer][r];
     if (iq->head == iq->tail)
       return 0;
@@ -134,7 +121,7 @@ static int run_step(struct sim *m, int r, const struct rcc_step *s) {
     in = iq->data[iq->head % MAX_MSGS];
   }
   int64_t *out = NULL;
-  if (sends(s->kind)) {
+  if (rcc_step_sends(s->kind)) {
     struct queue *oq = &m->q[r][s->send_peer];
     if (oq->tail - oq->head == MAX_MSGS) {
       snprintf(m->why, sizeof m->why, "more than %d messages in flight",
@@ -261,7 +248,9 @@ static int simulate(struct sim *m, int nch, size_t chunk, size_t granule,
 }
 
 /* The input of rank r at element e of its send buffer. */
-static int64_t input(int r, size_t e) { return (int64_t)r * 100000 + 3 * e + 1; }
+static int64_t input(int r, size_t e) {
+  return (int64_t)r * 100000 + 3 * (int64_t)e + 1;
+}
 
 /* An uneven AllGather (uneven 1) or Reduce-Scatter, checked against the
  * reference; returns 0, or -1 after printing why. */
@@ -409,7 +398,7 @@ Test(even, counts_all_equal_give_the_plain_plans_steps) {
   }
 }
 
-/* ---- the host executor ------------------------------------------------------ */
+/* ---- the host executor ---------------------------------------------------- */
 
 static const size_t exec_counts[4] = {1000, 0, 37, 20000};
 #define EXEC_GAP 5

@@ -35,7 +35,12 @@
  *
  * Reduce-Scatter and AllGather use the user's blocks instead of chunks of a
  * loop (block ring[c] belongs to the rank at position c), so rank r ends with
- * block r as MPI and NCCL define it.
+ * block r as MPI and NCCL define it. Their blocks may be uneven (a plan with
+ * counts and displacements, schedule.h): each block moves its own length,
+ * every rank runs the loops the longest block needs, and a shorter block's
+ * pieces past its end are empty messages, so the neighbours' steps still
+ * match; the cost is the longest block's, (n-1) * alpha + (n-1) * max
+ * block * beta.
  */
 #include "algorithms.h"
 #include "schedule.h"

@@ -102,6 +102,20 @@ enum rcc_step_kind {
   RCC_NUM_STEP_KINDS
 };
 
+/* Whether a step kind receives a slot, and whether it sends one (a
+ * sendRecv does both, in two halves: neither counts it). */
+RCC_HD static inline int rcc_step_receives(int kind) {
+  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+RCC_HD static inline int rcc_step_sends(int kind) {
+  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
+         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+
 /* Which FIFO of a peer pair a step uses: collectives and point-to-point
  * traffic never share one, so a send the peer has not yet received cannot be
  * mistaken for collective data. */
@@ -244,11 +258,11 @@ RCC_HD static inline int rcc_mod_n(long v, int n) {
   return (int)(m < 0 ? m + n : m);
 }
 
-/* Declared for each file of the list; each plan function sets nsteps (and
- * plan->alg where its file plans several: the ring file the chains too, the
- * pairwise file the local copy, point-to-point and the barrier). Pure: they
- * run on the host and, for each channel of a device collective, in the
- * kernel. */
+/* Declared for each file of the list; each plan function sets sched, alg
+ * (which of its algorithms: the ring file plans the chains too, the
+ * pairwise file the local copy, point-to-point and the barrier) and nsteps.
+ * Pure: they run on the host and, for each channel of a device collective,
+ * in the kernel. */
 #define RCC_SCHED_DECLARE(id, file)                                           \
   RCC_HD void rcc_plan_##file(struct rcc_plan *p);                            \
   RCC_HD void rcc_##file##_step(const struct rcc_plan *p, uint64_t i,         \

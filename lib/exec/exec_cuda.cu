@@ -215,19 +215,6 @@ struct step_state {
   int err;
 };
 
-__device__ inline int step_receives(int kind) {
-  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
-__device__ inline int step_sends(int kind) {
-  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
-         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
 /* The FIFO of a step: the channel's own for collectives (sets 0 ..
  * coll_channels - 1), the one point-to-point set after them. */
 __device__ inline struct rcc_conn *conn_of(const rcc_cuda_args &a,
@@ -411,9 +398,9 @@ __device__ int run_step(const rcc_cuda_args &a, dev_ctx *x, step_state &sh,
   if (s.kind == RCC_STEP_SEND_RECV)
     return send_recv_step<T>(a, x, sh, step);
   if (tid == 0) {
-    if (step_receives(s.kind))
+    if (rcc_step_receives(s.kind))
       sh.err = acquire_recv(a, x, s, sizeof(T), &sh.in);
-    if (sh.err == 0 && step_sends(s.kind))
+    if (sh.err == 0 && rcc_step_sends(s.kind))
       sh.err = acquire_send(a, x, s, &sh.out);
     if (sh.err)
       report(a, x, step, s, sizeof(T), sh.err);

@@ -345,18 +345,6 @@ static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
       bytes);
 }
 
-static int step_receives(int kind) {
-  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_SEND || kind == RCC_STEP_RECV_REDUCE_COPY ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
-static int step_sends(int kind) {
-  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
-         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
 /* ---- sends from the user's buffers ---------------------------------------- */
 
 /* Whether [a, a + alen) and [b, b + blen) share a byte. */
@@ -453,7 +441,7 @@ static int step_touches(const struct exec *x, const struct rcc_step *s,
 }
 
 static int receives(int kind) {
-  return step_receives(kind) || kind == RCC_STEP_SEND_RECV;
+  return rcc_step_receives(kind) || kind == RCC_STEP_SEND_RECV;
 }
 
 static struct land *land_find(struct exec *x, const struct rcc_conn *c,
@@ -666,7 +654,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
 
   if (s->kind == RCC_STEP_SEND_RECV)
     return run_send_recv(x, s);
-  if (step_receives(s->kind)) {
+  if (rcc_step_receives(s->kind)) {
     rc = recv_conn(x, s);
     if (x->land)
       land_ahead(x, i);
@@ -680,7 +668,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
       in = landed; /* == dst: the copies below are no-ops */
   }
   const char *lent = NULL;
-  if (step_sends(s->kind)) {
+  if (rcc_step_sends(s->kind)) {
     sc = send_conn(x, s);
     waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
@@ -741,9 +729,10 @@ static ringcc_result_t traced_step(struct exec *x, const struct rcc_step *s,
   e.nelem = s->nelem;
   e.bytes = s->nelem * x->esize;
   e.block = s->block;
-  e.send_peer = (step_sends(s->kind) || s->kind == RCC_STEP_SEND_RECV) &&
+  e.send_peer = (rcc_step_sends(s->kind) || s->kind == RCC_STEP_SEND_RECV) &&
                         part != STEP_RECV_HALF
-                    ? s->send_peer : -1;
+                    ? s->send_peer
+                    : -1;
   e.recv_peer = receives(s->kind) && part != STEP_SEND_HALF ? s->recv_peer
                                                             : -1;
   e.send_msg = e.recv_msg = UINT32_MAX;
@@ -854,9 +843,10 @@ static int chan_ready(struct exec *x, const struct chan *k,
     *waiter = k->half ? recv_conn(x, s) : send_conn(x, s);
     return slot_ready(*waiter, *send);
   }
-  if (step_receives(s->kind) && !slot_ready(*waiter = recv_conn(x, s), 0))
+  if (rcc_step_receives(s->kind) &&
+      !slot_ready(*waiter = recv_conn(x, s), 0))
     return *send = 0, 0;
-  if (step_sends(s->kind) && !slot_ready(*waiter = send_conn(x, s), 1))
+  if (rcc_step_sends(s->kind) && !slot_ready(*waiter = send_conn(x, s), 1))
     return *send = 1, 0;
   return 1;
 }
