@@ -333,6 +333,29 @@ static void choose(const struct call *c, struct rcc_tuning *tune) {
                      (c->uses & ON_DEVICE) != 0, tune);
 }
 
+/* A call's plan on comm's ring, for algorithm a (its executors split it
+ * over its channels). */
+static struct rcc_plan call_plan(struct ringcc_comm *comm,
+                                 const struct rcc_algorithm *a, int coll,
+                                 int channels, size_t esize, size_t count,
+                                 size_t chunk_elems) {
+  return (struct rcc_plan){
+      .alg = a->id,
+      .sched = a->sched,
+      .coll = coll,
+      .nranks = comm->nranks,
+      .rank = comm->rank,
+      .pos = comm->ring_pos,
+      .ring = comm->ring,
+      .nchannels = channels,
+      .granule = rcc_plan_granule(esize),
+      .ring_rev = comm->ring_rev,
+      .pos_rev = comm->ring_pos_rev,
+      .count = count,
+      .chunk_elems = chunk_elems,
+  };
+}
+
 /* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
  * convention (the statistics' and the trace's). */
 static ringcc_result_t execute(const struct call *c, int *alg,
@@ -371,23 +394,10 @@ static ringcc_result_t execute(const struct call *c, int *alg,
   if (a->exec == RCC_EXEC_CMA)
     return run_cma(c, src);
   /* The call's plan; the executors split it over its channels. */
-  struct rcc_plan plan = {
-      .alg = a->id,
-      .sched = a->sched,
-      .coll = c->coll,
-      .nranks = comm->nranks,
-      .rank = comm->rank,
-      .pos = comm->ring_pos,
-      .ring = comm->ring,
-      .nchannels = tune.channels,
-      .granule = rcc_plan_granule(esize),
-      .ring_rev = comm->ring_rev,
-      .pos_rev = comm->ring_pos_rev,
-      .count = c->count,
-      .chunk_elems = tune.chunk_bytes / esize,
-      .root = (c->uses & USES_PEER) ? c->peer : c->root,
-      .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
-  };
+  struct rcc_plan plan = call_plan(comm, a, c->coll, tune.channels, esize,
+                                   c->count, tune.chunk_bytes / esize);
+  plan.root = (c->uses & USES_PEER) ? c->peer : c->root;
+  plan.postop = (c->uses & USES_OP) && c->op == RINGCC_AVG;
   if (a->exec == RCC_EXEC_BOARD) { /* its regions hold the input: no staging */
     struct rcc_plan whole;
     rcc_plan_channel(&plan, 0, &whole); /* one channel: the whole call */
@@ -579,24 +589,12 @@ ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
                           esize == 0 ? "datatype is not a ringcc_datatype_t"
                                      : "counts or displs is NULL");
   }
-  struct rcc_plan plan = {
-      .alg = RCC_ALG_RING,
-      .sched = RCC_SCHED_RING,
-      .coll = RCC_COLL_ALLGATHER,
-      .nranks = comm->nranks,
-      .rank = comm->rank,
-      .pos = comm->ring_pos,
-      .ring = comm->ring,
-      .nchannels = comm->set.nchannels > 0 ? comm->kind_channels[RCC_CONN_COLL]
-                                           : 1,
-      .granule = rcc_plan_granule(esize),
-      .ring_rev = comm->ring_rev,
-      .pos_rev = comm->ring_pos_rev,
-      .count = counts[comm->rank],
-      .counts = counts,
-      .displs = displs,
-      .chunk_elems = comm->ring_chunk_bytes / esize,
-  };
+  struct rcc_plan plan = call_plan(
+      comm, &rcc_algorithms[RCC_ALG_RING], RCC_COLL_ALLGATHER,
+      comm->set.nchannels > 0 ? comm->kind_channels[RCC_CONN_COLL] : 1, esize,
+      counts[comm->rank], comm->ring_chunk_bytes / esize);
+  plan.counts = counts;
+  plan.displs = displs;
   RCC_PUT(comm->seq, comm->seq + 1);
   r = rcc_exec_host_channels(comm, &plan, sendbuf, recvbuf, dt, RINGCC_SUM);
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
