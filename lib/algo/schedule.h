@@ -102,20 +102,6 @@ enum rcc_step_kind {
   RCC_NUM_STEP_KINDS
 };
 
-/* Whether a step kind receives a slot, and whether it sends one (a
- * sendRecv does both, in two halves: neither counts it). */
-RCC_HD static inline int rcc_step_receives(int kind) {
-  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-RCC_HD static inline int rcc_step_sends(int kind) {
-  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
-         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
 /* Which FIFO of a peer pair a step uses: collectives and point-to-point
  * traffic never share one, so a send the peer has not yet received cannot be
  * mistaken for collective data. */
@@ -155,6 +141,20 @@ enum rcc_acc {
   RCC_ACC_SRC_IN = 3, /* src op in (recvReduceCopy: the input is the left
                          operand of a rank's first combine) */
 };
+
+/* Whether a step kind receives a slot, and whether it sends one (a
+ * sendRecv does both, in two halves: neither counts it). */
+RCC_HD static inline int rcc_step_receives(int kind) {
+  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+RCC_HD static inline int rcc_step_sends(int kind) {
+  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
+         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
 
 /* Channels of a call (and of a kind's FIFOs), at most. */
 #define RCC_MAX_CHANNELS 32

@@ -46,8 +46,10 @@
 #include <string.h>
 
 #define RCC_HD __host__ __device__
+/* The headers the schedule files include, and this file's. */
 #include "algorithms.h"
 #include "cuda.h"
+#include "fold.h"
 #include "reduce.cuh"
 
 /* ---- the schedules, compiled for the device ------------------------------- */
