@@ -11,7 +11,7 @@
 #   make help            every target and variable
 #
 # Sources are found by wildcard, so a new file in a folder of lib/, in
-# transports/, tools/, examples/ or test/ needs no edit here.
+# transports/ (or a folder of it), tools/, examples/ or test/ needs no edit here.
 
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
@@ -79,9 +79,12 @@ VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 
 # ---- sources ----------------------------------------------------------------
 # The library: lib/<layer>/*.c (one folder per layer, docs/architecture.md)
-# and transports/*.c. Every folder is on the quoted-include path.
+# and transports/*.c, with transports/*/*.c (a transport in several files,
+# as transports/net_ib/, keeps them in a folder of its own). Every layer's
+# folder is on the quoted-include path; a transport's own folder is not (its
+# files include their private header by the source file's directory).
 LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
-LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c))
+LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c transports/*/*.c))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
 # Tools that are scripts (no .c, no .h: tools/ringcc-trace) are copied.
 TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
@@ -449,7 +452,7 @@ $(FLAGS_STAMP):
 # test/fuzz/fuzz_NAME.c -> $(BUILD)/fuzz/fuzz_NAME, linked with the library's
 # objects rebuilt under $(BUILD)/fuzz/obj by clang with coverage for libFuzzer
 # and ASan+UBSan (any UBSan report is a crash). Each target feeds one parser
-# of lib/wire.h; its seeds are test/fuzz/corpus/NAME (test/fuzz/make_corpus.py).
+# of lib/util/wire.h; its seeds are test/fuzz/corpus/NAME (test/fuzz/make_corpus.py).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS    ?= 1
@@ -565,7 +568,7 @@ endif
 	echo "valgrind-check: $$pass passed, $$fail failed"; \
 	if [ $$fail -ne 0 ]; then echo "failed:$$failed"; exit 1; fi
 
-# ---- the verbs plugin (transports/net_ib.c) ------------------------------------------
+# ---- the verbs plugin (transports/net_ib/) -------------------------------------------
 # test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
 # RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
 # make ib-check runs scripts/ib-check.sh: the plugin on real verbs, Soft-RoCE
@@ -696,8 +699,9 @@ help:
 	@echo '  tools          tools/NAME.c -> $(BUILD)/bin/NAME; scripts (tools/ringcc-trace) copied there'
 	@echo '  examples       examples/NAME.c -> $(BUILD)/examples/NAME'
 	@echo '  tests          build test/test_*.c -> $(BUILD)/test/test_* without running'
-	@echo '  test           deps, build, scripts/check-layers.py (no file calls up a layer,'
-	@echo '                 no circle), then every test binary in turn, and a summary'
+	@echo '  test           deps, build, scripts/check-layers.py (no file calls or includes'
+	@echo '                 up a layer, no circle of files or folders), then every test'
+	@echo '                 binary in turn, and a summary'
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'

@@ -13,7 +13,9 @@
 #   --reps R           repetitions of each (variant, transport, size)
 #                      (default 7)
 #   --coll C           collective (default allreduce)
-#   --transports LIST  shm, tcp or both (default shm,tcp)
+#   --transports LIST  shm, shm-reg (shared memory, buffers registered with
+#                      --register: zero-copy), tcp; comma-separated
+#                      (default shm,tcp)
 #   --out DIR          logs and the table (default build/bench-ab/DATE)
 #
 # Each repetition is a separate ringcc-run of ringcc-bench -b S -e S (one
@@ -54,10 +56,12 @@ raw=$out/times.tsv
 run() { # build transport size
   local shm=0 log
   [ "$2" = tcp ] && shm=1
+  local reg=()
+  [ "$2" = shm-reg ] && reg=(--register)
   local extra=(-n 20 -w 5)
   case $3 in *M|*G) ;; *) extra+=(-m 0.2) ;; esac
   log=$(RINGCC_SHM_DISABLE=$shm timeout 300 "$1/bin/ringcc-run" -np "$np" \
-        "$1/bin/ringcc-bench" -c "$coll" -b "$3" -e "$3" "${extra[@]}" 2>&1) ||
+        "$1/bin/ringcc-bench" -c "$coll" -b "$3" -e "$3" "${extra[@]}" "${reg[@]}" 2>&1) ||
     { echo fail; return; }
   printf '%s\n' "$log" | awk '/^\[0\] +[0-9]/ { print $7; exit }'
 }

@@ -7,19 +7,29 @@ Reads every object file of the library (OBJ_DIR/lib/<folder>/*.o and
 OBJ_DIR/transports/*.o) with nm, draws an edge A -> B where A uses a symbol
 that B defines, and checks two things:
   - no circle of files (files that call each other, directly or not);
-  - no file calls a file of a higher layer. The layers, bottom first, are the
-    folders of docs/architecture.md:
-      util -> boot -> topo -> algo -> transports -> exec -> tune, coll -> comm
-Prints each file's layer and every edge that breaks a rule; exit status 1 if
-one does. make test runs it.
+  - no file calls a file of a higher layer.
+Then it reads the compiler's dependency files next to them (*.d, written by
+-MMD: every header a source file compiles against, directly or not), draws
+an edge between folders where a source of one compiles against a header of
+another, and checks two more, which the symbols cannot see (struct fields,
+static inlines, macros, function pointers):
+  - no source compiles against a header of a higher layer;
+  - no circle of folders.
+The layers, bottom first, are the folders of docs/architecture.md:
+      util -> boot -> topo -> fifo -> algo -> transports
+        -> mem, observe, board -> exec -> cuda -> tune, coll -> comm
+Prints each file's layer and every edge that breaks a rule (an include with
+the source and header behind it); exit status 1 if one does. make test runs
+it.
 """
 import collections
 import os
 import subprocess
 import sys
 
-LAYERS = {"util": 0, "boot": 1, "topo": 2, "algo": 3, "transports": 4,
-          "exec": 5, "tune": 6, "coll": 6, "comm": 7}
+LAYERS = {"util": 0, "boot": 1, "topo": 2, "fifo": 3, "algo": 4,
+          "transports": 5, "mem": 6, "observe": 6, "board": 6, "exec": 7,
+          "cuda": 8, "tune": 9, "coll": 9, "comm": 10}
 
 
 def symbols(obj):
@@ -74,6 +84,77 @@ def circles(edges, nodes):
     return out
 
 
+def dep_sources(path):
+    """The source and the headers of a -MMD dependency file's first rule."""
+    with open(path) as f:
+        text = f.read().replace("\\\n", " ")
+    rule = text.split("\n", 1)[0]
+    if ":" not in rule:
+        return None, []
+    deps = rule.split(":", 1)[1].split()
+    return (deps[0], deps[1:]) if deps else (None, [])
+
+
+def lib_folder(path):
+    """The layer folder of a library path (lib/<folder>/x, transports/x),
+    or None for anything else (include/, system headers)."""
+    parts = os.path.normpath(path).split(os.sep)
+    if len(parts) == 3 and parts[0] == "lib":
+        return parts[1]
+    if len(parts) == 2 and parts[0] == "transports":
+        return "transports"
+    return None
+
+
+def includes(root):
+    """Folder include edges from the .d files: {(a, b): [(source, header)]},
+    and how many sources were read."""
+    edges = collections.defaultdict(list)
+    nsrc = 0
+    for sub in ("lib", "transports"):
+        for d, _, files in os.walk(os.path.join(root, sub)):
+            for f in sorted(files):
+                if not f.endswith(".d"):
+                    continue
+                src, headers = dep_sources(os.path.join(d, f))
+                a = lib_folder(src) if src else None
+                if a is None or not os.path.exists(src):
+                    continue  # a source moved away since that build
+                nsrc += 1
+                for h in headers:
+                    b = lib_folder(h)
+                    if b is not None and b != a:
+                        edges[(a, b)].append((src, h))
+    return edges, nsrc
+
+
+def check_includes(root):
+    """Prints upward includes and folder circles; returns how many."""
+    edges, nsrc = includes(root)
+    bad = 0
+    graph = collections.defaultdict(set)
+    folders = set()
+    for (a, b), why in sorted(edges.items()):
+        for f in (a, b):
+            if f not in LAYERS:
+                sys.exit(f"check-layers: folder '{f}' has no layer (add it "
+                         "to LAYERS and docs/architecture.md)")
+        graph[a].add(b)
+        folders |= {a, b}
+        if LAYERS[b] > LAYERS[a]:
+            bad += 1
+            src, h = why[0]
+            more = f" and {len(why) - 1} more" if len(why) > 1 else ""
+            print(f"up-include: {a} ({LAYERS[a]}) -> {b} ({LAYERS[b]}): "
+                  f"{src} compiles against {h}{more}")
+    for comp in circles(graph, folders):
+        bad += 1
+        print(f"folder circle: {' -> '.join(comp)}")
+    print(f"includes: {nsrc} sources, {len(folders)} folders, "
+          f"{len(edges)} folder edges, {bad} broken")
+    return bad, nsrc
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "build/obj"
     objs = []
@@ -113,9 +194,14 @@ def main():
         by_layer[LAYERS[folder(f)]].append(f)
     for layer in sorted(by_layer):
         print(f"{layer}: {' '.join(sorted(by_layer[layer]))}")
+    inc_bad, nsrc = check_includes(root)
+    if nsrc == 0:
+        sys.exit(f"check-layers: no dependency files (*.d) under {root} "
+                 "(build with make: it compiles with -MMD)")
     print(f"check-layers: {len(defs)} files, "
-          f"{sum(len(e) for e in edges.values())} edges, {bad} broken")
-    return 1 if bad else 0
+          f"{sum(len(e) for e in edges.values())} edges, {bad} broken; "
+          f"folder includes: {inc_bad} broken")
+    return 1 if bad or inc_bad else 0
 
 
 if __name__ == "__main__":

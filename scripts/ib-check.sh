@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ib-check.sh - the verbs plugin (transports/net_ib.c) on real verbs: Soft-RoCE
+# ib-check.sh - the verbs plugin (transports/net_ib/) on real verbs: Soft-RoCE
 # (rdma_rxe) in a qemu VM. `make ib-check` runs it; .ci/run too.
 #
 # From a fresh machine: installs what it needs (scripts/install-deps.sh --ib),

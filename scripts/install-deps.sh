@@ -65,7 +65,7 @@ have_gloo() {
     g++ -std=c++17 -x c++ - -o /dev/null -lgloo -pthread >/dev/null 2>&1
 }
 
-# The verbs headers (transports/net_ib.c).
+# The verbs headers (transports/net_ib/).
 have_verbs_headers() {
   printf '#include <infiniband/verbs.h>\n' |
     "$CC_BIN" -x c -fsyntax-only - >/dev/null 2>&1

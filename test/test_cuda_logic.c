@@ -41,6 +41,7 @@
 #include "failure.h"
 #include "gpu.h"
 #include "harness.h"
+#include "p2p.h"
 #include "transport.h"
 #include "vec_split.h"
 #include "watchdog.h"

@@ -1,5 +1,5 @@
 /*
- * test_net_ib.c - the verbs network plugin (transports/net_ib.c).
+ * test_net_ib.c - the verbs network plugin (transports/net_ib/).
  *
  *   ib_unit   the pure parts: RINGCC_IB_HCA parsing and matching, the GID a
  *             RoCE port uses, the PCI distance scale of GPUDirect RDMA, the
@@ -627,7 +627,7 @@ static void t_no_cache(void) {
 }
 
 /* Registrations beyond RINGCC_IB_REG_CACHE_MB (4 here) leave once unused.
- * Each message sits at the start of a 2 MiB-aligned window (net_ib.c's
+ * Each message sits at the start of a 2 MiB-aligned window (net_ib/ib.h's
  * REG_WINDOW) that its mapping covers whole, so every registration is that
  * window, whatever addresses mmap chose (a message near a mapping's edge
  * registers less, and more of them would fit under the cap). */
@@ -824,7 +824,7 @@ static void t_unproven_offers(void) {
    * instead), then given to p twice. */
   struct sockaddr_storage a, bound;
   int cap_fd, fd = -1, copy[2];
-  uint8_t offer[256]; /* an offer, its proof at the end (net_ib.c) */
+  uint8_t offer[256]; /* an offer, its proof at the end (net_ib/listen.c) */
   void *caught, *first;
   cr_assert_eq(rcc_socket_parse_host_port(p.addr, &a, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
@@ -993,15 +993,20 @@ static int stranger_connect(const pair_t *p) {
   return fd;
 }
 
+/* Raises the open-file limit to n, or skips the test. */
+static void open_files_or_skip(rlim_t n) {
+  struct rlimit rl = {.rlim_cur = n, .rlim_max = n};
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    cr_skip_test("cannot raise the open-file limit to %lu: %s",
+                 (unsigned long)n, strerror(errno));
+}
+
 /* 600 strangers connect and stay silent (more than the 128 offers the
  * listener holds), then a real peer: it gets in at once, because the
  * oldest stranger goes when the listener is full, not the newcomer. */
 Test(ib_fake, flood_of_strangers_then_a_real_peer, .timeout = 60) {
   enum { FLOOD = 600 };
-  struct rlimit rl = {.rlim_cur = 4096, .rlim_max = 4096};
-  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-    cr_skip_test("cannot raise the open-file limit to 4096: %s",
-                 strerror(errno));
+  open_files_or_skip(4096);
   use_fake(NULL);
   pair_t p;
   char err[RCC_ERRLEN];
@@ -1032,6 +1037,54 @@ Test(ib_fake, flood_of_strangers_then_a_real_peer, .timeout = 60) {
   printf("flood: a real peer got in after %.3f s; %d of %d strangers' "
          "connections still held by the listener\n", took, open_fds, FLOOD);
   cr_expect_leq(open_fds, 128, "the listener holds %d strangers", open_fds);
+  free(fds);
+  pair_close(&p);
+}
+
+/* Issue 32, point 4, on the verbs plugin: a real peer's offer waits in the
+ * kernel's queue among hundreds of strangers (silent, garbage, connect and
+ * close), before it and after it, while the listener does not run accept()
+ * (its rank busy elsewhere, or stopped): the listener gate reads each
+ * connection when it takes it, so the strangers after the offer cannot push
+ * it out; the connection comes up and carries a message exactly. */
+Test(ib_fake, real_offer_amid_strangers_while_the_listener_is_busy,
+     .timeout = 60) {
+  enum { BEFORE = 60, AFTER = 450 };
+  static const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+  open_files_or_skip(4096);
+  use_fake(NULL);
+  pair_t p;
+  char err[RCC_ERRLEN];
+  uint8_t hello[RCC_NET_HELLO_BYTES] = "the real peer amid strangers";
+  uint8_t got[RCC_NET_HELLO_BYTES];
+  int *fds = malloc((BEFORE + AFTER) * sizeof(int));
+  cr_assert_not_null(fds);
+  pair_listen(&p);
+  int64_t dl = rcc_now_ns() + (int64_t)(WAIT_S * 1e9);
+  for (int i = 0; i < BEFORE + AFTER; i++) {
+    if (i == BEFORE)
+      cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, err,
+                             sizeof err), RINGCC_SUCCESS, "connect: %s", err);
+    fds[i] = stranger_connect(&p);
+    if (i % 3 == 1)
+      (void)send(fds[i], junk, sizeof junk, MSG_NOSIGNAL);
+    if (i % 3 == 2) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  }
+  cr_assert_eq(P.accept(p.listen, got, &p.recv, dl, err, sizeof err),
+               RINGCC_SUCCESS, "accept: %s", err);
+  cr_assert_eq(memcmp(hello, got, sizeof hello), 0, "another hello came");
+  cr_assert_eq(P.ready(p.send, dl, err, sizeof err), RINGCC_SUCCESS,
+               "ready (send): %s", err);
+  cr_assert_eq(P.ready(p.recv, dl, err, sizeof err), RINGCC_SUCCESS,
+               "ready (receive): %s", err);
+  pair_fifos(&p);
+  one_message(&p, p.sfifo, 65537, p.rfifo, FIFO_BYTES, 5, 905);
+  for (int i = 0; i < BEFORE + AFTER; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
   free(fds);
   pair_close(&p);
 }

@@ -1,5 +1,5 @@
 /*
- * test_reduce.c - the reduction kernels (lib/reduce.c) against scalar
+ * test_reduce.c - the reduction kernels (lib/exec/reduce.c) against scalar
  * references written here independently: every datatype x op, lengths that
  * hit the vector tails, dst aliasing a or b, every instruction set this CPU
  * has; the float16/bfloat16 conversions exhaustively over 16-bit patterns and

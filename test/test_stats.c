@@ -1,6 +1,6 @@
 /*
  * test_stats.c - ringcc_comm_stats() and the summary logged at destroy
- * (lib/exec/stats.c).
+ * (lib/observe/stats.c).
  *
  *   stats   exact counts for known calls: calls, bytes (S) and bytes sent
  *           per collective and algorithm, bytes per edge and per

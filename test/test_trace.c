@@ -1,5 +1,5 @@
 /*
- * test_trace.c - RINGCC_TRACE (lib/exec/trace.c, lib/comm/clocksync.c),
+ * test_trace.c - RINGCC_TRACE (lib/observe/trace.c, lib/comm/clocksync.c),
  * ringcc-run --trace (tools/trace_merge.h), tools/ringcc-trace, and the
  * tutorial's ring (examples/tutorial_ring.c).
  *

@@ -545,7 +545,7 @@ static const size_t choice_sizes[4] = {8, 1024, 1 << 20, 64 << 20};
 static int choice_body(h_ctx_t *ctx) {
   struct choice_result *res = (struct choice_result *)ctx->arg + ctx->rank;
   struct rcc_tuning t;
-  res->model_is_default = memcmp(&ctx->comm->tuner.model, &rcc_model_defaults,
+  res->model_is_default = memcmp(&ctx->comm->tuner->model, &rcc_model_defaults,
                                  sizeof(rcc_model_defaults)) == 0;
   for (int i = 0; i < 4; i++) {
     rcc_tuner_choose(ctx->comm, RCC_COLL_ALLREDUCE, choice_sizes[i], 0, &t);
@@ -840,7 +840,7 @@ Test(file, malformed_files) {
 /* A communicator whose file is malformed: a WARN, the defaults, no crash. */
 static int malformed_body(h_ctx_t *ctx) {
   int *ok = (int *)ctx->arg + ctx->rank;
-  *ok = memcmp(&ctx->comm->tuner.model, &rcc_model_defaults,
+  *ok = memcmp(&ctx->comm->tuner->model, &rcc_model_defaults,
                sizeof(rcc_model_defaults)) == 0;
   float x = 1, y = 0;
   if (!h_ok(ctx, ringcc_allreduce(&x, &y, 1, RINGCC_FLOAT32, RINGCC_SUM,

@@ -3,7 +3,7 @@
  * timeline (for ringcc-run.c; header-only, as the launcher links nothing).
  *
  * Each rank of each communicator writes DIR/ringcc-trace-ID-rRANK.json
- * (lib/exec/trace.c): the Chrome trace-event format, one event per line
+ * (lib/observe/trace.c): the Chrome trace-event format, one event per line
  * between a first line '{"traceEvents":[' and a line '],', its times
  * already on rank 0's clock (the offsets were measured at init), then an
  * "otherData" line naming its communicator, rank and size. Merging is

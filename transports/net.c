@@ -35,6 +35,8 @@
 #include "comm.h"
 #include "env.h"
 #include "error.h"
+#include "fifo.h"
+#include "topo.h"
 #include "transport.h"
 #include "log.h"
 #include "net.h"
@@ -115,44 +117,55 @@ static void locality(const struct ringcc_comm *comm,
              (unsigned)(b >> 8) & 0xff, (unsigned)b & 0xff);
 }
 
+/* Where a plugin's disable_env (RINGCC_IB_DISABLE) is set and not "0", its
+ * value, else NULL. */
+static const char *disabled_by(const struct rcc_net_plugin *pl) {
+  const char *off = pl->disable_env ? rcc_getenv(pl->disable_env) : NULL;
+  return off != NULL && strcmp(off, "0") != 0 ? off : NULL;
+}
+
 /* The plugins this rank can use (bit p: plugins[p]), trying each in order:
- * only the one RINGCC_NET names, when it is set; not IB where
- * RINGCC_IB_DISABLE=1 (both variables are read here only). INFO says why
- * one is not used. A rank without network edges can use any. */
+ * only the one RINGCC_NET names, when it is set; none that its disable_env
+ * leaves out (RINGCC_NET and those variables are read here only). INFO says
+ * why one is not used. A rank without network edges can use any. */
 static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
                                       uint32_t *mask) {
   const char *forced = rcc_getenv("RINGCC_NET");
-  const char *off = rcc_getenv("RINGCC_IB_DISABLE");
-  int ib_off = off != NULL && strcmp(off, "0") != 0;
   char err[RCC_ERRLEN], names[128];
   int found = forced == NULL, len = 0;
   for (int p = 0; p < NUM_PLUGINS; p++) {
+    const struct rcc_net_plugin *pl = plugins[p];
+    const char *off = disabled_by(pl);
     len += snprintf(names + len, sizeof(names) - (size_t)len, "%s%s",
                     p == 0 ? "" : p == NUM_PLUGINS - 1 ? " or " : ", ",
-                    plugins[p]->name);
-    found |= forced != NULL && strcasecmp(forced, plugins[p]->name) == 0;
+                    pl->name);
+    if (forced == NULL || strcasecmp(forced, pl->name) != 0)
+      continue;
+    found = 1;
+    if (off != NULL)
+      return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                            "net on rank %d: RINGCC_NET=%s but %s=%s",
+                            comm->rank, forced, pl->disable_env, off);
   }
   if (!found)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "net on rank %d: RINGCC_NET=\"%s\" names no "
                           "network plugin (%s)", comm->rank, forced, names);
-  if (forced != NULL && ib_off && strcasecmp(forced, rcc_net_ib.name) == 0)
-    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                          "net on rank %d: RINGCC_NET=%s but "
-                          "RINGCC_IB_DISABLE=%s", comm->rank, forced, off);
   struct rcc_net_locality where;
   locality(comm, &where);
   *mask = 0;
   for (int p = 0; p < NUM_PLUGINS; p++) {
     const struct rcc_net_plugin *pl = plugins[p];
+    const char *off = disabled_by(pl);
     if (forced != NULL && strcasecmp(forced, pl->name) != 0)
       continue;
     if (npeers == 0) {
       *mask |= 1u << p;
       continue;
     }
-    if (pl == &rcc_net_ib && ib_off) {
-      RCC_INFO(comm->rank, "net: NET/IB left out (RINGCC_IB_DISABLE=%s)", off);
+    if (off != NULL) {
+      RCC_INFO(comm->rank, "net: NET/%s left out (%s=%s)", pl->name,
+               pl->disable_env, off);
       continue;
     }
     if (pl->locate)

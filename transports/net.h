@@ -1,6 +1,6 @@
 /*
  * net.h - the network plugin interface: TCP sockets (net_socket.c) and
- * verbs, InfiniBand and RoCE (net_ib.c).
+ * verbs, InfiniBand and RoCE (net_ib/).
  *
  * A plugin moves whole messages between two ranks on different hosts. The
  * "net" transport (transports/net.c) puts a FIFO on each side in local
@@ -58,6 +58,9 @@ struct rcc_net_locality;
 struct rcc_net_plugin {
   const char *name; /* "Socket", "IB"; RINGCC_NET=name forces it */
   int link;         /* the cost model's link kind of its edges (link.h) */
+  /* Optional: a variable that leaves the plugin out where it is set and not
+   * "0" ("RINGCC_IB_DISABLE"; net.c reads it). */
+  const char *disable_env;
   /* Once per process (a second call returns the first's result). spec:
    * the interface choice (RINGCC_SOCKET_IFNAME syntax, NULL for the
    * default). A failure says why the plugin cannot run here; the next
@@ -132,7 +135,7 @@ struct rcc_net_plugin {
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);
 
-  /* ---- optional members, appended for the verbs plugin (net_ib.c); NULL
+  /* ---- optional members, appended for the verbs plugin (net_ib/); NULL
    * in the Socket plugin ---- */
   /* Where this process sits, called before init(): a plugin with several
    * NICs picks the one nearest the rank's GPU, else spreads a host's

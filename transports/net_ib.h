@@ -1,5 +1,5 @@
 /*
- * net_ib.h - private to the verbs plugin (net_ib.c) and its tests: the table
+ * net_ib.h - private to the verbs plugin (net_ib/) and its tests: the table
  * of libibverbs functions the plugin resolves with dlopen/dlsym (the library
  * builds with the verbs headers only and runs where libibverbs is absent),
  * and the pure parts of the plugin's choices, exposed so that unit tests

@@ -57,6 +57,7 @@
 #include "net.h"
 #include "net_proxy.h"
 #include "spin.h"
+#include "topo.h"
 
 /* Rounds without progress before sleeping in poll(). Polling sockets that
  * have nothing ready is expensive (and steals the CPU from the ranks on an
@@ -114,11 +115,15 @@ static void ring(int doorbell_fd) {
 
 /* A kernel of the communicator may publish into (or drain) a staged device
  * FIFO: it cannot ring the doorbell, so the proxy polls instead of sleeping
- * (comm->device_busy, set by the CUDA side). */
+ * while one runs (comm->kernels_started/done, set by the CUDA side). */
 static int device_busy(struct rcc_proxy *px) {
-  int (*busy)(struct ringcc_comm *) =
-      __atomic_load_n(&px->comm->device_busy, __ATOMIC_ACQUIRE);
-  return busy != NULL && busy(px->comm);
+  const uint32_t *started =
+      __atomic_load_n(&px->comm->kernels_started, __ATOMIC_ACQUIRE);
+  const uint32_t *done =
+      started ? __atomic_load_n(&px->comm->kernels_done, __ATOMIC_ACQUIRE)
+              : NULL;
+  return done != NULL && __atomic_load_n(started, __ATOMIC_ACQUIRE) !=
+                             __atomic_load_n(done, __ATOMIC_ACQUIRE);
 }
 
 static void wake_executor(uint32_t *word, uint32_t *waiters) {

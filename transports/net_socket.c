@@ -9,13 +9,12 @@
  * (32 bytes). The nonce is random per listener and travels in its handle, so
  * a proof is good for that listener only (no replay from another
  * communicator), and an id once taken is not taken again (no replay into
- * this one). The listener keeps every accepted socket in a pending table
- * (MAX_UNPROVEN sockets that have not proven themselves yet, the oldest
- * dropped beyond) and reads preambles without blocking; a socket whose
- * preamble is malformed, whose proof is wrong, or that is not complete within
- * PREAMBLE_TIMEOUT_NS, is dropped at once. Out of descriptors (EMFILE,
- * ENFILE), it drops the oldest unproven socket and backs off instead of
- * failing. Proven sockets are grouped by connection id, and accept() returns
+ * this one). The listener holds the sockets that have not proven
+ * themselves in the listener gate (gate.h: at most MAX_UNPROVEN, the oldest
+ * dropped beyond, each read without blocking; out of descriptors it backs
+ * off instead of failing); a socket whose preamble is malformed, whose proof
+ * is wrong, or that is not complete within PREAMBLE_TIMEOUT_NS, is dropped
+ * at once. Proven sockets are grouped by connection id, and accept() returns
  * the first connection whose N sockets are all there, whatever order sockets
  * of different peers arrived in. A stranger is never waited for.
  *
@@ -74,6 +73,7 @@
 #include "clock.h"
 #include "env.h"
 #include "error.h"
+#include "gate.h"
 #include "log.h"
 #include "net.h"
 #include "sha256.h"
@@ -110,8 +110,8 @@
 #define GROUP_TIMEOUT_NS (30 * 1000000000LL)
 #define MAX_UNPROVEN 128 /* accepted sockets that have not proven the key */
 #define MAX_TAKEN 4096   /* connection ids remembered against replays */
+#define RECONNECTS 3     /* a socket dropped unread is opened again */
 #define BACKOFF_NS (20 * 1000000LL) /* after accept() ran out of descriptors */
-#define ACCEPT_POLL_MAX_MS 200 /* so that timeouts are noticed */
 
 _Static_assert(HANDLE_BYTES <= RCC_NET_HANDLE_BYTES, "handle size");
 _Static_assert(PREAMBLE_BYTES == RCC_NET_SOCKET_PREAMBLE_BYTES &&
@@ -833,12 +833,26 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
       memset(pre + PREAMBLE_BYTES, 0, RCC_NET_HELLO_BYTES);
     preamble_mac(key, nonce, pre, i == 0 ? pre + PREAMBLE_BYTES : NULL,
                  pre + PREAMBLE_BYTES + hlen);
-    r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
-                           sizeof(why));
-    if (r == RINGCC_SUCCESS) {
-      set_keepalive(c->socks[i].fd);
-      r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
-                              sizeof(why));
+    /* A socket the listener closed before it read this preamble (this
+     * process stopped after its connect: the listener's gate took it for a
+     * silent stranger) is opened again; the listener never saw it. */
+    for (int tries = 0;; tries++) {
+      r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
+                             sizeof(why));
+      if (r == RINGCC_SUCCESS) {
+        set_keepalive(c->socks[i].fd);
+        r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
+                                sizeof(why));
+      }
+      if (tries == RECONNECTS || c->socks[i].fd < 0 ||
+          (r != RINGCC_SUCCESS && r != RINGCC_ERR_PEER_FAILED) ||
+          (r == RINGCC_SUCCESS && !rcc_gate_dropped_unread(c->socks[i].fd)))
+        break;
+      RCC_INFO(-1, "NET/Socket: %s closed socket %d before it read its "
+               "preamble (this process did not run for a while?): opening "
+               "it again", c->peer, i);
+      close(c->socks[i].fd);
+      c->socks[i].fd = -1;
     }
     if (r != RINGCC_SUCCESS) {
       rcc_errf(err, errlen, r, "NET/Socket: opening socket %d of %d to %s: %s",
@@ -882,16 +896,24 @@ static ringcc_result_t socket_reverse(void *comm, void **other, char *err,
 
 /* ---- listen and accept ------------------------------------------------- */
 
-/* An accepted socket whose connection is not complete yet. */
-struct pending {
-  int fd;
+/* A socket in the listener gate (gate.h): what of its preamble, hello and
+ * proof has arrived (the check's state). */
+struct preamble_in {
   int index, nsocks; /* from the preamble, once got >= PREAMBLE_BYTES */
-  int proven;        /* its proof matched: not a stranger */
   uint64_t id;
   size_t got, need; /* preamble (+ hello for socket 0) + proof bytes */
+  uint8_t buf[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES + MAC_BYTES];
+};
+
+/* A socket that proved the key, waiting for the other sockets of its
+ * connection. */
+struct member {
+  int fd;
+  int index, nsocks;
+  uint64_t id;
   int64_t since_ns;
   char peer[80];
-  uint8_t buf[PREAMBLE_BYTES + RCC_NET_HELLO_BYTES + MAC_BYTES];
+  uint8_t hello[RCC_NET_HELLO_BYTES]; /* socket 0's */
 };
 
 struct net_listen {
@@ -900,15 +922,16 @@ struct net_listen {
   char addr[80];
   uint8_t key[RCC_NET_KEY_BYTES];
   uint8_t nonce[NONCE_BYTES]; /* in the handle: proofs are for us only */
-  int npending, cap;
-  struct pending *pending;
-  struct pollfd *pfds; /* cap + 1 */
-  int64_t accept_at;   /* after accept() ran out of descriptors: not before */
-  int backoff_warned;
-  int false_proofs;    /* sockets dropped for a wrong proof (WARN once) */
+  struct rcc_gate *gate;      /* the sockets that have not proven the key */
+  int nmembers, cap;
+  struct member *members;
+  int clashes; /* proven sockets that clash with another (WARN once) */
   int ntaken;
   uint64_t taken[MAX_TAKEN]; /* ids of connections handed out (replays) */
 };
+
+static enum rcc_gate_step preamble_check(void *arg, struct rcc_gate_conn *c,
+                                         char *why, size_t whylen);
 
 static ringcc_result_t socket_listen(const uint8_t *key, void *handle,
                                      void **listen_comm, char *err,
@@ -929,130 +952,35 @@ static ringcc_result_t socket_listen(const uint8_t *key, void *handle,
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
                     "NET/Socket: out of memory for a listener");
   l->kind = COMM_LISTEN;
-  l->cap = 16;
+  l->fd = -1;
   memcpy(l->key, key, RCC_NET_KEY_BYTES);
-  l->pending = malloc((size_t)l->cap * sizeof(*l->pending));
-  l->pfds = malloc((size_t)(l->cap + 1) * sizeof(*l->pfds));
   int e = rcc_random_bytes(l->nonce, NONCE_BYTES);
-  if (l->pending == NULL || l->pfds == NULL)
-    r = rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
-                 "NET/Socket: out of memory for a listener");
-  else if (e != 0)
+  if (e != 0)
     r = rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "NET/Socket: getrandom for "
                  "the listener's nonce failed: %s", strerror(e));
   else
     r = rcc_socket_listen(&addr, &l->fd, &bound, err, errlen);
+  if (r == RINGCC_SUCCESS) {
+    char what[120];
+    rcc_socket_addr_str(&bound, l->addr, sizeof(l->addr));
+    snprintf(what, sizeof(what), "NET/Socket: the listener %s", l->addr);
+    struct rcc_gate_config cfg = {
+        .what = what, .log_rank = -1, .max_held = MAX_UNPROVEN,
+        .expire_ns = PREAMBLE_TIMEOUT_NS, .backoff_ns = BACKOFF_NS,
+        .state_bytes = sizeof(struct preamble_in), .check = preamble_check,
+        .arg = l};
+    if ((l->gate = rcc_gate_new(l->fd, &cfg)) == NULL)
+      r = rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                   "NET/Socket: out of memory for a listener");
+  }
   if (r != RINGCC_SUCCESS) {
-    free(l->pending);
-    free(l->pfds);
+    if (l->fd >= 0)
+      close(l->fd);
     free(l);
     return r;
   }
-  rcc_socket_addr_str(&bound, l->addr, sizeof(l->addr));
   handle_encode(handle, &bound, l->nonce);
   *listen_comm = l;
-  return RINGCC_SUCCESS;
-}
-
-/* Drops pending socket i. A stranger's is news for INFO only (a flood
- * would fill the log); a socket that made a false proof is a WARN, the first
- * time (closing the listener counts them). */
-static void pending_drop(struct net_listen *l, int i, int warn,
-                         const char *why) {
-  struct pending *p = &l->pending[i];
-  if (warn && l->false_proofs++ > 0)
-    warn = 0;
-  if (warn)
-    RCC_WARN(-1, "NET/Socket: dropped a connection from %s to %s: %s",
-             p->peer, l->addr, why);
-  else
-    RCC_INFO(-1, "NET/Socket: dropped a connection from %s to %s: %s",
-             p->peer, l->addr, why);
-  close(p->fd);
-  l->pending[i] = l->pending[--l->npending];
-}
-
-/* The oldest socket that has not proven itself: -1 if none. */
-static int oldest_unproven(const struct net_listen *l, int *count) {
-  int oldest = -1;
-  *count = 0;
-  for (int i = 0; i < l->npending; i++) {
-    if (l->pending[i].proven)
-      continue;
-    (*count)++;
-    if (oldest < 0 || l->pending[i].since_ns < l->pending[oldest].since_ns)
-      oldest = i;
-  }
-  return oldest;
-}
-
-static int grow(struct net_listen *l) {
-  int cap = 2 * l->cap;
-  struct pending *p = realloc(l->pending, (size_t)cap * sizeof(*p));
-  if (p == NULL)
-    return -1;
-  l->pending = p;
-  struct pollfd *f = realloc(l->pfds, (size_t)(cap + 1) * sizeof(*f));
-  if (f == NULL)
-    return -1;
-  l->pfds = f;
-  l->cap = cap;
-  return 0;
-}
-
-static int preamble_check(struct net_listen *l, int self, char *why,
-                          size_t whylen);
-static void read_one(struct net_listen *l, int i);
-
-/* Takes what the kernel has queued. Beyond MAX_UNPROVEN sockets that have
- * not proven themselves, the oldest of them is dropped; out of descriptors
- * (EMFILE, ENFILE), the oldest is dropped too and accept() waits BACKOFF_NS
- * instead of failing. Each socket's preamble is read at once (a real peer
- * sends it with its connect), so a real one is proven before a flood could
- * push it out. */
-static ringcc_result_t accept_new(struct net_listen *l, char *err,
-                                  size_t errlen) {
-  int64_t now = rcc_now_ns();
-  for (int k = 0; k < 256 && now >= l->accept_at; k++) {
-    struct sockaddr_storage peer;
-    int fd, unproven;
-    ringcc_result_t r = rcc_socket_accept(l->fd, &fd, &peer, err, errlen);
-    if (r != RINGCC_SUCCESS) {
-      int e = errno;
-      if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM)
-        return r;
-      int oldest = oldest_unproven(l, &unproven);
-      if (!l->backoff_warned)
-        RCC_WARN(-1, "NET/Socket: %s; %s and retrying in %lld ms", err,
-                 oldest >= 0 ? "dropping the oldest connection that has not "
-                               "proven itself"
-                             : "waiting",
-                 BACKOFF_NS / 1000000);
-      l->backoff_warned = 1;
-      if (oldest >= 0)
-        pending_drop(l, oldest, 0, "out of descriptors: made room");
-      l->accept_at = now + BACKOFF_NS;
-      return RINGCC_SUCCESS;
-    }
-    if (fd < 0)
-      return RINGCC_SUCCESS;
-    int oldest = oldest_unproven(l, &unproven);
-    if (unproven >= MAX_UNPROVEN)
-      pending_drop(l, oldest, 0, "too many connections that have not proven "
-                                 "themselves (the oldest goes)");
-    if (l->npending == l->cap && grow(l) != 0) {
-      close(fd);
-      return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
-                      "NET/Socket: out of memory accepting on %s", l->addr);
-    }
-    struct pending *p = &l->pending[l->npending++];
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->need = PREAMBLE_BYTES;
-    p->since_ns = now;
-    rcc_socket_addr_str(&peer, p->peer, sizeof(p->peer));
-    read_one(l, l->npending - 1);
-  }
   return RINGCC_SUCCESS;
 }
 
@@ -1079,145 +1007,160 @@ int rcc_net_socket_preamble_parse(const uint8_t *in, size_t len,
   return 0;
 }
 
-/* The preamble is in: 0 if it is acceptable, else -1 and why[] says why. */
-static int preamble_check(struct net_listen *l, int self, char *why,
-                          size_t whylen) {
-  struct pending *p = &l->pending[self];
-  struct rcc_net_preamble pre;
-  if (rcc_net_socket_preamble_parse(p->buf, PREAMBLE_BYTES, &pre, why,
-                                    whylen) != 0)
-    return -1;
-  p->index = pre.index;
-  p->nsocks = pre.nsocks;
-  p->id = pre.id;
-  p->need = pre.need;
-  return 0;
-}
-
-/* The whole preamble, hello and proof are in: 0 when the proof is the key's
- * for this listener and the socket fits its connection, else -1 (why[]; *warn
- * set for a false proof, which only a peer with another key makes). */
-static int proof_check(struct net_listen *l, int self, int *warn, char *why,
-                       size_t whylen) {
-  struct pending *p = &l->pending[self];
+/* The gate's check: reads what has arrived of a socket's preamble, hello
+ * and proof. A malformed preamble is dropped as soon as it is in, a false
+ * proof or a replay refused; proven when the whole proof holds. Never
+ * "started": a connector sends all of it with its connect and waits for no
+ * answer, so a socket whose proof has not come is a stranger's until it
+ * does (the gate reads it once more before it drops it for room). */
+static enum rcc_gate_step preamble_check(void *arg, struct rcc_gate_conn *c,
+                                         char *why, size_t whylen) {
+  const struct net_listen *l = arg;
+  struct preamble_in *p = c->state;
+  if (p->need == 0)
+    p->need = PREAMBLE_BYTES;
+  while (p->got < p->need) {
+    ssize_t n = recv(c->fd, p->buf + p->got, p->need - p->got, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return RCC_GATE_WAIT;
+    if (n <= 0) {
+      snprintf(why, whylen, "%s", n == 0 ? "closed before its preamble"
+                                         : strerror(errno));
+      return RCC_GATE_DROP;
+    }
+    p->got += (size_t)n;
+    if (p->got == PREAMBLE_BYTES) {
+      struct rcc_net_preamble pre;
+      if (rcc_net_socket_preamble_parse(p->buf, PREAMBLE_BYTES, &pre, why,
+                                        whylen) != 0)
+        return RCC_GATE_DROP;
+      p->index = pre.index;
+      p->nsocks = pre.nsocks;
+      p->id = pre.id;
+      p->need = pre.need;
+    }
+  }
   uint8_t mac[MAC_BYTES];
   size_t hlen = p->index == 0 ? RCC_NET_HELLO_BYTES : 0;
   preamble_mac(l->key, l->nonce, p->buf,
                p->index == 0 ? p->buf + PREAMBLE_BYTES : NULL, mac);
-  *warn = 0;
   if (!rcc_equal_ct(mac, p->buf + PREAMBLE_BYTES + hlen, MAC_BYTES)) {
-    *warn = 1;
     snprintf(why, whylen, "it does not prove the communicator's key (a "
              "stranger, a peer of another communicator, or a replay)");
-    return -1;
+    return RCC_GATE_REFUSE;
   }
   for (int i = 0; i < l->ntaken; i++)
     if (l->taken[i] == p->id) {
-      *warn = 1;
       snprintf(why, whylen, "connection %016llx was accepted already: a "
                "replay", (unsigned long long)p->id);
-      return -1;
+      return RCC_GATE_REFUSE;
     }
-  for (int i = 0; i < l->npending; i++) {
-    const struct pending *o = &l->pending[i];
-    if (i == self || !o->proven || o->id != p->id)
-      continue;
-    if (o->index == p->index || o->nsocks != p->nsocks) {
-      *warn = 1;
-      snprintf(why, whylen, "socket %d of %d of connection %016llx "
+  return RCC_GATE_PROVEN;
+}
+
+/* Drops member i: a WARN the first time (a socket that proved the key but
+ * does not fit, or whose connection never came whole), INFO after. */
+static void member_drop(struct net_listen *l, int i, const char *why) {
+  struct member *m = &l->members[i];
+  if (l->clashes++ == 0)
+    RCC_WARN(-1, "NET/Socket: dropped a connection from %s to %s: %s",
+             m->peer, l->addr, why);
+  else
+    RCC_INFO(-1, "NET/Socket: dropped a connection from %s to %s: %s",
+             m->peer, l->addr, why);
+  close(m->fd);
+  l->members[i] = l->members[--l->nmembers];
+}
+
+/* A socket that proved the key joins its connection's members; one that
+ * clashes with a member (the same index, another count) is dropped. */
+static ringcc_result_t member_add(struct net_listen *l,
+                                  const struct rcc_gate_passed *in,
+                                  const struct preamble_in *p, char *err,
+                                  size_t errlen) {
+  for (int i = 0; i < l->nmembers; i++) {
+    const struct member *o = &l->members[i];
+    if (o->id == p->id && (o->index == p->index || o->nsocks != p->nsocks)) {
+      char why[200];
+      snprintf(why, sizeof(why), "socket %d of %d of connection %016llx "
                "clashes with socket %d of %d", p->index, p->nsocks,
                (unsigned long long)p->id, o->index, o->nsocks);
-      return -1;
+      if (l->clashes++ == 0)
+        RCC_WARN(-1, "NET/Socket: dropped a connection from %s to %s: %s",
+                 in->peer_str, l->addr, why);
+      else
+        RCC_INFO(-1, "NET/Socket: dropped a connection from %s to %s: %s",
+                 in->peer_str, l->addr, why);
+      close(in->fd);
+      return RINGCC_SUCCESS;
     }
   }
-  p->proven = 1;
-  return 0;
-}
-
-/* Reads what has arrived of pending socket i's preamble; 1 when it was
- * dropped (it is then gone from the table: i holds another socket). */
-static int read_pending(struct net_listen *l, int i) {
-  struct pending *p = &l->pending[i];
-  while (p->got < p->need) {
-    ssize_t n = recv(p->fd, p->buf + p->got, p->need - p->got, MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
-    if (n <= 0) {
-      pending_drop(l, i, 0, n == 0 ? "closed before its preamble"
-                                   : strerror(errno));
-      return 1;
+  if (l->nmembers == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 16;
+    struct member *m = realloc(l->members, (size_t)cap * sizeof(*m));
+    if (m == NULL) {
+      close(in->fd);
+      return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY,
+                      "NET/Socket: out of memory accepting on %s", l->addr);
     }
-    char why[200];
-    int warn = 0;
-    p->got += (size_t)n;
-    if ((p->got == PREAMBLE_BYTES &&
-         preamble_check(l, i, why, sizeof(why)) != 0) ||
-        (p->got == p->need && proof_check(l, i, &warn, why, sizeof(why)) != 0)) {
-      pending_drop(l, i, warn, why);
-      return 1;
-    }
+    l->members = m;
+    l->cap = cap;
   }
-  return 0;
+  struct member *m = &l->members[l->nmembers++];
+  memset(m, 0, sizeof(*m));
+  m->fd = in->fd;
+  m->index = p->index;
+  m->nsocks = p->nsocks;
+  m->id = p->id;
+  m->since_ns = rcc_now_ns();
+  snprintf(m->peer, sizeof(m->peer), "%s", in->peer_str);
+  if (p->index == 0)
+    memcpy(m->hello, p->buf + PREAMBLE_BYTES, RCC_NET_HELLO_BYTES);
+  return RINGCC_SUCCESS;
 }
 
-static void read_one(struct net_listen *l, int i) { (void)read_pending(l, i); }
-
-/* Reads what has arrived of the preambles; drops malformed sockets. */
-static void read_preambles(struct net_listen *l) {
-  for (int i = 0; i < l->npending; i++)
-    if (read_pending(l, i))
-      i--;
-}
-
-/* Drops sockets whose preamble or whose connection is overdue. */
-static void expire(struct net_listen *l) {
+/* Drops the members whose connection did not come whole in time. */
+static void expire_members(struct net_listen *l) {
   int64_t now = rcc_now_ns();
-  for (int i = 0; i < l->npending; i++) {
-    const struct pending *p = &l->pending[i];
-    char why[128];
-    if (!p->proven && now - p->since_ns > PREAMBLE_TIMEOUT_NS) {
-      snprintf(why, sizeof(why), "no preamble and proof within %lld s",
-               PREAMBLE_TIMEOUT_NS / 1000000000LL);
-      pending_drop(l, i--, 0, why);
-    } else if (p->proven && now - p->since_ns > GROUP_TIMEOUT_NS) {
+  for (int i = 0; i < l->nmembers; i++)
+    if (now - l->members[i].since_ns > GROUP_TIMEOUT_NS) {
+      char why[128];
       snprintf(why, sizeof(why), "the other %d sockets of its connection did "
-               "not arrive within %lld s", p->nsocks - 1,
+               "not arrive within %lld s", l->members[i].nsocks - 1,
                GROUP_TIMEOUT_NS / 1000000000LL);
-      pending_drop(l, i--, 1, why);
+      member_drop(l, i--, why);
     }
-  }
 }
 
-/* A connection whose sockets are all here and proven, taken out of the
- * table; NULL if none is complete (or memory ran out: the sockets stay for a
- * retry). */
+/* A connection whose sockets are all here, taken out of the members; NULL
+ * if none is complete (or memory ran out: the sockets stay for a retry). */
 static struct net_conn *take_complete(struct net_listen *l, void *hello) {
-  for (int i = 0; i < l->npending; i++) {
-    const struct pending *p = &l->pending[i];
+  for (int i = 0; i < l->nmembers; i++) {
+    const struct member *p = &l->members[i];
     int have = 0;
-    if (!p->proven || p->index != 0)
+    if (p->index != 0)
       continue;
-    for (int j = 0; j < l->npending; j++)
-      have += l->pending[j].id == p->id && l->pending[j].proven;
+    for (int j = 0; j < l->nmembers; j++)
+      have += l->members[j].id == p->id;
     if (have != p->nsocks)
       continue;
     struct net_conn *c = conn_new(COMM_RECV, p->nsocks);
     if (c == NULL)
       return NULL;
-    memcpy(hello, p->buf + PREAMBLE_BYTES, RCC_NET_HELLO_BYTES);
+    memcpy(hello, p->hello, RCC_NET_HELLO_BYTES);
     snprintf(c->peer, sizeof(c->peer), "%s", p->peer);
     uint64_t id = p->id;
     if (l->ntaken < MAX_TAKEN)
       l->taken[l->ntaken++] = id;
-    for (int j = 0; j < l->npending; j++) {
-      struct pending *q = &l->pending[j];
-      if (q->id != id || !q->proven)
+    for (int j = 0; j < l->nmembers; j++) {
+      struct member *q = &l->members[j];
+      if (q->id != id)
         continue;
       c->socks[q->index].fd = q->fd;
       set_keepalive(q->fd);
-      l->pending[j--] = l->pending[--l->npending];
+      l->members[j--] = l->members[--l->nmembers];
     }
     return c;
   }
@@ -1233,10 +1176,6 @@ static ringcc_result_t socket_accept(void *listen_comm, void *hello,
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "NET/Socket: accept on something that is not a listener");
   for (;;) {
-    ringcc_result_t r = accept_new(l, err, errlen);
-    if (r != RINGCC_SUCCESS)
-      return r;
-    read_preambles(l);
     struct net_conn *c = take_complete(l, hello);
     if (c != NULL) {
       RCC_TRACE(-1, "NET/Socket: accepted a connection from %s with %d "
@@ -1245,29 +1184,28 @@ static ringcc_result_t socket_accept(void *listen_comm, void *hello,
       *recv_comm = c;
       return RINGCC_SUCCESS;
     }
-    expire(l);
+    expire_members(l);
     int64_t now = rcc_now_ns();
     if (now >= deadline_ns)
       return rcc_errf(err, errlen, RINGCC_ERR_TIMEOUT,
                       "NET/Socket: no complete connection arrived on %s "
                       "before the deadline (%d socket%s of incomplete "
-                      "connections waiting)", l->addr, l->npending,
-                      l->npending == 1 ? "" : "s");
-    int n = 0;
-    if (now >= l->accept_at)
-      l->pfds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
-    for (int i = 0; i < l->npending; i++)
-      if (l->pending[i].got < l->pending[i].need)
-        l->pfds[n++] = (struct pollfd){.fd = l->pending[i].fd, .events = POLLIN};
-    int ms = rcc_socket_poll_ms(deadline_ns);
-    if (ms > ACCEPT_POLL_MAX_MS)
-      ms = ACCEPT_POLL_MAX_MS;
-    if (now < l->accept_at && (l->accept_at - now) / 1000000 + 1 < ms)
-      ms = (int)((l->accept_at - now) / 1000000 + 1);
-    if (poll(l->pfds, (nfds_t)n, ms) < 0 && errno != EINTR)
-      return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM,
-                      "NET/Socket: poll while accepting on %s: %s", l->addr,
-                      strerror(errno));
+                      "connections waiting, %d that proved nothing)",
+                      l->addr, l->nmembers, l->nmembers == 1 ? "" : "s",
+                      rcc_gate_held(l->gate));
+    /* Members expire on their own: look at them at least once a second. */
+    int64_t until = now + 1000000000LL < deadline_ns ? now + 1000000000LL
+                                                     : deadline_ns;
+    struct rcc_gate_passed in;
+    struct preamble_in p;
+    ringcc_result_t r = rcc_gate_next(l->gate, until, -1, &in, &p, err,
+                                      errlen);
+    if (r == RINGCC_ERR_TIMEOUT)
+      continue;
+    if (r == RINGCC_SUCCESS)
+      r = member_add(l, &in, &p, err, errlen);
+    if (r != RINGCC_SUCCESS)
+      return r;
   }
 }
 
@@ -1365,16 +1303,12 @@ static void socket_close_listen(void *listen_comm) {
   struct net_listen *l = listen_comm;
   if (l == NULL)
     return;
-  for (int i = 0; i < l->npending; i++)
-    close(l->pending[i].fd);
+  rcc_gate_free(l->gate); /* says how many false proofs it refused */
+  for (int i = 0; i < l->nmembers; i++)
+    close(l->members[i].fd);
   if (l->fd >= 0)
     close(l->fd);
-  if (l->false_proofs > 1)
-    RCC_WARN(-1, "NET/Socket: the listener %s dropped %d connections in all "
-             "that did not prove the communicator's key", l->addr,
-             l->false_proofs);
-  free(l->pending);
-  free(l->pfds);
+  free(l->members);
   memset(l->key, 0, sizeof(l->key));
   free(l);
 }

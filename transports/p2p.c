@@ -54,7 +54,11 @@
 #include "comm.h"
 #include "error.h"
 #include "gpu.h"
+#include "fifo.h"
 #include "log.h"
+#include "p2p.h"
+#include "shm.h"
+#include "topo.h"
 #include "transport.h"
 
 #define DEVICE_CHUNK_DEFAULT ((size_t)512 << 10)

@@ -7,16 +7,18 @@
  * sender maps the receiver's segment and writes straight into the slots, so
  * a fused ring step reduces into the next rank's slot with no extra copy.
  *
- * A segment of this transport (not p2p.c's host part) ends with the rank's
- * one-shot board (exec_host.c): two regions, each a header and room for
- * one call's input; every peer maps it with the FIFOs.
+ * A segment of this transport (not p2p.c's host part) ends with
+ * comm->shm_extra_bytes of room for whoever asked (the one-shot board,
+ * lib/board/); every peer maps it with the FIFOs, and the table's extra
+ * says where it is.
  *
  * Segments are created O_CREAT|O_EXCL with mode 0600 under a name holding 128
  * random bits, and unlinked as soon as every peer has mapped them (after the
  * connect barrier), so nothing is left in /dev/shm once a communicator is up,
  * whatever happens to the processes later. A rank killed before that leaves
  * its segment: the name says who made it (shmname.h), and the next init on
- * the host (rcc_shm_sweep) or ringcc-run removes it once its creator is gone.
+ * the host (shm_sweep, through the table) or ringcc-run removes it once its
+ * creator is gone.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,13 +31,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "board.h"
 #include "comm.h"
 #include "error.h"
 #include "log.h"
 #include "proc.h"
 #include "sha256.h"
+#include "fifo.h"
+#include "shm.h"
 #include "shmname.h"
+#include "topo.h"
 #include "transport.h"
 
 struct shm_blob {
@@ -55,7 +59,8 @@ struct shm_state {
   size_t *peer_bytes;  /* [nranks] */
   int nkinds;          /* FIFO kinds per sender: comm->nkinds, or the host
                           kinds only under p2p.c (rcc_shm_setup_host) */
-  int board;           /* the segments end with a board (not under p2p.c) */
+  int extra;           /* the segments end with comm->shm_extra_bytes (not
+                          under p2p.c) */
 };
 
 static size_t shm_slot_bytes(const struct ringcc_comm *comm) {
@@ -76,17 +81,8 @@ static size_t fifo_offset(const struct ringcc_comm *comm, int set,
          fifo_bytes(comm);
 }
 
-/* The board: what a region holds, and where the board starts. */
-static size_t board_bytes(const struct ringcc_comm *comm) {
-  size_t slot = (size_t)comm->set.chunk_bytes;
-  return slot < RCC_BOARD_MAX_BYTES ? slot : RCC_BOARD_MAX_BYTES;
-}
-
-static size_t board_stride(const struct ringcc_comm *comm) {
-  return (64 + board_bytes(comm) + 63) & ~(size_t)63;
-}
-
-static size_t board_offset(const struct ringcc_comm *comm,
+/* Where the extra room starts: after the FIFOs. */
+static size_t extra_offset(const struct ringcc_comm *comm,
                            const struct shm_state *st) {
   return fifo_offset(comm, rcc_fifo_sets(comm, st->nkinds), 0);
 }
@@ -116,7 +112,10 @@ static ringcc_result_t random_name(struct ringcc_comm *comm, char *name,
   return RINGCC_SUCCESS;
 }
 
-int rcc_shm_sweep(int log_rank) {
+/* The table's sweep: removes the segments of this user whose creator is
+ * gone (same boot and pid namespace, no such process, or a zombie: a rank
+ * killed during init); returns how many. */
+static int shm_sweep(int log_rank) {
   char boot[RCC_SHM_BOOT_DIGITS + 1], their_boot[RCC_SHM_BOOT_DIGITS + 1];
   unsigned long long pidns, their_ns;
   int pid, removed = 0;
@@ -154,8 +153,8 @@ static ringcc_result_t create_segment(struct ringcc_comm *comm,
   if (r != RINGCC_SUCCESS)
     return r;
   st->own_bytes = fifo_offset(comm, rcc_fifo_sets(comm, st->nkinds), 0);
-  if (st->board)
-    st->own_bytes += (2 * board_stride(comm) + 4095) & ~(size_t)4095;
+  if (st->extra)
+    st->own_bytes += (comm->shm_extra_bytes + 4095) & ~(size_t)4095;
   int fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0)
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
@@ -193,18 +192,13 @@ static void shm_destroy(struct ringcc_comm *comm, void *state) {
       munmap(st->peer_map[p], st->peer_bytes[p]);
   if (st->own)
     munmap(st->own, st->own_bytes);
-  if (st->board) {
-    free(comm->board);
-    comm->board = NULL;
-    comm->board_ok = 0;
-  }
   free(st->peer_map);
   free(st->peer_bytes);
   free(st);
 }
 
 static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
-                                   int board, const int *peers, int npeers,
+                                   int extra, const int *peers, int npeers,
                                    void *blob, void **state) {
   struct shm_state *st = calloc(1, sizeof(*st));
   struct shm_blob *b = blob;
@@ -212,7 +206,7 @@ static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "shm on rank %d: out of memory", comm->rank);
   st->nkinds = nkinds;
-  st->board = board;
+  st->extra = extra && comm->shm_extra_bytes > 0;
   st->peer_map = calloc((size_t)comm->nranks, sizeof(void *));
   st->peer_bytes = calloc((size_t)comm->nranks, sizeof(size_t));
   *state = st;
@@ -225,15 +219,6 @@ static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
   ringcc_result_t r = create_segment(comm, st);
   if (r != RINGCC_SUCCESS)
     return r;
-  if (board) {
-    comm->board = calloc((size_t)comm->nranks, sizeof(char *));
-    if (comm->board == NULL)
-      return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
-                            "shm on rank %d: out of memory", comm->rank);
-    comm->board_stride = board_stride(comm);
-    comm->board_bytes = board_bytes(comm);
-    comm->board[comm->rank] = (char *)st->own + board_offset(comm, st);
-  }
   memcpy(b->name, st->name, sizeof(b->name));
   b->bytes = st->own_bytes;
   b->fifo_bytes = fifo_bytes(comm);
@@ -266,8 +251,8 @@ static ringcc_result_t map_peer(struct ringcc_comm *comm,
                                 const struct shm_blob *b) {
   if (b->name[0] != '/' || memchr(b->name, '\0', sizeof(b->name)) == NULL ||
       b->fifo_bytes != fifo_bytes(comm) ||
-      (st->board &&
-       b->bytes < board_offset(comm, st) + 2 * board_stride(comm)))
+      (st->extra &&
+       b->bytes < extra_offset(comm, st) + comm->shm_extra_bytes))
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "shm on rank %d: rank %d's FIFOs do not match ours "
                           "(do all ranks use the same RINGCC_CHUNK_BYTES and "
@@ -301,8 +286,6 @@ static ringcc_result_t shm_connect(struct ringcc_comm *comm, void *state,
     ringcc_result_t r = map_peer(comm, st, p, b);
     if (r != RINGCC_SUCCESS)
       return r;
-    if (st->board)
-      comm->board[p] = (char *)st->peer_map[p] + board_offset(comm, st);
     for (int k = 0; k < st->nkinds; k++)
       for (int ch = 0; ch < comm->kind_channels[k]; ch++) {
         int set = rcc_fifo_set(comm, k, ch);
@@ -331,6 +314,16 @@ static int shm_link(const struct ringcc_comm *comm, void *state, int peer) {
   return RCC_LINK_SHM;
 }
 
+/* The table's extra: where rank's segment keeps comm->shm_extra_bytes. */
+static void *shm_extra(const struct ringcc_comm *comm, void *state,
+                       int rank) {
+  const struct shm_state *st = state;
+  if (st == NULL || !st->extra || rank < 0 || rank >= comm->nranks)
+    return NULL;
+  char *base = rank == comm->rank ? st->own : st->peer_map[rank];
+  return base != NULL ? base + extra_offset(comm, st) : NULL;
+}
+
 const struct rcc_transport rcc_transport_shm = {
     .name = "SHM",
     .can_connect = shm_can_connect,
@@ -340,4 +333,6 @@ const struct rcc_transport rcc_transport_shm = {
     .finish = shm_finish,
     .destroy = shm_destroy,
     .link = shm_link,
+    .sweep = shm_sweep,
+    .extra = shm_extra,
 };

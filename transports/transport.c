@@ -13,6 +13,7 @@
 #include "agree.h"
 #include "comm.h"
 #include "error.h"
+#include "topo.h"
 #include "transport.h"
 
 const struct rcc_transport *const rcc_transports[] = {
@@ -20,8 +21,25 @@ const struct rcc_transport *const rcc_transports[] = {
     &rcc_transport_shm,
     &rcc_transport_net,
 };
-const int rcc_num_transports =
-    (int)(sizeof(rcc_transports) / sizeof(rcc_transports[0]));
+#define NUM_TRANSPORTS (sizeof(rcc_transports) / sizeof(rcc_transports[0]))
+const int rcc_num_transports = (int)NUM_TRANSPORTS;
+_Static_assert(NUM_TRANSPORTS <= RCC_MAX_TRANSPORTS,
+               "rcc_transports[] has more entries than RCC_MAX_TRANSPORTS "
+               "(comm.h) makes room for in comm->transport_state");
+
+void rcc_transports_sweep(int log_rank) {
+  for (int t = 0; t < rcc_num_transports; t++)
+    if (rcc_transports[t]->sweep)
+      rcc_transports[t]->sweep(log_rank);
+}
+
+void *rcc_transports_extra(const struct ringcc_comm *comm, int rank) {
+  void *p = NULL;
+  for (int t = 0; t < rcc_num_transports && p == NULL; t++)
+    if (rcc_transports[t]->extra && comm->transport_state[t])
+      p = rcc_transports[t]->extra(comm, comm->transport_state[t], rank);
+  return p;
+}
 
 struct phase_record {
   int32_t status;

@@ -1,9 +1,9 @@
 /*
  * transport.h - the table every transport fills in.
  *
- * A transport only provides FIFOs (lib/proto.h): for each peer it serves, the
- * receive end of the peer -> me FIFOs (one per connection kind) and the send
- * end of the me -> peer FIFOs. The core tries the transports of
+ * A transport only provides FIFOs (lib/fifo/proto.h): for each peer it
+ * serves, the receive end of the peer -> me FIFOs (one per connection kind)
+ * and the send end of the me -> peer FIFOs. The core tries the transports of
  * rcc_transports[] in order for every peer; the first whose can_connect says
  * yes carries that edge. Setup runs in the same steps on every rank, whether
  * or not a transport serves any of its peers (a transport that serves no
@@ -19,7 +19,8 @@
  *   destroy  free everything (local, never blocks on a peer).
  *
  * Adding a transport means one new file with one designated-initialiser table
- * and one line in rcc_transports[] (transport.c). The core never names a
+ * and one line in rcc_transports[] (transport.c); anything else it offers
+ * goes in a header of its own (shm.h, p2p.h) or behind the table. The core never names a
  * transport: it asks an edge's table (link, flags, describe).
  */
 #ifndef RCC_TRANSPORT_H
@@ -60,6 +61,14 @@ struct rcc_transport {
   /* The cost model's link kind of the edge to peer (enum rcc_link); every
    * rank must get the same answer for the same edge. */
   int (*link)(const struct ringcc_comm *comm, void *state, int peer);
+  /* Optional: at init, before any setup, removes what ranks of this
+   * transport killed during an earlier init left behind (shm: segments
+   * whose creator is gone); returns how many. Local, never blocks. */
+  int (*sweep)(int log_rank);
+  /* Optional: where the room of comm->shm_extra_bytes that rank's memory
+   * keeps for the one-shot board is mapped in this process (shm: after the
+   * FIFOs of its segment); NULL where this transport does not map it. */
+  void *(*extra)(const struct ringcc_comm *comm, void *state, int rank);
   unsigned flags; /* RCC_TRANSPORT_* */
 };
 
@@ -74,27 +83,17 @@ extern const struct rcc_transport rcc_transport_p2p;
 extern const struct rcc_transport rcc_transport_shm;
 extern const struct rcc_transport rcc_transport_net;
 
-/* shm.c, for p2p.c: shm's setup with FIFOs of the host kinds only (p2p
- * carries the device kinds in GPU memory); then shm's connect, finish and
- * destroy apply to the state as usual. */
-ringcc_result_t rcc_shm_setup_host(struct ringcc_comm *comm, const int *peers,
-                                   int npeers, void *blob, void **state);
-
-/* p2p.c: the slot bytes of CUDA P2P device FIFOs (RINGCC_DEVICE_CHUNK_BYTES,
- * or by the memory they take), the same on every rank; and the GPU memory
- * one rank's device FIFOs take with slots of slot bytes for local peers. */
-size_t rcc_p2p_device_slot_bytes(const struct ringcc_comm *comm);
-size_t rcc_p2p_fifo_memory(const struct ringcc_comm *comm, size_t slot,
-                           int local);
-
-/* shm.c: removes the segments of this user whose creator is gone (same
- * boot and pid namespace, no such process, or a zombie: a rank killed
- * during init); returns how many. Init calls it. */
-int rcc_shm_sweep(int log_rank);
-
-/* The ordered table: the first transport that can connect an edge wins. */
+/* The ordered table: the first transport that can connect an edge wins.
+ * It has at most RCC_MAX_TRANSPORTS entries (comm.h sizes
+ * comm->transport_state by it; transport.c checks at compile time). */
 extern const struct rcc_transport *const rcc_transports[];
 extern const int rcc_num_transports;
+
+/* transport.c: every transport's sweep (init, before the transports). */
+void rcc_transports_sweep(int log_rank);
+/* After they connected: rank's extra room as the first transport that maps
+ * it says (the board), or NULL. */
+void *rcc_transports_extra(const struct ringcc_comm *comm, int rank);
 
 /* transport.c: connects every edge with the first transport that can. */
 ringcc_result_t rcc_transports_connect(struct ringcc_comm *comm,

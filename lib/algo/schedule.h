@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "connkind.h"
+
 #ifndef RCC_HD
 #define RCC_HD
 #endif
@@ -102,18 +104,7 @@ enum rcc_step_kind {
   RCC_NUM_STEP_KINDS
 };
 
-/* Which FIFO of a peer pair a step uses: collectives and point-to-point
- * traffic never share one, so a send the peer has not yet received cannot be
- * mistaken for collective data. */
-enum rcc_conn_kind { RCC_CONN_COLL = 0, RCC_CONN_P2P = 1, RCC_NUM_CONN_KINDS };
-/* Device collectives run on FIFOs of their own, so that host collectives on
- * the same communicator keep working while a kernel is in flight: kind
- * RCC_CONN_DEVICE + k is the device twin of host kind k (a schedule names
- * only host kinds; the CUDA executor uses the twins). They exist when every
- * rank has a GPU (comm->nkinds == RCC_MAX_CONN_KINDS, cuda.c); transports
- * make comm->nkinds kinds of FIFOs per peer. */
-#define RCC_CONN_DEVICE RCC_NUM_CONN_KINDS
-#define RCC_MAX_CONN_KINDS (2 * RCC_NUM_CONN_KINDS)
+/* Which FIFO of a peer pair a step uses: enum rcc_conn_kind (connkind.h). */
 
 struct rcc_step {
   uint8_t kind;       /* enum rcc_step_kind */

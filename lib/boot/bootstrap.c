@@ -46,12 +46,13 @@
  *   allgather step:       "RCCD" u32, call number u32, bytes u64, then the
  *                         record (bytes)
  *
- * Safety: every connection must complete the handshake within
- * HELLO_TIMEOUT_NS before anything else is read; the server polls all
- * pending connections (at most MAX_PENDING, the oldest dropped beyond) so a
- * silent or babbling stranger never blocks the real ranks. Sizes read off the
- * wire are checked against what this side expects before anything is
- * allocated or read.
+ * Safety: every listener (the rendezvous, each rank's ring) holds its
+ * connections in the listener gate (gate.h) until they complete the
+ * handshake: at most MAX_PENDING, each read without waiting, each given
+ * HELLO_TIMEOUT_NS; a challenged connection is never dropped to make room
+ * for strangers, so a silent or babbling stranger never blocks or breaks
+ * the real ranks. Sizes read off the wire are checked against what this
+ * side expects before anything is allocated or read.
  *
  * Cost: allgather of n records of B bytes takes n-1 steps, each rank sending
  * and receiving (n-1)*B bytes in total (plus a 16-byte header per step). The
@@ -73,6 +74,7 @@
 #include "clock.h"
 #include "env.h"
 #include "error.h"
+#include "gate.h"
 #include "log.h"
 #include "sha256.h"
 #include "socket.h"
@@ -123,8 +125,10 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
                "wire.h sizes");
 
 #define MAX_NRANKS RCC_BOOT_MAX_NRANKS
-#define MAX_PENDING 128
+#define MAX_PENDING 128 /* connections held that have not proven themselves */
 #define HELLO_TIMEOUT_NS (5 * 1000000000LL)
+#define ACCEPT_BACKOFF_NS (20 * 1000000LL) /* out of descriptors */
+#define OPEN_RETRIES 3 /* a connection dropped unread is opened again */
 /* A rank waits this long for the challenge: a rendezvous answers at once, so
  * silence means something else took the connection. */
 #define CHALLENGE_TIMEOUT_NS (10 * 1000000000LL)
@@ -347,30 +351,23 @@ ringcc_result_t rcc_bootstrap_id_from_root(ringcc_unique_id_t *id,
   return RINGCC_SUCCESS;
 }
 
-/* ---- the gate: connections that have not proven themselves yet ------------ */
+/* ---- the gate: the handshake as the listener gate's check ---------------- */
 
-/* A connection on its way through the handshake (the acceptor's side). */
-struct pending {
-  int fd;
+/* A connection's handshake so far, on the acceptor's side: the state of the
+ * check in the listener gate (gate.h), which holds, reads and drops the
+ * connections that have not proven themselves. */
+struct handshake {
   int answering; /* 0: reading the opening; 1: challenged, reading the answer */
   size_t got;
-  int64_t drop_at;
-  struct sockaddr_storage peer;
   uint8_t nonce_c[NONCE_LEN], nonce_a[NONCE_LEN];
   uint8_t buf[PROOF_LEN + HELLO_LEN]; /* the opening, then proof + hello */
 };
 
 struct gate {
-  int listen_fd;
+  struct rcc_gate *gate;
   uint32_t purpose;
   size_t hdr_len; /* the hello after the proof: at most HELLO_LEN */
   uint8_t secret[SECRET_LEN];
-  int log_rank;     /* for log lines; -1 for the rendezvous */
-  char what[128]; /* "rendezvous 1.2.3.4:5" or "rank 3's bootstrap ring" */
-  int accept_warned;
-  int64_t accept_retry_at; /* after accept failed (e.g. EMFILE): back off */
-  int npending;
-  struct pending pending[MAX_PENDING];
 };
 
 /* What a connection that passed the gate brings. */
@@ -381,139 +378,87 @@ struct passed {
   uint8_t hello[HELLO_LEN];
 };
 
-static void gate_drop(struct gate *g, int i, const char *why) {
-  char a[80];
-  RCC_INFO(g->log_rank, "bootstrap: %s dropped a connection from %s: %s",
-           g->what, rcc_socket_addr_str(&g->pending[i].peer, a, sizeof(a)),
-           why);
-  close(g->pending[i].fd);
-  g->pending[i] = g->pending[--g->npending];
-}
-
 static void gate_free(struct gate *g) {
   if (g == NULL)
     return;
-  for (int i = 0; i < g->npending; i++)
-    close(g->pending[i].fd);
+  rcc_gate_free(g->gate);
+  memset(g->secret, 0, sizeof(g->secret));
   free(g);
 }
 
-/* The opening of pending connection i is in: answers it with the
- * challenge. 0, or -1 when the connection was dropped. */
-static int gate_challenge(struct gate *g, int i) {
-  struct pending *p = &g->pending[i];
+/* The opening is in: answers it with the challenge. 0, or -1 with why. */
+static int gate_challenge(const struct gate *g, int fd, struct handshake *h,
+                          char *why, size_t whylen) {
   uint8_t chal[CHAL_LEN];
-  char why[128];
-  if (rcc_bootstrap_open_parse(p->buf, OPEN_LEN, g->purpose, p->nonce_c, why,
-                               sizeof(why)) != 0) {
-    gate_drop(g, i, why);
+  if (rcc_bootstrap_open_parse(h->buf, OPEN_LEN, g->purpose, h->nonce_c, why,
+                               whylen) != 0)
     return -1;
-  }
-  if (rcc_random_bytes(p->nonce_a, NONCE_LEN) != 0) {
-    gate_drop(g, i, "getrandom for a nonce failed");
+  if (rcc_random_bytes(h->nonce_a, NONCE_LEN) != 0) {
+    snprintf(why, whylen, "getrandom for a nonce failed");
     return -1;
   }
   rcc_put_be32(chal, CHAL_MAGIC);
   rcc_put_be16(chal + 4, g->purpose);
   rcc_put_be16(chal + 6, 0);
-  memcpy(chal + 8, p->nonce_a, NONCE_LEN);
-  mac(g->secret, LABEL_ACCEPTOR, g->purpose, p->nonce_c, p->nonce_a, NULL, 0,
+  memcpy(chal + 8, h->nonce_a, NONCE_LEN);
+  mac(g->secret, LABEL_ACCEPTOR, g->purpose, h->nonce_c, h->nonce_a, NULL, 0,
       chal + 8 + NONCE_LEN);
   /* A fresh connection's send buffer holds 56 bytes: all go at once. */
   ssize_t n;
   do
-    n = send(p->fd, chal, sizeof(chal), MSG_NOSIGNAL | MSG_DONTWAIT);
+    n = send(fd, chal, sizeof(chal), MSG_NOSIGNAL | MSG_DONTWAIT);
   while (n < 0 && errno == EINTR);
   if (n != (ssize_t)sizeof(chal)) {
-    gate_drop(g, i, n < 0 ? strerror(errno) : "the challenge did not fit");
+    snprintf(why, whylen, "%s",
+             n < 0 ? strerror(errno) : "the challenge did not fit");
     return -1;
   }
-  p->answering = 1;
-  p->got = 0;
+  h->answering = 1;
+  h->got = 0;
   return 0;
 }
 
-/* Reads what pending connection i has sent: 1 when it answered the
- * challenge with the right proof and a whole hello, 0 when more is to come,
- * -1 when it was dropped. */
-static int gate_read(struct gate *g, int i) {
-  struct pending *p = &g->pending[i];
+/* The gate's check: reads what the connection has sent; challenges a whole
+ * opening (the connection is then started: the rank counts itself
+ * connected once it answered); proven when the answer holds the right
+ * proof and a whole hello. */
+static enum rcc_gate_step gate_check(void *arg, struct rcc_gate_conn *c,
+                                     char *why, size_t whylen) {
+  const struct gate *g = arg;
+  struct handshake *h = c->state;
   for (;;) {
-    size_t want = p->answering ? PROOF_LEN + g->hdr_len : OPEN_LEN;
-    while (p->got < want) {
-      ssize_t n = recv(p->fd, p->buf + p->got, want - p->got, 0);
+    size_t want = h->answering ? PROOF_LEN + g->hdr_len : OPEN_LEN;
+    while (h->got < want) {
+      ssize_t n = recv(c->fd, h->buf + h->got, want - h->got, 0);
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return 0;
+        return h->answering ? RCC_GATE_STARTED : RCC_GATE_WAIT;
       if (n <= 0) {
-        gate_drop(g, i, n < 0              ? strerror(errno)
-                        : p->answering     ? "closed before answering the "
-                                             "challenge (another id's rank?)"
-                                           : "closed before its handshake");
-        return -1;
+        snprintf(why, whylen, "%s", n < 0 ? strerror(errno)
+                                    : h->answering ? "closed before answering "
+                                                     "the challenge (another "
+                                                     "id's rank?)"
+                                                   : "closed before its "
+                                                     "handshake");
+        return RCC_GATE_DROP;
       }
-      p->got += (size_t)n;
+      h->got += (size_t)n;
     }
-    if (p->answering)
+    if (h->answering)
       break;
-    if (gate_challenge(g, i) != 0)
-      return -1;
+    if (gate_challenge(g, c->fd, h, why, whylen) != 0)
+      return RCC_GATE_DROP;
   }
   uint8_t proof[PROOF_LEN];
-  mac(g->secret, LABEL_CONNECTOR, g->purpose, p->nonce_a, p->nonce_c,
-      p->buf + PROOF_LEN, g->hdr_len, proof);
-  if (!rcc_equal_ct(proof, p->buf, PROOF_LEN)) {
-    char a[80];
-    RCC_WARN(g->log_rank, "bootstrap: %s refused a connection from %s: it "
-             "could not prove that it knows the secret (a stranger, or a rank "
-             "given another id)", g->what,
-             rcc_socket_addr_str(&p->peer, a, sizeof(a)));
-    close(p->fd);
-    *p = g->pending[--g->npending];
-    return -1;
+  mac(g->secret, LABEL_CONNECTOR, g->purpose, h->nonce_a, h->nonce_c,
+      h->buf + PROOF_LEN, g->hdr_len, proof);
+  if (!rcc_equal_ct(proof, h->buf, PROOF_LEN)) {
+    snprintf(why, whylen, "it could not prove that it knows the secret (a "
+             "stranger, or a rank given another id)");
+    return RCC_GATE_REFUSE;
   }
-  return 1;
-}
-
-static void gate_drop_oldest(struct gate *g, const char *why) {
-  int oldest = 0;
-  for (int i = 1; i < g->npending; i++)
-    if (g->pending[i].drop_at < g->pending[oldest].drop_at)
-      oldest = i;
-  gate_drop(g, oldest, why);
-}
-
-/* Takes what the kernel queued. Beyond MAX_PENDING the oldest is dropped; a
- * failed accept() (EMFILE, ENFILE: out of descriptors) drops the oldest too,
- * to free one, and backs off instead of failing. */
-static void gate_accept(struct gate *g) {
-  for (int k = 0; k < 64; k++) {
-    char msg[RCC_ERRLEN];
-    int fd;
-    struct sockaddr_storage peer;
-    if (rcc_socket_accept(g->listen_fd, &fd, &peer, msg, sizeof(msg)) !=
-        RINGCC_SUCCESS) {
-      if (!g->accept_warned)
-        RCC_WARN(g->log_rank, "bootstrap: %s: %s; backing off (and dropping "
-                 "the oldest connection without a handshake)", g->what, msg);
-      g->accept_warned = 1;
-      g->accept_retry_at = rcc_now_ns() + 20 * 1000000LL;
-      if (g->npending > 0)
-        gate_drop_oldest(g, "out of descriptors: the oldest connection "
-                            "without a handshake makes room");
-      return;
-    }
-    if (fd < 0)
-      return;
-    if (g->npending == MAX_PENDING) /* a flood */
-      gate_drop_oldest(g, "too many connections without a handshake");
-    struct pending *p = &g->pending[g->npending++];
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->peer = peer;
-    p->drop_at = rcc_now_ns() + HELLO_TIMEOUT_NS;
-  }
+  return RCC_GATE_PROVEN;
 }
 
 /* Hands out the next connection that proved itself with a whole hello.
@@ -522,68 +467,46 @@ static void gate_accept(struct gate *g) {
  * RINGCC_ERR_TIMEOUT at deadline_ns. */
 static ringcc_result_t gate_next(struct gate *g, int64_t deadline_ns,
                                  int extra_fd, struct passed *out) {
-  struct pollfd pfd[2 + MAX_PENDING];
-  for (;;) {
-    int64_t now = rcc_now_ns();
-    for (int i = g->npending - 1; i >= 0; i--)
-      if (g->pending[i].drop_at <= now)
-        gate_drop(g, i, "no complete handshake within the time allowed");
-    for (int i = g->npending - 1; i >= 0; i--) {
-      if (gate_read(g, i) == 1) {
-        const struct pending *p = &g->pending[i];
-        out->fd = p->fd;
-        out->peer = p->peer;
-        memcpy(out->nonce_c, p->nonce_c, NONCE_LEN);
-        memcpy(out->nonce_a, p->nonce_a, NONCE_LEN);
-        memcpy(out->hello, p->buf + PROOF_LEN, g->hdr_len);
-        g->pending[i] = g->pending[--g->npending];
-        return RINGCC_SUCCESS;
-      }
-    }
-    if (now >= deadline_ns)
-      return RINGCC_ERR_TIMEOUT;
-
-    int timeout_ms = rcc_socket_poll_ms(deadline_ns);
-    int accepting = now >= g->accept_retry_at;
-    pfd[0] = (struct pollfd){.fd = accepting ? g->listen_fd : -1,
-                             .events = POLLIN};
-    if (!accepting) {
-      int64_t retry_ms = (g->accept_retry_at - now + 999999) / 1000000;
-      if (retry_ms < timeout_ms)
-        timeout_ms = (int)retry_ms;
-    }
-    for (int i = 0; i < g->npending; i++) {
-      int64_t left_ms = (g->pending[i].drop_at - now + 999999) / 1000000;
-      if (left_ms < timeout_ms)
-        timeout_ms = (int)left_ms;
-      pfd[1 + i] = (struct pollfd){.fd = g->pending[i].fd, .events = POLLIN};
-    }
-    int extra = 1 + g->npending;
-    pfd[extra] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
-    int n = poll(pfd, (nfds_t)(extra + 1), timeout_ms);
-    if (n > 0 && extra_fd >= 0 && pfd[extra].revents != 0) {
-      out->fd = -1;
-      return RINGCC_SUCCESS;
-    }
-    if (n > 0 && (pfd[0].revents & POLLIN))
-      gate_accept(g);
-    /* The reads happen at the top of the loop: a recv on a connection with
-     * nothing to read just says EAGAIN. */
+  struct rcc_gate_passed p;
+  struct handshake h;
+  char err[RCC_ERRLEN];
+  ringcc_result_t r = rcc_gate_next(g->gate, deadline_ns, extra_fd, &p, &h,
+                                    err, sizeof(err));
+  if (r != RINGCC_SUCCESS) {
+    if (r != RINGCC_ERR_TIMEOUT)
+      RCC_WARN(-1, "bootstrap: %s", err);
+    return r;
   }
+  out->fd = p.fd;
+  if (p.fd >= 0) {
+    out->peer = p.peer;
+    memcpy(out->nonce_c, h.nonce_c, NONCE_LEN);
+    memcpy(out->nonce_a, h.nonce_a, NONCE_LEN);
+    memcpy(out->hello, h.buf + PROOF_LEN, g->hdr_len);
+  }
+  memset(&h, 0, sizeof(h));
+  return RINGCC_SUCCESS;
 }
 
 static struct gate *gate_new(int listen_fd, uint32_t purpose, size_t hdr_len,
                              const uint8_t secret[SECRET_LEN], int log_rank,
                              const char *what) {
   struct gate *g = calloc(1, sizeof(*g));
+  char name[160];
   if (g == NULL)
     return NULL;
-  g->listen_fd = listen_fd;
   g->purpose = purpose;
   g->hdr_len = hdr_len;
   memcpy(g->secret, secret, SECRET_LEN);
-  g->log_rank = log_rank;
-  snprintf(g->what, sizeof(g->what), "%s", what);
+  snprintf(name, sizeof(name), "bootstrap: %s", what);
+  struct rcc_gate_config cfg = {
+      .what = name, .log_rank = log_rank, .max_held = MAX_PENDING,
+      .expire_ns = HELLO_TIMEOUT_NS, .backoff_ns = ACCEPT_BACKOFF_NS,
+      .state_bytes = sizeof(struct handshake), .check = gate_check, .arg = g};
+  if ((g->gate = rcc_gate_new(listen_fd, &cfg)) == NULL) {
+    gate_free(g);
+    return NULL;
+  }
   return g;
 }
 
@@ -1040,6 +963,32 @@ static ringcc_result_t hs_open(struct connector *c, int64_t deadline_ns,
   return RINGCC_SUCCESS;
 }
 
+/* hs_open, and where the listener closed the connection before it could
+ * read the opening (its gate dropped it as a silent stranger while this
+ * process did not run, stopped after its connect: gate.h), a new
+ * connection to addr and the opening again; the listener never saw it. */
+static ringcc_result_t hs_open_at(struct connector *c,
+                                  const struct sockaddr_storage *addr,
+                                  int64_t deadline_ns, char *err,
+                                  size_t errlen) {
+  for (int tries = 0;; tries++) {
+    ringcc_result_t r = hs_open(c, deadline_ns, err, errlen);
+    if (r != RINGCC_SUCCESS || tries == OPEN_RETRIES ||
+        !rcc_gate_dropped_unread(c->fd))
+      return r;
+    RCC_INFO(c->rank, "bootstrap: rank %d: %s closed the connection before "
+             "it read the opening (this process did not run for a while?): "
+             "connecting again", c->rank, c->whom);
+    char msg[RCC_ERRLEN];
+    close(c->fd);
+    c->fd = -1;
+    r = rcc_socket_connect(addr, deadline_ns, &c->fd, msg, sizeof(msg));
+    if (r != RINGCC_SUCCESS)
+      return rcc_errf(err, errlen, r, "bootstrap: rank %d: connecting again "
+                      "to %s: %s", c->rank, c->whom, msg);
+  }
+}
+
 static ringcc_result_t hs_answer(struct connector *c,
                                  const uint8_t chal[CHAL_LEN],
                                  const uint8_t secret[SECRET_LEN],
@@ -1216,7 +1165,8 @@ static ringcc_result_t join_rendezvous(struct rcc_bootstrap *b,
   addr_to_wire(b->nranks > 1 ? &bound : NULL, hello + 12);
   struct connector c = {.fd = fd, .rank = b->rank,
                         .purpose = PURPOSE_RENDEZVOUS, .whom = whom};
-  r = hs_open(&c, deadline_ns, err, errlen);
+  r = hs_open_at(&c, &b->root, deadline_ns, err, errlen);
+  fd = c.fd;
   if (r == RINGCC_SUCCESS) {
     uint8_t chal[CHAL_LEN];
     int64_t chal_deadline = rcc_now_ns() + CHALLENGE_TIMEOUT_NS;
@@ -1284,7 +1234,8 @@ static ringcc_result_t connect_ring(struct rcc_bootstrap *b,
   rcc_put_be32(hello, RING_MAGIC);
   rcc_put_be32(hello + 4, (uint32_t)b->rank);
   rcc_put_be32(hello + 8, (uint32_t)b->nranks);
-  r = hs_open(&c, deadline_ns, err, errlen);
+  r = hs_open_at(&c, &b->peers[next], deadline_ns, err, errlen);
+  b->next_fd = c.fd;
   while (r == RINGCC_SUCCESS && (!answered || b->prev_fd < 0)) {
     struct passed in;
     int short_wait = !answered && chal_deadline < deadline_ns;

@@ -21,6 +21,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "exec.h"
+#include "fifo.h"
 #include "live.h"
 #include "log.h"
 #include "stats.h"

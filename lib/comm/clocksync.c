@@ -22,6 +22,8 @@
 #include "clocksync.h"
 #include "comm.h"
 #include "exec.h"
+#include "fifo.h"
+#include "topo.h"
 #include "trace.h"
 
 #define ROUNDS 16

@@ -342,8 +342,10 @@ static void comm_free(struct ringcc_comm *comm) {
   rcc_stats_destroy(comm); /* logs the summary at INFO */
   rcc_cuda_destroy(comm); /* first: kernels may still use the FIFOs */
   rcc_registry_free(comm);
+  rcc_board_free(comm); /* before the segments it lives in go */
   rcc_transports_destroy(comm);
-  rcc_cma_release(comm);
+  rcc_cma_free(comm);
+  rcc_tuner_free(comm);
   rcc_cuda_free(comm);
   if (comm->boot)
     rcc_bootstrap_close(comm->boot);
@@ -425,7 +427,7 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   char err[RCC_ERRLEN];
   int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
   comm->init_deadline = deadline;
-  rcc_shm_sweep(comm->rank); /* what ranks killed during an init left */
+  rcc_transports_sweep(comm->rank); /* what ranks killed in an init left */
   ringcc_result_t r =
       rcc_bootstrap_init(&comm->boot, id, comm->rank, comm->nranks, deadline,
                          err, sizeof(err));
@@ -439,8 +441,10 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
   comm->nkinds = rcc_cuda_kinds(comm); /* device FIFOs if every rank has a GPU */
   if ((r = rcc_graph_build_ring(comm)) != RINGCC_SUCCESS ||
       (r = alloc_conns(comm)) != RINGCC_SUCCESS ||
-      (r = rcc_stats_create(comm)) != RINGCC_SUCCESS ||
-      (r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
+      (r = rcc_stats_create(comm)) != RINGCC_SUCCESS)
+    return r;
+  rcc_board_reserve(comm); /* its room in the shared-memory segments */
+  if ((r = rcc_transports_connect(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   /* The device side of the FIFOs; agreed on, so that no rank launches a
    * kernel before every rank finished its CUDA setup. */

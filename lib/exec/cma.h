@@ -26,10 +26,13 @@ struct rcc_cma_call {
 /* Init: the word peers try to read (into this rank's peer info). */
 void rcc_cma_prepare(struct ringcc_comm *comm, struct rcc_peer_info *me);
 /* Init, once transports are up: every rank probes every peer and all agree
- * on comm->cma_ok. */
+ * whether the path is usable (rcc_cma_usable). */
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline);
-/* Destroy: withdraws this communicator's share of the ptrace exception. */
-void rcc_cma_release(struct ringcc_comm *comm);
+/* 1 where every rank agreed at init that the path works (the tuner). */
+int rcc_cma_usable(const struct ringcc_comm *comm);
+/* Destroy: withdraws this communicator's share of the ptrace exception and
+ * frees comm->cma. */
+void rcc_cma_free(struct ringcc_comm *comm);
 ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
                             const struct rcc_cma_call *call);
 

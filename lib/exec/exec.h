@@ -19,7 +19,7 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
                                        const struct rcc_plan *call,
                                        const void *src, void *dst,
                                        ringcc_datatype_t dt, ringcc_op_t op);
-/* One-shot allreduce over the board (board.h): where comm->board_ok and the
+/* One-shot allreduce over the board (board.h): where comm->board is set and the
  * message fits a region. */
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
                                     const struct rcc_plan *plan,

@@ -50,6 +50,7 @@
 #include "log.h"
 #include "reduce.h"
 #include "stats.h"
+#include "topo.h"
 
 /* Under ThreadSanitizer (make tsan-check runs ranks as threads of one
  * process): the FIFOs that order our reads of peers' buffers are mapped at a
@@ -116,20 +117,30 @@ static int peer_read(const struct ringcc_comm *comm, int peer, void *local,
 static pthread_mutex_t ptracer_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ptracer_users;
 
+/* A communicator's cross-memory attach (comm->cma): the word peers read at
+ * init, and whether the path is usable. */
+struct rcc_cma {
+  uint64_t probe;  /* PROBE_MAGIC ^ pid: peers try to read it */
+  int ok;          /* the direct large-message path is usable (agreed) */
+  int ptracer;     /* holds a share of PR_SET_PTRACER_ANY */
+};
+
 static void ptracer_hold(struct ringcc_comm *comm) {
+  if (comm->cma == NULL) /* out of memory at init: no path, no exception */
+    return;
   pthread_mutex_lock(&ptracer_lock);
   if (ptracer_users++ == 0 &&
       prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
     RCC_TRACE(comm->rank, "cma: prctl(PR_SET_PTRACER_ANY): %s (no Yama: "
               "not needed)", strerror(errno));
   pthread_mutex_unlock(&ptracer_lock);
-  comm->cma_ptracer = 1;
+  comm->cma->ptracer = 1;
 }
 
-void rcc_cma_release(struct ringcc_comm *comm) {
-  if (!comm->cma_ptracer)
+static void ptracer_release(struct ringcc_comm *comm) {
+  if (comm->cma == NULL || !comm->cma->ptracer)
     return;
-  comm->cma_ptracer = 0;
+  comm->cma->ptracer = 0;
   if (comm->forked) /* the child does not have the parent's exception */
     return;
   pthread_mutex_lock(&ptracer_lock);
@@ -138,9 +149,19 @@ void rcc_cma_release(struct ringcc_comm *comm) {
   pthread_mutex_unlock(&ptracer_lock);
 }
 
+void rcc_cma_free(struct ringcc_comm *comm) {
+  ptracer_release(comm);
+  free(comm->cma);
+  comm->cma = NULL;
+}
+
+int rcc_cma_usable(const struct ringcc_comm *comm) {
+  return comm->cma != NULL && comm->cma->ok;
+}
+
 /* Init: where cross-memory attach could run at all, allow peers to read us,
  * then try to read every peer's probe word and agree through the bootstrap;
- * comm->cma_ok is the same on every rank. */
+ * comm->cma->ok is the same on every rank. */
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
   int forced = comm->set.algo == RINGCC_ALGO_CMA ||
@@ -158,20 +179,22 @@ ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
                               "attach", deadline)) != RINGCC_SUCCESS)
       return r;
   }
-  int ok = may;
+  int ok = may && comm->cma != NULL, agreed = 0;
   for (int p = 0; p < comm->nranks && ok; p++) {
     const struct rcc_peer_info *q = &comm->peers[p];
     uint64_t word = 0;
     ok = peer_read(comm, p, &word, q->cma_probe_addr, sizeof(word)) == 0 &&
          word == (PROBE_MAGIC ^ (uint64_t)q->pid);
   }
-  r = rcc_all_agree(comm, ok, &comm->cma_ok, deadline);
-  if (!comm->cma_ok)
-    rcc_cma_release(comm); /* nobody reads us: no exception */
+  r = rcc_all_agree(comm, ok, &agreed, deadline);
+  if (comm->cma != NULL)
+    comm->cma->ok = agreed;
+  if (!agreed)
+    ptracer_release(comm); /* nobody reads us: no exception */
   if (r != RINGCC_SUCCESS)
     return r;
   RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s",
-           comm->cma_ok ? "available"
+           agreed ? "available"
                         : forced ? "not available (ranks on several hosts, "
                                    "shm disabled, or peers' memory not "
                                    "readable)"
@@ -182,8 +205,14 @@ ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
 
 /* Called before the peer info is all-gathered. */
 void rcc_cma_prepare(struct ringcc_comm *comm, struct rcc_peer_info *me) {
-  comm->cma_probe = PROBE_MAGIC ^ (uint64_t)getpid();
-  me->cma_probe_addr = (uint64_t)(uintptr_t)&comm->cma_probe;
+  if (comm->cma == NULL)
+    comm->cma = calloc(1, sizeof(*comm->cma));
+  if (comm->cma == NULL) { /* peers' probes fail: agreed unusable */
+    me->cma_probe_addr = 0;
+    return;
+  }
+  comm->cma->probe = PROBE_MAGIC ^ (uint64_t)getpid();
+  me->cma_probe_addr = (uint64_t)(uintptr_t)&comm->cma->probe;
 }
 
 /* A small collective of our own on the FIFOs: allgather or barrier. */

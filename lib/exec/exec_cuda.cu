@@ -22,7 +22,7 @@
  *                       the failure (RINGCC_ERR_PEER_FAILED, ...) or
  *                       RINGCC_ERR_TIMEOUT
  *   RCC_PROTO_WAKE      nothing: device waiters spin, and the network proxy
- *                       polls while a kernel runs (comm->device_busy)
+ *                       polls while a kernel runs (comm->kernels_started)
  *
  * A step: thread 0 computes it (rcc_plan_step), waits for the incoming slot
  * and/or a free outgoing slot, and checks the slot's meta word; a barrier;
@@ -48,8 +48,8 @@
 #define RCC_HD __host__ __device__
 /* The headers the schedule files include, and this file's. */
 #include "algorithms.h"
-#include "cuda.h"
 #include "fold.h"
+#include "kernel.h"
 #include "reduce.cuh"
 
 /* ---- the schedules, compiled for the device ------------------------------- */

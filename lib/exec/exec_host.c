@@ -55,6 +55,7 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #include "error.h"
 #include "exec.h"
 #include "failure.h"
+#include "fifo.h"
 #include "log.h"
 #include "reduce.h"
 #include "report.h"
@@ -1044,7 +1045,7 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
 
 /* ---- one-shot AllReduce over the board ---------------------------------------
  *
- * Where every rank maps every rank's shared-memory segment (comm->board_ok),
+ * Where every rank maps every rank's shared-memory segment (comm->board),
  * the one-shot needs no FIFOs: each rank copies its input into its own board
  * region and publishes it with the call's sequence number, then reads every
  * rank's region in rank order, reducing into dst, exactly as the FIFO
@@ -1100,7 +1101,7 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   };
   int n = comm->nranks;
   size_t bytes = plan->count * x.esize;
-  uint32_t seq = ++comm->board_seq;
+  uint32_t seq = ++comm->board->seq;
   struct rcc_board *mine = rcc_board_region(comm, comm->rank, seq);
   ringcc_result_t r = RINGCC_SUCCESS;
 
@@ -1172,26 +1173,6 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
   RCC_PUT(x.at->board_seq, NULL);
   RCC_PUT(x.at->active, 0);
   return r;
-}
-
-/* The board is used only where every rank reads every rank's board (the
- * shared-memory transport maps them with its FIFOs and sets comm->board, so
- * a rank has them all when every edge is plain shared memory). Agreed
- * through the bootstrap, since a rank that used the board while a peer used
- * the FIFOs would wait forever. */
-ringcc_result_t rcc_board_setup(struct ringcc_comm *comm, int64_t deadline) {
-  int n = comm->nranks, ok = n > 1 && comm->board != NULL;
-  for (int p = 0; p < n && ok; p++)
-    ok = comm->board[p] != NULL;
-  ringcc_result_t r = rcc_all_agree(comm, ok, &comm->board_ok, deadline);
-  if (r != RINGCC_SUCCESS)
-    return r;
-  RCC_INFO(comm->rank, "one-shot board (%zu bytes a call): %s",
-           comm->board_bytes,
-           comm->board_ok ? "available"
-                          : "not available (ranks on several hosts, or an edge "
-                            "that is not plain shared memory)");
-  return RINGCC_SUCCESS;
 }
 
 /* ---- a wait for executors with flags of their own ----------------------------- */

@@ -81,6 +81,7 @@
 #include "comm.h"
 #include "error.h"
 #include "exec.h"
+#include "fifo.h"
 #include "reduce.h"
 #include "registry.h"
 #include "zc.h"

@@ -9,6 +9,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "topo.h"
 
 /* The lowest rank on the same host as rank r: the host's sort key. */
 static int host_leader(const struct ringcc_comm *comm, int r) {

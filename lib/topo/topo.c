@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm.h"
+#include "topo.h"
 
 int rcc_topo_device_path(const struct rcc_edge_topo *e) {
   if (!e->same_host || e->shm_disable)

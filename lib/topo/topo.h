@@ -135,4 +135,24 @@ int rcc_topo_staged_why(const struct rcc_peer_info *a,
 const char *rcc_topo_p2p_status_name(int status);
 const char *rcc_topo_level_name(int level);
 
+#define RCC_HOSTNAME_LEN 64
+
+/* What every rank tells the others at init (all-gathered; comm->peers). */
+struct rcc_peer_info {
+  int32_t rank;
+  int32_t pid;
+  uint64_t host_hash;  /* hostname + boot id, or RINGCC_HOSTID */
+  uint64_t pid_space;  /* boot id + pid namespace: pids comparable if equal */
+  int64_t chunk_bytes; /* must agree across ranks */
+  int64_t net_chunk_bytes; /* must agree across ranks */
+  int64_t device_chunk_bytes; /* RINGCC_DEVICE_CHUNK_BYTES or -1: must agree */
+  int32_t nslots;      /* must agree across ranks */
+  int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
+  int32_t shm_disable;
+  uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
+  uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
+  struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
+  char hostname[RCC_HOSTNAME_LEN];
+};
+
 #endif /* RCC_TOPO_H */

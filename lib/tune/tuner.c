@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "board.h"
 #include "bootstrap.h"
+#include "cma.h"
 #include "comm.h"
 #include "error.h"
 #include "log.h"
@@ -119,7 +121,11 @@ static void load_model(struct ringcc_comm *comm, struct rcc_model *m) {
 }
 
 ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline) {
-  struct rcc_tuner *t = &comm->tuner;
+  if (comm->tuner == NULL &&
+      (comm->tuner = calloc(1, sizeof(*comm->tuner))) == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "init on rank %d: out of memory (tuner)", comm->rank);
+  struct rcc_tuner *t = comm->tuner;
   int n = comm->nranks;
   struct tuner_record *all = calloc((size_t)n, sizeof(*all));
   char err[RCC_ERRLEN];
@@ -218,8 +224,8 @@ static void log_choice(const struct ringcc_comm *comm,
   char line[1200], ring[32], every[32];
   int off;
 
-  links_text(comm->tuner.ring_links, ring, sizeof(ring));
-  links_text(comm->tuner.all_links, every, sizeof(every));
+  links_text(comm->tuner->ring_links, ring, sizeof(ring));
+  links_text(comm->tuner->all_links, every, sizeof(every));
   off = snprintf(line, sizeof(line), "TUNING %s S=%.0f B, %d ranks (ring "
                  "edges %s, all edges %s):", rcc_coll_name(in->coll),
                  in->bytes, in->nranks, ring, every);
@@ -256,7 +262,7 @@ static void log_choice(const struct ringcc_comm *comm,
 
 static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
                    int device, int registered, struct rcc_tuning *out) {
-  const struct rcc_tuner *t = &comm->tuner;
+  const struct rcc_tuner *t = comm->tuner;
   int logging = rcc_log_level >= RINGCC_LOG_INFO;
   struct rcc_candidate cand[RCC_MAX_CANDIDATES];
   struct rcc_model_input in = {
@@ -274,8 +280,8 @@ static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
                                           : comm->ring_chunk_bytes),
       .all_chunk_bytes = (double)(device ? comm->dev_all_chunk_bytes
                                          : comm->all_chunk_bytes),
-      .board_bytes = comm->board_ok ? (double)comm->board_bytes : 0,
-      .cma = comm->cma_ok,
+      .board_bytes = (double)rcc_board_bytes(comm),
+      .cma = rcc_cma_usable(comm),
       .device = device,
       .forced = comm->set.algo,
       .registered = registered,
@@ -308,23 +314,31 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
                       int device, struct rcc_tuning *out) {
   /* Training loops repeat the same calls: skip the model (about 5% of an
    * 8-byte allreduce) when nothing would be logged. Registering or
-   * deregistering memory forgets the last choice (registry.c). */
-  if (rcc_log_level < RINGCC_LOG_INFO && comm->tune_last.valid &&
-      comm->tune_last.coll == coll && comm->tune_last.bytes == count_bytes &&
-      comm->tune_last.device == device) {
-    out->alg = comm->tune_last.alg;
-    out->chunk_bytes = comm->tune_last.chunk_bytes;
-    out->channels = comm->tune_last.channels;
+   * deregistering memory changes the registry's kind, and so the key. */
+  struct rcc_tuner *t = comm->tuner;
+  int registered = rcc_registry_kind(comm);
+  if (rcc_log_level < RINGCC_LOG_INFO && t->last.valid &&
+      t->last.coll == coll && t->last.bytes == count_bytes &&
+      t->last.device == device && t->last.registered == registered) {
+    out->alg = t->last.alg;
+    out->chunk_bytes = t->last.chunk_bytes;
+    out->channels = t->last.channels;
     return;
   }
-  choose(comm, coll, count_bytes, device, rcc_registry_kind(comm), out);
-  comm->tune_last.valid = 1;
-  comm->tune_last.coll = coll;
-  comm->tune_last.bytes = count_bytes;
-  comm->tune_last.device = device;
-  comm->tune_last.alg = out->alg;
-  comm->tune_last.chunk_bytes = out->chunk_bytes;
-  comm->tune_last.channels = out->channels;
+  choose(comm, coll, count_bytes, device, registered, out);
+  t->last.valid = 1;
+  t->last.coll = coll;
+  t->last.bytes = count_bytes;
+  t->last.device = device;
+  t->last.registered = registered;
+  t->last.alg = out->alg;
+  t->last.chunk_bytes = out->chunk_bytes;
+  t->last.channels = out->channels;
+}
+
+void rcc_tuner_free(struct ringcc_comm *comm) {
+  free(comm->tuner);
+  comm->tuner = NULL;
 }
 
 void rcc_tuner_choose_unregistered(struct ringcc_comm *comm, int coll,

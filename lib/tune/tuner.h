@@ -189,6 +189,14 @@ struct rcc_tuner {
   unsigned all_links;  /* bit l: some edge is */
   struct rcc_link_cost ring_link; /* the worst alpha and beta of ring_links */
   struct rcc_link_cost all_link;  /* of all_links */
+  struct {             /* the last choice, reused by a call of the same
+                          collective, size, buffers and registrations */
+    int valid, coll, device, registered;
+    size_t bytes;
+    int alg;
+    size_t chunk_bytes;
+    int channels;
+  } last;
 };
 
 /* ---- the calibration file ----------------------------------------------- */
@@ -279,6 +287,8 @@ struct ringcc_comm;
  * on it with the other ranks (rank 0's values); a collective step of init,
  * after the transports are connected. */
 ringcc_result_t rcc_tuner_init(struct ringcc_comm *comm, int64_t deadline);
+/* Frees comm->tuner (destroy; NULL is fine). */
+void rcc_tuner_free(struct ringcc_comm *comm);
 /* How one call runs, from rcc_tuner_choose. */
 struct rcc_tuning {
   int alg;            /* enum rcc_alg: an entry of rcc_algorithms[] */

@@ -3,7 +3,7 @@
  * aborts (libFuzzer then saves the input as a crash), big-endian readers,
  * and the properties every refusal must have.
  *
- * Each target feeds one parser of lib/wire.h with bytes as they could come
+ * Each target feeds one parser of lib/util/wire.h with bytes as they could come
  * off a socket, plus the expectations the receiving side would have, taken
  * from the input too, and checks what the parser promises.
  */

@@ -2,7 +2,7 @@
 """Writes the seed corpus of the fuzz targets: test/fuzz/corpus/<target>/.
 
 A handful of valid inputs and near misses (one field wrong) per target, in
-the layouts of lib/bootstrap.c, transports/net_socket.c and transports/net.c.
+the layouts of lib/boot/bootstrap.c, transports/net_socket.c and transports/net.c.
 Run from anywhere; it rewrites the corpus directories it knows.
 """
 import os

@@ -1,5 +1,5 @@
 /*
- * reduce_bw.cu - throughput of the reduction kernels (lib/reduce.cuh, the
+ * reduce_bw.cu - throughput of the reduction kernels (lib/exec/reduce.cuh, the
  * code the collective kernels run) against a device-to-device copy, on one
  * GPU (needs a GPU; run by scripts/gpu-check.sh).
  *

@@ -1,6 +1,6 @@
 /*
  * fake_ibverbs.c - a stand-in for libibverbs, for tests of the verbs plugin
- * (transports/net_ib.c) on machines without an RDMA device. The Makefile
+ * (transports/net_ib/) on machines without an RDMA device. The Makefile
  * builds it as $(BUILD)/test/libfakeibverbs.so; test_net_ib loads it through
  * RINGCC_IBVERBS_LIB.
  *

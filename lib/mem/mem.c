@@ -25,6 +25,7 @@
 #include "live.h"
 #include "log.h"
 #include "mem.h"
+#include "topo.h"
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rcc_mem_block *table;

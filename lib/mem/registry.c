@@ -34,6 +34,7 @@
 #include "log.h"
 #include "mem.h"
 #include "registry.h"
+#include "topo.h"
 
 #define WHY_LEN 200
 
@@ -556,7 +557,6 @@ static ringcc_result_t do_register(struct ringcc_comm *comm, void *ptr,
   }
   reg->nlive++;
   reg->kind = compute_kind(comm, reg);
-  comm->tune_last.valid = 0;
   RCC_INFO(comm->rank, "%s: %zu bytes at %p, slot %u (%d registered); "
            "zero-copy: %s", fn, size, ptr, h->slot, reg->nlive,
            reg->kind == RCC_ZC_ONE_HOST   ? "every rank on this host"
@@ -628,7 +628,6 @@ static ringcc_result_t do_deregister(struct ringcc_comm *comm,
   free_registration(comm, handle);
   reg->nlive--;
   reg->kind = compute_kind(comm, reg);
-  comm->tune_last.valid = 0;
   RCC_INFO(comm->rank, "%s: slot %d (%d still registered)", fn, slot,
            reg->nlive);
   return RINGCC_SUCCESS;

@@ -12,7 +12,8 @@
  *                  directions of every host FIFO, with a futex wake, so a
  *                  peer blocked on this rank wakes and reads the cause (a
  *                  peer asleep on this rank's one-shot board is woken too,
- *                  and reads it in the FIFO from this rank);
+ *                  through comm->lost_wake, and reads it in the FIFO from
+ *                  this rank);
  *   network        the engine (the proxy thread) sends a zero-byte FAIL
  *                  message naming the rank on every send connection
  *                  (net_proxy.c; woken through the connection's notify
@@ -37,12 +38,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "board.h"
 #include "comm.h"
 #include "error.h"
 #include "failure.h"
+#include "fifo.h"
 #include "log.h"
 #include "proc.h"
+#include "topo.h"
 
 static void wake(uint32_t *word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -127,7 +129,13 @@ void rcc_peer_lost(struct ringcc_comm *comm, int dead, int told_by,
       }
   if (engine != NULL) /* one engine serves every network edge */
     engine->ops->notify(engine);
-  rcc_board_wake(comm); /* peers asleep on this rank's one-shot board */
+  /* Peers asleep on words outside the FIFOs (this rank's one-shot board):
+   * the modules that own them left them in comm->lost_wake. */
+  for (int i = 0; i < RCC_LOST_WAKE_MAX; i++) {
+    uint32_t *w = __atomic_load_n(&comm->lost_wake[i], __ATOMIC_ACQUIRE);
+    if (w != NULL)
+      syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  }
   /* Device waits too. */
   rcc_comm_tell_kernels(comm, unreachable ? RINGCC_ERR_NETWORK
                                           : RINGCC_ERR_PEER_FAILED);

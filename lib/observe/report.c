@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "env.h"
 #include "error.h"
+#include "fifo.h"
 #include "live.h"
 #include "log.h"
 

@@ -1,48 +1,42 @@
 /*
- * comm.h - the communicator: who the ranks are (peer info), the settings,
- * the connections, and the state every layer keeps on it. Each module's
- * functions are declared in that module's own header.
+ * comm.h - the communicator as every layer sees it: who the ranks are, the
+ * settings, the ring, the connections, the error, fatal and dead words, and
+ * who may use it. It sits at the bottom (lib/util) and includes nothing of
+ * a higher folder: what a module keeps on a communicator is its own struct,
+ * defined in its own header and reached here through an opaque pointer
+ * (the CUDA side, the board, cross-memory attach, the tuner, the registry,
+ * the statistics, the trace). Where a lower layer must see what a higher one
+ * does, the higher one leaves it here as data (fail_word, kernels_started,
+ * lost_wake, shm_extra_bytes), never as a callback. The lifecycle (init,
+ * split, destroy) is lib/comm/; each module's functions are declared in its
+ * own header.
  */
 #ifndef RCC_COMM_H
 #define RCC_COMM_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "connkind.h"
 #include "error.h"
-#include "proto.h"
-#include "schedule.h"
+#include "ringcc.h"
 #include "spin.h"
-#include "topo.h"
-#include "tuner.h"
 
+struct rcc_board_set;
 struct rcc_bootstrap;
+struct rcc_cma;
+struct rcc_conn;
 struct rcc_cuda;
+struct rcc_peer_info; /* topo.h */
 struct rcc_registry;
 struct rcc_stats;
 struct rcc_trace;
 struct rcc_transport;
+struct rcc_tuner;
 
+/* Entries rcc_transports[] may have (transport.c checks at compile time). */
 #define RCC_MAX_TRANSPORTS 4
-#define RCC_HOSTNAME_LEN 64
-
-/* What every rank tells the others at init (all-gathered). */
-struct rcc_peer_info {
-  int32_t rank;
-  int32_t pid;
-  uint64_t host_hash;  /* hostname + boot id, or RINGCC_HOSTID */
-  uint64_t pid_space;  /* boot id + pid namespace: pids comparable if equal */
-  int64_t chunk_bytes; /* must agree across ranks */
-  int64_t net_chunk_bytes; /* must agree across ranks */
-  int64_t device_chunk_bytes; /* RINGCC_DEVICE_CHUNK_BYTES or -1: must agree */
-  int32_t nslots;      /* must agree across ranks */
-  int32_t nchannels;   /* RINGCC_NCHANNELS, or -1: must agree */
-  int32_t shm_disable;
-  uint64_t cma_probe_addr; /* exec_cma.c: a word peers try to read at init */
-  uint64_t trace_id;   /* RINGCC_TRACE: a random id (trace.c), else 0 */
-  struct rcc_gpu_info gpu; /* device -1 when the rank has no GPU */
-  char hostname[RCC_HOSTNAME_LEN];
-};
 
 /* Settings resolved from ringcc_config_t, the environment and defaults. */
 struct rcc_settings {
@@ -115,10 +109,13 @@ struct ringcc_comm {
   int kind_channels[RCC_MAX_CONN_KINDS];
   int nkinds;              /* kinds of FIFOs per peer: host only, or + device */
   struct rcc_cuda *cuda;   /* device-side state (cuda.c); NULL without GPU */
-  /* Set by cuda.c once device FIFOs exist: 1 while a kernel of this
-   * communicator may run. An engine polls instead of sleeping then, since
-   * a kernel that publishes into a staged FIFO wakes nobody. */
-  int (*device_busy)(struct ringcc_comm *comm);
+  /* Set by cuda.c once device FIFOs exist (kernels_done first, then
+   * kernels_started, with release): the host-mapped counts of this
+   * communicator's kernels that started and that ended, kept by the kernels.
+   * A kernel runs while they differ: an engine polls instead of sleeping
+   * then, since a kernel that publishes into a staged FIFO wakes nobody. */
+  const uint32_t *kernels_started;
+  const uint32_t *kernels_done;
   const struct rcc_transport **edge_transport; /* [nranks] */
   void *transport_state[RCC_MAX_TRANSPORTS];
 
@@ -131,15 +128,8 @@ struct ringcc_comm {
    * host transports' slots). */
   size_t dev_ring_chunk_bytes;
   size_t dev_all_chunk_bytes;
-  struct rcc_tuner tuner;  /* the cost model, the same on every rank */
-  struct {                 /* the last choice (tuner.c), reused by a call of
-                              the same collective, size and buffers */
-    int valid, coll, device;
-    size_t bytes;
-    int alg;
-    size_t chunk_bytes;
-    int channels;
-  } tune_last;
+  struct rcc_tuner *tuner; /* the cost model, the same on every rank
+                              (tuner.h); NULL until init sets it up */
 
   uint64_t seq;            /* collectives issued on this communicator */
   struct rcc_progress progress;
@@ -155,16 +145,19 @@ struct ringcc_comm {
   uint8_t key[32];
   uint64_t splits;         /* ringcc_comm_split calls so far (alike on all) */
   int64_t init_deadline;   /* for transports' connect phase */
-  uint64_t cma_probe;      /* exec_cma.c */
-  int cma_ok;              /* the direct large-message path is usable */
-  int cma_ptracer;         /* holds a share of PR_SET_PTRACER_ANY (exec_cma.c) */
-  /* The one-shot board (exec_host.c): each rank's two regions, in its shm
-   * segment (shm.c); set where this rank maps every rank's segment. */
-  char **board;            /* [nranks] region 0 of each rank's board */
-  size_t board_stride;     /* region 1 is at board[r] + board_stride */
-  size_t board_bytes;      /* data a region holds */
-  int board_ok;            /* every rank has every board (agreed at init) */
-  uint32_t board_seq;      /* calls made on the board */
+  struct rcc_cma *cma;     /* cross-memory attach (exec_cma.c); NULL until
+                              init prepares it */
+  struct rcc_board_set *board; /* the one-shot board (board.h); NULL: none */
+  /* Bytes each rank's shared-memory segment keeps after its FIFOs (set
+   * before the transports connect by the board, which lives there; shm.c
+   * reserves and maps them, and the board finds them through the table:
+   * rcc_transports_extra). */
+  size_t shm_extra_bytes;
+  /* Futex words that sleepers outside the FIFOs wait on (the board's seq
+   * words, set by board.c): the failure code (failure.c) wakes them when a
+   * peer is lost. */
+#define RCC_LOST_WAKE_MAX 2
+  uint32_t *lost_wake[RCC_LOST_WAKE_MAX];
   /* Registered memory and the zero-copy flags (registry.h); NULL until the
    * first ringcc_comm_register. */
   struct rcc_registry *registry;
@@ -204,18 +197,6 @@ struct ringcc_comm {
                               transports then close descriptors and nothing
                               the parent's peers could notice */
 };
-
-/* The FIFO of connection kind `kind`, channel ch, to or from peer. */
-static inline struct rcc_conn *rcc_send_conn(const struct ringcc_comm *comm,
-                                             int kind, int ch, int peer) {
-  return &comm->send_conn[kind][(size_t)ch * (size_t)comm->nranks +
-                                (size_t)peer];
-}
-static inline struct rcc_conn *rcc_recv_conn(const struct ringcc_comm *comm,
-                                             int kind, int ch, int peer) {
-  return &comm->recv_conn[kind][(size_t)ch * (size_t)comm->nranks +
-                                (size_t)peer];
-}
 
 /* FIFO sets: every (kind, channel) of the first nkinds kinds, numbered kind
  * by kind; a transport makes one FIFO per set, peer and direction. */

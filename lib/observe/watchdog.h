@@ -12,8 +12,8 @@
  *     FIFO, is recorded - and that stores RINGCC_ERR_PEER_FAILED into the
  *     word the kernels poll (comm->fail_word), so they leave;
  *   - when a kernel starts (*started moves), tells the network engine (its
- *     notify hook), which polls only while a kernel runs (comm->device_busy:
- *     started != done) and otherwise sleeps - a collective queued behind
+ *     notify hook), which polls only while a kernel runs (the counts that
+ *     comm->kernels_started/done point to differ) and otherwise sleeps - a collective queued behind
  *     compute costs no CPU. Until the start it looks at *started after a
  *     sleep of 1/16 of the time it has waited (20 us to 1 ms), so the
  *     engine joins a kernel within about 6% of how long it was queued.

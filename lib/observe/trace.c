@@ -44,6 +44,7 @@
 #include "error.h"
 #include "log.h"
 #include "report.h"
+#include "topo.h"
 #include "trace.h"
 
 #define DEFAULT_EVENTS 65536

@@ -43,8 +43,10 @@
 #include "cuda.h"
 #include "error.h"
 #include "failure.h"
+#include "fifo.h"
 #include "gpu.h"
 #include "log.h"
+#include "topo.h"
 #include "transport.h"
 #include "watchdog.h"
 
@@ -192,8 +194,6 @@ struct rcc_cuda {
   pthread_mutex_t lock;               /* rcc_cuda_poll's, any thread */
   ringcc_result_t failure;            /* the first failure found */
 };
-
-static int cuda_busy(struct ringcc_comm *comm);
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -461,7 +461,7 @@ static ringcc_result_t register_fifo(struct ringcc_comm *comm,
   dev->fifo = dbase;
   dev->data = gdr ? host->data
                   : (char *)dbase + (host->data - (char *)host->fifo);
-  dev->ops = NULL; /* kernels wake nobody; the engine polls (cuda_busy) */
+  dev->ops = NULL; /* kernels wake nobody; the engine polls (kernels_started) */
   dev->engine = NULL;
   return RINGCC_SUCCESS;
 }
@@ -516,6 +516,17 @@ static ringcc_result_t device_edge(struct ringcc_comm *comm, int p,
   return RINGCC_SUCCESS;
 }
 
+/* The slots of the device FIFOs that live in GPU memory (CUDA P2P), as
+ * the table's first transport with such FIFOs says; 0: none. */
+static size_t device_fifo_slot_bytes(const struct ringcc_comm *comm) {
+  for (int t = 0; t < rcc_num_transports; t++) {
+    const struct rcc_transport *tr = rcc_transports[t];
+    if ((tr->flags & RCC_TRANSPORT_DEVICE_FIFOS) && tr->device_slot_bytes)
+      return tr->device_slot_bytes(comm);
+  }
+  return 0;
+}
+
 static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
   struct rcc_cuda *cu = comm->cuda;
   int n = comm->nranks;
@@ -537,7 +548,7 @@ static ringcc_result_t connect_tables(struct ringcc_comm *comm) {
   RCC_INFO(comm->rank, "device FIFOs: %d channel(s), CUDA P2P slots of %zu "
            "KiB (RINGCC_DEVICE_CHUNK_BYTES%s); device steps: ring %zu B, all "
            "edges %zu B", comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL],
-           rcc_p2p_device_slot_bytes(comm) >> 10,
+           device_fifo_slot_bytes(comm) >> 10,
            comm->set.device_chunk_bytes > 0 ? "" : " unset: by memory",
            comm->dev_ring_chunk_bytes, comm->dev_all_chunk_bytes);
   if (r == RINGCC_SUCCESS)
@@ -560,8 +571,11 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   if (e != cudaSuccess)
     return cuda_error(comm, "cudaHostAlloc of the status record", e);
   memset(st, 0, sizeof(*st));
-  /* The network engine (another thread) may look already (cuda_busy). */
   __atomic_store_n(&cu->status, st, __ATOMIC_RELEASE);
+  /* The network engine (another thread) may look already: done first, so
+   * that whoever sees started sees both (comm.h). */
+  __atomic_store_n(&comm->kernels_done, &st->done, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->kernels_started, &st->started, __ATOMIC_RELEASE);
   if ((e = cudaHostGetDevicePointer((void **)&cu->status_dev, cu->status, 0)) !=
       cudaSuccess)
     return cuda_error(comm, "cudaHostGetDevicePointer", e);
@@ -592,8 +606,7 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
                           "init on rank %d: out of memory", comm->rank);
   cu->device = comm->peers[comm->rank].gpu.device;
   pthread_mutex_init(&cu->lock, NULL);
-  __atomic_store_n(&comm->cuda, cu, __ATOMIC_RELEASE); /* see cuda_busy */
-  __atomic_store_n(&comm->device_busy, cuda_busy, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->cuda, cu, __ATOMIC_RELEASE);
   ringcc_result_t r = enter(comm, cu->device, &scope);
   if (r != RINGCC_SUCCESS)
     return r;
@@ -682,6 +695,8 @@ void rcc_cuda_free(struct ringcc_comm *comm) {
     return;
   /* The network engine (stopped by now) and failure.c no longer look. */
   __atomic_store_n(&comm->fail_word, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->kernels_started, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->kernels_done, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->cuda, NULL, __ATOMIC_RELEASE);
   if (cu->status && !comm->forked)
     cudaFreeHost(cu->status);
@@ -765,19 +780,6 @@ void rcc_cuda_poll(struct ringcc_comm *comm) {
     }
   }
   pthread_mutex_unlock(&cu->lock);
-}
-
-/* comm->device_busy: called by the network engine's thread, also while
- * init is still filling comm->cuda in and until the engine stops
- * (rcc_cuda_free comes after). 1 while a kernel runs (it started and has
- * not ended): the engine polls then, and sleeps while kernels only wait in
- * a stream (the watchdog rings it when one starts). */
-static int cuda_busy(struct ringcc_comm *comm) {
-  struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
-  struct rcc_cuda_status *st =
-      cu ? __atomic_load_n(&cu->status, __ATOMIC_ACQUIRE) : NULL;
-  return st != NULL && __atomic_load_n(&st->started, __ATOMIC_ACQUIRE) !=
-                           __atomic_load_n(&st->done, __ATOMIC_ACQUIRE);
 }
 
 /* ---- where are the buffers? ------------------------------------------------ */

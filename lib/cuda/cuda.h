@@ -1,7 +1,7 @@
 /*
  * cuda.h - device buffers: the core's interface to the CUDA side (cuda.c,
- * the host glue, and exec_cuda.cu, the kernels), and the records the two
- * share with the kernels.
+ * the host glue; the kernels are exec_cuda.cu, and the records the two
+ * share are kernel.h).
  *
  * Built with RINGCC_HAVE_CUDA=1 (the Makefile's CUDA=1, the default where
  * nvcc is found), the functions below are real; otherwise cuda.c makes them
@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernel.h"
 #include "ringcc.h"
-#include "proto.h"
 #include "schedule.h"
 #include "topo.h"
 
@@ -32,62 +32,6 @@ extern "C" {
 #endif
 
 struct ringcc_comm;
-
-/* Host memory the kernels see (cudaHostAlloc, mapped): how the host stops a
- * kernel, and how a kernel reports what went wrong, that it started and
- * that it ended. The counters are counts of kernels, kept by the kernels
- * themselves (a kernel replayed from a CUDA graph counts too). */
-struct rcc_cuda_status {
-  uint32_t abort;     /* host -> kernels: leave every wait (comm abort) */
-  uint32_t failed;    /* host -> kernels: leave every wait with this
-                         ringcc_result_t - a dead rank, a network error
-                         (comm->fail_word points here); 0: none */
-  uint32_t code;      /* kernel -> host: first failure, a ringcc_result_t */
-  uint32_t started;   /* kernels that started (the first block of each) */
-  uint32_t done;      /* kernels that ended (the last block of each) */
-  uint32_t blocks_started; /* blocks of the running kernel that started */
-  uint32_t blocks_done;    /* ... and ended (the last resets both) */
-  int32_t coll;       /* the failure: collective (enum rcc_coll) */
-  uint64_t seq;       /* ... its sequence number on the communicator */
-  uint64_t step;      /* ... the step */
-  uint64_t nsteps;
-  int32_t peer;       /* ... the peer waited for */
-  int32_t waiting_send; /* ... 1: for a free slot; 0: for data */
-  uint32_t got_bytes; /* meta mismatch: what arrived */
-  uint32_t want_bytes;
-  uint32_t got_last;  /* ... and its "last piece" flag */
-  uint32_t captured;  /* ... the kernel was launched from a CUDA graph */
-};
-
-/* Everything one collective kernel needs, by value. Nothing in it changes
- * from one launch to the next of the same call, so a kernel captured into a
- * CUDA graph replays as it was recorded (positions in the FIFOs live in
- * device memory, the counters in the status record). */
-struct rcc_cuda_args {
-  struct rcc_plan plan;         /* the call's plan, not split: block c runs
-                                   channel c (rcc_plan_channel); plan.ring
-                                   and ring_rev point to device memory */
-  const void *src;
-  void *dst;
-  struct rcc_conn *send_conns;  /* device: [set][nranks], sets the device
-                                   collective kind's channels, then the
-                                   device point-to-point kind */
-  struct rcc_conn *recv_conns;
-  int32_t coll_channels;        /* channels of the collective kind */
-  struct rcc_cuda_status *status; /* device view of the mapped status */
-  uint64_t timeout_ns;          /* each wait; 0: none */
-  uint64_t seq;                 /* the collective's sequence number */
-  uint32_t captured;            /* launched into a CUDA graph capture */
-  int32_t dt;                   /* ringcc_datatype_t */
-  int32_t op;                   /* ringcc_op_t */
-};
-
-/* exec_cuda.cu: launches the kernel of a->dt, a->op on stream (a
- * cudaStream_t). Returns 0, or a cudaError_t with err filled in. */
-int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream, char *err,
-                    size_t errlen);
-/* Threads per block; a collective kernel has one block per channel. */
-#define RCC_CUDA_THREADS 512
 
 /* The core's side. Without CUDA (cuda.c's other half) they are stubs: one
  * GPU-less rank, host FIFOs only, and a non-NULL stream is
@@ -109,7 +53,7 @@ int rcc_cuda_kinds(const struct ringcc_comm *comm);
 int rcc_cuda_channels(const struct ringcc_comm *comm);
 /* After the transports connected: makes the device-kind FIFOs usable by
  * kernels (registers staged host FIFOs, uploads the connection tables),
- * logs each edge's path at INFO, and sets comm->device_busy. */
+ * logs each edge's path at INFO, and sets comm->kernels_started/done. */
 ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm);
 /* Before the transports are torn down: waits for this communicator's
  * kernels, then frees the device side (unregisters the staging FIFOs). */

@@ -1,0 +1,80 @@
+/*
+ * kernel.h - what the CUDA executor's kernels (exec_cuda.cu) share with the
+ * host side that launches them (cuda.c): the status record in mapped host
+ * memory, the arguments of one launch, and the launch itself.
+ *
+ * This header is C and C++ (exec_cuda.cu includes it).
+ */
+#ifndef RCC_KERNEL_H
+#define RCC_KERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+#include "schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Host memory the kernels see (cudaHostAlloc, mapped): how the host stops a
+ * kernel, and how a kernel reports what went wrong, that it started and
+ * that it ended. The counters are counts of kernels, kept by the kernels
+ * themselves (a kernel replayed from a CUDA graph counts too). */
+struct rcc_cuda_status {
+  uint32_t abort;     /* host -> kernels: leave every wait (comm abort) */
+  uint32_t failed;    /* host -> kernels: leave every wait with this
+                         ringcc_result_t - a dead rank, a network error
+                         (comm->fail_word points here); 0: none */
+  uint32_t code;      /* kernel -> host: first failure, a ringcc_result_t */
+  uint32_t started;   /* kernels that started (the first block of each) */
+  uint32_t done;      /* kernels that ended (the last block of each) */
+  uint32_t blocks_started; /* blocks of the running kernel that started */
+  uint32_t blocks_done;    /* ... and ended (the last resets both) */
+  int32_t coll;       /* the failure: collective (enum rcc_coll) */
+  uint64_t seq;       /* ... its sequence number on the communicator */
+  uint64_t step;      /* ... the step */
+  uint64_t nsteps;
+  int32_t peer;       /* ... the peer waited for */
+  int32_t waiting_send; /* ... 1: for a free slot; 0: for data */
+  uint32_t got_bytes; /* meta mismatch: what arrived */
+  uint32_t want_bytes;
+  uint32_t got_last;  /* ... and its "last piece" flag */
+  uint32_t captured;  /* ... the kernel was launched from a CUDA graph */
+};
+
+/* Everything one collective kernel needs, by value. Nothing in it changes
+ * from one launch to the next of the same call, so a kernel captured into a
+ * CUDA graph replays as it was recorded (positions in the FIFOs live in
+ * device memory, the counters in the status record). */
+struct rcc_cuda_args {
+  struct rcc_plan plan;         /* the call's plan, not split: block c runs
+                                   channel c (rcc_plan_channel); plan.ring
+                                   and ring_rev point to device memory */
+  const void *src;
+  void *dst;
+  struct rcc_conn *send_conns;  /* device: [set][nranks], sets the device
+                                   collective kind's channels, then the
+                                   device point-to-point kind */
+  struct rcc_conn *recv_conns;
+  int32_t coll_channels;        /* channels of the collective kind */
+  struct rcc_cuda_status *status; /* device view of the mapped status */
+  uint64_t timeout_ns;          /* each wait; 0: none */
+  uint64_t seq;                 /* the collective's sequence number */
+  uint32_t captured;            /* launched into a CUDA graph capture */
+  int32_t dt;                   /* ringcc_datatype_t */
+  int32_t op;                   /* ringcc_op_t */
+};
+
+/* exec_cuda.cu: launches the kernel of a->dt, a->op on stream (a
+ * cudaStream_t). Returns 0, or a cudaError_t with err filled in. */
+int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream, char *err,
+                    size_t errlen);
+/* Threads per block; a collective kernel has one block per channel. */
+#define RCC_CUDA_THREADS 512
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RCC_KERNEL_H */
