@@ -90,22 +90,29 @@ typedef enum {
 
 /* Algorithm choice for ringcc_config_t.algo (RINGCC_ALGO): forces the
  * algorithm where it can run the call (else the library picks, and says so
- * at RINGCC_DEBUG=INFO). docs/algorithms.md describes each. */
+ * at RINGCC_DEBUG=INFO). Each value has one RINGCC_ALGO spelling, given
+ * beside it (case, '-' and '_' do not matter: "one-shot" is "oneshot");
+ * docs/algorithms.md describes each. */
 typedef enum {
-  RINGCC_ALGO_AUTO = 0, /* the library picks */
-  RINGCC_ALGO_RING = 1, /* ring (allreduce, reduce_scatter, allgather) */
-  RINGCC_ALGO_TREE = 2, /* double binary tree AllReduce */
-  RINGCC_ALGO_DIRECT = 3, /* "direct", the name before the two below had
-                             theirs: one-shot where the message fits one
-                             slot, else cross-memory attach where it runs */
-  RINGCC_ALGO_RECDOUBLING = 4, /* recursive-doubling AllReduce */
-  RINGCC_ALGO_RABENSEIFNER = 5, /* halving reduce-scatter + doubling
-                                   allgather AllReduce */
-  RINGCC_ALGO_ONESHOT = 6, /* one-shot AllReduce (FIFOs or the shared board) */
-  RINGCC_ALGO_CMA = 7, /* cross-memory attach (one host, from 256 KiB) */
-  RINGCC_ALGO_ZEROCOPY = 8, /* registered buffers read and written in place
-                               (ringcc_comm_register; one host, or per host
-                               with a ring between hosts for AllReduce) */
+  RINGCC_ALGO_AUTO = 0, /* "auto": the library picks */
+  RINGCC_ALGO_RING = 1, /* "ring" (allreduce, reduce_scatter, allgather) */
+  RINGCC_ALGO_TREE = 2, /* "tree": double binary tree AllReduce */
+  RINGCC_ALGO_DIRECT = 3, /* "direct", deprecated: the name before oneshot
+                             and cma had theirs; forces either (one-shot
+                             where the message fits one slot, else
+                             cross-memory attach where it runs) */
+  RINGCC_ALGO_RECDOUBLING = 4, /* "recdoubling": recursive-doubling
+                                  AllReduce */
+  RINGCC_ALGO_RABENSEIFNER = 5, /* "rabenseifner": halving reduce-scatter +
+                                   doubling allgather AllReduce */
+  RINGCC_ALGO_ONESHOT = 6, /* "oneshot": one-shot AllReduce (over the FIFOs,
+                              or the shared board where it runs) */
+  RINGCC_ALGO_CMA = 7, /* "cma": cross-memory attach (one host, from
+                          256 KiB) */
+  RINGCC_ALGO_ZEROCOPY = 8, /* "zerocopy": registered buffers read and
+                               written in place (ringcc_comm_register; one
+                               host, or per host with a ring between hosts
+                               for AllReduce) */
   RINGCC_NUM_ALGOS
 } ringcc_algo_t;
 
@@ -142,7 +149,7 @@ typedef struct {
   unsigned magic;   /* set by RINGCC_CONFIG_INIT */
   unsigned version; /* RINGCC_VERSION, set by RINGCC_CONFIG_INIT */
   int64_t timeout_ms;   /* RINGCC_TIMEOUT_MS; -1 unset; 0 = no deadline; default 600000 */
-  int algo;             /* RINGCC_ALGO (ring|tree|oneshot|recdoubling|rabenseifner|cma|zerocopy|direct); -1 unset; RINGCC_ALGO_AUTO */
+  int algo;             /* RINGCC_ALGO (a ringcc_algo_t's spelling); -1 unset; RINGCC_ALGO_AUTO */
   int debug_level;      /* RINGCC_DEBUG (WARN|INFO|TRACE); -1 unset; process-wide */
   int64_t chunk_bytes;  /* RINGCC_CHUNK_BYTES; -1 unset; bytes per slot of
                            shared-memory FIFOs (the pipeline chunk), default 65536 */

@@ -307,7 +307,10 @@ Test(errors, algorithm_and_plugin_names, .timeout = 120) {
       {"RINGCC_ALGO", "CMA", RINGCC_SUCCESS},
       {"RINGCC_ALGO", "direct", RINGCC_SUCCESS},
       {"RINGCC_ALGO", "zerocopy", RINGCC_SUCCESS},
+      {"RINGCC_ALGO", "One-Shot", RINGCC_SUCCESS}, /* as the logs name it */
+      {"RINGCC_ALGO", "zero_copy", RINGCC_SUCCESS},
       {"RINGCC_ALGO", "halving", RINGCC_ERR_INVALID_ARGUMENT},
+      {"RINGCC_ALGO", "-", RINGCC_ERR_INVALID_ARGUMENT},
       {"RINGCC_NET", "Socket", RINGCC_SUCCESS},
       {"RINGCC_NET", "socket", RINGCC_SUCCESS},
       {"RINGCC_NET", "carrier-pigeon", RINGCC_ERR_INVALID_ARGUMENT},

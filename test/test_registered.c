@@ -1066,7 +1066,7 @@ static struct rcc_candidate pick_of(int want, int coll, int n, double S,
   struct rcc_model_input in = {
       .coll = coll, .nranks = n, .bytes = S, .ring_link = *l,
       .all_link = *l, .gamma_us_per_byte = rcc_model_defaults.gamma_us_per_byte,
-      .chunk_bytes = 65536, .slot_bytes = 65536,
+      .ring_chunk_bytes = 65536, .all_chunk_bytes = 65536,
       .board_bytes = link == RCC_LINK_SHM ? 65536 : 0,
       .cma = link == RCC_LINK_SHM, .device = device,
       .forced = RINGCC_ALGO_AUTO, .all_link_type = link,

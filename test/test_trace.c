@@ -127,8 +127,9 @@ static void plan_for(struct rcc_plan *p, int alg, int coll, int n, int r,
   p->chunk_elems = chunk_elems;
   p->nchannels = 1;
   p->granule = rcc_plan_granule(sizeof(float)); /* as coll.c plans */
-  rcc_algorithms[alg].plan(p);
-  p->alg = alg;
+  p->sched = rcc_algorithms[alg].sched;
+  rcc_plan_build(p);
+  p->alg = alg; /* the board's plan is the one-shot's */
 }
 
 /* The lines ringcc-trace --steps must print for rank r's call seq. */

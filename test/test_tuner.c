@@ -394,8 +394,8 @@ static int channels_of(double S, struct rcc_channel_model ch, int device,
   struct rcc_model_input in = {
       .coll = RCC_COLL_ALLREDUCE, .nranks = 4, .bytes = S,
       .ring_link = hand_link, .all_link = hand_link,
-      .gamma_us_per_byte = hand_gamma, .chunk_bytes = 65536,
-      .slot_bytes = 65536, .board_bytes = device ? 0 : 65536,
+      .gamma_us_per_byte = hand_gamma, .ring_chunk_bytes = 65536,
+      .all_chunk_bytes = 65536, .board_bytes = device ? 0 : 65536,
       .device = device, .forced = RINGCC_ALGO_AUTO, .channels = ch};
   int w;
   rcc_model_choose(&in, cand, &w);
@@ -441,7 +441,7 @@ static int winner_on(double bytes, int n, int forced, double slot,
                                .bytes = bytes, .ring_link = hand_link,
                                .all_link = hand_link,
                                .gamma_us_per_byte = hand_gamma,
-                               .chunk_bytes = slot, .slot_bytes = slot,
+                               .ring_chunk_bytes = slot, .all_chunk_bytes = slot,
                                /* one host: the board */
                                .board_bytes = link_type == RCC_LINK_SHM ? slot
                                                                         : 0,

@@ -697,7 +697,7 @@ static int choose(const struct options *o, const struct single *m, int n,
       .ring_link = m->l.cost, .all_link = m->l.cost,
       .gamma_us_per_byte = m->red.gamma_us_per_byte,
       .cache_bytes = m->l.cache_bytes,
-      .chunk_bytes = m->l.slot_bytes, .slot_bytes = m->l.slot_bytes,
+      .ring_chunk_bytes = m->l.slot_bytes, .all_chunk_bytes = m->l.slot_bytes,
       /* This machine's shared memory: host buffers, with the board and
        * cross-memory attach; a GPU link preset: device buffers. */
       .board_bytes = host_shm ? fmin(m->l.slot_bytes, RCC_BOARD_MAX_BYTES) : 0,

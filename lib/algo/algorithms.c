@@ -6,11 +6,9 @@
  * time, the earlier one wins (the ring before the others).
  */
 #include <string.h>
-#include <strings.h>
 
 #include "algorithms.h"
 
-#define ALL_COLLS 0x1ffu
 #define REDUCING (RCC_COLL_BIT(RCC_COLL_ALLREDUCE))
 
 /* ---- when each can run ----------------------------------------------------- */
@@ -27,7 +25,7 @@ static const char *needs_ranks(const struct rcc_alg_context *c) {
 static const char *one_slot(const struct rcc_alg_context *c) {
   if (c->nranks < 2 || c->bytes <= 0)
     return "needs 2 ranks and a non-empty message";
-  if (c->bytes > c->slot_bytes)
+  if (c->bytes > c->all_chunk_bytes)
     return "larger than one FIFO slot";
   return NULL;
 }
@@ -184,16 +182,17 @@ void rcc_cma_terms(int coll, int n, double S, double C,
 const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
     [RCC_ALG_LOCAL] = {
         .id = RCC_ALG_LOCAL, .name = "local copy", .setting = RINGCC_ALGO_AUTO,
-        .colls = ALL_COLLS & ~(RCC_COLL_BIT(RCC_COLL_SEND) |
+        .colls = RCC_ALL_COLLS & ~(RCC_COLL_BIT(RCC_COLL_SEND) |
                                RCC_COLL_BIT(RCC_COLL_RECV)),
         .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ONE_RANK,
-        .plan = rcc_plan_pairwise, .terms = rcc_local_terms,
+        .sched = RCC_SCHED_PAIRWISE, .terms = rcc_local_terms,
         .why_not = needs_one_rank},
     [RCC_ALG_RING] = {
         .id = RCC_ALG_RING, .name = "ring", .setting = RINGCC_ALGO_RING,
         .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
                  RCC_COLL_BIT(RCC_COLL_ALLGATHER),
-        .exec = RCC_EXEC_FIFO, .plan = rcc_plan_ring, .terms = rcc_ring_terms,
+        .exec = RCC_EXEC_FIFO, .sched = RCC_SCHED_RING,
+        .terms = rcc_ring_terms,
         .formula = {[RCC_COLL_ALLREDUCE] = "2(n-1)*alpha + 2(n-1)/n*S*beta + "
                                            "(n-1)/n*S*gamma",
                     [RCC_COLL_REDUCE_SCATTER] = "(n-1)*alpha + (n-1)/n*S*beta "
@@ -203,7 +202,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
     [RCC_ALG_CHAIN] = {
         .id = RCC_ALG_CHAIN, .name = "chain", .setting = RINGCC_ALGO_AUTO,
         .colls = RCC_COLL_BIT(RCC_COLL_BCAST) | RCC_COLL_BIT(RCC_COLL_REDUCE),
-        .exec = RCC_EXEC_FIFO, .plan = rcc_plan_ring, .terms = rcc_chain_terms,
+        .exec = RCC_EXEC_FIFO, .sched = RCC_SCHED_RING,
+        .terms = rcc_chain_terms,
         .formula = {[RCC_COLL_BCAST] = "(n-2+k)*(alpha + C*beta), "
                                        "k = ceil(S/slot), C = S/k",
                     [RCC_COLL_REDUCE] = "(n-2+k)*(alpha + C*beta + C*gamma), "
@@ -213,13 +213,13 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .id = RCC_ALG_PAIRWISE, .name = "pairwise", .setting = RINGCC_ALGO_AUTO,
         .colls = RCC_COLL_BIT(RCC_COLL_ALLTOALL), .exec = RCC_EXEC_FIFO,
         .flags = RCC_ALG_ALL_EDGES | RCC_ALG_STAGE_IN_PLACE,
-        .plan = rcc_plan_pairwise, .terms = rcc_pairwise_terms,
+        .sched = RCC_SCHED_PAIRWISE, .terms = rcc_pairwise_terms,
         .formula = {[RCC_COLL_ALLTOALL] = "(n-1)*alpha + (n-1)/n*S*beta"},
         .why_not = needs_ranks},
     [RCC_ALG_P2P] = {
         .id = RCC_ALG_P2P, .name = "p2p", .setting = RINGCC_ALGO_AUTO,
         .colls = RCC_COLL_BIT(RCC_COLL_SEND) | RCC_COLL_BIT(RCC_COLL_RECV),
-        .exec = RCC_EXEC_FIFO, .plan = rcc_plan_pairwise,
+        .exec = RCC_EXEC_FIFO, .sched = RCC_SCHED_PAIRWISE,
         .terms = rcc_p2p_terms,
         .formula = {[RCC_COLL_SEND] = "alpha + S*beta",
                     [RCC_COLL_RECV] = "alpha + S*beta"},
@@ -228,14 +228,14 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .id = RCC_ALG_DISSEMINATION, .name = "dissemination",
         .setting = RINGCC_ALGO_AUTO, .colls = RCC_COLL_BIT(RCC_COLL_BARRIER),
         .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
-        .plan = rcc_plan_pairwise, .terms = rcc_dissemination_terms,
+        .sched = RCC_SCHED_PAIRWISE, .terms = rcc_dissemination_terms,
         .formula = {[RCC_COLL_BARRIER] = "ceil(log2 n)*alpha"},
         .why_not = needs_ranks},
     [RCC_ALG_ONESHOT] = {
         .id = RCC_ALG_ONESHOT, .name = "one-shot", .setting = RINGCC_ALGO_ONESHOT,
         .colls = REDUCING, .exec = RCC_EXEC_FIFO,
         .flags = RCC_ALG_ALL_EDGES | RCC_ALG_STAGE_IN_PLACE,
-        .plan = rcc_plan_oneshot, .terms = rcc_oneshot_terms,
+        .sched = RCC_SCHED_ONESHOT, .terms = rcc_oneshot_terms,
         .link_terms = rcc_oneshot_link_terms,
         .formula = {[RCC_COLL_ALLREDUCE] = "n/2*alpha [tcp: (n-1)] + "
                                            "(n-1)*S*beta + n*S*gamma"},
@@ -244,7 +244,7 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .id = RCC_ALG_BOARD, .name = "one-shot board",
         .setting = RINGCC_ALGO_ONESHOT, .colls = REDUCING,
         .exec = RCC_EXEC_BOARD, .flags = RCC_ALG_ALL_EDGES,
-        .plan = rcc_plan_oneshot, .terms = rcc_oneshot_terms,
+        .sched = RCC_SCHED_ONESHOT, .terms = rcc_oneshot_terms,
         .link_terms = rcc_board_link_terms,
         .formula = {[RCC_COLL_ALLREDUCE] = "(n-1)/2*alpha + (n-1)*S*beta + "
                                            "n*S*gamma"},
@@ -252,7 +252,7 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
     [RCC_ALG_TREE] = {
         .id = RCC_ALG_TREE, .name = "double binary tree",
         .setting = RINGCC_ALGO_TREE, .colls = REDUCING, .exec = RCC_EXEC_FIFO,
-        .flags = RCC_ALG_ALL_EDGES, .plan = rcc_plan_tree,
+        .flags = RCC_ALG_ALL_EDGES, .sched = RCC_SCHED_TREE,
         .terms = rcc_tree_terms,
         .formula = {[RCC_COLL_ALLREDUCE] = "3*ceil(log2 n)*alpha + 2*S*beta "
                                            "+ S*gamma"},
@@ -261,7 +261,7 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .id = RCC_ALG_RECDOUBLING, .name = "recursive doubling",
         .setting = RINGCC_ALGO_RECDOUBLING, .colls = REDUCING,
         .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
-        .plan = rcc_plan_recdoubling, .terms = rcc_recdoubling_terms,
+        .sched = RCC_SCHED_RECDOUBLING, .terms = rcc_recdoubling_terms,
         .link_terms = rcc_recdoubling_link_terms,
         .formula = {[RCC_COLL_ALLREDUCE] =
                         "(L+2e)*alpha [shm: (2L+2e)] + (L+2e)*S*beta + "
@@ -272,7 +272,7 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .id = RCC_ALG_RABENSEIFNER, .name = "rabenseifner",
         .setting = RINGCC_ALGO_RABENSEIFNER, .colls = REDUCING,
         .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
-        .plan = rcc_plan_rabenseifner, .terms = rcc_rabenseifner_terms,
+        .sched = RCC_SCHED_RABENSEIFNER, .terms = rcc_rabenseifner_terms,
         .formula = {[RCC_COLL_ALLREDUCE] =
                         "(2L+2e)*alpha + (2(p-1)/p+2e)*S*beta + "
                         "((p-1)/p+e)*S*gamma, p = 2^L <= n, L = floor(log2 "
@@ -283,7 +283,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .setting = RINGCC_ALGO_CMA,
         .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
                  RCC_COLL_BIT(RCC_COLL_ALLGATHER),
-        .exec = RCC_EXEC_CMA, .flags = RCC_ALG_ALL_EDGES,
+        .sched = RCC_SCHED_NONE, .exec = RCC_EXEC_CMA,
+        .flags = RCC_ALG_ALL_EDGES,
         .terms = rcc_cma_terms,
         .formula = {[RCC_COLL_ALLREDUCE] = "(n-1+2*ceil(log2 n))*alpha + "
                                            "2(n-1)/n*S*beta + (n-1)/n*S*gamma",
@@ -300,7 +301,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
                  RCC_COLL_BIT(RCC_COLL_ALLGATHER) |
                  RCC_COLL_BIT(RCC_COLL_BCAST) | RCC_COLL_BIT(RCC_COLL_REDUCE) |
                  RCC_COLL_BIT(RCC_COLL_ALLTOALL),
-        .exec = RCC_EXEC_ZC, .flags = RCC_ALG_ALL_EDGES,
+        .sched = RCC_SCHED_NONE, .exec = RCC_EXEC_ZC,
+        .flags = RCC_ALG_ALL_EDGES,
         .terms = rcc_zc_terms,
         .formula = {[RCC_COLL_ALLREDUCE] = "(n-1)*alpha + 2S*(2n-2)/(6n-4)"
                                            "*beta + (n-1)/n*S*gamma",
@@ -316,7 +318,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
     [RCC_ALG_HIER] = {
         .id = RCC_ALG_HIER, .name = "hierarchical zero-copy",
         .setting = RINGCC_ALGO_ZEROCOPY, .colls = REDUCING,
-        .exec = RCC_EXEC_ZC, .terms = rcc_hier_terms,
+        .sched = RCC_SCHED_NONE, .exec = RCC_EXEC_ZC,
+        .terms = rcc_hier_terms,
         .formula = {[RCC_COLL_ALLREDUCE] =
                         "(4(H-1)+1)*alpha + 2(H-1)/H*S/2*beta + "
                         "(S/2 + (H-1)/H*S/2)*gamma, H = n/2 (priced as 2 "
@@ -352,6 +355,8 @@ int rcc_alg_forced_by(int alg, int setting) {
 
 /* ---- RINGCC_ALGO's spellings ----------------------------------------------- */
 
+/* One spelling per ringcc_algo_t (ringcc.h), the one RINGCC_ALGO, the docs,
+ * ringcc-model and the Python package (ringcc.Algo) use. */
 static const char *const settings[RINGCC_NUM_ALGOS] = {
     [RINGCC_ALGO_AUTO] = "auto",
     [RINGCC_ALGO_RING] = "ring",
@@ -368,9 +373,26 @@ const char *rcc_algo_setting_name(int setting) {
   return setting >= 0 && setting < RINGCC_NUM_ALGOS ? settings[setting] : "?";
 }
 
+/* A spelling matches when it does with case, '-' and '_' ignored: "one-shot"
+ * and "zero-copy", as the logs name those algorithms, are "oneshot" and
+ * "zerocopy". */
+static int same_spelling(const char *given, const char *name) {
+  for (;; given++) {
+    while (*given == '-' || *given == '_')
+      given++;
+    char a = *given >= 'A' && *given <= 'Z' ? (char)(*given - 'A' + 'a')
+                                            : *given;
+    if (a != *name)
+      return 0;
+    if (a == '\0')
+      return 1;
+    name++;
+  }
+}
+
 int rcc_algo_setting_parse(const char *name) {
   for (int a = 0; a < RINGCC_NUM_ALGOS; a++)
-    if (strcasecmp(name, settings[a]) == 0)
+    if (same_spelling(name, settings[a]))
       return a;
   return -1;
 }

@@ -1,16 +1,18 @@
 /*
  * algorithms.h - the table of algorithms: every way libringcc can run a
- * collective, with its one name, the RINGCC_ALGO spelling that forces it,
- * the schedule that plans it, its cost terms, and when it can run
- * (algorithms.c). The tuner, the forced choice, ringcc-model, the logs and
- * the hang report all read this one table.
+ * collective, with its one name, the RINGCC_ALGO setting that forces it,
+ * the schedule that plans it and the executor that runs it, its cost terms,
+ * and when it can run (algorithms.c). The tuner, the forced choice,
+ * ringcc-model, the logs and the hang report all read this one table.
  *
- * An algorithm's schedule and cost live in its own file (coll_ring.c,
- * coll_oneshot.c, ...), which opens with both; the executors that run the
- * schedules (exec_host.c, exec_cuda.cu) know nothing of algorithms, except
- * for those that are not FIFO schedules: the one-shot board (exec_host.c),
- * cross-memory attach (exec_cma.c) and zero-copy on registered buffers
- * (exec_zc.c).
+ * Two choices make an algorithm: a schedule (sched: a file of lib/algo/ on
+ * the list RCC_SCHEDULES, schedule.h, which opens with its steps and its
+ * cost) and an executor (exec: who runs it). The FIFO executors
+ * (exec_host.c, exec_cuda.cu) run any schedule and know nothing of
+ * algorithms; the others run one thing each: the one-shot board runs the
+ * one-shot schedule over shared memory (exec_host.c), cross-memory attach
+ * (exec_cma.c) and zero-copy on registered buffers (exec_zc.c) have no
+ * schedule of steps.
  */
 #ifndef RCC_ALGORITHMS_H
 #define RCC_ALGORITHMS_H
@@ -33,10 +35,12 @@ struct rcc_cost_terms {
   double footprint_bytes; /* bytes all ranks' buffers span together */
 };
 
-/* How an algorithm's schedule runs. */
+/* The executor that runs an algorithm. */
 enum rcc_exec_kind {
-  RCC_EXEC_FIFO,  /* a plan of steps over the FIFOs (host or CUDA executor) */
-  RCC_EXEC_BOARD, /* the one-shot board in shared memory (exec_host.c) */
+  RCC_EXEC_FIFO,  /* its schedule's steps over the FIFOs (host or CUDA
+                     executor) */
+  RCC_EXEC_BOARD, /* its schedule (one-shot) on the board in shared memory
+                     (exec_host.c) */
   RCC_EXEC_CMA,   /* cross-memory attach (exec_cma.c) */
   RCC_EXEC_ZC,    /* registered buffers in place (exec_zc.c); where some
                      rank's buffers turn out not to be registered, every
@@ -48,8 +52,9 @@ struct rcc_alg_context {
   int coll;            /* enum rcc_coll */
   int nranks;
   double bytes;        /* S, in nccl-tests' convention */
-  double slot_bytes;   /* one FIFO slot of every edge: what an algorithm
-                          that sends the whole message in one step fits */
+  double all_chunk_bytes; /* the chunk of algorithms that use every edge
+                             (one slot of each): what one that sends the
+                             whole message in one step fits */
   double board_bytes;  /* a one-shot board region; 0: no board */
   int network_only;    /* every edge crosses the network */
   int cma;             /* cross-memory attach works between every pair */
@@ -61,6 +66,8 @@ struct rcc_alg_context {
 };
 
 #define RCC_COLL_BIT(c) (1u << (c))
+/* Every collective of enum rcc_coll. */
+#define RCC_ALL_COLLS (RCC_COLL_BIT(RCC_NUM_COLLS) - 1u)
 
 /* Flags of an algorithm. */
 #define RCC_ALG_ALL_EDGES 1u /* talks to every peer: priced at the slowest
@@ -76,11 +83,11 @@ struct rcc_algorithm {
   int setting;          /* the ringcc_algo_t that forces it; RINGCC_ALGO_AUTO
                            for the only schedule of its collectives */
   unsigned colls;       /* RCC_COLL_BIT of each collective it runs */
-  int exec;             /* enum rcc_exec_kind */
+  int sched;            /* enum rcc_sched: the schedule of its plans
+                           (rcc_plan_build); RCC_SCHED_NONE where its
+                           executor has none */
+  int exec;             /* enum rcc_exec_kind: the executor that runs it */
   unsigned flags;       /* RCC_ALG_* */
-  /* Fills a plan (count, chunk_elems, ring, ... set by the caller). NULL
-   * where exec is not RCC_EXEC_FIFO. */
-  void (*plan)(struct rcc_plan *p);
   /* The cost terms for coll on nranks ranks and S bytes; C is the
    * pipeline chunk (one FIFO slot) where the schedule pipelines. */
   void (*terms)(int coll, int nranks, double S, double C,
@@ -107,8 +114,9 @@ int rcc_alg_terms(int alg, int coll, int link, int nranks, double S, double C,
  * programs written before oneshot and cma had names, forces either. */
 int rcc_alg_forced_by(int alg, int setting);
 
-/* RINGCC_ALGO's spellings: "auto", "ring", "tree", "oneshot", ...; and the
- * ringcc_algo_t a spelling names (case-insensitive), or -1. */
+/* A ringcc_algo_t's one spelling: "auto", "ring", "tree", "oneshot", ...;
+ * and the ringcc_algo_t a spelling names (case, '-' and '_' ignored:
+ * "One-Shot" is "oneshot"), or -1. */
 const char *rcc_algo_setting_name(int setting);
 int rcc_algo_setting_parse(const char *name);
 

@@ -8,8 +8,10 @@
 #include "schedule.h"
 
 static const char *const coll_names[RCC_NUM_COLLS] = {
-    "allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
-    "alltoall",  "send",           "recv",      "barrier"};
+#define COLL_NAME(id, name) [RCC_COLL_##id] = name,
+    RCC_COLLS(COLL_NAME)
+#undef COLL_NAME
+};
 
 const char *rcc_coll_name(int coll) {
   return coll >= 0 && coll < RCC_NUM_COLLS ? coll_names[coll] : "?";

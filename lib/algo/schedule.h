@@ -1,11 +1,11 @@
 /*
  * schedule.h - a collective as a schedule of primitive steps.
  *
- * An algorithm file (coll_ring.c, coll_pairwise.c, ...) turns one call into a
- * plan: a small struct from which step i is computed on demand by
- * rcc_plan_step(). Nothing is materialised per call, so the same pure
- * functions can run in a CUDA kernel, in the host executor, and in
- * ringcc-model --explain.
+ * A schedule file (ring.c, pairwise.c, ...; the list RCC_SCHEDULES below)
+ * turns one call into a plan: a small struct from which step i is computed
+ * on demand by rcc_plan_step(). Nothing is materialised per call, so the
+ * same pure functions can run in a CUDA kernel, in the host executor, and
+ * in ringcc-model --explain.
  *
  * Each step moves at most chunk_elems elements (one FIFO slot) and names the
  * peers it receives from and sends to. Offsets are in elements, relative to
@@ -23,30 +23,62 @@
 #define RCC_HD
 #endif
 
+/* The collectives, one line each: X(ID, "name") gives enum rcc_coll's
+ * RCC_COLL_ID and the name the logs print (names.c). */
+#define RCC_COLLS(X)                                                          \
+  X(ALLREDUCE, "allreduce")                                                   \
+  X(REDUCE_SCATTER, "reduce_scatter")                                         \
+  X(ALLGATHER, "allgather")                                                   \
+  X(BCAST, "bcast")                                                           \
+  X(REDUCE, "reduce")                                                         \
+  X(ALLTOALL, "alltoall")                                                     \
+  X(SEND, "send")                                                             \
+  X(RECV, "recv")                                                             \
+  X(BARRIER, "barrier")
+
 enum rcc_coll {
-  RCC_COLL_ALLREDUCE,
-  RCC_COLL_REDUCE_SCATTER,
-  RCC_COLL_ALLGATHER,
-  RCC_COLL_BCAST,
-  RCC_COLL_REDUCE,
-  RCC_COLL_ALLTOALL,
-  RCC_COLL_SEND,
-  RCC_COLL_RECV,
-  RCC_COLL_BARRIER,
+#define RCC_COLL_ENUM(id, name) RCC_COLL_##id,
+  RCC_COLLS(RCC_COLL_ENUM)
+#undef RCC_COLL_ENUM
   RCC_NUM_COLLS
 };
 
-/* The algorithms (their table, their names and costs: algorithms.h). A
- * plan carries the one that made it; the step functions below run it. */
+/* The schedules, one line each: X(ID, file) is lib/algo/<file>.c, which
+ * defines rcc_plan_<file>() (fills a plan: nsteps, its own state) and
+ * rcc_<file>_step() (step i of such a plan). From this list come enum
+ * rcc_sched, the two switches below (rcc_plan_build, rcc_plan_step) and the
+ * device copies the CUDA executor compiles (exec_cuda.cu): a schedule is its
+ * file and its line here. When the tuner may choose it, and what it costs,
+ * is its entry in the table of algorithms (algorithms.c). */
+#define RCC_SCHEDULES(X)                                                      \
+  X(RING, ring)               /* ring RS/AG/AR; the chains (bcast, reduce) */ \
+  X(PAIRWISE, pairwise)       /* alltoall, send/recv, barrier, one rank */    \
+  X(ONESHOT, oneshot)         /* one-shot allreduce */                        \
+  X(TREE, tree)               /* double binary tree allreduce */              \
+  X(RECDOUBLING, recdoubling) /* recursive-doubling allreduce */              \
+  X(RABENSEIFNER, rabenseifner) /* halving, then doubling, allreduce */
+
+enum rcc_sched {
+  RCC_SCHED_NONE = -1, /* not a FIFO schedule (cma, zero-copy: own executors) */
+#define RCC_SCHED_ENUM(id, file) RCC_SCHED_##id,
+  RCC_SCHEDULES(RCC_SCHED_ENUM)
+#undef RCC_SCHED_ENUM
+  RCC_NUM_SCHEDS
+};
+
+/* The algorithms: the tuner's candidates, each a schedule (or none) run by
+ * an executor (algorithms.h: struct rcc_algorithm's sched and exec; the
+ * table, their names and costs: algorithms.c). A plan carries the one that
+ * made it, which names it in the trace and the hang report. */
 enum rcc_alg {
-  RCC_ALG_LOCAL,         /* one rank: dst <- src (coll_pairwise.c) */
+  RCC_ALG_LOCAL,         /* one rank: dst <- src (pairwise.c) */
   RCC_ALG_RING,          /* ring allreduce, reduce-scatter, allgather */
   RCC_ALG_CHAIN,         /* bcast, reduce pipelined along the ring */
   RCC_ALG_PAIRWISE,      /* alltoall: pairwise exchange */
   RCC_ALG_P2P,           /* send/recv on a pair's own FIFO */
   RCC_ALG_DISSEMINATION, /* barrier */
   RCC_ALG_ONESHOT,       /* one-shot allreduce over the FIFOs */
-  RCC_ALG_BOARD,         /* one-shot allreduce over the shared board */
+  RCC_ALG_BOARD,         /* the one-shot schedule on the shared board */
   RCC_ALG_TREE,          /* double binary tree allreduce */
   RCC_ALG_RECDOUBLING,   /* recursive-doubling allreduce */
   RCC_ALG_RABENSEIFNER,  /* recursive halving, then doubling */
@@ -101,11 +133,38 @@ enum rcc_acc {
                          operand of a rank's first combine) */
 };
 
+/* Whether a step kind receives a slot, and whether it sends one (a
+ * sendRecv does both, in two halves: neither counts it). */
+RCC_HD static inline int rcc_step_receives(int kind) {
+  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+RCC_HD static inline int rcc_step_sends(int kind) {
+  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
+         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
+         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
+}
+
 /* Channels of a call (and of a kind's FIFOs), at most. */
 #define RCC_MAX_CHANNELS 32
 
+/* What one schedule keeps in its plan besides the common fields (a union:
+ * a plan carries only its own schedule's). */
+struct rcc_chain_plan {
+  int root_pos;       /* the root's position in ring[] */
+};
+struct rcc_tree_plan { /* the double binary tree (tree.c) */
+  int up[2];          /* parent rank per tree, or -1 */
+  int down[2][2];     /* children ranks per tree, present ones first */
+  uint32_t up_steps[2];
+  uint32_t down_steps[2];
+};
+
 struct rcc_plan {
-  int alg;            /* enum rcc_alg */
+  int alg;            /* enum rcc_alg: the algorithm it runs for (names it) */
+  int sched;          /* enum rcc_sched: the schedule that plans and steps it */
   int coll;           /* enum rcc_coll */
   int nranks;
   int rank;
@@ -129,17 +188,23 @@ struct rcc_plan {
   const int *ring_rev; /* the ring the other way round; NULL: as ring */
   int pos_rev;
   size_t count;       /* see each schedule */
-  size_t chunk_elems; /* elements per step, >= 1 */
+  /* Uneven blocks (allgatherv, reduce_scatterv shapes): block b of the
+   * blocked buffer holds counts[b] elements starting at element displs[b];
+   * a channel moves its share of each (rcc_plan_block). NULL: every block
+   * holds count elements, block b at b * count. Host plans only; the
+   * ring's Reduce-Scatter and AllGather take them. */
+  const size_t *counts;
+  const size_t *displs;
+  size_t chunk_elems; /* elements per step (one chunk: at most one FIFO
+                         slot), >= 1 */
   int root;           /* bcast/reduce root, p2p peer */
-  int root_pos;       /* the root's position in ring[] */
   int postop;         /* 1 for RINGCC_AVG */
   uint64_t nsteps;
   uint64_t steps_per_loop;
-  /* Double binary tree (coll_tree.c): parent and children ranks per tree. */
-  int tree_up[2];
-  int tree_down[2][2];
-  uint32_t tree_up_steps[2];
-  uint32_t tree_down_steps[2];
+  union {             /* the schedule's own (see each) */
+    struct rcc_chain_plan chain;
+    struct rcc_tree_plan tree;
+  } state;
 };
 
 /* A step of one whole-message block on the collective FIFOs, no peers yet:
@@ -172,52 +237,41 @@ RCC_HD static inline int rcc_log2_of(int p) {
   return l;
 }
 
-/* Filled by the algorithm files; each sets plan->alg and nsteps. The ring
- * file plans the chains too (its edges), the pairwise file the local copy,
- * point-to-point and the barrier. Pure: they run on the host and, for
- * each channel of a device collective, in the kernel. */
-RCC_HD void rcc_plan_ring(struct rcc_plan *p);         /* coll_ring.c */
-RCC_HD void rcc_plan_pairwise(struct rcc_plan *p);     /* coll_pairwise.c */
-RCC_HD void rcc_plan_oneshot(struct rcc_plan *p);      /* coll_oneshot.c */
-RCC_HD void rcc_plan_tree(struct rcc_plan *p);         /* coll_tree.c */
-RCC_HD void rcc_plan_recdoubling(struct rcc_plan *p);  /* coll_recdoubling.c */
-RCC_HD void rcc_plan_rabenseifner(struct rcc_plan *p); /* coll_rabenseifner.c */
+RCC_HD static inline size_t rcc_min_sz(size_t a, size_t b) {
+  return a < b ? a : b;
+}
+RCC_HD static inline uint64_t rcc_div_up(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+/* v mod n in [0, n): ring positions */
+RCC_HD static inline int rcc_mod_n(long v, int n) {
+  long m = v % n;
+  return (int)(m < 0 ? m + n : m);
+}
 
-RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
-                          struct rcc_step *s);
-RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
-                              struct rcc_step *s);
-RCC_HD void rcc_oneshot_step(const struct rcc_plan *p, uint64_t i,
-                             struct rcc_step *s);
-RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
-                          struct rcc_step *s);
-RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,
-                                 struct rcc_step *s);
-RCC_HD void rcc_rabenseifner_step(const struct rcc_plan *p, uint64_t i,
-                                  struct rcc_step *s);
+/* Declared for each file of the list; each plan function sets sched, alg
+ * (which of its algorithms: the ring file plans the chains too, the
+ * pairwise file the local copy, point-to-point and the barrier) and nsteps.
+ * Pure: they run on the host and, for each channel of a device collective,
+ * in the kernel. */
+#define RCC_SCHED_DECLARE(id, file)                                           \
+  RCC_HD void rcc_plan_##file(struct rcc_plan *p);                            \
+  RCC_HD void rcc_##file##_step(const struct rcc_plan *p, uint64_t i,         \
+                                struct rcc_step *s);
+RCC_SCHEDULES(RCC_SCHED_DECLARE)
+#undef RCC_SCHED_DECLARE
 
-/* Plans p (a call's plan, or a channel's) with its algorithm's schedule. */
+/* Plans p (a call's plan, or a channel's) with its schedule (p->sched). */
 RCC_HD static inline void rcc_plan_build(struct rcc_plan *p) {
-  switch (p->alg) {
-  case RCC_ALG_RING:
-  case RCC_ALG_CHAIN:
-    rcc_plan_ring(p);
+  switch (p->sched) {
+#define RCC_SCHED_PLAN(id, file)                                              \
+  case RCC_SCHED_##id:                                                        \
+    rcc_plan_##file(p);                                                       \
     break;
-  case RCC_ALG_ONESHOT:
-  case RCC_ALG_BOARD:
-    rcc_plan_oneshot(p);
-    break;
-  case RCC_ALG_TREE:
-    rcc_plan_tree(p);
-    break;
-  case RCC_ALG_RECDOUBLING:
-    rcc_plan_recdoubling(p);
-    break;
-  case RCC_ALG_RABENSEIFNER:
-    rcc_plan_rabenseifner(p);
-    break;
-  default: /* local copy, pairwise, p2p, dissemination */
-    rcc_plan_pairwise(p);
+    RCC_SCHEDULES(RCC_SCHED_PLAN)
+#undef RCC_SCHED_PLAN
+  default: /* RCC_SCHED_NONE: no steps */
+    p->nsteps = 0;
     break;
   }
 }
@@ -244,21 +298,44 @@ RCC_HD static inline void rcc_channel_share(size_t n, int c, int nch,
 }
 
 /* Channel c of call plan `call` (whose count is the call's): its share and
- * its ring direction; its schedule is planned next (the table's plan
- * function on the host, rcc_plan_build in a kernel). */
+ * its ring direction; its schedule is planned next (rcc_plan_build). An
+ * uneven plan (counts) keeps count: its schedule takes each block's share
+ * itself (rcc_plan_block). */
 RCC_HD static inline void rcc_plan_channel(const struct rcc_plan *call, int c,
                                            struct rcc_plan *p) {
   *p = *call;
   p->channel = c;
   p->nchannels = call->nchannels > 1 ? call->nchannels : 1;
   p->stride = call->count;
-  rcc_channel_share(call->count, c, p->nchannels,
-                    call->granule > 0 ? call->granule : 1, &p->base,
-                    &p->count);
+  if (call->counts == NULL)
+    rcc_channel_share(call->count, c, p->nchannels,
+                      call->granule > 0 ? call->granule : 1, &p->base,
+                      &p->count);
+  else
+    p->base = 0;
   if ((c & 1) && call->ring_rev != NULL) {
     p->ring = call->ring_rev;
     p->pos = call->pos_rev;
   }
+}
+
+/* Block b of a plan as its channel moves it: *in, where the channel's share
+ * starts inside the block, and *len, its elements; returns where the share
+ * starts in the blocked buffer. Even blocks: the share's own coordinates
+ * (in 0, len count, block b at b * count), which rcc_plan_step then moves
+ * to the call's buffer; uneven blocks (counts): the call buffer's own
+ * (displs[b] + *in), which it leaves as they are. */
+RCC_HD static inline size_t rcc_plan_block(const struct rcc_plan *p, int b,
+                                           size_t *in, size_t *len) {
+  if (p->counts == NULL) {
+    *in = 0;
+    *len = p->count;
+    return (size_t)b * p->count;
+  }
+  rcc_channel_share(p->counts[b], p->channel,
+                    p->nchannels > 1 ? p->nchannels : 1,
+                    p->granule > 0 ? p->granule : 1, in, len);
+  return p->displs[b] + *in;
 }
 
 /* Where offset o of a channel's share lies in the call's buffer: blocks of
@@ -273,29 +350,21 @@ RCC_HD static inline size_t rcc_channel_offset(const struct rcc_plan *p,
 /* Step i of any plan. */
 RCC_HD static inline void rcc_plan_step(const struct rcc_plan *p, uint64_t i,
                                         struct rcc_step *s) {
-  switch (p->alg) {
-  case RCC_ALG_RING:
-  case RCC_ALG_CHAIN:
-    rcc_ring_step(p, i, s);
+  switch (p->sched) {
+#define RCC_SCHED_STEP(id, file)                                              \
+  case RCC_SCHED_##id:                                                        \
+    rcc_##file##_step(p, i, s);                                               \
     break;
-  case RCC_ALG_ONESHOT:
-  case RCC_ALG_BOARD:
-    rcc_oneshot_step(p, i, s);
-    break;
-  case RCC_ALG_TREE:
-    rcc_tree_step(p, i, s);
-    break;
-  case RCC_ALG_RECDOUBLING:
-    rcc_recdoubling_step(p, i, s);
-    break;
-  case RCC_ALG_RABENSEIFNER:
-    rcc_rabenseifner_step(p, i, s);
-    break;
-  default: /* local copy, pairwise, p2p, dissemination */
-    rcc_pairwise_step(p, i, s);
-    break;
+    RCC_SCHEDULES(RCC_SCHED_STEP)
+#undef RCC_SCHED_STEP
+  default: /* RCC_SCHED_NONE has no steps */
+    s->kind = RCC_STEP_NONE;
+    s->nelem = 0;
+    return;
   }
-  if (p->nchannels > 1) { /* the share's offsets in the call's buffers */
+  /* the share's offsets in the call's buffers (uneven plans' schedules
+   * give those themselves) */
+  if (p->nchannels > 1 && p->counts == NULL) {
     int all = p->coll == RCC_COLL_ALLTOALL;
     s->src_off = rcc_channel_offset(
         p, s->src_off, all || p->coll == RCC_COLL_REDUCE_SCATTER);

@@ -15,6 +15,7 @@
 
 #include "algorithms.h"
 #include "cma.h"
+#include "coll.h"
 #include "comm.h"
 #include "cuda.h"
 #include "dtype.h"
@@ -267,9 +268,10 @@ static const void *source_buffer(const struct call *c) {
   return c->recvbuf;
 }
 
-/* Bytes per step: one slot of the edges the schedule uses (device calls:
- * of the device FIFOs, whose P2P slots are larger). */
-static size_t step_bytes(const struct call *c) {
+/* The call's chunk, the bytes one step moves: one slot of the edges the
+ * schedule uses (device calls: of the device FIFOs, whose P2P slots are
+ * larger). */
+static size_t chunk_bytes(const struct call *c) {
   struct ringcc_comm *comm = c->comm;
   int device = (c->uses & ON_DEVICE) != 0;
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
@@ -328,7 +330,7 @@ static ringcc_result_t stage_input(const struct call *c, size_t bytes,
 static void choose(const struct call *c, struct rcc_tuning *tune) {
   struct ringcc_comm *comm = c->comm;
   size_t esize = ringcc_datatype_size(c->dt);
-  tune->chunk_bytes = step_bytes(c);
+  tune->chunk_bytes = chunk_bytes(c);
   tune->channels = 1; /* point-to-point, one rank */
   if (c->coll == RCC_COLL_SEND || c->coll == RCC_COLL_RECV)
     tune->alg = RCC_ALG_P2P;
@@ -337,6 +339,29 @@ static void choose(const struct call *c, struct rcc_tuning *tune) {
   else
     rcc_tuner_choose(comm, c->coll, c->count * esize,
                      (c->uses & ON_DEVICE) != 0, tune);
+}
+
+/* A call's plan on comm's ring, for algorithm a (its executors split it
+ * over its channels). */
+static struct rcc_plan call_plan(struct ringcc_comm *comm,
+                                 const struct rcc_algorithm *a, int coll,
+                                 int channels, size_t esize, size_t count,
+                                 size_t chunk_elems) {
+  return (struct rcc_plan){
+      .alg = a->id,
+      .sched = a->sched,
+      .coll = coll,
+      .nranks = comm->nranks,
+      .rank = comm->rank,
+      .pos = comm->ring_pos,
+      .ring = comm->ring,
+      .nchannels = channels,
+      .granule = rcc_plan_granule(esize),
+      .ring_rev = comm->ring_rev,
+      .pos_rev = comm->ring_pos_rev,
+      .count = count,
+      .chunk_elems = chunk_elems,
+  };
 }
 
 /* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
@@ -377,26 +402,14 @@ static ringcc_result_t execute(const struct call *c, int *alg,
   if (a->exec == RCC_EXEC_CMA)
     return run_cma(c, src);
   /* The call's plan; the executors split it over its channels. */
-  struct rcc_plan plan = {
-      .alg = a->id,
-      .coll = c->coll,
-      .nranks = comm->nranks,
-      .rank = comm->rank,
-      .pos = comm->ring_pos,
-      .ring = comm->ring,
-      .nchannels = tune.channels,
-      .granule = rcc_plan_granule(esize),
-      .ring_rev = comm->ring_rev,
-      .pos_rev = comm->ring_pos_rev,
-      .count = c->count,
-      .chunk_elems = tune.chunk_bytes / esize,
-      .root = (c->uses & USES_PEER) ? c->peer : c->root,
-      .postop = (c->uses & USES_OP) && c->op == RINGCC_AVG,
-  };
+  struct rcc_plan plan = call_plan(comm, a, c->coll, tune.channels, esize,
+                                   c->count, tune.chunk_bytes / esize);
+  plan.root = (c->uses & USES_PEER) ? c->peer : c->root;
+  plan.postop = (c->uses & USES_OP) && c->op == RINGCC_AVG;
   if (a->exec == RCC_EXEC_BOARD) { /* its regions hold the input: no staging */
     struct rcc_plan whole;
     rcc_plan_channel(&plan, 0, &whole); /* one channel: the whole call */
-    a->plan(&whole);
+    rcc_plan_build(&whole);
     whole.alg = a->id; /* the one-shot's plan, on the board */
     return rcc_exec_host_board(comm, &whole, src, c->recvbuf,
                                (ringcc_datatype_t)c->dt, op);
@@ -565,6 +578,36 @@ static ringcc_result_t run(struct call *c) {
     return r;
   r = run_inside(c);
   rcc_comm_leave(c->comm, RCC_ENTER_CALL);
+  return r;
+}
+
+ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
+                                    void *recvbuf, const size_t *counts,
+                                    const size_t *displs,
+                                    ringcc_datatype_t dt) {
+  const char *fn = "rcc_allgatherv_ring";
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_CALL);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  size_t esize = ringcc_datatype_size(dt);
+  if (esize == 0 || counts == NULL || displs == NULL) {
+    rcc_comm_leave(comm, RCC_ENTER_CALL);
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "%s on rank %d: %s", fn, comm->rank,
+                          esize == 0 ? "datatype is not a ringcc_datatype_t"
+                                     : "counts or displs is NULL");
+  }
+  struct rcc_plan plan = call_plan(
+      comm, &rcc_algorithms[RCC_ALG_RING], RCC_COLL_ALLGATHER,
+      comm->set.nchannels > 0 ? comm->kind_channels[RCC_CONN_COLL] : 1, esize,
+      counts[comm->rank], comm->ring_chunk_bytes / esize);
+  plan.counts = counts;
+  plan.displs = displs;
+  RCC_PUT(comm->seq, comm->seq + 1);
+  r = rcc_exec_host_channels(comm, &plan, sendbuf, recvbuf, dt, RINGCC_SUM);
+  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
+    rcc_comm_set_fatal(comm, r);
+  rcc_comm_leave(comm, RCC_ENTER_CALL);
   return r;
 }
 

@@ -68,6 +68,7 @@ static void add_edge(struct rcc_rank_desc *d, int peer, uint32_t role) {
 static void tree_peers(struct ringcc_comm *comm, struct rcc_rank_desc *d) {
   struct rcc_plan call = {
       .alg = RCC_ALG_TREE,
+      .sched = RCC_SCHED_TREE,
       .coll = RCC_COLL_ALLREDUCE,
       .nranks = comm->nranks,
       .rank = comm->rank,

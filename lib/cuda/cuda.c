@@ -946,6 +946,11 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
   struct rcc_gpu_scope scope;
   int n = comm->nranks, steps[RCC_CUDA_MAX_STEPS];
   void *copy = NULL;
+  if (plan->counts != NULL) /* the kernel's plan holds no host arrays */
+    return rcc_comm_error(comm, RINGCC_ERR_UNSUPPORTED,
+                          "%s on rank %d: uneven blocks (a plan with counts) "
+                          "run on host buffers only",
+                          rcc_coll_name(plan->coll), comm->rank);
   struct rcc_cuda_args a = {
       .plan = *plan,
       .src = src,

@@ -8,10 +8,9 @@
  * of the data, its own FIFOs, the ring the other way round for odd c), so
  * as many SMs as channels drive the links at once. Each block walks the
  * same schedule as the host executor - the plan and step functions of
- * coll_ring.c, coll_oneshot.c, coll_pairwise.c, coll_tree.c,
- * coll_recdoubling.c and coll_rabenseifner.c are #included below and
- * compiled for the device - and drives the same FIFO protocol, proto.h, with
- * device hooks:
+ * every schedule file on the list RCC_SCHEDULES (schedule.h) are #included
+ * below and compiled for the device - and drives the same FIFO protocol,
+ * proto.h, with device hooks:
  *
  *   RCC_LOAD_ACQUIRE    ld.acquire.sys   (counters live in peer GPU memory or
  *   RCC_STORE_RELEASE   st.release.sys    in host memory: system scope)
@@ -47,74 +46,78 @@
 #include <string.h>
 
 #define RCC_HD __host__ __device__
-/* The headers the schedule files include, first, outside the namespaces
- * below (their include guards then keep them out of those). */
+/* The headers the schedule files include, and this file's. */
 #include "algorithms.h"
 #include "fold.h"
 #include "kernel.h"
 #include "reduce.cuh"
 
 /* ---- the schedules, compiled for the device ------------------------------- */
-/* Each file in its own namespace (their static helpers share names); the
- * global step functions schedule.h declares forward to them. */
-namespace rcc_sched_ring {
-#include "coll_ring.c"
-}
-namespace rcc_sched_oneshot {
-#include "coll_oneshot.c"
-}
-namespace rcc_sched_pairwise {
-#include "coll_pairwise.c"
-}
-namespace rcc_sched_tree {
-#include "coll_tree.c"
-}
-namespace rcc_sched_recdoubling {
-#include "coll_recdoubling.c"
-}
-namespace rcc_sched_rabenseifner {
-#include "coll_rabenseifner.c"
-}
-
-RCC_HD void rcc_plan_ring(struct rcc_plan *p) { rcc_sched_ring::rcc_plan_ring(p); }
-RCC_HD void rcc_plan_oneshot(struct rcc_plan *p) {
-  rcc_sched_oneshot::rcc_plan_oneshot(p);
-}
-RCC_HD void rcc_plan_pairwise(struct rcc_plan *p) {
-  rcc_sched_pairwise::rcc_plan_pairwise(p);
-}
-RCC_HD void rcc_plan_tree(struct rcc_plan *p) { rcc_sched_tree::rcc_plan_tree(p); }
-RCC_HD void rcc_plan_recdoubling(struct rcc_plan *p) {
-  rcc_sched_recdoubling::rcc_plan_recdoubling(p);
-}
-RCC_HD void rcc_plan_rabenseifner(struct rcc_plan *p) {
-  rcc_sched_rabenseifner::rcc_plan_rabenseifner(p);
-}
-
-RCC_HD void rcc_ring_step(const struct rcc_plan *p, uint64_t i,
-                          struct rcc_step *s) {
-  rcc_sched_ring::rcc_ring_step(p, i, s);
-}
-RCC_HD void rcc_oneshot_step(const struct rcc_plan *p, uint64_t i,
-                             struct rcc_step *s) {
-  rcc_sched_oneshot::rcc_oneshot_step(p, i, s);
-}
-RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
-                              struct rcc_step *s) {
-  rcc_sched_pairwise::rcc_pairwise_step(p, i, s);
-}
-RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
-                          struct rcc_step *s) {
-  rcc_sched_tree::rcc_tree_step(p, i, s);
-}
-RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,
-                                 struct rcc_step *s) {
-  rcc_sched_recdoubling::rcc_recdoubling_step(p, i, s);
-}
-RCC_HD void rcc_rabenseifner_step(const struct rcc_plan *p, uint64_t i,
-                                  struct rcc_step *s) {
-  rcc_sched_rabenseifner::rcc_rabenseifner_step(p, i, s);
-}
+/* Every file of the list RCC_SCHEDULES (schedule.h), included in list order:
+ * the plan and step functions each defines (RCC_HD) become device functions
+ * too, and schedule.h's rcc_plan_build and rcc_plan_step call them. No
+ * schedule is named here: slot k includes the list's k-th file,
+ * "<file>.c". Their file-local helpers must not share names (one
+ * translation unit); what several need is in schedule.h. */
+#define RCC_STR_(x) #x
+#define RCC_STR(x) RCC_STR_(x)
+#define RCC_APPLY(macro, args) macro args
+#define RCC_SCHED_FILE_ARG(id, file) file,
+#define RCC_SCHED_COUNT_ONE(id, file) +1
+#define RCC_SCHED_COUNT (0 RCC_SCHEDULES(RCC_SCHED_COUNT_ONE))
+#define RCC_ARG_0(a, ...) a
+#define RCC_ARG_1(a, ...) RCC_ARG_0(__VA_ARGS__)
+#define RCC_ARG_2(a, ...) RCC_ARG_1(__VA_ARGS__)
+#define RCC_ARG_3(a, ...) RCC_ARG_2(__VA_ARGS__)
+#define RCC_ARG_4(a, ...) RCC_ARG_3(__VA_ARGS__)
+#define RCC_ARG_5(a, ...) RCC_ARG_4(__VA_ARGS__)
+#define RCC_ARG_6(a, ...) RCC_ARG_5(__VA_ARGS__)
+#define RCC_ARG_7(a, ...) RCC_ARG_6(__VA_ARGS__)
+#define RCC_ARG_8(a, ...) RCC_ARG_7(__VA_ARGS__)
+#define RCC_ARG_9(a, ...) RCC_ARG_8(__VA_ARGS__)
+#define RCC_ARG_10(a, ...) RCC_ARG_9(__VA_ARGS__)
+#define RCC_ARG_11(a, ...) RCC_ARG_10(__VA_ARGS__)
+#define RCC_SCHED_SOURCE(k)                                                   \
+  RCC_STR(RCC_APPLY(RCC_ARG_##k, (RCC_SCHEDULES(RCC_SCHED_FILE_ARG) ~)).c)
+#if RCC_SCHED_COUNT > 12
+#error "exec_cuda.cu includes 12 schedules: give RCC_SCHEDULES' next one a slot"
+#endif
+#if RCC_SCHED_COUNT > 0
+#include RCC_SCHED_SOURCE(0)
+#endif
+#if RCC_SCHED_COUNT > 1
+#include RCC_SCHED_SOURCE(1)
+#endif
+#if RCC_SCHED_COUNT > 2
+#include RCC_SCHED_SOURCE(2)
+#endif
+#if RCC_SCHED_COUNT > 3
+#include RCC_SCHED_SOURCE(3)
+#endif
+#if RCC_SCHED_COUNT > 4
+#include RCC_SCHED_SOURCE(4)
+#endif
+#if RCC_SCHED_COUNT > 5
+#include RCC_SCHED_SOURCE(5)
+#endif
+#if RCC_SCHED_COUNT > 6
+#include RCC_SCHED_SOURCE(6)
+#endif
+#if RCC_SCHED_COUNT > 7
+#include RCC_SCHED_SOURCE(7)
+#endif
+#if RCC_SCHED_COUNT > 8
+#include RCC_SCHED_SOURCE(8)
+#endif
+#if RCC_SCHED_COUNT > 9
+#include RCC_SCHED_SOURCE(9)
+#endif
+#if RCC_SCHED_COUNT > 10
+#include RCC_SCHED_SOURCE(10)
+#endif
+#if RCC_SCHED_COUNT > 11
+#include RCC_SCHED_SOURCE(11)
+#endif
 
 /* ---- the protocol hooks ----------------------------------------------------- */
 
@@ -213,19 +216,6 @@ struct step_state {
   char *out;
   int err;
 };
-
-__device__ inline int step_receives(int kind) {
-  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
-__device__ inline int step_sends(int kind) {
-  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
-         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
 
 /* The FIFO of a step: the channel's own for collectives (sets 0 ..
  * coll_channels - 1), the one point-to-point set after them. */
@@ -410,9 +400,9 @@ __device__ int run_step(const rcc_cuda_args &a, dev_ctx *x, step_state &sh,
   if (s.kind == RCC_STEP_SEND_RECV)
     return send_recv_step<T>(a, x, sh, step);
   if (tid == 0) {
-    if (step_receives(s.kind))
+    if (rcc_step_receives(s.kind))
       sh.err = acquire_recv(a, x, s, sizeof(T), &sh.in);
-    if (sh.err == 0 && step_sends(s.kind))
+    if (sh.err == 0 && rcc_step_sends(s.kind))
       sh.err = acquire_send(a, x, s, &sh.out);
     if (sh.err)
       report(a, x, step, s, sizeof(T), sh.err);

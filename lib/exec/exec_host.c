@@ -63,7 +63,7 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #include "trace.h"
 
 #define SLEEP_SLICE_NS 20000000L /* re-check deadline and abort every 20 ms */
-#define ZC_MAX 32 /* sends from user buffers tracked at once */
+#define LENT_MAX 32 /* network sends lent the user's buffers, at once */
 /* Receives landing in the user's buffers: at most LAND_MAX at once, found
  * looking LAND_AHEAD steps ahead, pieces of at least LAND_MIN_BYTES (below
  * that the copy they save costs less than looking for them). */
@@ -73,7 +73,7 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 
 /* A network send from the user's memory, pending until the FIFO's head
  * reaches seq. */
-struct zc_send {
+struct lent_send {
   const char *p;
   size_t len;
   struct rcc_conn *conn;
@@ -96,9 +96,10 @@ struct exec {
   rcc_reduce_fn reduce;
   int64_t deadline; /* 0 until the first sleep (no clock read per call) */
   struct rcc_progress *at; /* == &comm->progress */
-  int zerocopy;            /* network sends may come from src and dst */
-  int nzc;
-  struct zc_send *zc; /* ZC_MAX entries, nzc in use (not zeroed per call) */
+  int lending;             /* network sends may come from src and dst */
+  int nlent;
+  struct lent_send *lent; /* LENT_MAX entries, nlent in use (not zeroed
+                             per call) */
   int land;           /* network receives may land in dst */
   int nland;
   struct land *lands; /* LAND_MAX entries, nland in use */
@@ -345,18 +346,6 @@ static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
       bytes);
 }
 
-static int step_receives(int kind) {
-  return kind == RCC_STEP_RECV || kind == RCC_STEP_RECV_COPY_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_SEND || kind == RCC_STEP_RECV_REDUCE_COPY ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
-static int step_sends(int kind) {
-  return kind == RCC_STEP_SEND || kind == RCC_STEP_COPY_SEND ||
-         kind == RCC_STEP_RECV_COPY_SEND || kind == RCC_STEP_RECV_REDUCE_SEND ||
-         kind == RCC_STEP_RECV_REDUCE_COPY_SEND;
-}
-
 /* ---- sends from the user's buffers ---------------------------------------- */
 
 /* Whether [a, a + alen) and [b, b + blen) share a byte. */
@@ -364,21 +353,21 @@ static int overlaps(const char *a, size_t alen, const char *b, size_t blen) {
   return a < b + blen && b < a + alen;
 }
 
-static int zc_done(const struct zc_send *e) {
+static int lent_done(const struct lent_send *e) {
   uint32_t head = __atomic_load_n(&e->conn->fifo->head, __ATOMIC_ACQUIRE);
   return (int32_t)(head - e->seq) >= 0;
 }
 
 /* Waits for the pending sends whose bytes overlap [p, p + len): all of them
  * when p is NULL. */
-static int zc_wait(struct exec *x, const char *p, size_t len) {
-  for (int i = 0; i < x->nzc;) {
-    struct zc_send *e = &x->zc[i];
+static int lent_wait(struct exec *x, const char *p, size_t len) {
+  for (int i = 0; i < x->nlent;) {
+    struct lent_send *e = &x->lent[i];
     if (p != NULL && !overlaps(e->p, e->len, p, len)) {
       i++;
       continue;
     }
-    while (!zc_done(e)) {
+    while (!lent_done(e)) {
       uint32_t head = __atomic_load_n(&e->conn->fifo->head, __ATOMIC_ACQUIRE);
       waiting_on(x, "its data to leave for", e->conn->peer, e->conn, 1);
       int r = host_wait(x, &e->conn->fifo->head, &e->conn->fifo->head_waiters,
@@ -386,27 +375,27 @@ static int zc_wait(struct exec *x, const char *p, size_t len) {
       if (r != RINGCC_SUCCESS)
         return r;
     }
-    *e = x->zc[--x->nzc];
+    *e = x->lent[--x->nlent];
   }
   return RINGCC_SUCCESS;
 }
 
 /* After a failed call the user gets the buffers back: the sends still to
  * leave from them leave from copies in their slots. */
-static void zc_release(struct exec *x) {
-  struct rcc_conn *done[ZC_MAX];
+static void lent_release(struct exec *x) {
+  struct rcc_conn *done[LENT_MAX];
   int ndone = 0;
-  for (int i = 0; i < x->nzc; i++) {
-    struct zc_send *e = &x->zc[i];
+  for (int i = 0; i < x->nlent; i++) {
+    struct lent_send *e = &x->lent[i];
     int again = 0; /* one detach per connection */
     for (int j = 0; j < ndone; j++)
       again |= done[j] == e->conn;
-    if (again || zc_done(e))
+    if (again || lent_done(e))
       continue;
     e->conn->ops->reclaim(e->conn);
     done[ndone++] = e->conn;
   }
-  x->nzc = 0;
+  x->nlent = 0;
 }
 
 static int can_lend(const struct rcc_conn *c) {
@@ -415,7 +404,7 @@ static int can_lend(const struct rcc_conn *c) {
 
 /* Where a lent send of this step can come from without a copy into the
  * slot (NULL: it needs the slot). */
-static const char *zc_source(const struct exec *x, const struct rcc_step *s) {
+static const char *lend_source(const struct exec *x, const struct rcc_step *s) {
   const char *src = x->src + s->src_off * x->esize;
   const char *dst = x->dst + s->dst_off * x->esize;
   switch (s->kind) {
@@ -453,7 +442,7 @@ static int step_touches(const struct exec *x, const struct rcc_step *s,
 }
 
 static int receives(int kind) {
-  return step_receives(kind) || kind == RCC_STEP_SEND_RECV;
+  return rcc_step_receives(kind) || kind == RCC_STEP_SEND_RECV;
 }
 
 static struct land *land_find(struct exec *x, const struct rcc_conn *c,
@@ -489,9 +478,9 @@ static void land_ahead(struct exec *x, uint64_t i) {
     int clash = 0;
     for (int b = 0; b < a && !clash; b++)
       clash = step_touches(x, &s[b], p, bytes);
-    for (int z = 0; z < x->nzc && !clash; z++)
-      clash = overlaps(x->zc[z].p, x->zc[z].len, p, bytes) &&
-              !zc_done(&x->zc[z]);
+    for (int z = 0; z < x->nlent && !clash; z++)
+      clash = overlaps(x->lent[z].p, x->lent[z].len, p, bytes) &&
+              !lent_done(&x->lent[z]);
     if (!clash && rc->ops->land(rc, seq, p, bytes))
       x->lands[x->nland++] = (struct land){rc, seq, p};
   }
@@ -525,14 +514,14 @@ static void land_release(struct exec *x) {
 /* Publishes a network slot whose bytes are at p (NULL: in the slot). */
 static int send_publish(struct exec *x, struct rcc_conn *c, const char *p,
                         size_t bytes, uint64_t meta) {
-  if (p != NULL && x->nzc == ZC_MAX) {
+  if (p != NULL && x->nlent == LENT_MAX) {
     /* Forget those that left; wait only if none did. */
-    for (int i = 0; i < x->nzc;)
-      if (zc_done(&x->zc[i]))
-        x->zc[i] = x->zc[--x->nzc];
+    for (int i = 0; i < x->nlent;)
+      if (lent_done(&x->lent[i]))
+        x->lent[i] = x->lent[--x->nlent];
       else
         i++;
-    int r = x->nzc == ZC_MAX ? zc_wait(x, NULL, 0) : RINGCC_SUCCESS;
+    int r = x->nlent == LENT_MAX ? lent_wait(x, NULL, 0) : RINGCC_SUCCESS;
     if (r != RINGCC_SUCCESS)
       return r;
   }
@@ -540,7 +529,7 @@ static int send_publish(struct exec *x, struct rcc_conn *c, const char *p,
     c->ops->lend(c, p);
   rcc_proto_send_end(c, meta);
   if (p != NULL)
-    x->zc[x->nzc++] = (struct zc_send){p, bytes, c, c->step};
+    x->lent[x->nlent++] = (struct lent_send){p, bytes, c, c->step};
   return RINGCC_SUCCESS;
 }
 
@@ -619,13 +608,13 @@ static ringcc_result_t send_half(struct exec *x, const struct rcc_step *s) {
   char *out;
   int r;
 
-  const char *zc = x->zerocopy && can_lend(sc) ? zc_source(x, s) : NULL;
+  const char *lent = x->lending && can_lend(sc) ? lend_source(x, s) : NULL;
   waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
   if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
     return r;
-  if (zc == NULL)
+  if (lent == NULL)
     copy_bytes(out, x->src + s->src_off * x->esize, bytes);
-  return send_publish(x, sc, zc, bytes, meta_of(s, bytes));
+  return send_publish(x, sc, lent, bytes, meta_of(s, bytes));
 }
 
 static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
@@ -641,7 +630,7 @@ static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
     return r;
   if ((r = check_meta(x, s, meta, bytes)) != 0)
     return r;
-  if (x->nzc > 0 && (r = zc_wait(x, dst, bytes)) != 0)
+  if (x->nlent > 0 && (r = lent_wait(x, dst, bytes)) != 0)
     return r;
   copy_bytes(dst, in, bytes);
   rcc_proto_recv_end(rc);
@@ -666,7 +655,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
 
   if (s->kind == RCC_STEP_SEND_RECV)
     return run_send_recv(x, s);
-  if (step_receives(s->kind)) {
+  if (rcc_step_receives(s->kind)) {
     rc = recv_conn(x, s);
     if (x->land)
       land_ahead(x, i);
@@ -679,22 +668,22 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
     if (landed != NULL)
       in = landed; /* == dst: the copies below are no-ops */
   }
-  const char *zc = NULL;
-  if (step_sends(s->kind)) {
+  const char *lent = NULL;
+  if (rcc_step_sends(s->kind)) {
     sc = send_conn(x, s);
     waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
-    if (x->zerocopy && can_lend(sc) && (zc = zc_source(x, s)) != NULL)
+    if (x->lending && can_lend(sc) && (lent = lend_source(x, s)) != NULL)
       out = NULL;
   }
   /* Every step but a plain send and a reduce into the slot writes dst. */
-  if (x->nzc > 0 && s->kind != RCC_STEP_SEND &&
+  if (x->nlent > 0 && s->kind != RCC_STEP_SEND &&
       s->kind != RCC_STEP_RECV_REDUCE_SEND && s->kind != RCC_STEP_NONE &&
-      (r = zc_wait(x, x->dst + s->dst_off * x->esize, bytes)) != 0)
+      (r = lent_wait(x, x->dst + s->dst_off * x->esize, bytes)) != 0)
     return r;
   step_data(x, s, in, out);
-  if (sc && (r = send_publish(x, sc, zc, bytes, meta_of(s, bytes))) != 0)
+  if (sc && (r = send_publish(x, sc, lent, bytes, meta_of(s, bytes))) != 0)
     return r;
   if (sc)
     rcc_stats_sent(x->stats, s->send_peer, bytes);
@@ -741,9 +730,10 @@ static ringcc_result_t traced_step(struct exec *x, const struct rcc_step *s,
   e.nelem = s->nelem;
   e.bytes = s->nelem * x->esize;
   e.block = s->block;
-  e.send_peer = (step_sends(s->kind) || s->kind == RCC_STEP_SEND_RECV) &&
+  e.send_peer = (rcc_step_sends(s->kind) || s->kind == RCC_STEP_SEND_RECV) &&
                         part != STEP_RECV_HALF
-                    ? s->send_peer : -1;
+                    ? s->send_peer
+                    : -1;
   e.recv_peer = receives(s->kind) && part != STEP_SEND_HALF ? s->recv_peer
                                                             : -1;
   e.send_msg = e.recv_msg = UINT32_MAX;
@@ -764,7 +754,7 @@ static ringcc_result_t traced_step(struct exec *x, const struct rcc_step *s,
 ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op) {
-  struct zc_send zc[ZC_MAX]; /* only [0, nzc) is ever read */
+  struct lent_send lent[LENT_MAX]; /* only [0, nlent) is ever read */
   struct land lands[LAND_MAX];
   struct exec x = {
       .comm = comm,
@@ -778,8 +768,8 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
       .at = &comm->progress,
       /* Point-to-point sends keep their copy: ringcc_send returns once the
        * data is in the slots, as it always has. */
-      .zerocopy = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND,
-      .zc = zc,
+      .lending = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND,
+      .lent = lent,
       /* Only where pieces are large enough to be worth it; not for
        * ringcc_recv (its message may be shorter than the buffer). */
       .land = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND &&
@@ -808,10 +798,10 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     r = traced ? traced_step(&x, &cur, i, STEP_WHOLE)
                : run_step(&x, &cur, i);
   }
-  if (r == RINGCC_SUCCESS && x.nzc > 0)
-    r = zc_wait(&x, NULL, 0);
-  if (r != RINGCC_SUCCESS && x.nzc > 0)
-    zc_release(&x);
+  if (r == RINGCC_SUCCESS && x.nlent > 0)
+    r = lent_wait(&x, NULL, 0);
+  if (r != RINGCC_SUCCESS && x.nlent > 0)
+    lent_release(&x);
   if (r != RINGCC_SUCCESS && x.nland > 0)
     land_release(&x);
   RCC_PUT(x.at->active, 0);
@@ -854,9 +844,10 @@ static int chan_ready(struct exec *x, const struct chan *k,
     *waiter = k->half ? recv_conn(x, s) : send_conn(x, s);
     return slot_ready(*waiter, *send);
   }
-  if (step_receives(s->kind) && !slot_ready(*waiter = recv_conn(x, s), 0))
+  if (rcc_step_receives(s->kind) &&
+      !slot_ready(*waiter = recv_conn(x, s), 0))
     return *send = 0, 0;
-  if (step_sends(s->kind) && !slot_ready(*waiter = send_conn(x, s), 1))
+  if (rcc_step_sends(s->kind) && !slot_ready(*waiter = send_conn(x, s), 1))
     return *send = 1, 0;
   return 1;
 }
@@ -1013,19 +1004,18 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
                                        const struct rcc_plan *call,
                                        const void *src, void *dst,
                                        ringcc_datatype_t dt, ringcc_op_t op) {
-  const struct rcc_algorithm *a = &rcc_algorithms[call->alg];
   int n = call->nchannels > 1 ? call->nchannels : 1;
   if (n == 1) { /* as one plan, with the user-buffer paths */
     struct rcc_plan plan;
     rcc_plan_channel(call, 0, &plan);
-    a->plan(&plan);
+    rcc_plan_build(&plan);
     return rcc_exec_host(comm, &plan, src, dst, dt, op);
   }
   struct chan ch[RCC_MAX_CHANNELS];
   uint64_t total = 0;
   for (int c = 0; c < n; c++) {
     rcc_plan_channel(call, c, &ch[c].plan);
-    a->plan(&ch[c].plan);
+    rcc_plan_build(&ch[c].plan);
     ch[c].i = 0;
     ch[c].half = 0;
     total += ch[c].plan.nsteps;
@@ -1059,7 +1049,7 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
  * the one-shot needs no FIFOs: each rank copies its input into its own board
  * region and publishes it with the call's sequence number, then reads every
  * rank's region in rank order, reducing into dst, exactly as the FIFO
- * schedule (coll_oneshot.c) does: the same operands in the same order on
+ * schedule (oneshot.c) does: the same operands in the same order on
  * every rank, so every rank gets the same bits.
  *
  * Two regions alternate between calls. A rank that starts call s has read

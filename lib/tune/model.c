@@ -189,7 +189,7 @@ static void evaluate(const struct rcc_model_input *in,
       .coll = in->coll,
       .nranks = in->nranks,
       .bytes = in->bytes,
-      .slot_bytes = in->slot_bytes,
+      .all_chunk_bytes = in->all_chunk_bytes,
       .board_bytes = in->board_bytes,
       .network_only = in->network_only,
       .cma = in->cma,
@@ -200,7 +200,7 @@ static void evaluate(const struct rcc_model_input *in,
   c->alg = a->id;
   c->why_not = a->why_not(&ctx);
   c->runnable = c->why_not == NULL;
-  rcc_model_terms(in->coll, a->id, in->nranks, in->bytes, in->chunk_bytes,
+  rcc_model_terms(in->coll, a->id, in->nranks, in->bytes, in->ring_chunk_bytes,
                   &c->terms);
   if (all)
     rcc_model_link_terms(in->all_link_type, a->id, in->nranks, &c->terms);

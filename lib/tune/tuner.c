@@ -276,10 +276,10 @@ static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
       .network_only = t->all_links == 1u << RCC_LINK_TCP,
       .gamma_us_per_byte = t->model.gamma_us_per_byte,
       .cache_bytes = t->model.cache_bytes,
-      .chunk_bytes = (double)(device ? comm->dev_ring_chunk_bytes
-                                     : comm->ring_chunk_bytes),
-      .slot_bytes = (double)(device ? comm->dev_all_chunk_bytes
-                                    : comm->all_chunk_bytes),
+      .ring_chunk_bytes = (double)(device ? comm->dev_ring_chunk_bytes
+                                          : comm->ring_chunk_bytes),
+      .all_chunk_bytes = (double)(device ? comm->dev_all_chunk_bytes
+                                         : comm->all_chunk_bytes),
       .board_bytes = (double)rcc_board_bytes(comm),
       .cma = rcc_cma_usable(comm),
       .device = device,
@@ -291,8 +291,9 @@ static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   const struct rcc_algorithm *a = &rcc_algorithms[cand[winner].alg];
 
   out->alg = a->id;
-  out->chunk_bytes = (size_t)((a->flags & RCC_ALG_ALL_EDGES) ? in.slot_bytes
-                                                             : in.chunk_bytes);
+  out->chunk_bytes = (size_t)((a->flags & RCC_ALG_ALL_EDGES)
+                                   ? in.all_chunk_bytes
+                                   : in.ring_chunk_bytes);
   out->channels = cand[winner].pred.channels;
   if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);

@@ -142,9 +142,11 @@ struct rcc_model_input {
   struct rcc_link_cost all_link;   /* the slowest edge of all */
   double gamma_us_per_byte;
   double cache_bytes;      /* see struct rcc_model */
-  double chunk_bytes;      /* pipeline chunk of ring and chain schedules */
-  double slot_bytes;       /* one slot of every edge: what one-step
-                              algorithms (one-shot, recursive doubling) fit */
+  double ring_chunk_bytes; /* the chunk of ring and chain schedules (one
+                              slot of the ring's edges): their pipeline */
+  double all_chunk_bytes;  /* the chunk of the others (one slot of every
+                              edge): what one-step algorithms (one-shot,
+                              recursive doubling) fit */
   double board_bytes;      /* a one-shot board region; 0: no board */
   int cma;                 /* cross-memory attach works between all ranks */
   int device;              /* the call's buffers are in GPU memory */

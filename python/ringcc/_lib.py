@@ -75,7 +75,9 @@ class Op(enum.IntEnum):
 
 
 class Algo(enum.IntEnum):
-    """ringcc_algo_t (ringcc_config_t.algo, RINGCC_ALGO)."""
+    """ringcc_algo_t (ringcc_config_t.algo, RINGCC_ALGO): each member's
+    lower-case name is its one RINGCC_ALGO spelling ("oneshot"); DIRECT is
+    the deprecated name for ONESHOT-or-CMA, kept for its value."""
 
     AUTO = 0
     RING = 1
@@ -86,6 +88,17 @@ class Algo(enum.IntEnum):
     ONESHOT = 6
     CMA = 7
     ZEROCOPY = 8
+
+    @classmethod
+    def parse(cls, name):
+        """The member a RINGCC_ALGO spelling names, as the library reads
+        it: case, '-' and '_' ignored ("one-shot" is ONESHOT)."""
+        key = str(name).upper().replace("-", "").replace("_", "")
+        if key not in cls.__members__:
+            raise ValueError(
+                f"algo {name!r} is not one of "
+                f"{', '.join(m.lower() for m in cls.__members__)}")
+        return cls[key]
 
 
 IN_PLACE_ADDRESS = 1          # RINGCC_IN_PLACE is ((const void *)1)

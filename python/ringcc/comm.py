@@ -169,7 +169,7 @@ def _config(timeout, config):
             raise TypeError("pass either 'timeout' (seconds) or 'timeout_ms'")
         fields["timeout_ms"] = int(round(float(timeout) * 1000))
     if isinstance(fields.get("algo"), str):
-        fields["algo"] = _lib.Algo[fields["algo"].upper()]
+        fields["algo"] = _lib.Algo.parse(fields["algo"])
     known = {name for name, _ in _lib.ConfigStruct._fields_} - {
         "size", "magic", "version", "reserved"}
     unknown = set(fields) - known

@@ -236,12 +236,23 @@ def comms(comm):
         expect_equal(y, np.full(3, n), "allreduce on split_type(HOST)")
     # get_unique_id + Comm(nranks, uid, rank), the uid passed as bytes.
     uid = _shared_uid(comm)
-    with ringcc.Comm(n, ringcc.UniqueId(uid), r, timeout=60) as c2:
+    # algo by a spelling the library also reads ("one-shot" is "oneshot")
+    with ringcc.Comm(n, ringcc.UniqueId(uid), r, timeout=60,
+                     algo="one-shot") as c2:
         if (c2.rank, c2.size) != (r, n):
             fail(f"Comm(n, uid, rank): rank {c2.rank} of {c2.size}")
         z = np.full(2, r, np.float64)
         c2.allreduce(z, op="max")
         expect_equal(z, np.full(2, n - 1), "allreduce on Comm(n, uid, rank)")
+    for m in ringcc.Algo:
+        if ringcc.Algo.parse(m.name.lower()) is not m:
+            fail(f"Algo.parse({m.name.lower()!r}) is not {m!r}")
+    for spelling, want in [("Zero_Copy", ringcc.Algo.ZEROCOPY),
+                           ("ONE-SHOT", ringcc.Algo.ONESHOT)]:
+        if ringcc.Algo.parse(spelling) is not want:
+            fail(f"Algo.parse({spelling!r}) is not {want!r}")
+    expect_raises(ValueError, ["'halving'", "oneshot"],
+                  lambda: ringcc.Algo.parse("halving"), "Algo.parse of none")
     if repr(comm) != f"<ringcc.Comm rank {r} of {n}>":
         fail(f"repr: {comm!r}")
     if not isinstance(comm.report(), str):

@@ -1,5 +1,5 @@
 /*
- * coll_tree.c - double binary tree AllReduce.
+ * tree.c - double binary tree AllReduce.
  *
  * Two binary trees over the ring positions, each carrying half of the data.
  * The second tree is the first one mirrored (n even) or shifted by one (n
@@ -82,48 +82,47 @@ RCC_HD static void dtree(int n, int r, int *up, int *down0, int *down1) {
 }
 
 RCC_HD static int nchildren(const struct rcc_plan *p, int t) {
-  return (p->tree_down[t][0] >= 0) + (p->tree_down[t][1] >= 0);
+  return (p->state.tree.down[t][0] >= 0) + (p->state.tree.down[t][1] >= 0);
 }
 
 RCC_HD void rcc_plan_tree(struct rcc_plan *p) {
+  struct rcc_tree_plan *tp = &p->state.tree;
   int n = p->nranks, up, d0, d1;
 
+  p->sched = RCC_SCHED_TREE;
   p->alg = RCC_ALG_TREE;
-  p->root_pos = 0;
   for (int t = 0; t < 2; t++) {
     (t == 0 ? btree : dtree)(n, p->pos, &up, &d0, &d1);
     /* Positions to ranks; keep children in order, present ones first. */
-    p->tree_up[t] = up < 0 ? -1 : p->ring[up];
-    p->tree_down[t][0] = d0 >= 0 ? p->ring[d0] : d1 >= 0 ? p->ring[d1] : -1;
-    p->tree_down[t][1] = d0 >= 0 && d1 >= 0 ? p->ring[d1] : -1;
+    tp->up[t] = up < 0 ? -1 : p->ring[up];
+    tp->down[t][0] = d0 >= 0 ? p->ring[d0] : d1 >= 0 ? p->ring[d1] : -1;
+    tp->down[t][1] = d0 >= 0 && d1 >= 0 ? p->ring[d1] : -1;
     int kids = nchildren(p, t);
-    p->tree_up_steps[t] = (uint32_t)(kids == 0 ? 1 : kids);
-    p->tree_down_steps[t] = (uint32_t)(kids == 0 ? 1 : kids);
+    tp->up_steps[t] = (uint32_t)(kids == 0 ? 1 : kids);
+    tp->down_steps[t] = (uint32_t)(kids == 0 ? 1 : kids);
   }
   size_t half = (p->count + 1) / 2;
   uint64_t chunks = (half + p->chunk_elems - 1) / p->chunk_elems;
   p->steps_per_loop = chunks; /* chunks per tree */
-  p->nsteps = chunks * (p->tree_up_steps[0] + p->tree_up_steps[1] +
-                        p->tree_down_steps[0] + p->tree_down_steps[1]);
+  p->nsteps = chunks * (tp->up_steps[0] + tp->up_steps[1] +
+                        tp->down_steps[0] + tp->down_steps[1]);
 }
-
-RCC_HD static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Tree t's share of chunk k: tree 0 the first half, tree 1 the rest. */
 RCC_HD static void tree_chunk(const struct rcc_plan *p, int t, uint64_t k,
                               struct rcc_step *s) {
   size_t half = (p->count + 1) / 2;
   size_t base = t == 0 ? 0 : half, end = t == 0 ? half : p->count;
-  size_t off = min_sz(base + (size_t)k * p->chunk_elems, end);
+  size_t off = rcc_min_sz(base + (size_t)k * p->chunk_elems, end);
   s->src_off = s->dst_off = off;
-  s->nelem = min_sz(p->chunk_elems, end - off);
+  s->nelem = rcc_min_sz(p->chunk_elems, end - off);
   s->block = t;
 }
 
 /* Up step j of tree t: receive children's partial sums, send ours up. */
 RCC_HD static void up_step(const struct rcc_plan *p, int t, uint32_t j,
                            struct rcc_step *s) {
-  int kids = nchildren(p, t), parent = p->tree_up[t];
+  int kids = nchildren(p, t), parent = p->state.tree.up[t];
   int last = (int)j == kids - 1;
 
   if (kids == 0) {
@@ -131,7 +130,7 @@ RCC_HD static void up_step(const struct rcc_plan *p, int t, uint32_t j,
     s->send_peer = parent;
     return;
   }
-  s->recv_peer = p->tree_down[t][j];
+  s->recv_peer = p->state.tree.down[t][j];
   /* the first child reduces with the input, later ones with the partial
    * sum kept in the output */
   s->acc = j > 0 ? RCC_ACC_DST_IN : RCC_ACC_IN_SRC;
@@ -149,14 +148,14 @@ RCC_HD static void up_step(const struct rcc_plan *p, int t, uint32_t j,
 /* Down step j of tree t: pass the total from the parent to the children. */
 RCC_HD static void down_step(const struct rcc_plan *p, int t, uint32_t j,
                              struct rcc_step *s) {
-  int kids = nchildren(p, t), parent = p->tree_up[t];
+  int kids = nchildren(p, t), parent = p->state.tree.up[t];
 
   if (kids == 0) {
     s->kind = RCC_STEP_RECV;
     s->recv_peer = parent;
     return;
   }
-  s->send_peer = p->tree_down[t][j];
+  s->send_peer = p->state.tree.down[t][j];
   if (j == 0 && parent >= 0) {
     s->kind = RCC_STEP_RECV_COPY_SEND;
     s->recv_peer = parent;
@@ -168,13 +167,14 @@ RCC_HD static void down_step(const struct rcc_plan *p, int t, uint32_t j,
 
 RCC_HD void rcc_tree_step(const struct rcc_plan *p, uint64_t i,
                           struct rcc_step *s) {
+  const struct rcc_tree_plan *tp = &p->state.tree;
   uint64_t chunks = p->steps_per_loop;
-  uint32_t up = p->tree_up_steps[0] + p->tree_up_steps[1];
-  uint32_t down = p->tree_down_steps[0] + p->tree_down_steps[1];
+  uint32_t up = tp->up_steps[0] + tp->up_steps[1];
+  uint32_t down = tp->down_steps[0] + tp->down_steps[1];
   int is_up = i < chunks * up;
   uint64_t rel = is_up ? i : i - chunks * up;
-  uint32_t per = is_up ? up : down, first = is_up ? p->tree_up_steps[0]
-                                                  : p->tree_down_steps[0];
+  uint32_t per = is_up ? up : down,
+           first = is_up ? tp->up_steps[0] : tp->down_steps[0];
   uint64_t k = rel / per;
   uint32_t j = (uint32_t)(rel % per);
   int t = j >= first;

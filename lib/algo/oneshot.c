@@ -1,5 +1,5 @@
 /*
- * coll_oneshot.c - one-shot AllReduce: every rank's data reaches every peer in
+ * oneshot.c - one-shot AllReduce: every rank's data reaches every peer in
  * one step, and each rank reduces locally, in rank order.
  *
  *   steps 0..n-2   send this rank's whole input to rank r+1+i (mod n)
@@ -47,10 +47,10 @@ void rcc_board_link_terms(int link, int n, struct rcc_cost_terms *t) {
 }
 
 RCC_HD void rcc_plan_oneshot(struct rcc_plan *p) {
+  p->sched = RCC_SCHED_ONESHOT;
   p->alg = RCC_ALG_ONESHOT;
   p->steps_per_loop = 2 * (uint64_t)p->nranks - 1;
   p->nsteps = p->count == 0 ? 0 : p->steps_per_loop;
-  p->root_pos = 0;
 }
 
 RCC_HD void rcc_oneshot_step(const struct rcc_plan *p, uint64_t i,

@@ -1,5 +1,5 @@
 /*
- * coll_recdoubling.c - recursive-doubling AllReduce for small messages.
+ * recdoubling.c - recursive-doubling AllReduce for small messages.
  *
  * With p the largest power of two <= n: at step k (0 <= k < log2 p) rank r
  * exchanges its partial result with rank r ^ 2^k and combines the two; after
@@ -54,12 +54,12 @@ void rcc_recdoubling_link_terms(int link, int n, struct rcc_cost_terms *t) {
 
 RCC_HD void rcc_plan_recdoubling(struct rcc_plan *p) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
+  p->sched = RCC_SCHED_RECDOUBLING;
   p->alg = RCC_ALG_RECDOUBLING;
   p->steps_per_loop = r >= pw ? 2
                               : (n == 1) + 2 * (uint64_t)rcc_log2_of(pw) +
                                     (r < extra ? 2 : 0);
   p->nsteps = p->count == 0 ? 0 : p->steps_per_loop;
-  p->root_pos = 0;
 }
 
 RCC_HD void rcc_recdoubling_step(const struct rcc_plan *p, uint64_t i,

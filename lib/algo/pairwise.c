@@ -1,5 +1,5 @@
 /*
- * coll_pairwise.c - schedules where each rank talks to many peers directly:
+ * pairwise.c - schedules where each rank talks to many peers directly:
  * AllToAll as a pairwise exchange, point-to-point Send/Recv, the
  * dissemination Barrier, and the one-rank local copy.
  *
@@ -44,13 +44,11 @@ void rcc_local_terms(int coll, int n, double S, double C,
   rcc_set_terms(t, 0, 0, 0, 0);
 }
 
-RCC_HD static uint64_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
-
 RCC_HD void rcc_plan_pairwise(struct rcc_plan *p) {
   int n = p->nranks;
-  uint64_t nloops = div_up(p->count, p->chunk_elems);
+  uint64_t nloops = rcc_div_up(p->count, p->chunk_elems);
 
-  p->root_pos = 0;
+  p->sched = RCC_SCHED_PAIRWISE;
   if (n == 1 && p->coll != RCC_COLL_SEND && p->coll != RCC_COLL_RECV) {
     p->alg = RCC_ALG_LOCAL;
     p->steps_per_loop = 1;
@@ -82,8 +80,6 @@ RCC_HD void rcc_plan_pairwise(struct rcc_plan *p) {
   }
 }
 
-RCC_HD static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
-
 RCC_HD static void alltoall_step(const struct rcc_plan *p, uint64_t i,
                                  struct rcc_step *s) {
   int n = p->nranks, r = p->rank;
@@ -103,7 +99,7 @@ RCC_HD static void alltoall_step(const struct rcc_plan *p, uint64_t i,
   s->block = s->send_peer;
   s->src_off = (size_t)s->send_peer * p->count + off;
   s->dst_off = (size_t)s->recv_peer * p->count + off;
-  s->nelem = min_sz(p->chunk_elems, p->count - off);
+  s->nelem = rcc_min_sz(p->chunk_elems, p->count - off);
 }
 
 RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
@@ -130,7 +126,8 @@ RCC_HD void rcc_pairwise_step(const struct rcc_plan *p, uint64_t i,
       s->recv_peer = p->root;
     s->block = p->root;
     s->src_off = s->dst_off = off;
-    s->nelem = min_sz(p->chunk_elems, p->count - min_sz(off, p->count));
+    s->nelem =
+        rcc_min_sz(p->chunk_elems, p->count - rcc_min_sz(off, p->count));
     break;
   }
   default: { /* RCC_ALG_DISSEMINATION */

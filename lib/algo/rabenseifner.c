@@ -1,5 +1,5 @@
 /*
- * coll_rabenseifner.c - Rabenseifner's AllReduce: a reduce-scatter by recursive
+ * rabenseifner.c - Rabenseifner's AllReduce: a reduce-scatter by recursive
  * halving, then an allgather by recursive doubling.
  *
  * With p the largest power of two <= n and L = log2 p, among the first p
@@ -101,6 +101,7 @@ static RCC_HD uint64_t hd_exchange_steps(const struct rcc_plan *p, int k) {
 RCC_HD void rcc_plan_rabenseifner(struct rcc_plan *p) {
   int n = p->nranks, r = p->rank, pw = rcc_pow2_floor(n), extra = n - pw;
   uint64_t whole = hd_pieces(p->count, p->chunk_elems), steps = 0;
+  p->sched = RCC_SCHED_RABENSEIFNER;
   p->alg = RCC_ALG_RABENSEIFNER;
   if (r >= pw) {
     steps = 2 * whole; /* hand the input over, get the total back */
@@ -111,7 +112,6 @@ RCC_HD void rcc_plan_rabenseifner(struct rcc_plan *p) {
   }
   p->steps_per_loop = steps;
   p->nsteps = p->count == 0 ? 0 : steps;
-  p->root_pos = 0;
 }
 
 /* Piece j of the range [off, off + n) as a step's offsets and size; "none"
