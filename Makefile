@@ -367,6 +367,17 @@ test-python: python-venv
 	cd python && env -u RINGCC_LIBRARY $(abspath $(PY_VENV))/bin/python -m pytest \
 	  -p no:cacheprovider -ra $(PY_TEST_ARGS) tests
 
+# make launch-check: ringcc_comm_init_env under the real launchers
+# (scripts/launch-check.sh): torchrun from $(PY_VENV) (standalone, c10d),
+# mpirun, MPICH's mpiexec.hydra and a one-node Slurm started in a temporary
+# folder (srun, srun --mpi=pmi2, srun torchrun); about a minute.
+.PHONY: launch-check
+launch-check: python-venv
+	@$(DEPS_SCRIPT) --launchers
+	@$(MAKE) --no-print-directory all $(TESTOUT)/test_launch
+	env $(TEST_ENV) timeout -k 30 600 scripts/launch-check.sh \
+	  $(TESTOUT)/test_launch $(abspath $(PY_VENV))
+
 python-bench: python-venv
 	$(PY_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps \
 	  --force-reinstall ./python
@@ -701,6 +712,8 @@ help:
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps, build, then ringcc-run -np $$NP ringcc-bench $$BENCH_ARGS'
+	@echo '  launch-check   init_env under real torchrun, mpirun, mpiexec.hydra, srun'
+	@echo '                 (a one-node Slurm in a temporary folder)'
 	@echo '  test-python    venv $(PY_VENV) (numpy, torch, pytest), pip install ./python,'
 	@echo '                 pytest python/tests (PY_TEST_ARGS=...; docs/python.md)'
 	@echo '  python-bench   torch all_reduce and a DDP step, ringcc vs gloo (PY_BENCH_ARGS=...)'

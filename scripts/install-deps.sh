@@ -9,6 +9,8 @@
 #   scripts/install-deps.sh --python also what make test-python needs
 #   scripts/install-deps.sh --ib     also what make ib-check needs (qemu,
 #                                    busybox, the rxe provider, verbs tools)
+#   scripts/install-deps.sh --launchers also what make launch-check needs
+#                                    (MPICH's mpiexec.hydra, Slurm)
 #
 # Needs: gcc, make, ar and nm (binutils), pkg-config, Criterion (header +
 # library), Open MPI (mpirun, mpicc), iproute2 (ip), python3 (the layer
@@ -19,8 +21,9 @@
 # valgrind and gdb (the multi-host tests print a hung rank's stacks with
 # it); with --python, python3 with venv and ensurepip (python3-venv);
 # with --ib also qemu-system-x86, busybox-static, cpio, ibverbs-providers
-# (rxe), ibverbs-utils and perftest (installed without their
-# recommendations). Silent and fast (no apt)
+# (rxe), ibverbs-utils and perftest; with --launchers mpich (mpiexec.hydra;
+# Open MPI stays the mpirun alternative) and slurm-wlm (slurmctld, slurmd,
+# srun) (both groups installed without their recommendations). Silent and fast (no apt)
 # when all of it is present, so make test and make bench call it every time.
 # Installing: as root apt-get directly; otherwise through sudo -n when that
 # works without a password; otherwise it prints the command and exits 1.
@@ -31,6 +34,7 @@ bench=0
 sanitize=0
 python=0
 ib=0
+launchers=0
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=1 ;;
@@ -38,7 +42,8 @@ for arg in "$@"; do
     --sanitize) sanitize=1 ;;
     --python) python=1 ;;
     --ib) ib=1 ;;
-    -h|--help) sed -n '2,26s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --launchers) launchers=1 ;;
+    -h|--help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -115,8 +120,13 @@ missing_packages() {
   fi
 }
 
-# Prints the packages make ib-check needs that are missing (--ib).
+# Prints the packages make ib-check (--ib) and make launch-check
+# (--launchers) need that are missing: installed without recommendations.
 missing_ib_packages() {
+  if [ "$launchers" = 1 ]; then
+    have mpiexec.hydra || echo mpich
+    { have slurmctld && have slurmd && have srun; } || echo slurm-wlm
+  fi
   [ "$ib" = 1 ] || return 0
   have qemu-system-x86_64 || echo qemu-system-x86
   have busybox || echo busybox-static

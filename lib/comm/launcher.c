@@ -131,9 +131,7 @@ ringcc_result_t rcc_launch_detect(struct rcc_launch *l, char *err,
 
 /* ---- the rendezvous ------------------------------------------------------ */
 
-/* The first host of a Slurm node list: "n[07-09,12],gpu1" -> "n07",
- * "rack[1-2]-node[3-4]" -> "rack1-node3". 0, or -1 when malformed. */
-static int slurm_first_host(const char *list, char *host, size_t len) {
+int rcc_slurm_first_host(const char *list, char *host, size_t len) {
   size_t k = 0;
   for (const char *p = list; *p && *p != ','; p++) {
     if (*p == '[') {
@@ -229,7 +227,7 @@ static ringcc_result_t slurm_root(struct rcc_launch *l, char *err,
                     "RINGCC_ROOT=host:port (where rank 0 listens)", l->why,
                     job == NULL ? "SLURM_JOB_ID" : step == NULL ? "SLURM_STEP_ID"
                                                     : "SLURM_STEP_NODELIST");
-  if (slurm_first_host(list, host, sizeof host) != 0)
+  if (rcc_slurm_first_host(list, host, sizeof host) != 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "%s='%s' is not a Slurm node list (host, host[1-3,5], "
                     "...); set RINGCC_ROOT=host:port", list_var, list);

@@ -45,4 +45,8 @@ ringcc_result_t rcc_launch_store_id(const struct rcc_launch *l,
                                     int64_t timeout_ms, char *err,
                                     size_t errlen);
 
+/* The first host of a Slurm node list: "n[07-09,12],gpu1" -> "n07",
+ * "rack[1-2]-node[3-4]" -> "rack1-node3". 0, or -1 when malformed. */
+int rcc_slurm_first_host(const char *list, char *host, size_t len);
+
 #endif /* RCC_LAUNCHER_H */
