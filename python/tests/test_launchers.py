@@ -76,3 +76,30 @@ def test_c_example_under_torchrun(nproc, c10d):
     for r in range(nproc):
         assert f"rank {r} of {nproc}: sum {nproc * (nproc + 1) // 2}, " \
                "0 wrong elements" in out, out
+
+
+@pytest.mark.skipif(not os.access(EXAMPLE, os.X_OK),
+                    reason="build/examples/allreduce is not built (make)")
+@pytest.mark.parametrize("use_libuv", [True, False])
+def test_c_ranks_on_torch_tcpstore(use_libuv):
+    """The C client against both of torch's TCPStore servers (libuv, the
+    default since torch 2.4, and the classic one): 3 ranks of the C example
+    given torchrun's variables around a store this test serves; the id rank
+    0 set is then readable through torch's own client under the documented
+    key."""
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, use_libuv=use_libuv,
+                          wait_for_workers=False)
+    env = clean_env()
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
+               TORCHELASTIC_RUN_ID="rcc-store-test", GROUP_RANK="0",
+               TORCHELASTIC_USE_AGENT_STORE="True", WORLD_SIZE="3")
+    procs = [subprocess.Popen([EXAMPLE], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for r in range(3)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and \
+            f"rank {r} of 3: sum 6, 0 wrong elements" in out, out
+    uid = store.get("ringcc/rcc-store-test/0/init_env.0/id")
+    assert len(uid) == 128, len(uid)
