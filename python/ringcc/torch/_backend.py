@@ -362,6 +362,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = self._reduce_op(opts or dist.AllreduceOptions())
+        if tensors and all(isinstance(t, torch.Tensor) and t.is_sparse
+                           for t in tensors):
+            return self._allreduce_sparse(tensors, op)
         args = [_Arg(t, f"tensors[{i}]", op) for i, t in enumerate(tensors)]
 
         def run():
@@ -369,6 +372,50 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 self._call("ringcc_allreduce", a.address, a.address, a.count,
                            a.dtype, op)
         return self._submit("all_reduce", tensors, run, list(tensors), args)
+
+    def _allreduce_sparse(self, tensors, op):
+        """Sparse COO all-reduce as Gloo does it: every rank's indices and
+        values are gathered (padded to the largest count), summed as sparse
+        tensors and coalesced; each tensor then holds the sum."""
+        if op != Op.SUM:
+            raise ValueError(f"ringcc: all_reduce of a sparse tensor takes "
+                             f"ReduceOp.SUM only, not {op.name}")
+        for i, t in enumerate(tensors):
+            if t.device.type != "cpu":
+                raise ValueError(f"ringcc: argument 'tensors[{i}]' is a "
+                                 f"sparse tensor on {t.device}; sparse "
+                                 "all_reduce takes CPU tensors")
+            if t.dtype not in _DTYPES:
+                raise TypeError(f"ringcc: argument 'tensors[{i}]' has dtype "
+                                f"{t.dtype}, which libringcc does not have")
+        n = self.size()
+
+        def gather(t):
+            out = torch.empty((n,) + tuple(t.shape), dtype=t.dtype)
+            a, o = _Arg(t.contiguous(), "t"), _Arg(out, "out")
+            self._call("ringcc_allgather", a.address, o.address, a.count,
+                       a.dtype)
+            return out
+
+        def run():
+            for t in tensors:
+                c = t.coalesce()
+                idx, vals = c.indices(), c.values()
+                nnz = gather(torch.tensor([idx.shape[1]], dtype=torch.int64))
+                top = int(nnz.max())
+                pad_i = torch.zeros((idx.shape[0], top), dtype=torch.int64)
+                pad_i[:, :idx.shape[1]] = idx
+                pad_v = torch.zeros((top,) + tuple(vals.shape[1:]),
+                                    dtype=vals.dtype)
+                pad_v[:vals.shape[0]] = vals
+                all_i, all_v = gather(pad_i), gather(pad_v)
+                k = [int(x) for x in nnz.view(-1)]
+                total = torch.sparse_coo_tensor(
+                    torch.cat([all_i[r][:, :k[r]] for r in range(n)], 1),
+                    torch.cat([all_v[r][:k[r]] for r in range(n)], 0),
+                    t.shape).coalesce()
+                t.copy_(total)
+        return self._submit("all_reduce", [], run, list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = self._reduce_op(opts or dist.AllreduceCoalescedOptions())
@@ -497,20 +544,31 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         return args
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        """all_gather_coalesced: output_lists[i] receives every rank's
+        """all_gather_coalesced: output_lists[r][i] receives rank r's
         input_list[i]; one allgather of the inputs laid end to end."""
-        if len(output_lists) != len(input_list):
-            raise ValueError(f"ringcc: all_gather_coalesced: "
-                             f"{len(output_lists)} output lists but "
-                             f"{len(input_list)} inputs")
+        n = self.size()
+        if len(output_lists) != n:
+            raise ValueError(f"ringcc: all_gather_coalesced: argument "
+                             f"'output_tensor_lists' holds {len(output_lists)}"
+                             f" lists; the group has {n} ranks")
         ins = [_Arg(t, f"input_list[{i}]") for i, t in enumerate(input_list)]
         if not ins:
             return completed_work([])
         _same(ins, "all_gather_coalesced")
-        outs = [a for i, (outputs, inp) in enumerate(zip(output_lists, ins))
-                for a in self._block_list(outputs, inp,
-                                          f"output_lists[{i}]")]
-        n = self.size()
+        outs = []
+        for r, outputs in enumerate(output_lists):
+            if len(outputs) != len(ins):
+                raise ValueError(f"ringcc: all_gather_coalesced: "
+                                 f"output_tensor_lists[{r}] holds "
+                                 f"{len(outputs)} tensors, not one per input "
+                                 f"({len(ins)})")
+            for i, (o, inp) in enumerate(zip(outputs, ins)):
+                a = _Arg(o, f"output_tensor_lists[{r}][{i}]")
+                _same([inp, a], "all_gather_coalesced")
+                _check_size(a, inp.tensor.numel(),
+                            f"output_tensor_lists[{r}][{i}]",
+                            f"input_list[{i}]'s block")
+                outs.append(a)
 
         def run():
             flat = torch.cat([_flat(t) for t in input_list])
@@ -520,12 +578,12 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             self._call("ringcc_allgather", f.address, g.address, f.count,
                        f.dtype)
             rows = gathered.view(n, -1)
-            offset = 0
-            for outputs, t in zip(output_lists, input_list):
-                k = _flat(t).numel()
-                for r, o in enumerate(outputs):
+            for r, outputs in enumerate(output_lists):
+                offset = 0
+                for o in outputs:
+                    k = _flat(o).numel()
                     _flat(o).copy_(rows[r, offset:offset + k])
-                offset += k
+                    offset += k
         return self._submit("all_gather_coalesced", list(input_list), run,
                             [list(o) for o in output_lists], outs + ins)
 
