@@ -19,7 +19,7 @@ struct rcc_launch {
   /* The rendezvous: root is "host:port" where rank 0 serves it, or with
    * use_store the address of torchrun's TCPStore that carries the id. */
   char root[300];
-  char root_why[200];
+  char root_why[512];
   int use_store;
   char job[200];              /* job key ("" none): derived port and secret */
 };
