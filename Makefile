@@ -379,6 +379,30 @@ test-python: python-venv
 	cd python && env -u RINGCC_LIBRARY $(abspath $(PY_VENV))/bin/python -m pytest \
 	  -p no:cacheprovider -ra $(PY_TEST_ARGS) tests
 
+# make launch-check: ringcc_comm_init_env under the real launchers
+# (scripts/launch-check.sh): torchrun from $(PY_VENV) (standalone, c10d),
+# mpirun, MPICH's mpiexec.hydra and a one-node Slurm started in a temporary
+# folder (srun, srun --mpi=pmi2, srun torchrun); about a minute.
+.PHONY: launch-check
+launch-check: python-venv
+	@$(DEPS_SCRIPT) --launchers
+	@$(MAKE) --no-print-directory all $(TESTOUT)/test_launch
+	env $(TEST_ENV) timeout -k 30 600 scripts/launch-check.sh \
+	  $(TESTOUT)/test_launch $(abspath $(PY_VENV))
+
+# make torch-suite: PyTorch's own distributed tests (distributed_test.py of
+# the wheel in $(PY_VENV)) with gloo and with ringcc standing in for it, at
+# world sizes 2 and 3, and the table (scripts/torch-suite.sh; long: every
+# test spawns its ranks). make torch-suite-quick: a bounded subset on ringcc
+# (CI). TORCH_SUITE_ARGS adds arguments (e.g. --ws 2, --tests a,b).
+TORCH_SUITE_ARGS ?=
+.PHONY: torch-suite torch-suite-quick
+torch-suite: python-venv all
+	scripts/torch-suite.sh --venv $(PY_VENV) $(TORCH_SUITE_ARGS)
+
+torch-suite-quick: python-venv all
+	scripts/torch-suite.sh --venv $(PY_VENV) --quick $(TORCH_SUITE_ARGS)
+
 python-bench: python-venv
 	$(PY_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps \
 	  --force-reinstall ./python
@@ -742,6 +766,10 @@ help:
 	@echo '                 (T=name runs only $(BUILD)/test/test_name; T="a b" several);'
 	@echo '                 output also in $(BUILD)/test/test_NAME.log'
 	@echo '  bench          deps (--build-only), build, then ringcc-run -np $$NP all_reduce_perf $$BENCH_ARGS'
+	@echo '  torch-suite    torch distributed_test.py: gloo vs ringcc standing in, table'
+	@echo '                 (torch-suite-quick: a bounded subset, ringcc only)'
+	@echo '  launch-check   init_env under real torchrun, mpirun, mpiexec.hydra, srun'
+	@echo '                 (a one-node Slurm in a temporary folder)'
 	@echo '  test-python    venv $(PY_VENV) (numpy, torch, pytest), pip install ./python,'
 	@echo '                 pytest python/tests (PY_TEST_ARGS=...; docs/python.md)'
 	@echo '  python-bench   torch all_reduce and a DDP step, ringcc vs gloo (PY_BENCH_ARGS=...)'

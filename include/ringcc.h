@@ -196,9 +196,11 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *comm, int nranks,
                                             const ringcc_unique_id_t *id,
                                             int rank,
                                             const ringcc_config_t *config);
-/* Rank and size from RINGCC_RANK/RINGCC_NRANKS, else from Open MPI, PMI or
- * Slurm variables, else RANK/WORLD_SIZE (torchrun); the rendezvous from
- * RINGCC_ROOT (host:port where rank 0 listens), else MASTER_ADDR/MASTER_PORT. */
+/* Rank and size from the innermost launcher: RINGCC_RANK/RINGCC_NRANKS,
+ * torchrun, Open MPI, PMI (MPICH hydra), Slurm, else RANK/WORLD_SIZE; the
+ * rendezvous from RINGCC_ROOT (host:port where rank 0 listens), torchrun's
+ * TCPStore, MASTER_ADDR/MASTER_PORT, or what the launcher implies
+ * (docs/launch.md). */
 RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *comm,
                                                 const ringcc_config_t *config);
 /* MPI_Comm_split: ranks with the same color form a communicator, ordered by

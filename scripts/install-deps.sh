@@ -17,6 +17,9 @@
 #                                    (python3-venv)
 #   scripts/install-deps.sh --ib     also what make ib-check needs (qemu,
 #                                    busybox, the rxe provider, verbs tools)
+#   scripts/install-deps.sh --launchers also what make launch-check needs
+#                                    (MPICH's mpiexec.hydra beside Open MPI,
+#                                    Slurm's slurmctld, slurmd and srun)
 #   scripts/install-deps.sh --check  with any of the above: print each thing
 #                                    needed, present or missing, and what
 #                                    would be run; install nothing; exit 1
@@ -36,7 +39,7 @@ if [ "${RINGCC_SKIP_DEPS:-0}" = 1 ]; then
   exit 0
 fi
 
-check_only=0 build_only=0 bench=0 sanitize=0 python=0 ib=0
+check_only=0 build_only=0 bench=0 sanitize=0 python=0 ib=0 launchers=0
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=1 ;;
@@ -45,7 +48,8 @@ for arg in "$@"; do
     --sanitize) sanitize=1 ;;
     --python) python=1 ;;
     --ib) ib=1 ;;
-    -h|--help) sed -n '2,33s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --launchers) launchers=1 ;;
+    -h|--help) sed -n '2,36s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -92,17 +96,19 @@ have_libfuzzer() {
     clang -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1
 }
 
+have_slurm() { have slurmctld && have slurmd && have srun; }
+
 have_venv() { have python3 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; }
 
 # What the chosen commands need, one "PACKAGE|TEST|WHY" per line (TEST is a
-# command that succeeds when it is present). --ib packages are installed
-# without their recommendations (the "ib" mark).
+# command that succeeds when it is present). --ib and --launchers packages
+# are installed without their recommendations (the "ib" mark).
 needs() {
   echo "gcc|have gcc|the C compiler (every build)"
   echo "make|have make|runs the build"
   echo "binutils|have ar|ar and nm: the static library, the layer check"
   echo "libibverbs-dev|have_verbs_headers|the verbs headers: the IB plugin is always built"
-  [ "$build_only" = 1 ] && [ "$bench$sanitize$python$ib" = 0000 ] && return 0
+  [ "$build_only" = 1 ] && [ "$bench$sanitize$python$ib$launchers" = 00000 ] && return 0
   echo "libcriterion-dev|have_criterion|Criterion, the test framework (make test)"
   echo "openmpi-bin|have mpirun|mpirun: the tests launch ranks with it (test_launch)"
   echo "iproute2|have ip|ip and tc: network namespaces of the multi-host tests (as root)"
@@ -132,6 +138,10 @@ needs() {
     echo "perftest|have ib_write_bw|ib|ib_write_bw, the verbs baseline"
     echo "dpkg|have dpkg-deb|ib|unpacks the guest's packages"
   fi
+  if [ "$launchers" = 1 ]; then
+    echo "mpich|have mpiexec.hydra|ib|MPICH's hydra launcher (make launch-check)"
+    echo "slurm-wlm|have_slurm|ib|a one-node Slurm: slurmctld, slurmd, srun (make launch-check)"
+  fi
 }
 
 # Sorts the needs into present and missing (plain and --no-install-recommends).
@@ -158,6 +168,7 @@ extras=""
 [ "$python" = 1 ] && extras="$extras test-python"
 [ "$sanitize" = 1 ] && extras="$extras fuzz/valgrind-check"
 [ "$ib" = 1 ] && extras="$extras ib-check"
+[ "$launchers" = 1 ] && extras="$extras launch-check"
 [ -n "$extras" ] && for_what="$for_what (and${extras})"
 
 apt_cmd="apt-get update"

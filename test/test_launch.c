@@ -15,7 +15,18 @@
  * (b) Open MPI's mpirun -np 3 (skipped when mpirun is missing);
  * (c) forked children given torchrun (RANK, WORLD_SIZE, MASTER_ADDR/PORT),
  *     Slurm (SLURM_PROCID, SLURM_NTASKS), PMI and Open MPI variables by the
- *     test itself, and RINGCC_* winning over all of them.
+ *     test itself, and RINGCC_* winning over all of them; nested launchers
+ *     (torchrun's RANK over Slurm's, hydra's PMI_RANK over Slurm's), and
+ *     srun's derived rendezvous (node list, job and step id);
+ * (d) the real torchrun (standalone and --rdzv-backend c10d; found as
+ *     $RINGCC_TORCHRUN, $PY_VENV/bin/torchrun, build/venv/bin/torchrun or on
+ *     PATH, else skipped): its children meet through torchrun's TCPStore;
+ *     mpirun and MPICH's mpiexec.hydra without RINGCC_ROOT (derived);
+ * (e) the real srun (suite launch_slurm): only when RCC_TEST_SLURM=1, which
+ *     scripts/slurm-check.sh sets after starting slurmctld and slurmd in a
+ *     temporary folder (make slurm-check): srun -n 3, srun --mpi=pmi2, and
+ *     srun -n 1 torchrun --nproc-per-node 3 (each child its torchrun RANK);
+ * (f) what a missing rendezvous says, and Slurm node-list parsing.
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
@@ -35,6 +46,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "launcher.h"
 
 extern char **environ;
 
@@ -50,7 +62,14 @@ static const char *const launcher_vars[] = {
     "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMI_LOCAL_RANK",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
     "SLURM_JOB_ID", "SLURM_STEP_ID",
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST",
+    "SLURMD_NODENAME", "SLURM_STEPID", "SLURM_LOCALID",
+    "PMI_PORT", "PMI_FD", "PMI_ID", "PMI_JOBID", "MPI_LOCALNRANKS",
+    "MPI_LOCALRANKID", "HYDI_CONTROL_FD", "PMIX_NAMESPACE",
+    "OMPI_MCA_ess_base_jobid",
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RESTART_COUNT",
     "MASTER_ADDR", "MASTER_PORT", NULL};
 
 #define CHILD_ENV "RCC_TEST_LAUNCH_CHILD"
@@ -70,17 +89,32 @@ static bool env_int(const char *name, int *out) {
   return true;
 }
 
-/* Rank and size as the launcher set them, in ringcc_comm_init_env's order. */
+/* Rank and size as the innermost launcher set them (docs/launch.md):
+ * RINGCC_RANK; torchrun's RANK when its markers are there; Open MPI; PMI
+ * unless srun set it to its own task numbers; Slurm; RANK. Written here apart
+ * from the library's table, so that the two check each other. */
 static const char *expected_rank_size(int *rank, int *size) {
   static const char *const pairs[][2] = {
       {"RINGCC_RANK", "RINGCC_NRANKS"},
+      {"RANK", "WORLD_SIZE"}, /* torchrun: only with its markers */
       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
       {"PMI_RANK", "PMI_SIZE"},
       {"SLURM_PROCID", "SLURM_NTASKS"},
       {"RANK", "WORLD_SIZE"}};
-  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+  int slurm_rank, slurm_size, pmi_rank, pmi_size;
+  bool srun_pmi = env_int("SLURM_PROCID", &slurm_rank) &&
+                  env_int("SLURM_NTASKS", &slurm_size) &&
+                  env_int("PMI_RANK", &pmi_rank) &&
+                  env_int("PMI_SIZE", &pmi_size) && slurm_rank == pmi_rank &&
+                  slurm_size == pmi_size;
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    if (i == 1 && !getenv("TORCHELASTIC_RUN_ID") && !getenv("GROUP_RANK"))
+      continue;
+    if (i == 3 && srun_pmi)
+      continue;
     if (env_int(pairs[i][0], rank) && env_int(pairs[i][1], size))
       return pairs[i][0];
+  }
   *rank = -1;
   *size = -1;
   return NULL;
@@ -447,7 +481,10 @@ Test(launch, mpirun_np3, .timeout = 150) {
 
 /* ---- (c) launcher environments set by the test for forked ranks ---------------- */
 
-enum env_style { ENV_TORCHRUN, ENV_SLURM, ENV_PMI, ENV_OMPI, ENV_RINGCC_WINS };
+enum env_style {
+  ENV_TORCHRUN, ENV_SLURM, ENV_PMI, ENV_OMPI, ENV_RINGCC_WINS,
+  ENV_SRUN_TORCHRUN, ENV_HYDRA_IN_SLURM, ENV_SLURM_DERIVED
+};
 
 typedef struct {
   enum env_style style;
@@ -509,6 +546,44 @@ static int env_rank(h_ctx_t *ctx) {
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     set_int("MASTER_PORT", a->port == 65535 ? 1 : a->port + 1);
     break;
+  case ENV_SRUN_TORCHRUN:
+    /* srun -n 1 torchrun: every child has the torchrun task's SLURM_PROCID
+     * 0 of 1 (and PMI's, with --mpi=pmi2); torchrun's RANK must win.
+     * TORCHELASTIC_USE_AGENT_STORE is left unset: rank 0 listens on
+     * MASTER_PORT (the real torchrun's store is tested below). */
+    set_int("RANK", r);
+    set_int("WORLD_SIZE", n);
+    set_int("GROUP_RANK", 0);
+    setenv("TORCHELASTIC_RUN_ID", "rcc-test", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port, 1);
+    set_int("SLURM_PROCID", 0);
+    set_int("SLURM_NTASKS", 1);
+    set_int("PMI_RANK", 0);
+    set_int("PMI_SIZE", 1);
+    setenv("SLURM_JOB_ID", "7", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    break;
+  case ENV_HYDRA_IN_SLURM:
+    /* mpiexec.hydra inside an sbatch script: the batch step's SLURM_PROCID
+     * 0 of 1 in every rank; hydra's PMI_RANK must win. */
+    set_int("PMI_RANK", r);
+    set_int("PMI_SIZE", n);
+    set_int("MPI_LOCALNRANKS", n);
+    set_int("SLURM_PROCID", 0);
+    set_int("SLURM_NTASKS", 1);
+    setenv("RINGCC_ROOT", root, 1);
+    break;
+  case ENV_SLURM_DERIVED:
+    /* srun without RINGCC_ROOT: the root is the step's first node, the port
+     * derived from the job and step ids (unique to this test run). */
+    set_int("SLURM_PROCID", r);
+    set_int("SLURM_NTASKS", n);
+    set_int("SLURM_JOB_ID", a->port);
+    set_int("SLURM_STEP_ID", 3);
+    setenv("SLURM_STEP_NODELIST", "localhost", 1);
+    setenv("SLURM_NODELIST", "localhost,node[2-9]", 1);
+    break;
   }
   int want_rank, want_size;
   expected_rank_size(&want_rank, &want_size);
@@ -543,4 +618,184 @@ Test(launch, ompi_env_n2, .timeout = 90) {
 }
 Test(launch, ringcc_vars_win_n3, .timeout = 90) {
   env_launch(ENV_RINGCC_WINS, 3, "RINGCC_* over conflicting launcher vars");
+}
+Test(launch, srun_torchrun_env_n3, .timeout = 90) {
+  env_launch(ENV_SRUN_TORCHRUN, 3, "srun torchrun env (RANK over SLURM_PROCID)");
+}
+Test(launch, hydra_in_slurm_env_n3, .timeout = 90) {
+  env_launch(ENV_HYDRA_IN_SLURM, 3, "hydra in an sbatch step (PMI_RANK over "
+             "SLURM_PROCID)");
+}
+Test(launch, slurm_derived_env_n4, .timeout = 90) {
+  env_launch(ENV_SLURM_DERIVED, 4, "Slurm env without RINGCC_ROOT (root from "
+             "the node list)");
+}
+
+/* ---- (d) real launchers without a hand-set rendezvous ---------------------- */
+
+static const char *find_torchrun(void) {
+  static char path[PATH_MAX];
+  const char *v = getenv("RINGCC_TORCHRUN");
+  const char *venv = getenv("PY_VENV");
+  if (v != NULL && access(v, X_OK) == 0)
+    return v;
+  snprintf(path, sizeof path, "%s/bin/torchrun", venv ? venv : "build/venv");
+  if (access(path, X_OK) == 0)
+    return path;
+  return find_in_path("torchrun");
+}
+
+/* argv runs self_exe as the rank program at its end; output checked by the
+ * markers of nranks ranks. */
+static void run_launcher(char **argv, int nranks, const char *what,
+                         char **extra_env) {
+  launch_dir_t d;
+  make_launch_dir(&d);
+  char *extra[16] = {CHILD_ENV "=1", d.dir_env};
+  int k = 2;
+  for (int i = 0; extra_env && extra_env[i] && k < 15; i++)
+    extra[k++] = extra_env[i];
+  extra[k] = NULL;
+  char **env = make_env(extra);
+  int status = spawn_and_wait(argv, env, d.log, 150);
+  expect_success(status, &d, what);
+  check_markers(&d, nranks, what);
+  free(env);
+  remove_launch_dir(&d);
+}
+
+static void under_torchrun(int nranks, bool c10d) {
+  const char *torchrun = find_torchrun();
+  if (torchrun == NULL)
+    cr_skip_test("torchrun is not installed (set RINGCC_TORCHRUN or PY_VENV)");
+  char nproc[32], endpoint[64], what[96];
+  snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", nranks);
+  snprintf(endpoint, sizeof endpoint, "--rdzv-endpoint=127.0.0.1:%d",
+           free_port());
+  char *standalone[] = {(char *)torchrun, "--standalone", nproc, "--no-python",
+                        (char *)self_exe(), CHILD_FILTER, "--jobs=1", NULL};
+  char *rdzv[] = {(char *)torchrun, "--nnodes=1", "--rdzv-backend=c10d",
+                  endpoint, nproc, "--no-python", (char *)self_exe(),
+                  CHILD_FILTER, "--jobs=1", NULL};
+  snprintf(what, sizeof what, "torchrun %s --nproc-per-node %d",
+           c10d ? "--rdzv-backend c10d" : "--standalone", nranks);
+  run_launcher(c10d ? rdzv : standalone, nranks, what, NULL);
+}
+
+Test(launch, torchrun_standalone_n2, .timeout = 180) { under_torchrun(2, false); }
+Test(launch, torchrun_c10d_n4, .timeout = 180) { under_torchrun(4, true); }
+
+Test(launch, mpirun_derived_np3, .timeout = 180) {
+  const char *mpirun = find_in_path("mpirun");
+  if (mpirun == NULL)
+    cr_skip_test("mpirun is not installed");
+  char *argv[] = {(char *)mpirun, "--allow-run-as-root", "--oversubscribe",
+                  "-np", "3", "--mca", "btl", "self,vader",
+                  "-x", CHILD_ENV, "-x", DIR_ENV, (char *)self_exe(),
+                  CHILD_FILTER, "--jobs=1", NULL};
+  char *extra[] = {"OMPI_ALLOW_RUN_AS_ROOT=1",
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", NULL};
+  run_launcher(argv, 3, "mpirun -np 3 (no RINGCC_ROOT)", extra);
+}
+
+Test(launch, hydra_np3, .timeout = 180) {
+  const char *hydra = find_in_path("mpiexec.hydra");
+  if (hydra == NULL)
+    cr_skip_test("MPICH's mpiexec.hydra is not installed (apt-get install "
+                 "mpich; scripts/install-deps.sh --launchers)");
+  char *argv[] = {(char *)hydra, "-n", "3", (char *)self_exe(), CHILD_FILTER,
+                  "--jobs=1", NULL};
+  run_launcher(argv, 3, "mpiexec.hydra -n 3 (no RINGCC_ROOT)", NULL);
+}
+
+/* ---- (e) the real srun (scripts/slurm-check.sh) -------------------------------- */
+
+static const char *need_srun(void) {
+  const char *srun = find_in_path("srun");
+  if (getenv("RCC_TEST_SLURM") == NULL || srun == NULL)
+    cr_skip_test("needs a running Slurm: make slurm-check (RCC_TEST_SLURM=1)");
+  return srun;
+}
+
+Test(launch_slurm, srun_n3, .timeout = 180) {
+  const char *srun = need_srun();
+  char *argv[] = {(char *)srun, "-n", "3", "--overcommit", (char *)self_exe(),
+                  CHILD_FILTER, "--jobs=1", NULL};
+  run_launcher(argv, 3, "srun -n 3", NULL);
+}
+
+Test(launch_slurm, srun_pmi2_n2, .timeout = 180) {
+  const char *srun = need_srun();
+  char *argv[] = {(char *)srun, "--mpi=pmi2", "-n", "2", "--overcommit",
+                  (char *)self_exe(), CHILD_FILTER, "--jobs=1", NULL};
+  run_launcher(argv, 2, "srun --mpi=pmi2 -n 2", NULL);
+}
+
+Test(launch_slurm, srun_torchrun_n3, .timeout = 180) {
+  const char *srun = need_srun();
+  const char *torchrun = find_torchrun();
+  if (torchrun == NULL)
+    cr_skip_test("torchrun is not installed (set RINGCC_TORCHRUN or PY_VENV)");
+  char *argv[] = {(char *)srun, "-n", "1", (char *)torchrun, "--standalone",
+                  "--nproc-per-node=3", "--no-python", (char *)self_exe(),
+                  CHILD_FILTER, "--jobs=1", NULL};
+  run_launcher(argv, 3, "srun -n 1 torchrun --nproc-per-node 3", NULL);
+}
+
+/* ---- (f) errors and parsing ---------------------------------------------------- */
+
+static void expect_no_rendezvous(const char *launcher) {
+  ringcc_comm_t comm = NULL;
+  ringcc_result_t r = ringcc_comm_init_env(&comm, NULL);
+  const char *msg = ringcc_comm_last_error(NULL);
+  cr_assert_eq(r, RINGCC_ERR_INVALID_ARGUMENT, "init_env returned %d (%s): %s",
+               (int)r, ringcc_strerror(r), msg);
+  cr_assert(strstr(msg, launcher) && strstr(msg, "RINGCC_ROOT"),
+            "the error names neither the launcher '%s' nor RINGCC_ROOT: %s",
+            launcher, msg);
+}
+
+static void clear_launcher_vars(void) {
+  for (int i = 0; launcher_vars[i]; i++)
+    unsetenv(launcher_vars[i]);
+}
+
+Test(launch_errors, slurm_without_step) {
+  clear_launcher_vars();
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  expect_no_rendezvous("Slurm srun");
+}
+
+Test(launch_errors, hydra_on_several_hosts) {
+  clear_launcher_vars();
+  setenv("PMI_RANK", "0", 1);
+  setenv("PMI_SIZE", "4", 1);
+  setenv("MPI_LOCALNRANKS", "2", 1);
+  expect_no_rendezvous("MPICH hydra");
+}
+
+Test(launch_errors, open_mpi_on_several_hosts) {
+  clear_launcher_vars();
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  setenv("PMIX_NAMESPACE", "prterun-x-1@1", 1);
+  expect_no_rendezvous("Open MPI");
+}
+
+Test(launch_errors, slurm_node_lists) {
+  static const char *const cases[][2] = {
+      {"n07", "n07"},           {"n[07-09,12],gpu1", "n07"},
+      {"gpu1,n[1-2]", "gpu1"},  {"rack[1-2]-node[3-4]", "rack1-node3"},
+      {"a[5]", "a5"},           {"x[3,1]", "x3"}};
+  char host[64];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cr_assert_eq(rcc_slurm_first_host(cases[i][0], host, sizeof host), 0,
+                 "'%s' rejected", cases[i][0]);
+    cr_assert_str_eq(host, cases[i][1], "first host of '%s'", cases[i][0]);
+  }
+  cr_assert_eq(rcc_slurm_first_host("n[1-2", host, sizeof host), -1);
+  cr_assert_eq(rcc_slurm_first_host("n]1", host, sizeof host), -1);
+  cr_assert_eq(rcc_slurm_first_host("", host, sizeof host), -1);
 }

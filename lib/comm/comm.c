@@ -31,6 +31,7 @@
 #include "env.h"
 #include "error.h"
 #include "graph.h"
+#include "launcher.h"
 #include "live.h"
 #include "log.h"
 #include "registry.h"
@@ -541,95 +542,6 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
 
 /* ---- init from a launcher's environment -------------------------------- */
 
-static int env_int(const char *const *names, int *value, const char **from) {
-  for (; *names; names++) {
-    const char *v = rcc_getenv(*names);
-    int64_t parsed;
-    if (v == NULL)
-      continue;
-    *from = *names;
-    if (rcc_parse_decimal(v, &parsed) != 0 || parsed < 0 || parsed > INT32_MAX)
-      return -1;
-    *value = (int)parsed;
-    return 1;
-  }
-  return 0;
-}
-
-/* A launcher's job id, to derive a rendezvous port on a single host. */
-static const char *job_key(void) {
-  static const char *const vars[] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
-                                     "SLURM_STEP_ID", "PMI_KVSNAME", NULL};
-  for (int i = 0; vars[i]; i++)
-    if (rcc_getenv(vars[i]))
-      return rcc_getenv(vars[i]);
-  return NULL;
-}
-
-static ringcc_result_t env_root(char *root, size_t len, int nranks) {
-  const char *v = rcc_getenv("RINGCC_ROOT");
-  const char *addr = rcc_getenv("MASTER_ADDR");
-  const char *port = rcc_getenv("MASTER_PORT");
-  const char *local = rcc_getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const char *job = job_key();
-  int64_t local_size;
-
-  if (v != NULL) {
-    snprintf(root, len, "%s", v);
-  } else if (addr != NULL && port != NULL) {
-    snprintf(root, len, "%s%s%s:%s", strchr(addr, ':') ? "[" : "", addr,
-             strchr(addr, ':') ? "]" : "", port);
-  } else if (job != NULL && local != NULL &&
-             rcc_parse_decimal(local, &local_size) == 0 &&
-             local_size == nranks) {
-    /* mpirun on one host and no rendezvous given: every rank derives the same
-     * port from the job id. */
-    uint64_t h = fnv1a(0xcbf29ce484222325ULL, job, strlen(job));
-    snprintf(root, len, "127.0.0.1:%d", 20000 + (int)(h % 20000));
-    RCC_INFO(-1, "no RINGCC_ROOT or MASTER_ADDR/MASTER_PORT; all %d ranks are "
-                 "on this host, so the rendezvous is %s (from the job id)",
-             nranks, root);
-  } else {
-    return rcc_thread_error(
-        RINGCC_ERR_INVALID_ARGUMENT,
-        "ringcc_comm_init_env: no rendezvous address: set RINGCC_ROOT=host:port "
-        "(where rank 0 listens) or MASTER_ADDR and MASTER_PORT");
-  }
-  return RINGCC_SUCCESS;
-}
-
-/* RINGCC_SECRET (exactly 32 hex digits, set by ringcc-run), else derived
- * from the rendezvous address and job id: then the id only keeps strays
- * out. The message never repeats the value. */
-static ringcc_result_t env_secret(const char *root, uint8_t secret[16]) {
-  const char *hex = rcc_getenv("RINGCC_SECRET");
-  if (hex != NULL) {
-    int bad = rcc_parse_hex(hex, secret, 16);
-    if (bad < 0)
-      return RINGCC_SUCCESS;
-    memset(secret, 0, 16);
-    if ((size_t)bad == strlen(hex))
-      return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                              "ringcc_comm_init_env: RINGCC_SECRET has %zu "
-                              "characters; it must be exactly 32 hex digits "
-                              "(128 bits, no 0x)", strlen(hex));
-    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
-                            "ringcc_comm_init_env: RINGCC_SECRET must be "
-                            "exactly 32 hex digits (128 bits, no 0x, no "
-                            "spaces or signs); character %d of its %zu is "
-                            "not one", bad + 1, strlen(hex));
-  }
-  const char *job = job_key();
-  uint64_t h1 = fnv1a(0xcbf29ce484222325ULL, root, strlen(root));
-  uint64_t h2 = job ? fnv1a(h1 ^ 0x9e3779b97f4a7c15ULL, job, strlen(job))
-                    : fnv1a(h1, "ringcc", 6);
-  memcpy(secret, &h1, 8);
-  memcpy(secret + 8, &h2, 8);
-  RCC_INFO(-1, "RINGCC_SECRET is not set: the rendezvous secret is derived "
-               "from the address and job id (ringcc-run sets a random one)");
-  return RINGCC_SUCCESS;
-}
-
 /* RINGCC_ROOT_HANDOFF: where the launcher (ringcc-run) offers the
  * rendezvous's listening socket, which it opened before starting the ranks,
  * so that the port is never free between its choice and rank 0's listen.
@@ -664,15 +576,11 @@ static int env_root_handoff(void) {
 
 RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *out,
                                                 const ringcc_config_t *config) {
-  static const char *const rank_vars[] = {"RINGCC_RANK", "OMPI_COMM_WORLD_RANK",
-                                          "PMI_RANK", "SLURM_PROCID", "RANK",
-                                          NULL};
-  static const char *const size_vars[] = {"RINGCC_NRANKS",
-                                          "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                          "SLURM_NTASKS", "WORLD_SIZE", NULL};
-  int rank = -1, nranks = -1;
-  const char *rank_from = NULL, *size_from = NULL;
-  char root[300], err[RCC_ERRLEN];
+  static const ringcc_config_t defaults = RINGCC_CONFIG_INIT;
+  const ringcc_config_t *c = config ? config : &defaults;
+  struct rcc_launch l;
+  struct rcc_settings s;
+  char err[RCC_ERRLEN];
   uint8_t secret[16];
   ringcc_unique_id_t id;
   ringcc_result_t r;
@@ -682,41 +590,46 @@ RINGCC_API ringcc_result_t ringcc_comm_init_env(ringcc_comm_t *out,
     return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
                             "ringcc_comm_init_env: argument 'comm' is NULL");
   *out = NULL;
-  int got_rank = env_int(rank_vars, &rank, &rank_from);
-  int got_size = env_int(size_vars, &nranks, &size_from);
-  if (got_rank <= 0 || got_size <= 0)
-    return rcc_thread_error(
-        RINGCC_ERR_INVALID_ARGUMENT,
-        "ringcc_comm_init_env: %s: set RINGCC_RANK and RINGCC_NRANKS, or start "
-        "the program with ringcc-run, mpirun, srun or torchrun",
-        got_rank < 0   ? "the rank variable is not a number"
-        : got_size < 0 ? "the size variable is not a number"
-                       : "no rank or size in the environment");
-  if ((r = env_root(root, sizeof(root), nranks)) != RINGCC_SUCCESS ||
-      (r = env_secret(root, secret)) != RINGCC_SUCCESS)
-    return r;
-  if ((r = rcc_bootstrap_id_from_root(&id, root, secret, err, sizeof(err))) !=
-      RINGCC_SUCCESS)
-    return rcc_thread_error(r, "ringcc_comm_init_env: rendezvous '%s': %s",
-                            root, err);
-  RCC_INFO(rank, "init from environment: rank %d (%s) of %d (%s), rendezvous %s",
-           rank, rank_from, nranks, size_from, root);
-  if (rank == 0 && rank < nranks) {
-    const ringcc_config_t *c = config;
-    static const ringcc_config_t defaults = RINGCC_CONFIG_INIT;
-    struct rcc_settings s;
-    if (c == NULL)
-      c = &defaults;
-    if ((r = check_config(c, err, sizeof(err))) != RINGCC_SUCCESS ||
-        (r = resolve_settings(c, &s, err, sizeof(err))) != RINGCC_SUCCESS)
-      return rcc_thread_error(r, "ringcc_comm_init_env: %s", err);
+  if ((r = rcc_launch_detect(&l, err, sizeof(err))) != RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_comm_init_env: %s", err);
+  RCC_INFO(l.rank, "init from environment: launcher %s (%s): rank %d (%s) of "
+           "%d (%s)", l.launcher, l.why, l.rank, l.rank_var, l.nranks,
+           l.size_var);
+  if ((r = rcc_launch_rendezvous(&l, err, sizeof(err))) != RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_comm_init_env on rank %d: %s", l.rank,
+                            err);
+  RCC_INFO(l.rank, "rendezvous %s (%s)", l.root, l.root_why);
+  if ((r = check_config(c, err, sizeof(err))) != RINGCC_SUCCESS ||
+      (r = resolve_settings(c, &s, err, sizeof(err))) != RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_comm_init_env on rank %d: %s", l.rank,
+                            err);
+  if (l.use_store) {
+    if ((r = rcc_launch_store_id(&l, &id, s.timeout_ms, err, sizeof(err))) !=
+        RINGCC_SUCCESS)
+      return rcc_thread_error(r, "ringcc_comm_init_env on rank %d: %s",
+                              l.rank, err);
+    return ringcc_comm_init(out, l.nranks, &id, l.rank, config);
+  }
+  if ((r = rcc_launch_secret(&l, secret, err, sizeof(err))) != RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_comm_init_env: %s", err);
+  if ((r = rcc_bootstrap_id_from_root(&id, l.root, secret, err,
+                                      sizeof(err))) != RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_comm_init_env: rendezvous '%s' (%s): %s",
+                            l.root, l.root_why, err);
+  if (l.rank == 0) {
     int root_fd = env_root_handoff();
     if ((r = rcc_bootstrap_serve(&id, root_fd, s.timeout_ms, err,
                                  sizeof(err))) != RINGCC_SUCCESS)
-      return rcc_thread_error(r, "ringcc_comm_init_env on rank 0: cannot "
-                                 "serve the rendezvous at %s: %s", root, err);
+      return rcc_thread_error(r, "ringcc_comm_init_env on rank 0 (launcher "
+                              "%s): cannot serve the rendezvous at %s (%s): "
+                              "%s%s", l.launcher, l.root, l.root_why, err,
+                              strstr(err, "in use")
+                                  ? "; another program holds that port (under "
+                                    "torchrun, torch's own TCPStore): set "
+                                    "RINGCC_ROOT to a free host:port"
+                                  : "");
   }
-  return ringcc_comm_init(out, nranks, &id, rank, config);
+  return ringcc_comm_init(out, l.nranks, &id, l.rank, config);
 }
 
 RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id) {

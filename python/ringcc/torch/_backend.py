@@ -24,6 +24,7 @@ tensor's device (see docs/python.md for what was run).
 
 import datetime
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,14 @@ import ringcc
 from ringcc._lib import Datatype, Op
 
 from . import _p2p
-from ._engine import Worker, completed_work, work_for
+from ._engine import RingccWork, Worker, completed_work, work_for
+
+# c10d's profiling: each operation is a record function named
+# "<backend>:<collective>" (gloo:all_reduce, ...) with its input tensors,
+# begun in the caller's thread and ended where the operation completes, so
+# the profiler shows it as asynchronous, as ProcessGroupGloo's works do.
+_record_enter = torch.autograd._record_function_with_args_enter
+_record_exit = torch.autograd._record_function_with_args_exit
 
 # ---- datatypes and ops -----------------------------------------------------
 
@@ -176,8 +184,9 @@ def _tournament(n, rank):
 class ProcessGroupRingcc(dist.ProcessGroup):
     """torch.distributed process group over one ringcc communicator."""
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, name="ringcc"):
         super().__init__(rank, size)
+        self._name = name  # the backend's name in profiler events
         if isinstance(timeout, datetime.timedelta):
             timeout_ms = int(timeout.total_seconds() * 1000)
         else:
@@ -245,11 +254,50 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     # ---- plumbing ----------------------------------------------------------------
 
-    def _submit(self, run, outputs, args=()):
+    def _submit(self, title, inputs, run, outputs, args=()):
+        """Queues run() on the worker; a Work for its outputs. title names
+        the operation (c10d's collective name) in profiler events and
+        errors."""
+        run = self._titled(title, run)
+        record = self._record(title, inputs)
+        if record is not None:
+            inner = run
+
+            def run():
+                try:
+                    inner()
+                finally:
+                    _record_exit(record)
         if any(a.cuda for a in args):
             return self._submit_cuda(run, outputs, args)
         future, task = self._worker.submit(run, outputs)
-        return self._work(future, self._worker, task)
+        # Profiled: the operation ends on the worker, never inline in
+        # wait() (the event must begin and end on different threads).
+        return self._work(future, self._worker,
+                          task if record is None else None)
+
+    def _record(self, title, inputs):
+        if not torch.autograd._profiler_enabled():
+            return None
+        return _record_enter(f"{self._name}:{title}",
+                             *[t for t in inputs
+                               if isinstance(t, torch.Tensor)])
+
+    def _titled(self, title, run):
+        """run() whose library timeout says "Timed out", the operation and
+        the time it waited (what c10d's callers match)."""
+        def timed():
+            start = time.monotonic()
+            try:
+                run()
+            except ringcc.RingccError as e:
+                if getattr(e, "code", None) != ringcc.Result.ERR_TIMEOUT:
+                    raise
+                ms = int((time.monotonic() - start) * 1000)
+                raise RuntimeError(
+                    f"ringcc: {title}: Timed out after {ms} ms (the group's "
+                    f"timeout is {self._timeout_ms} ms): {e}") from e
+        return timed
 
     def _work(self, future, worker=None, task=None):
         if self._coalesced is not None:
@@ -314,13 +362,60 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = self._reduce_op(opts or dist.AllreduceOptions())
+        if tensors and all(isinstance(t, torch.Tensor) and t.is_sparse
+                           for t in tensors):
+            return self._allreduce_sparse(tensors, op)
         args = [_Arg(t, f"tensors[{i}]", op) for i, t in enumerate(tensors)]
 
         def run():
             for a in args:
                 self._call("ringcc_allreduce", a.address, a.address, a.count,
                            a.dtype, op)
-        return self._submit(run, list(tensors), args)
+        return self._submit("all_reduce", tensors, run, list(tensors), args)
+
+    def _allreduce_sparse(self, tensors, op):
+        """Sparse COO all-reduce as Gloo does it: every rank's indices and
+        values are gathered (padded to the largest count), summed as sparse
+        tensors and coalesced; each tensor then holds the sum."""
+        if op != Op.SUM:
+            raise ValueError(f"ringcc: all_reduce of a sparse tensor takes "
+                             f"ReduceOp.SUM only, not {op.name}")
+        for i, t in enumerate(tensors):
+            if t.device.type != "cpu":
+                raise ValueError(f"ringcc: argument 'tensors[{i}]' is a "
+                                 f"sparse tensor on {t.device}; sparse "
+                                 "all_reduce takes CPU tensors")
+            if t.dtype not in _DTYPES:
+                raise TypeError(f"ringcc: argument 'tensors[{i}]' has dtype "
+                                f"{t.dtype}, which libringcc does not have")
+        n = self.size()
+
+        def gather(t):
+            out = torch.empty((n,) + tuple(t.shape), dtype=t.dtype)
+            a, o = _Arg(t.contiguous(), "t"), _Arg(out, "out")
+            self._call("ringcc_allgather", a.address, o.address, a.count,
+                       a.dtype)
+            return out
+
+        def run():
+            for t in tensors:
+                c = t.coalesce()
+                idx, vals = c.indices(), c.values()
+                nnz = gather(torch.tensor([idx.shape[1]], dtype=torch.int64))
+                top = int(nnz.max())
+                pad_i = torch.zeros((idx.shape[0], top), dtype=torch.int64)
+                pad_i[:, :idx.shape[1]] = idx
+                pad_v = torch.zeros((top,) + tuple(vals.shape[1:]),
+                                    dtype=vals.dtype)
+                pad_v[:vals.shape[0]] = vals
+                all_i, all_v = gather(pad_i), gather(pad_v)
+                k = [int(x) for x in nnz.view(-1)]
+                total = torch.sparse_coo_tensor(
+                    torch.cat([all_i[r][:, :k[r]] for r in range(n)], 1),
+                    torch.cat([all_v[r][:k[r]] for r in range(n)], 0),
+                    t.shape).coalesce()
+                t.copy_(total)
+        return self._submit("all_reduce", [], run, list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = self._reduce_op(opts or dist.AllreduceCoalescedOptions())
@@ -339,7 +434,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 n = _flat(t).numel()
                 _flat(t).copy_(flat[offset:offset + n])
                 offset += n
-        return self._submit(run, list(tensors), args)
+        return self._submit("all_reduce_coalesced", tensors, run, list(tensors), args)
 
     # ---- broadcast and reduce ------------------------------------------------
 
@@ -351,7 +446,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         def run():
             for a in args:
                 self._call("ringcc_bcast", a.address, a.count, a.dtype, root)
-        return self._submit(run, list(tensors), args)
+        return self._submit("broadcast", tensors, run, list(tensors), args)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -365,7 +460,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 self._call("ringcc_reduce", a.address,
                            a.address if at_root else None, a.count, a.dtype,
                            op, root)
-        return self._submit(run, list(tensors), args)
+        return self._submit("reduce", tensors, run, list(tensors), args)
 
     def _root(self, root, name):
         if not 0 <= root < self.size():
@@ -387,7 +482,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         def run():
             self._call("ringcc_allgather", inp.address, out.address,
                        inp.count, inp.dtype)
-        return self._submit(run, [output], [out, inp])
+        return self._submit("all_gather_into_tensor", [input], run, [output], [out, inp])
 
     _allgather_base = all_gather_single
 
@@ -398,7 +493,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             for out, inp in pairs:
                 self._call("ringcc_allgather", inp.address, out.address,
                            inp.count, inp.dtype)
-        return self._submit(run, list(outputs),
+        return self._submit("all_gather_into_tensor_coalesced", inputs, run, list(outputs),
                             [a for p in pairs for a in p])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -434,7 +529,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                        inp.dtype)
             for i, o in enumerate(outputs):
                 o.view(-1).copy_(staging.view(self.size(), -1)[i])
-        return self._submit(run, [list(outputs)], outs + [inp])
+        return self._submit("all_gather", [inp.tensor], run, [list(outputs)], outs + [inp])
 
     def _block_list(self, tensors, like, name):
         if len(tensors) != self.size():
@@ -447,6 +542,50 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             _check_size(a, like.tensor.numel(), f"{name}[{i}]",
                         "a block of the same size as the input")
         return args
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        """all_gather_coalesced: output_lists[r][i] receives rank r's
+        input_list[i]; one allgather of the inputs laid end to end."""
+        n = self.size()
+        if len(output_lists) != n:
+            raise ValueError(f"ringcc: all_gather_coalesced: argument "
+                             f"'output_tensor_lists' holds {len(output_lists)}"
+                             f" lists; the group has {n} ranks")
+        ins = [_Arg(t, f"input_list[{i}]") for i, t in enumerate(input_list)]
+        if not ins:
+            return completed_work([])
+        _same(ins, "all_gather_coalesced")
+        outs = []
+        for r, outputs in enumerate(output_lists):
+            if len(outputs) != len(ins):
+                raise ValueError(f"ringcc: all_gather_coalesced: "
+                                 f"output_tensor_lists[{r}] holds "
+                                 f"{len(outputs)} tensors, not one per input "
+                                 f"({len(ins)})")
+            for i, (o, inp) in enumerate(zip(outputs, ins)):
+                a = _Arg(o, f"output_tensor_lists[{r}][{i}]")
+                _same([inp, a], "all_gather_coalesced")
+                _check_size(a, inp.tensor.numel(),
+                            f"output_tensor_lists[{r}][{i}]",
+                            f"input_list[{i}]'s block")
+                outs.append(a)
+
+        def run():
+            flat = torch.cat([_flat(t) for t in input_list])
+            gathered = torch.empty(n * flat.numel(), dtype=flat.dtype,
+                                   device=flat.device)
+            f, g = _Arg(flat, "flat"), _Arg(gathered, "gathered")
+            self._call("ringcc_allgather", f.address, g.address, f.count,
+                       f.dtype)
+            rows = gathered.view(n, -1)
+            for r, outputs in enumerate(output_lists):
+                offset = 0
+                for o in outputs:
+                    k = _flat(o).numel()
+                    _flat(o).copy_(rows[r, offset:offset + k])
+                    offset += k
+        return self._submit("all_gather_coalesced", list(input_list), run,
+                            [list(o) for o in output_lists], outs + ins)
 
     # ---- reduce-scatter ------------------------------------------------------------
 
@@ -462,7 +601,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         def run():
             self._call("ringcc_reduce_scatter", inp.address, out.address,
                        out.count, out.dtype, op)
-        return self._submit(run, [output], [out, inp])
+        return self._submit("reduce_scatter_tensor", [input], run, [output], [out, inp])
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -476,7 +615,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             for out, inp in pairs:
                 self._call("ringcc_reduce_scatter", inp.address, out.address,
                            out.count, out.dtype, op)
-        return self._submit(run, list(outputs),
+        return self._submit("reduce_scatter_tensor_coalesced", inputs, run, list(outputs),
                             [a for p in pairs for a in p])
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
@@ -496,7 +635,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             s = _Arg(staging, "staging", op)
             self._call("ringcc_reduce_scatter", s.address, out.address,
                        out.count, out.dtype, op)
-        return self._submit(run, [output], ins + [out])
+        return self._submit("reduce_scatter", inputs, run, [output], ins + [out])
 
     # ---- alltoall --------------------------------------------------------------------
 
@@ -517,13 +656,13 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             def run():
                 self._call("ringcc_alltoall", inp.address, out.address,
                            inp.count // n, inp.dtype)
-            return self._submit(run, [output], [out, inp])
+            return self._submit("all_to_all", [input], run, [output], [out, inp])
         send = self._splits(input, input_split_sizes, "input")
         recv = self._splits(output, output_split_sizes, "output")
 
         def run():
             self._exchange(send, recv)
-        return self._submit(run, [output], [out, inp])
+        return self._submit("all_to_all", [input], run, [output], [out, inp])
 
     alltoall_base = all_to_all_single
 
@@ -587,7 +726,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             else:
                 self._exchange([t.view(-1) for t in input_tensors],
                                [t.view(-1) for t in output_tensors])
-        return self._submit(run, list(output_tensors), outs + ins)
+        return self._submit("all_to_all", input_tensors, run, list(output_tensors), outs + ins)
 
     # ---- gather and scatter --------------------------------------------------------
 
@@ -617,7 +756,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                     o.tensor.copy_(inp.tensor.view_as(o.tensor))
                 elif o.count:
                     self._call("ringcc_recv", o.address, o.count, o.dtype, i)
-        return self._submit(run, [list(outputs)] if me == root else [],
+        return self._submit("gather", [inp.tensor], run, [list(outputs)] if me == root else [],
                             outs + [inp])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -646,14 +785,77 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                     out.tensor.copy_(a.tensor.view_as(out.tensor))
                 elif a.count:
                     self._call("ringcc_send", a.address, a.count, a.dtype, i)
-        return self._submit(run, [out.tensor], ins + [out])
+        return self._submit("scatter", [out.tensor], run, [out.tensor], ins + [out])
 
     # ---- barrier ------------------------------------------------------------------------
 
     def barrier(self, opts=None):
         def run():
             self._call("ringcc_barrier")
-        return self._submit(run, [])
+        work = self._submit("barrier", [], run, [])
+        timeout = getattr(opts, "timeout", None)
+        ms = int(timeout.total_seconds() * 1000) if timeout else 0
+        if 0 < ms < self._timeout_ms:
+            return _BoundedWork(self, work.get_future(), "barrier", ms)
+        return work
+
+    # torch reads a group's _device_types two ways: "cpu in it" (can the
+    # group serve CPU tensors: monitored_barrier requires it) and "is it
+    # empty" (has the group C++ per-device backends: only then does
+    # init_process_group attach its flight recorder, which cannot record a
+    # Python group). This group serves cpu and cuda and has no C++ backend.
+    @property
+    def _device_types(self):
+        return _SERVED_DEVICES
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """Gloo's monitored barrier, through the group's store: every other
+        rank reports to rank 0, which waits for each in rank order within
+        timeout and then releases them all, or names the ranks that did
+        not arrive; the others then fail naming rank 0."""
+        ms = int(timeout.total_seconds() * 1000) if timeout is not None \
+            else self._timeout_ms
+        self._monitored = getattr(self, "_monitored", 0) + 1
+        key = f"ringcc/monitored_barrier/{self._monitored}"
+        me, n = self.rank(), self.size()
+        if me != 0:
+            self._store.set(f"{key}/arrived/{me}", b"1")
+            try:
+                self._store.wait([f"{key}/release"],
+                                 datetime.timedelta(milliseconds=ms))
+                ok = self._store.get(f"{key}/release") == b"ok"
+            except Exception:  # noqa: BLE001 - timed out or store gone
+                ok = False
+            if not ok:
+                raise RuntimeError(
+                    f"Rank {me} successfully reached monitoredBarrier, but "
+                    f"received errors while waiting for send/recv from rank "
+                    f"0. Please check rank 0 logs for faulty rank.")
+            return
+        deadline = time.monotonic() + ms / 1000
+        failed = []
+        for r in range(1, n):
+            left = deadline - time.monotonic()
+            if left <= 0 and not failed and r == 1:
+                self._store.set(f"{key}/release", b"failed")
+                raise RuntimeError(f"Rank 0 timed out in monitoredBarrier "
+                                   f"after {ms} ms.")
+            try:
+                self._store.wait([f"{key}/arrived/{r}"], datetime.timedelta(
+                    milliseconds=max(1, int(left * 1000))))
+            except Exception:  # noqa: BLE001 - this rank did not arrive
+                failed.append(r)
+                if not wait_all_ranks:
+                    break
+        if failed:
+            self._store.set(f"{key}/release", b"failed")
+            if len(failed) == 1 and not wait_all_ranks:
+                raise RuntimeError(f"Rank {failed[0]} failed to pass "
+                                   f"monitoredBarrier in {ms} ms")
+            raise RuntimeError(
+                f"Ranks {', '.join(str(r) for r in failed)} failed to pass "
+                f"monitoredBarrier in {ms} ms")
+        self._store.set(f"{key}/release", b"ok")
 
     # ---- point to point ----------------------------------------------------------------
 
@@ -687,11 +889,23 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def send(self, tensors, dstRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
-        return self._work(self._channel("send", dstRank).send(t, tag))
+        ch = self._channel("send", dstRank)
+        record = self._record("send", [t])
+        return self._work(self._recorded(ch.send(t, tag), record))
 
     def recv(self, tensors, srcRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
-        return self._work(self._channel("recv", srcRank).recv(t, tag))
+        ch = self._channel("recv", srcRank)
+        record = self._record("recv", [t])
+        return self._work(self._recorded(ch.recv(t, tag), record))
+
+    @staticmethod
+    def _recorded(future, record):
+        """Ends the profiler record when future completes (on the channel's
+        thread, which completes it)."""
+        if record is not None:
+            future.add_done_callback(lambda _: _record_exit(record))
+        return future
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("ringcc: recv from any source is not supported "
@@ -739,7 +953,43 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         self._comm.destroy()
 
 
-def create(store, rank, size, timeout):
-    """The creator registered with torch.distributed.Backend."""
-    return ProcessGroupRingcc(store, rank, size, timeout)
+class _ServedDevices(tuple):
+    """The devices a ProcessGroupRingcc serves, for `in`; empty otherwise
+    (no C++ backend is registered on the group)."""
+
+    def __contains__(self, device):
+        return torch.device(device).type in ("cpu", "cuda")
+
+
+_SERVED_DEVICES = _ServedDevices()
+
+
+class _BoundedWork(RingccWork):
+    """A Work whose wait() gives up after a per-call timeout (barrier's
+    timeout=): then the group's communicator is aborted, since the library
+    call still waits for ranks that did not come, and wait() raises
+    "Timed out waiting <ms>ms"."""
+
+    def __init__(self, pg, future, title, ms):
+        super().__init__(future)
+        self._pg, self._title, self._ms = pg, title, ms
+
+    def wait(self, timeout=None):
+        fut = self._future
+        end = time.monotonic() + self._ms / 1000
+        while not fut.done() and time.monotonic() < end:
+            time.sleep(0.001)
+        if not fut.done():
+            self._pg._comm.abort()
+            raise RuntimeError(
+                f"ringcc: {self._title}: Timed out waiting {self._ms}ms for "
+                "the other ranks (the communicator is aborted)")
+        return super().wait()
+
+
+def create(store, rank, size, timeout, name="ringcc"):
+    """The creator registered with torch.distributed.Backend; name is what
+    profiler events are named after ("ringcc:all_reduce", ...): another
+    backend's name where ringcc stands in for it."""
+    return ProcessGroupRingcc(store, rank, size, timeout, name)
 
