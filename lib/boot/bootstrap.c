@@ -39,12 +39,19 @@
  *   rank's hello:         "RCCH" u32, rank u32, nranks u32,
  *                         listener address (24)                     = 36
  *   rendezvous -> rank:   "RCCT" u32, status u32, nranks u32, session nonce
- *                         (16), then on status 0 nranks addresses, then
+ *                         (16), then on status 0 nranks addresses, else
+ *                         the reason as text, NUL-padded (200), then
  *                         HMAC(secret, "table" || purpose || nonce_c ||
- *                         nonce_a || all of that) (32)        = 28+24n+32
+ *                         nonce_a || all of that) (32)   = 28+24n+32 or 260
  *   ring hello:           "RCCR" u32, rank u32, nranks u32          = 12
  *   allgather step:       "RCCD" u32, call number u32, bytes u64, then the
  *                         record (bytes)
+ *
+ * A hello the rendezvous refuses (a rank number that already joined, an
+ * nranks other than the first rank's, a rank out of range) means that the
+ * ranks were started wrong: the communicator cannot form as meant, so the
+ * rendezvous refuses every rank, those that joined and those still to come
+ * (for FAILED_LINGER_NS), each with the same sentence naming the cause.
  *
  * Safety: every listener (the rendezvous, each rank's ring) holds its
  * connections in the listener gate (gate.h) until they complete the
@@ -114,6 +121,7 @@ enum { PURPOSE_RENDEZVOUS = 1, PURPOSE_RING = 2 };
 #define HELLO_LEN (12 + WIRE_ADDR_LEN)
 #define RING_HELLO_LEN 12
 #define REPLY_LEN (12 + NONCE_LEN)
+#define REFUSAL_LEN 200 /* the reason after a refusing reply */
 #define DATA_HDR_LEN 16
 _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
                    NONCE_LEN == RCC_BOOT_NONCE_BYTES &&
@@ -123,6 +131,7 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
                    WIRE_ADDR_LEN == RCC_BOOT_ADDR_BYTES &&
                    HELLO_LEN == RCC_BOOT_HELLO_BYTES &&
                    REPLY_LEN == RCC_BOOT_REPLY_BYTES &&
+                   REFUSAL_LEN == RCC_BOOT_REFUSAL_BYTES &&
                    RING_HELLO_LEN == RCC_BOOT_RING_HELLO_BYTES &&
                    DATA_HDR_LEN == RCC_BOOT_DATA_HDR_BYTES &&
                    sizeof(ringcc_unique_id_t) == RCC_BOOT_ID_BYTES,
@@ -138,6 +147,9 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
 #define CHALLENGE_TIMEOUT_NS (10 * 1000000000LL)
 #define TABLE_SEND_TIMEOUT_NS (30 * 1000000000LL)
 #define DEFAULT_SERVER_TIMEOUT_MS 600000
+/* How long a rendezvous that refused the communicator stays to tell the
+ * ranks still to come. */
+#define FAILED_LINGER_NS (30 * 1000000000LL)
 /* How long the second closer of a connection waits for the first's FIN
  * (rcc_socket_close_second): ranks leave together, within milliseconds. */
 #define RING_CLOSE_WAIT_MS 200
@@ -530,6 +542,9 @@ struct server {
   char where[96]; /* "1.2.3.4:5555" */
   int64_t start_ns, deadline_ns;
   int nranks, arrived;
+  int first_rank; /* the rank whose hello fixed nranks */
+  uint32_t failed; /* 0, or the status that refused the communicator */
+  char failed_why[REFUSAL_LEN]; /* then the sentence every rank gets */
   int *rank_fd;   /* nranks entries, -1 until that rank arrived */
   uint8_t (*nonces)[2 * NONCE_LEN]; /* each rank's handshake: nonce_c, _a */
   uint8_t session[NONCE_LEN];       /* in every reply: the key derives from it */
@@ -552,18 +567,48 @@ static void table_tag(const struct server *s, const struct passed *hs,
       msg, len, tag);
 }
 
-static void server_refuse(struct server *s, const struct passed *hs,
-                          uint32_t status, const char *why, uint32_t rank) {
-  uint8_t reply[REPLY_LEN + PROOF_LEN];
+/* Sends a refusal (status, the sentence why) on fd to the rank whose
+ * handshake had these nonces, and closes fd. */
+static void server_refuse(struct server *s, int fd, const uint8_t *nonce_c,
+                          const uint8_t *nonce_a, uint32_t status,
+                          const char *why) {
+  uint8_t reply[REPLY_LEN + REFUSAL_LEN + PROOF_LEN];
+  struct passed hs;
+  memset(reply, 0, sizeof(reply));
   rcc_put_be32(reply, TABLE_MAGIC);
   rcc_put_be32(reply + 4, status);
   rcc_put_be32(reply + 8, (uint32_t)s->nranks);
   memcpy(reply + 12, s->session, NONCE_LEN);
-  table_tag(s, hs, reply, REPLY_LEN, reply + REPLY_LEN);
-  send_best_effort(hs->fd, reply, sizeof(reply));
-  close(hs->fd);
-  RCC_WARN(-1, "bootstrap: rendezvous %s refused rank %u: %s", s->where, rank,
-           why);
+  memcpy(reply + REPLY_LEN, why, strnlen(why, REFUSAL_LEN - 1)); /* cut */
+  memcpy(hs.nonce_c, nonce_c, NONCE_LEN);
+  memcpy(hs.nonce_a, nonce_a, NONCE_LEN);
+  table_tag(s, &hs, reply, REPLY_LEN + REFUSAL_LEN,
+            reply + REPLY_LEN + REFUSAL_LEN);
+  send_best_effort(fd, reply, sizeof(reply));
+  close(fd);
+}
+
+/* The communicator cannot form (why): refuses the rank of hs and every rank
+ * that joined; the ranks still to come are refused as they arrive. */
+static void server_fail(struct server *s, const struct passed *hs,
+                        uint32_t status, const char *why) {
+  s->failed = status;
+  memset(s->failed_why, 0, sizeof(s->failed_why));
+  memcpy(s->failed_why, why, strnlen(why, sizeof(s->failed_why) - 1));
+  server_refuse(s, hs->fd, hs->nonce_c, hs->nonce_a, status, why);
+  for (int r = 0; r < s->nranks; r++) {
+    if (s->rank_fd[r] < 0)
+      continue;
+    server_refuse(s, s->rank_fd[r], s->nonces[r], s->nonces[r] + NONCE_LEN,
+                  status, why);
+    s->rank_fd[r] = -1;
+  }
+  s->arrived = 0;
+  int64_t linger = rcc_now_ns() + FAILED_LINGER_NS;
+  if (linger < s->deadline_ns)
+    s->deadline_ns = linger;
+  RCC_WARN(-1, "bootstrap: rendezvous %s refused the communicator: %s",
+           s->where, why);
 }
 
 /* The server needs one descriptor per rank until the table goes out. */
@@ -651,18 +696,44 @@ static void server_hello(struct server *s, const struct passed *hs) {
     close(hs->fd);
     return;
   }
+  if (s->failed != 0) {
+    server_refuse(s, hs->fd, hs->nonce_c, hs->nonce_a, s->failed,
+                  s->failed_why);
+    return;
+  }
+  char first[80], second[80], named[384]; /* cut to REFUSAL_LEN on the wire */
+  rcc_socket_addr_str(&hs->peer, second, sizeof(second));
   if (status == ST_OK && s->rank_fd != NULL && s->rank_fd[rank] >= 0) {
+    struct sockaddr_storage was;
     status = ST_DUP_RANK;
-    snprintf(why, sizeof(why), "rank %u already joined (two ranks were given "
-             "the same rank number?)", rank);
+    if (nranks > 1 &&
+        addr_from_wire(s->table + REPLY_LEN + (size_t)WIRE_ADDR_LEN * rank,
+                       &was) == 0)
+      rcc_socket_addr_str(&was, first, sizeof(first));
+    else
+      snprintf(first, sizeof(first), "another process");
+    if (nranks > 1)
+      rcc_socket_addr_str(&h.listener, second, sizeof(second));
+    snprintf(named, sizeof(named), "rank %u joined twice (listening at %s and "
+             "at %s): two processes were given the same rank", rank, first,
+             second);
+  } else if (status == ST_NRANKS_MISMATCH) {
+    snprintf(named, sizeof(named), "rank %u says the communicator has %u "
+             "ranks, rank %d says %d (from %s: was it started for another "
+             "job?)", rank, nranks, s->first_rank, s->nranks, second);
+  } else {
+    snprintf(named, sizeof(named), "the hello from %s: %s", second, why);
   }
   if (status != ST_OK) {
-    server_refuse(s, hs, (uint32_t)status, why, rank);
+    server_fail(s, hs, (uint32_t)status, named);
     return;
   }
-  if (s->nranks == 0 && server_size(s, nranks) != 0) {
-    close(hs->fd);
-    return;
+  if (s->nranks == 0) {
+    if (server_size(s, nranks) != 0) {
+      close(hs->fd);
+      return;
+    }
+    s->first_rank = (int)rank;
   }
   s->rank_fd[rank] = hs->fd;
   memcpy(s->nonces[rank], hs->nonce_c, NONCE_LEN);
@@ -734,13 +805,15 @@ static void server_free(struct server *s) {
 
 static void *server_main(void *arg) {
   struct server *s = arg;
-  while (s->nranks == 0 || s->arrived < s->nranks) {
+  while (s->failed != 0 || s->nranks == 0 || s->arrived < s->nranks) {
     struct passed hs;
     if (gate_next(s->gate, s->deadline_ns, -1, &hs) != RINGCC_SUCCESS)
       break;
     server_hello(s, &hs);
   }
-  if (s->nranks > 0 && s->arrived == s->nranks)
+  if (s->failed != 0)
+    ; /* every rank that came was told */
+  else if (s->nranks > 0 && s->arrived == s->nranks)
     server_send_tables(s);
   else if (s->nranks > 0)
     server_report_missing(s);
@@ -913,6 +986,19 @@ ringcc_result_t rcc_bootstrap_reply_check(const uint8_t *reply, size_t len,
     return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
                     "the rendezvous at %s answered garbage (magic 0x%08x)",
                     rank, where, len < 4 ? 0 : rcc_get_be32(reply));
+  if (rcc_get_be32(reply + 4) != ST_OK && len >= REPLY_LEN + REFUSAL_LEN) {
+    char why[REFUSAL_LEN];
+    size_t n = 0;
+    for (; n + 1 < REFUSAL_LEN && reply[REPLY_LEN + n] != 0; n++) {
+      uint8_t c = reply[REPLY_LEN + n];
+      why[n] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    why[n] = 0;
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: rank %d of %d: the rendezvous at %s refused "
+                    "the communicator: %s (%s)", rank, nranks, where, why,
+                    status_str(rcc_get_be32(reply + 4)));
+  }
   if (rcc_get_be32(reply + 4) != ST_OK)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "bootstrap: rank %d of %d refused by the rendezvous at %s: "
@@ -1087,10 +1173,12 @@ static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
   if (rcc_get_be32(reply) != TABLE_MAGIC)
     return rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
                                      where, err, errlen);
-  /* The table follows only a success for this nranks; the tag always. */
+  /* The table follows only a success for this nranks, the reason a
+   * refusal; the tag always. */
   int has_table = rcc_get_be32(reply + 4) == ST_OK &&
                   rcc_get_be32(reply + 8) == (uint32_t)b->nranks;
-  size_t tlen = has_table ? (size_t)WIRE_ADDR_LEN * b->nranks : 0;
+  size_t tlen = has_table ? (size_t)WIRE_ADDR_LEN * b->nranks
+                : rcc_get_be32(reply + 4) != ST_OK ? REFUSAL_LEN : 0;
   uint8_t *all = malloc(REPLY_LEN + tlen + PROOF_LEN);
   b->peers = calloc((size_t)b->nranks, sizeof(*b->peers));
   if (all == NULL || b->peers == NULL) {
@@ -1111,7 +1199,7 @@ static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
                    "match (the reply was changed on its way)");
   }
   if (r == RINGCC_SUCCESS)
-    r = rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
+    r = rcc_bootstrap_reply_check(all, REPLY_LEN + tlen, b->rank, b->nranks,
                                   where, msg, sizeof(msg));
   if (r == RINGCC_SUCCESS)
     r = rcc_bootstrap_table_decode(all + REPLY_LEN, tlen, b->nranks, b->peers,
