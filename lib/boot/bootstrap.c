@@ -67,6 +67,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -162,6 +163,7 @@ enum {
   ST_BAD_RANK = 3,
   ST_DUP_RANK = 4,
   ST_BAD_ADDR = 5,
+  ST_RELEASED = 6, /* the id was released before every rank arrived */
 };
 
 struct rcc_bootstrap {
@@ -537,8 +539,12 @@ static struct gate *gate_new(int listen_fd, uint32_t purpose, size_t hdr_len,
 /* ---- the rendezvous server ------------------------------------------------ */
 
 struct server {
+  struct server *next; /* in servers, while its thread runs */
   struct gate *gate;
   int listen_fd;
+  int stop[2];          /* a pipe: a byte in it stops the server */
+  uint32_t port;        /* with secret: which id it serves */
+  uint64_t serial;      /* this process's count of servers when it started */
   char where[96]; /* "1.2.3.4:5555" */
   int64_t start_ns, deadline_ns;
   int nranks, arrived;
@@ -551,6 +557,12 @@ struct server {
   uint8_t secret[SECRET_LEN];
   uint8_t *table; /* the reply: REPLY_LEN + nranks * WIRE_ADDR_LEN + a tag */
 };
+
+/* Every rendezvous this process serves, for rcc_bootstrap_release_id. */
+static pthread_mutex_t servers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t servers_gone = PTHREAD_COND_INITIALIZER;
+static struct server *servers;
+static uint64_t servers_started;
 
 static void send_best_effort(int fd, const uint8_t *buf, size_t len) {
   ssize_t n;
@@ -796,6 +808,10 @@ static void server_free(struct server *s) {
       close(s->rank_fd[r]);
   gate_free(s->gate);
   close(s->listen_fd);
+  if (s->stop[0] >= 0) {
+    close(s->stop[0]);
+    close(s->stop[1]);
+  }
   free(s->rank_fd);
   free(s->nonces);
   free(s->table);
@@ -805,13 +821,31 @@ static void server_free(struct server *s) {
 
 static void *server_main(void *arg) {
   struct server *s = arg;
+  int released = 0;
   while (s->failed != 0 || s->nranks == 0 || s->arrived < s->nranks) {
     struct passed hs;
-    if (gate_next(s->gate, s->deadline_ns, -1, &hs) != RINGCC_SUCCESS)
+    if (gate_next(s->gate, s->deadline_ns, s->stop[0], &hs) != RINGCC_SUCCESS)
       break;
+    if (hs.fd < 0) { /* rcc_bootstrap_release_id */
+      released = 1;
+      break;
+    }
     server_hello(s, &hs);
   }
-  if (s->failed != 0)
+  if (released) {
+    for (int r = 0; r < s->nranks && s->failed == 0; r++) {
+      if (s->rank_fd[r] < 0)
+        continue;
+      server_refuse(s, s->rank_fd[r], s->nonces[r], s->nonces[r] + NONCE_LEN,
+                    ST_RELEASED, "the process that made the id released it "
+                    "(ringcc_unique_id_release) before every rank arrived");
+      s->rank_fd[r] = -1;
+    }
+    RCC_INFO(-1, "bootstrap: rendezvous %s released after %lld ms (%d of %d "
+             "ranks had arrived)", s->where,
+             (long long)((rcc_now_ns() - s->start_ns) / 1000000), s->arrived,
+             s->nranks);
+  } else if (s->failed != 0)
     ; /* every rank that came was told */
   else if (s->nranks > 0 && s->arrived == s->nranks)
     server_send_tables(s);
@@ -821,8 +855,53 @@ static void *server_main(void *arg) {
     RCC_WARN(-1, "bootstrap: rendezvous %s gave up after %lld ms: no rank "
              "arrived", s->where,
              (long long)((rcc_now_ns() - s->start_ns) / 1000000));
-  server_free(s);
+  pthread_mutex_lock(&servers_lock);
+  for (struct server **p = &servers; *p != NULL; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  server_free(s); /* its listener closed before a release returns */
+  pthread_cond_broadcast(&servers_gone);
+  pthread_mutex_unlock(&servers_lock);
   return NULL;
+}
+
+ringcc_result_t rcc_bootstrap_release_id(const ringcc_unique_id_t *id,
+                                         int *released, char *err,
+                                         size_t errlen) {
+  struct sockaddr_storage addr;
+  uint8_t secret[SECRET_LEN];
+  ringcc_result_t r = id_decode(id, &addr, secret, err, errlen);
+  *released = 0;
+  if (r != RINGCC_SUCCESS)
+    return r;
+  uint32_t port = rcc_socket_addr_port(&addr);
+  pthread_mutex_lock(&servers_lock);
+  struct server *s = servers;
+  while (s != NULL && (s->port != port ||
+                       memcmp(s->secret, secret, SECRET_LEN) != 0))
+    s = s->next;
+  if (s != NULL) {
+    ssize_t n;
+    do
+      n = write(s->stop[1], "x", 1);
+    while (n < 0 && errno == EINTR);
+    *released = 1;
+    uint64_t serial = s->serial;
+    /* Until its thread closed the listener and left the list. */
+    for (;;) {
+      struct server *t = servers;
+      while (t != NULL && t->serial != serial)
+        t = t->next;
+      if (t == NULL)
+        break;
+      pthread_cond_wait(&servers_gone, &servers_lock);
+    }
+  }
+  pthread_mutex_unlock(&servers_lock);
+  memset(secret, 0, sizeof(secret));
+  return RINGCC_SUCCESS;
 }
 
 /* Serves the rendezvous on listen_fd (taken over, closed on every path) from
@@ -850,7 +929,16 @@ static ringcc_result_t server_start(int listen_fd,
                     "bootstrap: out of memory for the rendezvous server");
   }
   s->listen_fd = listen_fd;
+  s->stop[0] = s->stop[1] = -1;
+  s->port = rcc_socket_addr_port(bound);
   memcpy(s->secret, secret, SECRET_LEN);
+  if (pipe2(s->stop, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int e = errno;
+    s->stop[0] = s->stop[1] = -1;
+    server_free(s);
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "bootstrap: pipe for the "
+                    "rendezvous thread: %s", strerror(e));
+  }
   int e = rcc_random_bytes(s->session, NONCE_LEN);
   if (e != 0) {
     server_free(s);
@@ -864,7 +952,14 @@ static ringcc_result_t server_start(int listen_fd,
       timeout_ms > 0 ? timeout_ms : DEFAULT_SERVER_TIMEOUT_MS);
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_mutex_lock(&servers_lock);
+  s->next = servers;
+  s->serial = ++servers_started;
+  servers = s;
   rc = pthread_create(&tid, &attr, server_main, s);
+  if (rc != 0)
+    servers = s->next;
+  pthread_mutex_unlock(&servers_lock);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
     server_free(s);
@@ -973,6 +1068,8 @@ static const char *status_str(uint32_t status) {
     return "another rank already joined with this rank number";
   case ST_BAD_ADDR:
     return "bad listener address";
+  case ST_RELEASED:
+    return "the id was released";
   default:
     return "unknown status";
   }
