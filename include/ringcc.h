@@ -192,6 +192,17 @@ RINGCC_API const char *ringcc_comm_last_error(ringcc_comm_t comm);
  * the timeout passed) and a random 128-bit secret. Give the same id to all
  * ranks; keep it secret from everybody else. */
 RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id);
+/* Stops the rendezvous that this process serves for id (made here by
+ * ringcc_get_unique_id) and returns once its thread let go of its listening
+ * port: for an id that will not be used, or no longer (its thread and port
+ * would otherwise stay until every rank arrived or RINGCC_TIMEOUT_MS
+ * passed). Ranks that already joined fail with the id's release named; ranks
+ * still to come cannot reach it. RINGCC_SUCCESS also when no rendezvous of id
+ * is running here (its communicator formed, it timed out, it was released,
+ * or another process serves it); RINGCC_ERR_INVALID_ARGUMENT when id is NULL
+ * or not an id. */
+RINGCC_API ringcc_result_t ringcc_unique_id_release(
+    const ringcc_unique_id_t *id);
 RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *comm, int nranks,
                                             const ringcc_unique_id_t *id,
                                             int rank,

@@ -347,36 +347,46 @@ Test(bootstrap, serve_late_root_ipv6, .timeout = 20) {
 
 /* ---- intruders ---------------------------------------------------------- */
 
-/* Exits 0 when init is refused with the code in *arg. */
-static int body_refused(int rank, int nranks, const ringcc_unique_id_t *id,
-                        void *arg) {
+/* What a rank that must be turned away expects: the code, a phrase of the
+ * message, and an end well before its deadline. */
+struct refusal {
+  ringcc_result_t code;
+  const char *says;
+};
+
+/* Exits 0 when init fails with r->code, a message holding r->says, within
+ * 5 s of a 15 s deadline. */
+static int body_told(int rank, int nranks, const ringcc_unique_id_t *id,
+                     void *arg) {
+  const struct refusal *want = arg;
   struct rcc_bootstrap *b;
   char err[RCC_ERRLEN] = "";
-  ringcc_result_t want = *(ringcc_result_t *)arg;
+  int64_t t0 = rcc_now_ns();
   ringcc_result_t r = rcc_bootstrap_init(&b, id, rank, nranks,
-                                         rcc_deadline_after_ms(3000), err,
+                                         rcc_deadline_after_ms(15000), err,
                                          sizeof(err));
+  double took = (double)(rcc_now_ns() - t0) / 1e9;
   if (r == RINGCC_SUCCESS) {
     rcc_bootstrap_close(b);
-    fprintf(stderr, "intruder rank %d was let in\n", rank);
+    fprintf(stderr, "rank %d of %d was let in\n", rank, nranks);
     return 1;
   }
-  if (r != want) {
-    fprintf(stderr, "intruder rank %d: code %d, expected %d: %s\n", rank,
-            (int)r, (int)want, err);
+  if (r != want->code || strstr(err, want->says) == NULL || took > 5.0) {
+    fprintf(stderr, "rank %d of %d: code %d after %.2f s, expected %d with "
+            "\"%s\" at once: %s\n", rank, nranks, (int)r, took,
+            (int)want->code, want->says, err);
     return 1;
   }
   return 0;
 }
 
-Test(bootstrap, wrong_secret_and_duplicate_rank_refused, .timeout = 20) {
+Test(bootstrap, wrong_secret_refused, .timeout = 20) {
   ringcc_unique_id_t id, impostor;
   char hp[80], err[RCC_ERRLEN];
   uint8_t other[16];
-  ringcc_result_t closed = RINGCC_ERR_NETWORK;
-  ringcc_result_t refused = RINGCC_ERR_INVALID_ARGUMENT;
-  pid_t pids[5];
-  int codes[5];
+  struct refusal closed = {RINGCC_ERR_NETWORK, "wrong secret"};
+  pid_t pids[4];
+  int codes[4];
 
   make_root_id(&id, "127.0.0.1", 0x11, hp, sizeof(hp));
   memset(other, 0x22, sizeof(other));
@@ -387,19 +397,63 @@ Test(bootstrap, wrong_secret_and_duplicate_rank_refused, .timeout = 20) {
   pids[0] = fork_rank(body_full, 0, 3, &id, NULL);
   pids[1] = fork_rank(body_full, 1, 3, &id, NULL);
   /* Wrong secret, claiming rank 2: shut out without a word. */
-  pids[3] = fork_rank(body_refused, 2, 3, &impostor, &closed);
+  pids[3] = fork_rank(body_told, 2, 3, &impostor, &closed);
   reap(&pids[3], 1, &codes[3]);
   cr_expect_eq(codes[3], 0, "the impostor was not refused as expected");
-  sleep_ms(100);
-  /* Right secret, but rank 1 again: refused with a reason. */
-  pids[4] = fork_rank(body_refused, 1, 3, &id, &refused);
-  reap(&pids[4], 1, &codes[4]);
-  cr_expect_eq(codes[4], 0, "the duplicate rank was not refused");
   /* The real rank 2 still completes the ring. */
   pids[2] = fork_rank(body_full, 2, 3, &id, NULL);
   reap(pids, 3, codes);
   for (int r = 0; r < 3; r++)
     cr_expect_eq(codes[r], 0, "real rank %d failed", r);
+}
+
+/* Two processes claim rank 1: the rendezvous names it to every rank, both
+ * claimants, the rank that joined before and the rank that comes after,
+ * each in seconds (the deadline is 15 s). */
+Test(bootstrap, duplicate_rank_fails_every_rank, .timeout = 30) {
+  ringcc_unique_id_t id;
+  char hp[80], err[RCC_ERRLEN];
+  struct refusal dup = {RINGCC_ERR_INVALID_ARGUMENT, "rank 1 joined twice"};
+  pid_t pids[4];
+  int codes[4];
+
+  make_root_id(&id, "127.0.0.1", 0x12, hp, sizeof(hp));
+  cr_assert_eq(rcc_bootstrap_serve(&id, -1, 20000, err, sizeof(err)), 0, "%s",
+               err);
+  pids[0] = fork_rank(body_told, 0, 3, &id, &dup);
+  pids[1] = fork_rank(body_told, 1, 3, &id, &dup);
+  sleep_ms(300);
+  pids[2] = fork_rank(body_told, 1, 3, &id, &dup); /* the second rank 1 */
+  sleep_ms(300);
+  pids[3] = fork_rank(body_told, 2, 3, &id, &dup); /* comes after */
+  reap(pids, 4, codes);
+  for (int i = 0; i < 4; i++)
+    cr_expect_eq(codes[i], 0, "process %d was not told of the duplicate "
+                 "rank (see its line above)", i);
+}
+
+/* Rank 3 was started for 5 ranks, the others for 4: named to all. */
+Test(bootstrap, nranks_mismatch_fails_every_rank, .timeout = 30) {
+  ringcc_unique_id_t id;
+  char hp[80], err[RCC_ERRLEN];
+  struct refusal other = {RINGCC_ERR_INVALID_ARGUMENT,
+                          "rank 3 says the communicator has 5 ranks, rank 0 "
+                          "says 4"};
+  pid_t pids[4];
+  int codes[4];
+
+  make_root_id(&id, "127.0.0.1", 0x13, hp, sizeof(hp));
+  cr_assert_eq(rcc_bootstrap_serve(&id, -1, 20000, err, sizeof(err)), 0, "%s",
+               err);
+  pids[0] = fork_rank(body_told, 0, 4, &id, &other);
+  sleep_ms(300); /* rank 0 fixes nranks */
+  pids[1] = fork_rank(body_told, 1, 4, &id, &other);
+  pids[2] = fork_rank(body_told, 2, 4, &id, &other);
+  pids[3] = fork_rank(body_told, 3, 5, &id, &other);
+  reap(pids, 4, codes);
+  for (int i = 0; i < 4; i++)
+    cr_expect_eq(codes[i], 0, "rank %d was not told of the mismatch (see its "
+                 "line above)", i);
 }
 
 static int raw_connect(const char *host_port) {

@@ -23,7 +23,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "harness.h"
+#include "socket.h"
+#include "wire.h"
 #include "netns.h"
 
 /* ---- init that must fail alike on every rank ----------------------------- */
@@ -453,4 +456,123 @@ Test(together, no_memory_for_the_fifos_on_one_rank, .timeout = 120) {
   victim_run(4, 1, VICTIM_NO_MEMORY, RINGCC_ERR_OUT_OF_MEMORY, words,
              "no memory for rank 1's FIFOs");
 #endif
+}
+
+/* ---- ids never used ------------------------------------------------------- */
+
+static int count_dir(const char *path) {
+  DIR *d = opendir(path);
+  int n = 0;
+  cr_assert_not_null(d, "opendir %s: %s", path, strerror(errno));
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n - (strcmp(path, "/proc/self/fd") == 0); /* opendir's own */
+}
+
+/* How many sockets of this network namespace listen on port (IPv4 or 6). */
+static int listening_on(uint32_t port) {
+  static const char *const tables[] = {"/proc/self/net/tcp",
+                                       "/proc/self/net/tcp6"};
+  int n = 0;
+  for (int t = 0; t < 2; t++) {
+    FILE *f = fopen(tables[t], "r");
+    char line[512];
+    if (f == NULL)
+      continue;
+    while (fgets(line, sizeof line, f) != NULL) {
+      char local[128];
+      unsigned st;
+      if (sscanf(line, " %*d: %127s %*s %x", local, &st) != 2)
+        continue;
+      const char *colon = strrchr(local, ':');
+      if (st == 0x0A && colon != NULL && strtoul(colon + 1, NULL, 16) == port)
+        n++;
+    }
+    fclose(f);
+  }
+  return n;
+}
+
+static uint32_t id_port(const ringcc_unique_id_t *id) {
+  struct sockaddr_storage a;
+  char err[RCC_ERRLEN];
+  cr_assert_eq(rcc_bootstrap_id_decode(id->internal, sizeof id->internal, &a,
+                                       NULL, err, sizeof err), 0, "%s", err);
+  return rcc_socket_addr_port(&a);
+}
+
+/* 50 ids made and released: each had its thread and listening port, and
+ * after ringcc_unique_id_release the process's threads, descriptors and
+ * listening ports are what they were before. */
+Test(ids, fifty_ids_released_leave_nothing, .timeout = 60) {
+  enum { N = 50 };
+  static ringcc_unique_id_t ids[N];
+  int threads0 = count_dir("/proc/self/task");
+  int fds0 = count_dir("/proc/self/fd");
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(ringcc_get_unique_id(&ids[i]), RINGCC_SUCCESS, "%s",
+                 ringcc_comm_last_error(NULL));
+  cr_expect_geq(count_dir("/proc/self/task"), threads0 + N,
+                "50 ids but not 50 more threads: %d before, %d now", threads0,
+                count_dir("/proc/self/task"));
+  cr_expect_geq(count_dir("/proc/self/fd"), fds0 + N);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(listening_on(id_port(&ids[i])), 1, "id %d's port %u", i,
+                 id_port(&ids[i]));
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(ringcc_unique_id_release(&ids[i]), RINGCC_SUCCESS, "%s",
+                 ringcc_comm_last_error(NULL));
+  /* A release returns once the listener is closed; the thread's own exit
+   * follows at once. */
+  for (int i = 0; i < N; i++)
+    cr_expect_eq(listening_on(id_port(&ids[i])), 0, "id %d's port %u still "
+                 "listens after its release", i, id_port(&ids[i]));
+  cr_expect_eq(count_dir("/proc/self/fd"), fds0, "descriptors: %d before the "
+               "ids, %d after their release", fds0, count_dir("/proc/self/fd"));
+  double t0 = h_now_s();
+  while (count_dir("/proc/self/task") > threads0 && h_now_s() - t0 < 5)
+    usleep(10000);
+  cr_expect_eq(count_dir("/proc/self/task"), threads0, "threads: %d before "
+               "the ids, %d after their release", threads0,
+               count_dir("/proc/self/task"));
+  /* Released twice, or an id no rendezvous of which runs here: nothing to
+   * do; not an id: refused. */
+  cr_expect_eq(ringcc_unique_id_release(&ids[0]), RINGCC_SUCCESS);
+  ringcc_unique_id_t junk;
+  memset(&junk, 0x5a, sizeof junk);
+  cr_expect_eq(ringcc_unique_id_release(&junk), RINGCC_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(ringcc_comm_last_error(NULL), "'id'") != NULL, "%s",
+            ringcc_comm_last_error(NULL));
+  cr_expect_eq(ringcc_unique_id_release(NULL), RINGCC_ERR_INVALID_ARGUMENT);
+}
+
+/* A rank that joined an id's rendezvous before the id was released fails
+ * at once, naming the release. */
+Test(ids, release_refuses_a_rank_that_joined, .timeout = 60) {
+  ringcc_unique_id_t id;
+  cr_assert_eq(ringcc_get_unique_id(&id), RINGCC_SUCCESS);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+    ringcc_comm_t comm = NULL;
+    cfg.timeout_ms = 30000;
+    double t0 = h_now_s();
+    ringcc_result_t r = ringcc_comm_init(&comm, 2, &id, 1, &cfg);
+    const char *msg = ringcc_comm_last_error(NULL);
+    if (r != RINGCC_ERR_INVALID_ARGUMENT || strstr(msg, "released") == NULL ||
+        h_now_s() - t0 > 15) {
+      fprintf(stderr, "rank 1: code %d after %.2f s: %s\n", (int)r,
+              h_now_s() - t0, msg);
+      _exit(1);
+    }
+    _exit(0);
+  }
+  sleep(2); /* rank 1 joins */
+  cr_assert_eq(ringcc_unique_id_release(&id), RINGCC_SUCCESS);
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank 1 was not told of "
+            "the release (status 0x%x; see the line above)", st);
 }

@@ -355,6 +355,8 @@ struct net_request {
   uint32_t imm;
   uint32_t sum, flags; /* a receive's header's CRC-32C and flags (the
                           header's bytes take the padding after it) */
+  uint32_t crc;        /* RINGCC_CHECKSUM: a receive's CRC-32C so far, of
+                          each recv()'s bytes as they arrive (still in cache) */
   int state;
   uint8_t header[MSG_HEADER_BYTES];
   void *home; /* a redirected receive: where it was posted, and its size */
@@ -590,6 +592,12 @@ static int header_arrived(struct net_conn *c, int sock,
     return -1;
   }
   r->bytes = bytes;
+  if (c->checksum) { /* message_crc, continued as the payload arrives */
+    uint8_t head[8];
+    rcc_put_be32(head, bytes);
+    rcc_put_be32(head + 4, r->imm);
+    r->crc = rcc_crc32c(0, head, sizeof(head));
+  }
   return 0;
 }
 
@@ -604,7 +612,9 @@ static uint32_t message_crc(uint32_t imm, const void *data, size_t bytes) {
 }
 
 /* A whole message is in: where the connection sums payloads
- * (RINGCC_CHECKSUM), its CRC-32C must be the one its header carries, else
+ * (RINGCC_CHECKSUM), its CRC-32C (summed as it arrived, progress_recv; the
+ * same as message_crc of what is in r->data) must be the one its header
+ * carries, else
  * the connection fails: corrupted bytes never reach the FIFO. */
 static int checksum_ok(struct net_conn *c, int sock,
                        const struct net_request *r) {
@@ -620,7 +630,7 @@ static int checksum_ok(struct net_conn *c, int sock,
               c->nsocks);
     return 0;
   }
-  uint32_t got = message_crc(r->imm, r->data, r->bytes);
+  uint32_t got = r->crc; /* progress_recv summed the payload */
   if (got == sent)
     return c->corrupt = 0, 1;
   conn_fail(c, RINGCC_ERR_NETWORK,
@@ -706,6 +716,8 @@ static void progress_recv(struct net_conn *c, int sock) {
       }
       got = (size_t)n;
     }
+    if (c->checksum && !in_header && r->moved < end)
+      r->crc = rcc_crc32c(r->crc, to, got); /* payload, just copied in */
     r->moved += got;
     if (in_header && r->moved == MSG_HEADER_BYTES &&
         header_arrived(c, sock, r) != 0)

@@ -39,12 +39,19 @@
  *   rank's hello:         "RCCH" u32, rank u32, nranks u32,
  *                         listener address (24)                     = 36
  *   rendezvous -> rank:   "RCCT" u32, status u32, nranks u32, session nonce
- *                         (16), then on status 0 nranks addresses, then
+ *                         (16), then on status 0 nranks addresses, else
+ *                         the reason as text, NUL-padded (200), then
  *                         HMAC(secret, "table" || purpose || nonce_c ||
- *                         nonce_a || all of that) (32)        = 28+24n+32
+ *                         nonce_a || all of that) (32)   = 28+24n+32 or 260
  *   ring hello:           "RCCR" u32, rank u32, nranks u32          = 12
  *   allgather step:       "RCCD" u32, call number u32, bytes u64, then the
  *                         record (bytes)
+ *
+ * A hello the rendezvous refuses (a rank number that already joined, an
+ * nranks other than the first rank's, a rank out of range) means that the
+ * ranks were started wrong: the communicator cannot form as meant, so the
+ * rendezvous refuses every rank, those that joined and those still to come
+ * (for FAILED_LINGER_NS), each with the same sentence naming the cause.
  *
  * Safety: every listener (the rendezvous, each rank's ring) holds its
  * connections in the listener gate (gate.h) until they complete the
@@ -60,6 +67,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -114,6 +122,7 @@ enum { PURPOSE_RENDEZVOUS = 1, PURPOSE_RING = 2 };
 #define HELLO_LEN (12 + WIRE_ADDR_LEN)
 #define RING_HELLO_LEN 12
 #define REPLY_LEN (12 + NONCE_LEN)
+#define REFUSAL_LEN 200 /* the reason after a refusing reply */
 #define DATA_HDR_LEN 16
 _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
                    NONCE_LEN == RCC_BOOT_NONCE_BYTES &&
@@ -123,6 +132,7 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
                    WIRE_ADDR_LEN == RCC_BOOT_ADDR_BYTES &&
                    HELLO_LEN == RCC_BOOT_HELLO_BYTES &&
                    REPLY_LEN == RCC_BOOT_REPLY_BYTES &&
+                   REFUSAL_LEN == RCC_BOOT_REFUSAL_BYTES &&
                    RING_HELLO_LEN == RCC_BOOT_RING_HELLO_BYTES &&
                    DATA_HDR_LEN == RCC_BOOT_DATA_HDR_BYTES &&
                    sizeof(ringcc_unique_id_t) == RCC_BOOT_ID_BYTES,
@@ -138,6 +148,9 @@ _Static_assert(SECRET_LEN == RCC_BOOT_SECRET_BYTES &&
 #define CHALLENGE_TIMEOUT_NS (10 * 1000000000LL)
 #define TABLE_SEND_TIMEOUT_NS (30 * 1000000000LL)
 #define DEFAULT_SERVER_TIMEOUT_MS 600000
+/* How long a rendezvous that refused the communicator stays to tell the
+ * ranks still to come. */
+#define FAILED_LINGER_NS (30 * 1000000000LL)
 /* How long the second closer of a connection waits for the first's FIN
  * (rcc_socket_close_second): ranks leave together, within milliseconds. */
 #define RING_CLOSE_WAIT_MS 200
@@ -150,6 +163,7 @@ enum {
   ST_BAD_RANK = 3,
   ST_DUP_RANK = 4,
   ST_BAD_ADDR = 5,
+  ST_RELEASED = 6, /* the id was released before every rank arrived */
 };
 
 struct rcc_bootstrap {
@@ -525,17 +539,30 @@ static struct gate *gate_new(int listen_fd, uint32_t purpose, size_t hdr_len,
 /* ---- the rendezvous server ------------------------------------------------ */
 
 struct server {
+  struct server *next; /* in servers, while its thread runs */
   struct gate *gate;
   int listen_fd;
+  int stop[2];          /* a pipe: a byte in it stops the server */
+  uint32_t port;        /* with secret: which id it serves */
+  uint64_t serial;      /* this process's count of servers when it started */
   char where[96]; /* "1.2.3.4:5555" */
   int64_t start_ns, deadline_ns;
   int nranks, arrived;
+  int first_rank; /* the rank whose hello fixed nranks */
+  uint32_t failed; /* 0, or the status that refused the communicator */
+  char failed_why[REFUSAL_LEN]; /* then the sentence every rank gets */
   int *rank_fd;   /* nranks entries, -1 until that rank arrived */
   uint8_t (*nonces)[2 * NONCE_LEN]; /* each rank's handshake: nonce_c, _a */
   uint8_t session[NONCE_LEN];       /* in every reply: the key derives from it */
   uint8_t secret[SECRET_LEN];
   uint8_t *table; /* the reply: REPLY_LEN + nranks * WIRE_ADDR_LEN + a tag */
 };
+
+/* Every rendezvous this process serves, for rcc_bootstrap_release_id. */
+static pthread_mutex_t servers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t servers_gone = PTHREAD_COND_INITIALIZER;
+static struct server *servers;
+static uint64_t servers_started;
 
 static void send_best_effort(int fd, const uint8_t *buf, size_t len) {
   ssize_t n;
@@ -552,18 +579,48 @@ static void table_tag(const struct server *s, const struct passed *hs,
       msg, len, tag);
 }
 
-static void server_refuse(struct server *s, const struct passed *hs,
-                          uint32_t status, const char *why, uint32_t rank) {
-  uint8_t reply[REPLY_LEN + PROOF_LEN];
+/* Sends a refusal (status, the sentence why) on fd to the rank whose
+ * handshake had these nonces, and closes fd. */
+static void server_refuse(struct server *s, int fd, const uint8_t *nonce_c,
+                          const uint8_t *nonce_a, uint32_t status,
+                          const char *why) {
+  uint8_t reply[REPLY_LEN + REFUSAL_LEN + PROOF_LEN];
+  struct passed hs;
+  memset(reply, 0, sizeof(reply));
   rcc_put_be32(reply, TABLE_MAGIC);
   rcc_put_be32(reply + 4, status);
   rcc_put_be32(reply + 8, (uint32_t)s->nranks);
   memcpy(reply + 12, s->session, NONCE_LEN);
-  table_tag(s, hs, reply, REPLY_LEN, reply + REPLY_LEN);
-  send_best_effort(hs->fd, reply, sizeof(reply));
-  close(hs->fd);
-  RCC_WARN(-1, "bootstrap: rendezvous %s refused rank %u: %s", s->where, rank,
-           why);
+  memcpy(reply + REPLY_LEN, why, strnlen(why, REFUSAL_LEN - 1)); /* cut */
+  memcpy(hs.nonce_c, nonce_c, NONCE_LEN);
+  memcpy(hs.nonce_a, nonce_a, NONCE_LEN);
+  table_tag(s, &hs, reply, REPLY_LEN + REFUSAL_LEN,
+            reply + REPLY_LEN + REFUSAL_LEN);
+  send_best_effort(fd, reply, sizeof(reply));
+  close(fd);
+}
+
+/* The communicator cannot form (why): refuses the rank of hs and every rank
+ * that joined; the ranks still to come are refused as they arrive. */
+static void server_fail(struct server *s, const struct passed *hs,
+                        uint32_t status, const char *why) {
+  s->failed = status;
+  memset(s->failed_why, 0, sizeof(s->failed_why));
+  memcpy(s->failed_why, why, strnlen(why, sizeof(s->failed_why) - 1));
+  server_refuse(s, hs->fd, hs->nonce_c, hs->nonce_a, status, why);
+  for (int r = 0; r < s->nranks; r++) {
+    if (s->rank_fd[r] < 0)
+      continue;
+    server_refuse(s, s->rank_fd[r], s->nonces[r], s->nonces[r] + NONCE_LEN,
+                  status, why);
+    s->rank_fd[r] = -1;
+  }
+  s->arrived = 0;
+  int64_t linger = rcc_now_ns() + FAILED_LINGER_NS;
+  if (linger < s->deadline_ns)
+    s->deadline_ns = linger;
+  RCC_WARN(-1, "bootstrap: rendezvous %s refused the communicator: %s",
+           s->where, why);
 }
 
 /* The server needs one descriptor per rank until the table goes out. */
@@ -651,18 +708,44 @@ static void server_hello(struct server *s, const struct passed *hs) {
     close(hs->fd);
     return;
   }
+  if (s->failed != 0) {
+    server_refuse(s, hs->fd, hs->nonce_c, hs->nonce_a, s->failed,
+                  s->failed_why);
+    return;
+  }
+  char first[80], second[80], named[384]; /* cut to REFUSAL_LEN on the wire */
+  rcc_socket_addr_str(&hs->peer, second, sizeof(second));
   if (status == ST_OK && s->rank_fd != NULL && s->rank_fd[rank] >= 0) {
+    struct sockaddr_storage was;
     status = ST_DUP_RANK;
-    snprintf(why, sizeof(why), "rank %u already joined (two ranks were given "
-             "the same rank number?)", rank);
+    if (nranks > 1 &&
+        addr_from_wire(s->table + REPLY_LEN + (size_t)WIRE_ADDR_LEN * rank,
+                       &was) == 0)
+      rcc_socket_addr_str(&was, first, sizeof(first));
+    else
+      snprintf(first, sizeof(first), "another process");
+    if (nranks > 1)
+      rcc_socket_addr_str(&h.listener, second, sizeof(second));
+    snprintf(named, sizeof(named), "rank %u joined twice (listening at %s and "
+             "at %s): two processes were given the same rank", rank, first,
+             second);
+  } else if (status == ST_NRANKS_MISMATCH) {
+    snprintf(named, sizeof(named), "rank %u says the communicator has %u "
+             "ranks, rank %d says %d (from %s: was it started for another "
+             "job?)", rank, nranks, s->first_rank, s->nranks, second);
+  } else {
+    snprintf(named, sizeof(named), "the hello from %s: %s", second, why);
   }
   if (status != ST_OK) {
-    server_refuse(s, hs, (uint32_t)status, why, rank);
+    server_fail(s, hs, (uint32_t)status, named);
     return;
   }
-  if (s->nranks == 0 && server_size(s, nranks) != 0) {
-    close(hs->fd);
-    return;
+  if (s->nranks == 0) {
+    if (server_size(s, nranks) != 0) {
+      close(hs->fd);
+      return;
+    }
+    s->first_rank = (int)rank;
   }
   s->rank_fd[rank] = hs->fd;
   memcpy(s->nonces[rank], hs->nonce_c, NONCE_LEN);
@@ -725,6 +808,10 @@ static void server_free(struct server *s) {
       close(s->rank_fd[r]);
   gate_free(s->gate);
   close(s->listen_fd);
+  if (s->stop[0] >= 0) {
+    close(s->stop[0]);
+    close(s->stop[1]);
+  }
   free(s->rank_fd);
   free(s->nonces);
   free(s->table);
@@ -734,13 +821,33 @@ static void server_free(struct server *s) {
 
 static void *server_main(void *arg) {
   struct server *s = arg;
-  while (s->nranks == 0 || s->arrived < s->nranks) {
+  int released = 0;
+  while (s->failed != 0 || s->nranks == 0 || s->arrived < s->nranks) {
     struct passed hs;
-    if (gate_next(s->gate, s->deadline_ns, -1, &hs) != RINGCC_SUCCESS)
+    if (gate_next(s->gate, s->deadline_ns, s->stop[0], &hs) != RINGCC_SUCCESS)
       break;
+    if (hs.fd < 0) { /* rcc_bootstrap_release_id */
+      released = 1;
+      break;
+    }
     server_hello(s, &hs);
   }
-  if (s->nranks > 0 && s->arrived == s->nranks)
+  if (released) {
+    for (int r = 0; r < s->nranks && s->failed == 0; r++) {
+      if (s->rank_fd[r] < 0)
+        continue;
+      server_refuse(s, s->rank_fd[r], s->nonces[r], s->nonces[r] + NONCE_LEN,
+                    ST_RELEASED, "the process that made the id released it "
+                    "(ringcc_unique_id_release) before every rank arrived");
+      s->rank_fd[r] = -1;
+    }
+    RCC_INFO(-1, "bootstrap: rendezvous %s released after %lld ms (%d of %d "
+             "ranks had arrived)", s->where,
+             (long long)((rcc_now_ns() - s->start_ns) / 1000000), s->arrived,
+             s->nranks);
+  } else if (s->failed != 0)
+    ; /* every rank that came was told */
+  else if (s->nranks > 0 && s->arrived == s->nranks)
     server_send_tables(s);
   else if (s->nranks > 0)
     server_report_missing(s);
@@ -748,8 +855,53 @@ static void *server_main(void *arg) {
     RCC_WARN(-1, "bootstrap: rendezvous %s gave up after %lld ms: no rank "
              "arrived", s->where,
              (long long)((rcc_now_ns() - s->start_ns) / 1000000));
-  server_free(s);
+  pthread_mutex_lock(&servers_lock);
+  for (struct server **p = &servers; *p != NULL; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  server_free(s); /* its listener closed before a release returns */
+  pthread_cond_broadcast(&servers_gone);
+  pthread_mutex_unlock(&servers_lock);
   return NULL;
+}
+
+ringcc_result_t rcc_bootstrap_release_id(const ringcc_unique_id_t *id,
+                                         int *released, char *err,
+                                         size_t errlen) {
+  struct sockaddr_storage addr;
+  uint8_t secret[SECRET_LEN];
+  ringcc_result_t r = id_decode(id, &addr, secret, err, errlen);
+  *released = 0;
+  if (r != RINGCC_SUCCESS)
+    return r;
+  uint32_t port = rcc_socket_addr_port(&addr);
+  pthread_mutex_lock(&servers_lock);
+  struct server *s = servers;
+  while (s != NULL && (s->port != port ||
+                       memcmp(s->secret, secret, SECRET_LEN) != 0))
+    s = s->next;
+  if (s != NULL) {
+    ssize_t n;
+    do
+      n = write(s->stop[1], "x", 1);
+    while (n < 0 && errno == EINTR);
+    *released = 1;
+    uint64_t serial = s->serial;
+    /* Until its thread closed the listener and left the list. */
+    for (;;) {
+      struct server *t = servers;
+      while (t != NULL && t->serial != serial)
+        t = t->next;
+      if (t == NULL)
+        break;
+      pthread_cond_wait(&servers_gone, &servers_lock);
+    }
+  }
+  pthread_mutex_unlock(&servers_lock);
+  memset(secret, 0, sizeof(secret));
+  return RINGCC_SUCCESS;
 }
 
 /* Serves the rendezvous on listen_fd (taken over, closed on every path) from
@@ -777,7 +929,16 @@ static ringcc_result_t server_start(int listen_fd,
                     "bootstrap: out of memory for the rendezvous server");
   }
   s->listen_fd = listen_fd;
+  s->stop[0] = s->stop[1] = -1;
+  s->port = rcc_socket_addr_port(bound);
   memcpy(s->secret, secret, SECRET_LEN);
+  if (pipe2(s->stop, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int e = errno;
+    s->stop[0] = s->stop[1] = -1;
+    server_free(s);
+    return rcc_errf(err, errlen, RINGCC_ERR_SYSTEM, "bootstrap: pipe for the "
+                    "rendezvous thread: %s", strerror(e));
+  }
   int e = rcc_random_bytes(s->session, NONCE_LEN);
   if (e != 0) {
     server_free(s);
@@ -791,7 +952,14 @@ static ringcc_result_t server_start(int listen_fd,
       timeout_ms > 0 ? timeout_ms : DEFAULT_SERVER_TIMEOUT_MS);
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_mutex_lock(&servers_lock);
+  s->next = servers;
+  s->serial = ++servers_started;
+  servers = s;
   rc = pthread_create(&tid, &attr, server_main, s);
+  if (rc != 0)
+    servers = s->next;
+  pthread_mutex_unlock(&servers_lock);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
     server_free(s);
@@ -900,6 +1068,8 @@ static const char *status_str(uint32_t status) {
     return "another rank already joined with this rank number";
   case ST_BAD_ADDR:
     return "bad listener address";
+  case ST_RELEASED:
+    return "the id was released";
   default:
     return "unknown status";
   }
@@ -913,6 +1083,19 @@ ringcc_result_t rcc_bootstrap_reply_check(const uint8_t *reply, size_t len,
     return rcc_errf(err, errlen, RINGCC_ERR_NETWORK, "bootstrap: rank %d: "
                     "the rendezvous at %s answered garbage (magic 0x%08x)",
                     rank, where, len < 4 ? 0 : rcc_get_be32(reply));
+  if (rcc_get_be32(reply + 4) != ST_OK && len >= REPLY_LEN + REFUSAL_LEN) {
+    char why[REFUSAL_LEN];
+    size_t n = 0;
+    for (; n + 1 < REFUSAL_LEN && reply[REPLY_LEN + n] != 0; n++) {
+      uint8_t c = reply[REPLY_LEN + n];
+      why[n] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    why[n] = 0;
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "bootstrap: rank %d of %d: the rendezvous at %s refused "
+                    "the communicator: %s (%s)", rank, nranks, where, why,
+                    status_str(rcc_get_be32(reply + 4)));
+  }
   if (rcc_get_be32(reply + 4) != ST_OK)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                     "bootstrap: rank %d of %d refused by the rendezvous at %s: "
@@ -1087,10 +1270,12 @@ static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
   if (rcc_get_be32(reply) != TABLE_MAGIC)
     return rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
                                      where, err, errlen);
-  /* The table follows only a success for this nranks; the tag always. */
+  /* The table follows only a success for this nranks, the reason a
+   * refusal; the tag always. */
   int has_table = rcc_get_be32(reply + 4) == ST_OK &&
                   rcc_get_be32(reply + 8) == (uint32_t)b->nranks;
-  size_t tlen = has_table ? (size_t)WIRE_ADDR_LEN * b->nranks : 0;
+  size_t tlen = has_table ? (size_t)WIRE_ADDR_LEN * b->nranks
+                : rcc_get_be32(reply + 4) != ST_OK ? REFUSAL_LEN : 0;
   uint8_t *all = malloc(REPLY_LEN + tlen + PROOF_LEN);
   b->peers = calloc((size_t)b->nranks, sizeof(*b->peers));
   if (all == NULL || b->peers == NULL) {
@@ -1111,7 +1296,7 @@ static ringcc_result_t recv_table(struct rcc_bootstrap *b, int fd,
                    "match (the reply was changed on its way)");
   }
   if (r == RINGCC_SUCCESS)
-    r = rcc_bootstrap_reply_check(reply, sizeof(reply), b->rank, b->nranks,
+    r = rcc_bootstrap_reply_check(all, REPLY_LEN + tlen, b->rank, b->nranks,
                                   where, msg, sizeof(msg));
   if (r == RINGCC_SUCCESS)
     r = rcc_bootstrap_table_decode(all + REPLY_LEN, tlen, b->nranks, b->peers,

@@ -38,6 +38,14 @@ ringcc_result_t rcc_bootstrap_id_from_root(ringcc_unique_id_t *id,
 ringcc_result_t rcc_bootstrap_serve(const ringcc_unique_id_t *id,
                                     int listen_fd, int64_t timeout_ms,
                                     char *err, size_t errlen);
+/* ringcc_unique_id_release: stops the rendezvous that this process serves
+ * for id (made by rcc_bootstrap_new_id or rcc_bootstrap_serve), refusing the
+ * ranks that already joined, and returns once its listener is closed;
+ * *released says whether one was still running. RINGCC_ERR_INVALID_ARGUMENT
+ * when id is not an id. */
+ringcc_result_t rcc_bootstrap_release_id(const ringcc_unique_id_t *id,
+                                         int *released, char *err,
+                                         size_t errlen);
 /* Checks an id's format (magic, version, family, checksum). */
 ringcc_result_t rcc_bootstrap_check_id(const ringcc_unique_id_t *id,
                                        char *err, size_t errlen);

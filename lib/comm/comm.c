@@ -652,6 +652,24 @@ RINGCC_API ringcc_result_t ringcc_get_unique_id(ringcc_unique_id_t *id) {
   return RINGCC_SUCCESS;
 }
 
+RINGCC_API ringcc_result_t ringcc_unique_id_release(
+    const ringcc_unique_id_t *id) {
+  char err[RCC_ERRLEN];
+  int released;
+  rcc_log_init();
+  if (id == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_unique_id_release: argument 'id' is NULL");
+  ringcc_result_t r = rcc_bootstrap_release_id(id, &released, err,
+                                               sizeof(err));
+  if (r != RINGCC_SUCCESS)
+    return rcc_thread_error(r, "ringcc_unique_id_release: argument 'id': %s",
+                            err);
+  RCC_INFO(-1, "ringcc_unique_id_release: %s", released ? "the rendezvous "
+            "stopped" : "no rendezvous of this id was running here");
+  return RINGCC_SUCCESS;
+}
+
 /* ---- queries, destroy, abort ----------------------------------------- */
 
 RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank) {

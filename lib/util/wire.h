@@ -53,6 +53,7 @@ static inline uint64_t rcc_get_be64(const uint8_t *p) {
 #define RCC_BOOT_ADDR_BYTES 24      /* an address in a hello or the table */
 #define RCC_BOOT_HELLO_BYTES 36     /* rendezvous hello, after the proof */
 #define RCC_BOOT_REPLY_BYTES 28     /* the rendezvous's reply, before the table */
+#define RCC_BOOT_REFUSAL_BYTES 200 /* a refusing reply's reason, after it */
 #define RCC_BOOT_RING_HELLO_BYTES 12 /* ring hello, after the proof */
 #define RCC_BOOT_DATA_HDR_BYTES 16  /* allgather step header */
 #define RCC_BOOT_MAX_NRANKS (1 << 20)
@@ -92,7 +93,9 @@ int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
 
 /* The rendezvous's reply to rank of nranks (where: its address, for the
  * message): success when it announces the table for nranks ranks; else the
- * error the rank reports. */
+ * error the rank reports, with the rendezvous's reason when len also covers
+ * the RCC_BOOT_REFUSAL_BYTES after a refusal (non-printable bytes shown as
+ * '?'). */
 ringcc_result_t rcc_bootstrap_reply_check(const uint8_t *reply, size_t len,
                                           int rank, int nranks,
                                           const char *where, char *err,

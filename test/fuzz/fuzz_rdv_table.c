@@ -8,7 +8,8 @@
  * rank listens, so a bad entry must be refused, not connected to.
  *
  * Input: two bytes that choose this rank's nranks (1..256) and rank, the
- * 56-byte challenge, the 28-byte reply, then the table (any length).
+ * 56-byte challenge, the 28-byte reply, then the table (any length), or
+ * after a refusal its reason (up to RCC_BOOT_REFUSAL_BYTES).
  */
 #include "error.h"
 #include "fuzz.h"
@@ -48,6 +49,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (r != RINGCC_SUCCESS) {
     FUZZ_CHECK(r == RINGCC_ERR_NETWORK || r == RINGCC_ERR_INVALID_ARGUMENT);
     fuzz_check_message(err, sizeof(err));
+    if (r == RINGCC_ERR_INVALID_ARGUMENT) {
+      /* A refusal: with its reason after it (the rest of the input). */
+      size_t tlen = size < RCC_BOOT_REFUSAL_BYTES ? size
+                                                  : RCC_BOOT_REFUSAL_BYTES;
+      uint8_t *all = malloc(rlen + tlen); /* exact size */
+      memcpy(all, reply, rlen);
+      memcpy(all + rlen, data, tlen);
+      memset(err, 'x', sizeof(err));
+      FUZZ_CHECK(rcc_bootstrap_reply_check(all, rlen + tlen, rank, nranks,
+                                           "192.0.2.1:29500", err,
+                                           sizeof(err)) ==
+                 RINGCC_ERR_INVALID_ARGUMENT);
+      fuzz_check_message(err, sizeof(err));
+      free(all);
+    }
     free(reply);
     return 0;
   }
