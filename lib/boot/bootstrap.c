@@ -694,7 +694,7 @@ static int server_size(struct server *s, uint32_t nranks) {
 static void server_hello(struct server *s, const struct passed *hs) {
   struct rcc_boot_hello h;
   const uint8_t *wire = hs->hello + 12;
-  char a[80], why[128];
+  char a[80], why[128] = "";
   int status = rcc_bootstrap_hello_parse(hs->hello, HELLO_LEN,
                                          (uint32_t)s->nranks, &h, why,
                                          sizeof(why));
@@ -733,7 +733,7 @@ static void server_hello(struct server *s, const struct passed *hs) {
     snprintf(named, sizeof(named), "rank %u says the communicator has %u "
              "ranks, rank %d says %d (from %s: was it started for another "
              "job?)", rank, nranks, s->first_rank, s->nranks, second);
-  } else {
+  } else if (status != ST_OK) {
     snprintf(named, sizeof(named), "the hello from %s: %s", second, why);
   }
   if (status != ST_OK) {
