@@ -36,6 +36,7 @@
 #include "error.h"
 #include "gate.h"
 #include "harness.h"
+#include "proc.h"
 #include "socket.h"
 #include "stop_spy.h"
 
@@ -564,16 +565,9 @@ struct init_area {
 
 /* 1 when pid is stopped (state T in /proc/PID/stat). */
 static int is_stopped(pid_t pid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return 0;
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *e = strrchr(buf, ')');
-  return e != NULL && e[1] == ' ' && e[2] == 'T';
+  char buf[256];
+  const char *state = rcc_proc_stat((int)pid, buf, sizeof(buf), NULL, 0);
+  return state != NULL && state[0] == 'T';
 }
 
 /* The flooder: every listener of the parent (the rendezvous) and of the

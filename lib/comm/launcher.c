@@ -22,6 +22,7 @@
 #include "error.h"
 #include "launcher.h"
 #include "log.h"
+#include "proc.h"
 #include "sha256.h"
 #include "tcpstore.h"
 
@@ -158,22 +159,14 @@ int rcc_slurm_first_host(const char *list, char *host, size_t len) {
 static int hydra_proxy_key(char *out, size_t len) {
   int pid = (int)getppid();
   for (int depth = 0; depth < 8 && pid > 1; depth++) {
-    char path[64], buf[1024], name[64];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    char buf[1024], name[64];
+    const char *after = rcc_proc_stat(pid, buf, sizeof buf, name, sizeof name);
+    if (after == NULL)
       return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-    if (open == NULL || close == NULL || close < open)
-      return -1;
-    snprintf(name, sizeof name, "%.*s", (int)(close - open - 1), open + 1);
     /* fields after the name: state ppid ... starttime is field 22 */
     int ppid = 0;
     unsigned long long start = 0;
-    if (sscanf(close + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+    if (sscanf(after, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
                "%*d %*d %*d %*d %*d %*d %llu", &ppid, &start) != 2)
       return -1;
     if (strcmp(name, "hydra_pmi_proxy") == 0) {

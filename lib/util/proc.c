@@ -1,5 +1,5 @@
 /*
- * proc.c - whether a process of this PID namespace is gone (proc.h).
+ * proc.c - what /proc/PID/stat says of a process (proc.h).
  */
 #include <errno.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include "proc.h"
 
 int rcc_pid_gone(int pid) {
-  char path[64], stat[256], self[32];
+  char stat[256], self[32];
   if (kill(pid, 0) != 0 && errno == ESRCH)
     return 1;
   /* A /proc mounted for another PID namespace would name someone else. */
@@ -21,13 +21,27 @@ int rcc_pid_gone(int pid) {
   self[n] = '\0';
   if (atoi(self) != (int)getpid())
     return 0;
+  const char *state = rcc_proc_stat(pid, stat, sizeof(stat), NULL, 0);
+  return state != NULL && (state[0] == 'Z' || state[0] == 'X');
+}
+
+const char *rcc_proc_stat(int pid, char *buf, size_t len, char *name,
+                          size_t namelen) {
+  char path[64];
   snprintf(path, sizeof(path), "/proc/%d/stat", pid);
   FILE *f = fopen(path, "re");
-  if (f == NULL)
-    return 0;
-  size_t got = fread(stat, 1, sizeof(stat) - 1, f);
+  if (f == NULL || len == 0) {
+    if (f != NULL)
+      fclose(f);
+    return NULL;
+  }
+  size_t got = fread(buf, 1, len - 1, f);
   fclose(f);
-  stat[got] = '\0';
-  const char *paren = strrchr(stat, ')');
-  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  buf[got] = '\0';
+  const char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+  if (open == NULL || close == NULL || close < open || close[1] != ' ')
+    return NULL;
+  if (name != NULL && namelen > 0)
+    snprintf(name, namelen, "%.*s", (int)(close - open - 1), open + 1);
+  return close + 2;
 }
