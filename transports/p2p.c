@@ -249,8 +249,11 @@ static void release_parked(void) {
     cudaStream_t stream = NULL;
     int gone = 0;
     if (rcc_gpu_enter(pk->device, &scope, why, sizeof(why)) == 0) {
-      if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ==
-          cudaSuccess) {
+      /* cudaFree waits for every kernel of the device: only when none of
+       * the library's is pending (gpu.h), else at a later sweep. */
+      if (rcc_gpu_quiet(pk->device) &&
+          cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ==
+              cudaSuccess) {
         gone = block_free_to_go(pk, stream);
         cudaStreamDestroy(stream);
       }
@@ -358,7 +361,7 @@ static void drop_own(struct ringcc_comm *comm, struct p2p_state *st,
     pk->local_pid[i] = comm->peers[q].pid_space == me->pid_space &&
                        comm->peers[q].pid != me->pid;
   }
-  if (stream && block_free_to_go(pk, stream)) {
+  if (stream && rcc_gpu_quiet(pk->device) && block_free_to_go(pk, stream)) {
     cudaFree(pk->block);
     parked_free(pk);
     return;
