@@ -367,8 +367,9 @@ static void drop_own(struct ringcc_comm *comm, struct p2p_state *st,
     return;
   }
   RCC_INFO(comm->rank, "p2p: a peer may still write this rank's device FIFOs "
-           "(it has not destroyed its communicator): they are kept until it "
-           "has, or its process is gone");
+           "(it has not destroyed its communicator), or a kernel of the "
+           "library is still pending on the GPU (cudaFree would wait for "
+           "it): they are kept until neither is so");
   pthread_mutex_lock(&parked_lock);
   pk->next = parked_list;
   parked_list = pk;
