@@ -530,7 +530,7 @@ Test(cuda_build, gpu_check_plan_fits_one_device_call, .timeout = 60) {
   cr_expect(strstr(out, "/tmp/rcc-gpu-out-plan") != NULL,
             "GPU_CHECK_OUT is not where the logs go:\n%s", out);
   if (access("/tmp/nvidia-mps/control", F_OK) != 0)
-    cr_expect(strstr(out, "procs-2        40s  skipped: one GPU and no MPS") !=
+    cr_expect(strstr(out, "procs-2         0s  skipped: one GPU and no MPS") !=
                   NULL, "1 GPU without MPS: procs-2 not skipped:\n%s", out);
   cr_expect(strstr(out, "--threads 8") == NULL && strstr(out, "--kill") == NULL,
             "1 GPU: steps beyond the budget's plan:\n%s", out);
@@ -544,6 +544,19 @@ Test(cuda_build, gpu_check_plan_fits_one_device_call, .timeout = 60) {
   cr_expect(strstr(out, "--backend nccl --threads 2 --spread") &&
                 strstr(out, "ringcc-run -np 2") && strstr(out, "nothing was run"),
             "2 GPUs:\n%s", out);
+  free(out);
+  /* One GPU under MPS (its control pipe): two process ranks share it. */
+  char mps[] = "/tmp/rcc-mps-plan-XXXXXX", cmd[256];
+  cr_assert(mkdtemp(mps) != NULL);
+  snprintf(cmd, sizeof(cmd), "mkfifo %s/control && CUDA_MPS_PIPE_DIRECTORY=%s "
+           "scripts/gpu-check.sh --dry-run --gpus 1 2>&1; rm -rf %s", mps, mps,
+           mps);
+  out = run_script(cmd, &st);
+  cr_expect(st == 0 && strstr(out, "ringcc-run -np 2") != NULL &&
+                strstr(out, "procs-2        40s") != NULL,
+            "1 GPU under MPS:\n%s", out);
+  caps = plan_caps(out);
+  cr_expect(caps > 0 && caps <= 540, "under MPS: caps add up to %d s", caps);
   free(out);
   /* A budget over one call's is refused. */
   out = run_script("scripts/gpu-check.sh --dry-run --budget 600 2>&1", &st);
@@ -609,7 +622,7 @@ Test(cuda_build, gpu_check_tables_from_logs, .timeout = 60) {
                         "measured") != NULL, "%s", out);
   cr_expect(strstr(out, "8 B AllReduce latency <= 10 us: 9.00 us met") != NULL,
             "%s", out);
-  cr_expect(strstr(out, "| perf-zc | skipped | - | 40s | no device zero-copy") !=
+  cr_expect(strstr(out, "| perf-zc | skipped | - | 0s | no device zero-copy") !=
                 NULL, "%s", out);
   free(out);
   /* The same tables in summary.md, in the output folder. */
