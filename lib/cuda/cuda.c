@@ -1048,9 +1048,8 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
     return no_device(comm, fn, "the buffers are device memory");
   /* The legacy default stream orders all work of the device in this process:
    * a rank's kernel would wait behind its peer thread's, which waits for
-   * it. */
-  /* Refused on every rank alike (from the records): a rank that ran would
-   * wait for the refused ones. */
+   * it. Refused on every rank alike (from the records): a rank that ran
+   * would wait for the refused ones. */
   if (stream == NULL && rcc_cuda_threads_per_gpu(comm) > 1)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "%s on rank %d: argument 'stream' is NULL (the "
