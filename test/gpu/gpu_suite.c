@@ -23,14 +23,14 @@
  * Also: allreduce with RINGCC_ALGO=ring and tree; host collectives on the
  * same communicator between device ones; mixed host/device buffers and a
  * stream with host buffers (INVALID_ARGUMENT naming the argument); the
- * default (NULL) stream; with --faults, a collective only some ranks call
+ * default (NULL) stream (processes; thread ranks on one GPU: refused,
+ * INVALID_USAGE naming 'stream'); with --faults, a collective only some ranks call
  * (RINGCC_ERR_TIMEOUT from ringcc_comm_get_async_error) and
  * ringcc_comm_abort under a waiting kernel.
  *
  * Options: --quick (fewer datatypes and counts), --big (add 256 MiB cases),
- * --faults, --timeout-ms MS (each communicator's deadline: default
- * RINGCC_TIMEOUT_MS where it is set, else 120000; the config field would
- * override the environment, so the suite passes on what the environment says),
+ * --faults, --timeout-ms MS (each communicator's deadline; default
+ * RINGCC_TIMEOUT_MS where set, else 120000),
  * and sections:
  *   --streams    calls on three streams with no synchronisation between
  *                them, an in-place alltoall on one stream of what an
