@@ -668,13 +668,15 @@ $(FAKE_CUDA): test/cuda/fake_cuda.c $(FLAGS_STAMP)
 -include $(FAKE_NVML:.so=.d) $(FAKE_CUDA:.so=.d)
 
 # ---- GPU checks (need a GPU; see docs/cuda.md) ------------------------------------
-# make gpu-check runs scripts/gpu-check.sh in one call of under ten minutes:
-# it builds gpu-tests, then runs the reduction kernels' throughput and
+# make gpu-check runs scripts/gpu-check.sh as one call of at most 540 s
+# (each step capped, the caps summed at the start): it builds gpu-tests with
+# WERROR=0 for sm_90 only, then runs the reduction kernels' throughput and
 # alignment sweep (test/gpu/reduce_bw.cu), the device-buffer suite
-# (test/gpu/gpu_suite.c) at 1, 2, 3, 4 and 8 ranks as threads and processes
-# over the GPUs (streams, graph capture, a killed rank, contexts, one
-# channel, staged paths), and AllReduce busbw next to the toolkit's NCCL
-# (test/gpu/allreduce_perf.c); without a GPU it says so and exits 77.
+# (test/gpu/gpu_suite.c) at 1, 2 and 4 thread ranks, 2 process ranks (two
+# GPUs, or MPS; else skipped, saying why), graph capture, and AllReduce busbw
+# 8 B - 1 GiB, ring against the toolkit's NCCL and the cudaMemcpy D2D floor
+# (test/gpu/allreduce_perf.c); logs and summary.md go to GPU_CHECK_OUT
+# (default $(BUILD)/gpu); without a GPU it says so and exits 77.
 GPU_OUT     := $(BUILD)/gpu
 ifeq ($(CUDA),1)
 GPU_BIN     := $(GPU_OUT)/gpu_suite $(GPU_OUT)/reduce_bw $(GPU_OUT)/allreduce_perf
@@ -788,9 +790,11 @@ help:
 	@echo '  ib-check       scripts/ib-check.sh: the verbs plugin on Soft-RoCE in a qemu'
 	@echo '                 guest (installs qemu etc.; kernel kept in build/ibvm/deb)'
 	@echo '  gpu-tests      build the GPU checks (test/gpu) -> $(GPU_OUT)/ (CUDA=1)'
-	@echo '  gpu-check      scripts/gpu-check.sh: device-buffer suite at 1-8 ranks over the GPUs,'
-	@echo '                 reduction kernels, AllReduce busbw vs NCCL; exit 77 without a GPU'
-	@echo '                 (GPU_CHECK_ARGS=--dry-run: the plan; --report: the last tables)'
+	@echo '  gpu-check      scripts/gpu-check.sh, one call <= 540 s: device-buffer suite at 1, 2, 4'
+	@echo '                 thread ranks and 2 processes, graphs, reduction kernels, AllReduce'
+	@echo '                 busbw vs NCCL and the D2D floor; exit 77 without a GPU; logs and'
+	@echo '                 summary.md in GPU_CHECK_OUT (default $(GPU_OUT))'
+	@echo '                 (GPU_CHECK_ARGS=--dry-run or GPU_CHECK_DRY=1: the plan; --report)'
 	@echo '  deps           scripts/install-deps.sh: check/install build and test packages'
 	@echo '  install        headers, libraries, tools, ringcc.pc under $$DESTDIR$$PREFIX'
 	@echo '  uninstall      remove what install put there'

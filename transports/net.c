@@ -334,15 +334,15 @@ static ringcc_result_t alloc_gpu_slots(struct ringcc_comm *comm, size_t bytes,
 }
 
 #if RINGCC_HAVE_CUDA
-/* Frees slots of alloc_gpu_slots, with their GPU's context current. */
+static void cuda_free_now(void *slots) { cudaFree(slots); }
+
+/* Frees slots of alloc_gpu_slots, with their GPU's context current, once no
+ * kernel of the library is pending on it: cudaFree waits for every kernel
+ * of the device, other ranks' spinning ones included (gpu.h). */
 static void free_gpu_slots(const struct ringcc_comm *comm, char *slots) {
-  struct rcc_gpu_scope scope;
-  char why[256];
-  if (rcc_gpu_enter(comm->peers[comm->rank].gpu.device, &scope, why,
-                    sizeof(why)) != 0)
-    return; /* no context left to free them in */
-  cudaFree(slots);
-  rcc_gpu_leave(&scope);
+  rcc_gpu_free_when_quiet(comm->peers[comm->rank].gpu.device, cuda_free_now,
+                          slots);
+  rcc_gpu_sweep();
 }
 #endif
 

@@ -387,6 +387,15 @@ static void kind_channels(struct ringcc_comm *comm) {
                              : comm->set.nchannels > 0 ? comm->set.nchannels
                              : device ? rcc_cuda_channels(comm)
                                       : 1;
+    /* RINGCC_NCHANNELS on device kinds: no more blocks than the SMs of a
+     * shared GPU hold for every rank (the cap of the links' choice too). */
+    int cap = device && coll ? rcc_cuda_channel_limit(comm) : RCC_MAX_CHANNELS;
+    if (comm->kind_channels[k] > cap) {
+      RCC_INFO(comm->rank, "RINGCC_NCHANNELS=%d for device collectives: %d "
+               "(ranks sharing a GPU get one block per SM each)",
+               comm->kind_channels[k], cap);
+      comm->kind_channels[k] = cap;
+    }
   }
 }
 
