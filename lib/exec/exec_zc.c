@@ -6,7 +6,8 @@
  *
  * With n ranks on one host (block b: the b-th of n nearly equal slices of
  * the buffer, cut at 64-byte boundaries so no two ranks write one cache
- * line), rank r
+ * line; rcc_zc_block and the order of peers, rcc_zc_peer, are zc_sched.h's),
+ * rank r
  *
  *   AllReduce      reduces block r of every input, in rank order, a
  *                  cache-sized chunk at a time, and writes the chunk into
@@ -85,6 +86,7 @@
 #include "reduce.h"
 #include "registry.h"
 #include "zc.h"
+#include "zc_sched.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <emmintrin.h>
@@ -166,18 +168,6 @@ static void reduce_chunk(const struct zc *z, const char *const *in, size_t o,
     rcc_reduce_avg_finish(z->c->dt, out, out, k, z->comm->nranks);
 }
 
-/* Block b of parts nearly equal blocks of count elements, cut at 64-byte
- * boundaries: [*off, *off + *len). */
-static void block_of(size_t count, size_t esize, int parts, int b,
-                     size_t *off, size_t *len) {
-  size_t align = esize < 64 ? 64 / esize : 1;
-  size_t per = (count + (size_t)parts - 1) / (size_t)parts;
-  per = (per + align - 1) / align * align;
-  size_t start = per * (size_t)b < count ? per * (size_t)b : count;
-  *off = start;
-  *len = count - start < per ? count - start : per;
-}
-
 /* ---- the collectives, once every rank has arrived ---------------------------- */
 
 static void zc_allreduce(struct zc *z) {
@@ -186,13 +176,13 @@ static void zc_allreduce(struct zc *z) {
   char *const *out = z->reg->out;
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
   char *tmp = z->reg->tmp;
-  block_of(c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
     reduce_chunk(z, in, o, k, tmp, 1);
     for (int j = 0; j < z->n; j++)
-      put(z, out[(z->me + j) % z->n] + o, tmp, k * z->esize);
+      put(z, out[rcc_zc_peer(z->me, j, z->n)] + o, tmp, k * z->esize);
   }
 }
 
@@ -214,7 +204,8 @@ static void zc_allgather(struct zc *z) {
   for (size_t done = 0; done < c->count; done += chunk) {
     size_t k = c->count - done < chunk ? c->count - done : chunk;
     for (int j = 0; j < z->n; j++)
-      put(z, z->reg->out[(z->me + j) % z->n] + (base + done) * z->esize,
+      put(z,
+          z->reg->out[rcc_zc_peer(z->me, j, z->n)] + (base + done) * z->esize,
           mine + done * z->esize, k * z->esize);
   }
 }
@@ -222,12 +213,12 @@ static void zc_allgather(struct zc *z) {
 static void zc_bcast(struct zc *z) {
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
   const char *from = z->reg->in[z->root];
-  block_of(z->c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(z->c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
     for (int j = 0; j < z->n; j++) {
-      int q = (z->me + j) % z->n;
+      int q = rcc_zc_peer(z->me, j, z->n);
       if (q != z->root)
         put(z, z->reg->out[q] + o, from + o, k * z->esize);
     }
@@ -236,7 +227,7 @@ static void zc_bcast(struct zc *z) {
 
 static void zc_reduce(struct zc *z) {
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
-  block_of(z->c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(z->c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
@@ -249,7 +240,7 @@ static void zc_alltoall(struct zc *z) {
   size_t block = z->c->count * z->esize;
   const char *mine = z->mine != NULL ? z->mine : z->c->src;
   for (int j = 0; j < z->n; j++) {
-    int q = (z->me + j) % z->n;
+    int q = rcc_zc_peer(z->me, j, z->n);
     put(z, z->reg->out[q] + (size_t)z->me * block, mine + (size_t)q * block,
         block);
   }
@@ -474,7 +465,7 @@ static ringcc_result_t run_per_host(struct zc *z) {
   const struct rcc_zc_call *c = z->c;
   char *mine = c->dst;
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
-  block_of(c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
@@ -492,7 +483,7 @@ static ringcc_result_t run_per_host(struct zc *z) {
   if (c->op == RINGCC_AVG && len > 0)
     rcc_reduce_avg_finish(c->dt, block, block, len, z->comm->nranks);
   for (int j = 1; j < z->n; j++) {
-    int q = (z->me + j) % z->n;
+    int q = rcc_zc_peer(z->me, j, z->n);
     put(z, z->reg->out[q] + off * z->esize, block, len * z->esize);
   }
   return RINGCC_SUCCESS;
