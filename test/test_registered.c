@@ -32,6 +32,10 @@
  *                 between hosts on 2x2, 3x2 and 2x3, every op, in place and
  *                 not; a rank with unregistered buffers sends every rank to
  *                 the unregistered path.
+ *   tuner         the model picks zero-copy where memory is registered, the
+ *                 device zero-copy kernel on registered device memory
+ *                 (AllReduce, Reduce-Scatter, AllGather, up to 8 ranks),
+ *                 neither elsewhere.
  *   sched         the schedule itself (zc_sched.h), in this process: for
  *                 n = 1..9 ranks, element sizes 1..32 bytes and counts
  *                 around every alignment edge, the blocks are in order,
@@ -1200,6 +1204,57 @@ Test(tuner, zero_copy_where_registered) {
   c = pick(RCC_COLL_ALLGATHER, 4, 64 << 20, RCC_LINK_TCP, 2, 0, &alg);
   cr_expect(alg != RCC_ALG_HIER && alg != RCC_ALG_ZEROCOPY && !c.runnable,
             "allgather on several hosts: %s", rcc_alg_name(alg));
+}
+
+/* Registered device memory: the device zero-copy kernel for AllReduce,
+ * Reduce-Scatter and AllGather, chosen from 1 MiB to 256 MiB (its P2P cost
+ * beats the FIFO ring's; at 8 bytes the one-exchange FIFO schedules may win
+ * on latency, but it can run); nowhere else. */
+Test(tuner, device_zero_copy_where_registered) {
+  static const int colls[] = {RCC_COLL_ALLREDUCE, RCC_COLL_REDUCE_SCATTER,
+                              RCC_COLL_ALLGATHER};
+  static const double sizes[] = {8, 1 << 20, 256 << 20};
+  int alg;
+  for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++)
+    for (int n = 2; n <= 8; n *= 2)
+      for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        struct rcc_candidate c = pick_of(RCC_ALG_ZEROCOPY_DEV, colls[i], n,
+                                         sizes[k], RCC_LINK_SHM, 1, 1, &alg);
+        cr_expect(c.runnable &&
+                      (sizes[k] < 1024 || alg == RCC_ALG_ZEROCOPY_DEV),
+                  "%s, n=%d, %.0f B, registered device memory: the tuner "
+                  "chose %s (device zero-copy %s)", rcc_coll_name(colls[i]), n,
+                  sizes[k], rcc_alg_name(alg),
+                  c.runnable ? "runnable" : "not runnable");
+        c = pick_of(RCC_ALG_ZEROCOPY_DEV, colls[i], n, sizes[k], RCC_LINK_SHM,
+                    0, 1, &alg);
+        cr_expect(!c.runnable && c.why_not &&
+                      strstr(c.why_not, "ringcc_comm_register"),
+                  "%s on unregistered device memory: device zero-copy %s",
+                  rcc_coll_name(colls[i]), c.runnable ? "runnable" : "not");
+        c = pick_of(RCC_ALG_ZEROCOPY_DEV, colls[i], n, sizes[k], RCC_LINK_SHM,
+                    1, 0, &alg);
+        cr_expect(!c.runnable && alg != RCC_ALG_ZEROCOPY_DEV,
+                  "%s on registered host memory: %s",
+                  rcc_coll_name(colls[i]), rcc_alg_name(alg));
+      }
+  /* More local ranks than the kernel takes. */
+  struct rcc_candidate c = pick_of(RCC_ALG_ZEROCOPY_DEV, RCC_COLL_ALLREDUCE,
+                                   RCC_ZC_DEV_MAX + 1, 1 << 20, RCC_LINK_SHM,
+                                   1, 1, &alg);
+  cr_expect(!c.runnable && alg != RCC_ALG_ZEROCOPY_DEV,
+            "allreduce, n=%d on registered device memory: %s",
+            RCC_ZC_DEV_MAX + 1, rcc_alg_name(alg));
+  /* The collectives it does not take: not it, nor the host zero-copy. */
+  static const int others[] = {RCC_COLL_BCAST, RCC_COLL_REDUCE,
+                               RCC_COLL_ALLTOALL};
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+    pick_of(RCC_ALG_ZEROCOPY_DEV, others[i], 4, 1 << 20, RCC_LINK_SHM, 1, 1,
+            &alg);
+    cr_expect(alg != RCC_ALG_ZEROCOPY_DEV && alg != RCC_ALG_ZEROCOPY,
+              "%s on registered device memory: %s", rcc_coll_name(others[i]),
+              rcc_alg_name(alg));
+  }
 }
 
 /* Ranks of one host that disagree about a call: they fail at once, and so

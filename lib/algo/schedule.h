@@ -86,6 +86,8 @@ enum rcc_alg {
   RCC_ALG_ZEROCOPY,      /* registered buffers in place, one host (exec_zc.c) */
   RCC_ALG_HIER,          /* registered buffers: zero-copy per host, a ring
                             between hosts (exec_zc.c) */
+  RCC_ALG_ZEROCOPY_DEV,  /* registered device memory in place, one host
+                            (exec_zc.c, exec_zc_cuda.cu) */
   RCC_NUM_ALGS
 };
 
