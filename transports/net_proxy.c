@@ -492,6 +492,40 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   return moved;
 }
 
+/* A peer whose link is silent but whose host answered (alive() said so in
+ * err): suspected, not lost. Logged at WARN when it starts and every
+ * SUSPECT_WARN_MS while it lasts (once per peer per check), and at INFO
+ * when the link answers again. */
+#define SUSPECT_WARN_MS 10000
+static void suspicion(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                      const char *err, int64_t now) {
+  struct ringcc_comm *comm = px->comm;
+  const struct rcc_peer_info *peer = &comm->peers[c->peer];
+  if (err[0] == '\0') {
+    if (c->suspect_ns != 0 && c->suspect_warned != 0)
+      RCC_INFO(comm->rank, "rank %d (host %s) answers again on the network "
+               "%s link after being suspected for %.1f s", c->peer,
+               peer->hostname, c->is_send ? "send" : "receive",
+               (double)(now - c->suspect_ns) / 1e9);
+    c->suspect_ns = c->suspect_warned = 0;
+    return;
+  }
+  if (c->suspect_ns == 0)
+    c->suspect_ns = now;
+  if (c->suspect_warned != 0 &&
+      now - c->suspect_warned < SUSPECT_WARN_MS * 1000000LL)
+    return;
+  for (int i = 0; i < px->nconns; i++) /* the other way's link said it */
+    if (&px->conns[i] != c && px->conns[i].peer == c->peer &&
+        px->conns[i].suspect_warned == now)
+      return;
+  c->suspect_warned = now;
+  RCC_WARN(comm->rank, "rank %d (host %s) is suspected, not declared lost: "
+           "network %s link rank %d -> rank %d: %s", c->peer, peer->hostname,
+           c->is_send ? "send" : "receive", c->is_send ? comm->rank : c->peer,
+           c->is_send ? c->peer : comm->rank, err);
+}
+
 /* Links that fail without closing: every RCC_NET_LINK_CHECK_MS the plugin
  * looks at each connection (alive); the caller holds px->lock. */
 static void check_links(struct rcc_proxy *px) {
@@ -505,11 +539,13 @@ static void check_links(struct rcc_proxy *px) {
     struct rcc_proxy_conn *c = &px->conns[i];
     if (c->failed || c->bye)
       continue;
+    err[0] = '\0';
     ringcc_result_t r = px->plugin->alive(c->net_comm, err, sizeof(err));
     if (r != RINGCC_SUCCESS) {
       fail(px, c, r, err);
       break;
     }
+    suspicion(px, c, err, now);
   }
   publish_failure(px);
 }

@@ -1822,6 +1822,14 @@ int rcc_bootstrap_news(struct rcc_bootstrap *b, int32_t *status, int *rank) {
   return 0;
 }
 
+int rcc_bootstrap_peer_addr(const struct rcc_bootstrap *b, int rank,
+                            struct sockaddr_storage *addr) {
+  if (b == NULL || b->peers == NULL || rank < 0 || rank >= b->nranks)
+    return -1;
+  *addr = b->peers[rank];
+  return 0;
+}
+
 void rcc_bootstrap_close(struct rcc_bootstrap *b) {
   if (b == NULL)
     return;

@@ -1,0 +1,459 @@
+/*
+ * test_scale.c - issue 28: no false failures at scale or under load, and
+ * jobs that go on after losing ranks (ringcc_comm_shrink).
+ *
+ * Ranks are fork()ed processes of this test that join with the public API
+ * (the parent makes the id after forking and passes it through shared
+ * memory); a rank that is meant to die raises SIGKILL itself at a chosen
+ * point, a real kill -9. A body prints one line and exits nonzero on a
+ * failure; the parent checks every exit status and kills what outlives its
+ * deadline.
+ *
+ *   suspect/stopped_15s_tcp, _shm   a rank SIGSTOPped by the parent for
+ *                                   15 s, then continued: every rank ends
+ *                                   with exact results (default link
+ *                                   timeout, 6 s);
+ *   suspect/cpu_hogs_beside_8_tcp   2 busy processes per core beside 8 TCP
+ *                                   ranks: exact results, no failure;
+ *   shrink/...                      kill -9 of 1 or 2 ranks at n = 3 ... 16
+ *                                   (shared memory and TCP), then
+ *                                   ringcc_comm_shrink(NULL) on the
+ *                                   survivors and exact collectives on the
+ *                                   new communicator; a healthy one shrunk
+ *                                   by an exclude list;
+ *   scale/tcp_ranks_defaults        RINGCC_SCALE_N (make scale-check: 128)
+ *                                   TCP ranks on this host with default
+ *                                   settings; skipped unless that is set.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MAX_N 256
+
+typedef struct {
+  volatile int id_state; /* 0 pending, 1 ready, 2 failed */
+  ringcc_unique_id_t id;
+  volatile int started;   /* ranks in their loop */
+  volatile int continued; /* the stopped rank runs again */
+  volatile double detect_s[MAX_N]; /* shrink: when each survivor saw it */
+  volatile double kill_s;
+  int n, tcp, nvictims, victims[2], stop_rank, iters;
+} area_t;
+
+static area_t *g_a;
+
+static ringcc_config_t cfg_of(const area_t *a, int64_t timeout_ms) {
+  ringcc_config_t c = RINGCC_CONFIG_INIT;
+  c.timeout_ms = timeout_ms;
+  c.shm_disable = a->tcp;
+  return c;
+}
+
+static int wait_id(const area_t *a) {
+  double give_up = h_now_s() + 60;
+  while (a->id_state == 0 && h_now_s() < give_up)
+    h_sleep_ms(1);
+  return a->id_state == 1 ? 0 : -1;
+}
+
+/* Element k of rank r in iteration i, and the sum over n ranks. */
+static int32_t val(int r, size_t k, int i) {
+  return (int32_t)((r + 1) * (int)(k % 7 + 1) + i);
+}
+static int32_t sum(int n, size_t k, int i) {
+  return (int32_t)((int)(k % 7 + 1) * n * (n + 1) / 2 + n * i);
+}
+
+/* One exact allreduce of count int32 on comm (this rank r of n). */
+static int exact_allreduce(ringcc_comm_t comm, int r, int n, size_t count,
+                           int i, int32_t *buf, ringcc_result_t *rc) {
+  for (size_t k = 0; k < count; k++)
+    buf[k] = val(r, k, i);
+  *rc = ringcc_allreduce(buf, buf, count, RINGCC_INT32, RINGCC_SUM, comm,
+                         NULL);
+  if (*rc != RINGCC_SUCCESS)
+    return -1;
+  for (size_t k = 0; k < count; k++)
+    if (buf[k] != sum(n, k, i)) {
+      fprintf(stderr, "rank %d: allreduce %d element %zu is %d, expected %d\n",
+              r, i, k, (int)buf[k], (int)sum(n, k, i));
+      return 1;
+    }
+  return 0;
+}
+
+/* Runs body(rank) in n forked ranks; returns the number of ranks whose exit
+ * was not the expected one (0, or SIGKILL for the victims). */
+typedef int (*body_fn)(area_t *a, int rank);
+
+static int run(area_t *a, body_fn body, double timeout_s) {
+  pid_t pid[MAX_N];
+  for (int r = 0; r < a->n; r++) {
+    pid[r] = fork();
+    if (pid[r] == 0) {
+      if (wait_id(a) != 0)
+        _exit(3);
+      _exit(body(a, r));
+    }
+  }
+  if (ringcc_get_unique_id((ringcc_unique_id_t *)&a->id) == RINGCC_SUCCESS)
+    a->id_state = 1;
+  else
+    a->id_state = 2;
+  double deadline = h_now_s() + timeout_s, stop_at = 0;
+  int left = a->n, bad = 0, status[MAX_N];
+  int reaped[MAX_N] = {0};
+  pid_t stopped = a->stop_rank >= 0 ? pid[a->stop_rank] : 0;
+  while (left > 0) {
+    for (int r = 0; r < a->n; r++) {
+      if (reaped[r] || waitpid(pid[r], &status[r], WNOHANG) != pid[r])
+        continue;
+      reaped[r] = 1;
+      left--;
+      int victim = a->nvictims > 0 && (r == a->victims[0] ||
+                                       (a->nvictims > 1 && r == a->victims[1]));
+      int ok = victim ? WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL
+                      : WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
+      if (!ok) {
+        bad++;
+        fprintf(stderr, "rank %d (pid %d) ended with status 0x%x%s\n", r,
+                (int)pid[r], status[r], victim ? " (a victim)" : "");
+      }
+    }
+    if (stopped != 0 && stop_at == 0 && a->started == a->n) {
+      h_sleep_ms(500);
+      kill(stopped, SIGSTOP);
+      stop_at = h_now_s();
+      fprintf(stderr, "rank %d (pid %d) stopped for 15 s\n", a->stop_rank,
+              (int)stopped);
+    }
+    if (stop_at != 0 && !a->continued && h_now_s() - stop_at >= 15) {
+      kill(stopped, SIGCONT);
+      a->continued = 1;
+    }
+    if (h_now_s() > deadline) {
+      for (int r = 0; r < a->n; r++)
+        if (!reaped[r]) {
+          fprintf(stderr, "rank %d (pid %d) still running at the deadline\n",
+                  r, (int)pid[r]);
+          kill(pid[r], SIGCONT);
+          kill(pid[r], SIGKILL);
+          waitpid(pid[r], NULL, 0);
+          bad++;
+        }
+      break;
+    }
+    h_sleep_ms(5);
+  }
+  return bad;
+}
+
+/* ---- suspicion: a stopped rank, CPU hogs, many ranks ------------------ */
+
+/* Allreduces of 65,536 int32 (and a 1-element MAX that says when to stop)
+ * until the stopped rank was continued and 5 more went through. */
+static int body_stream(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_config_t cfg = cfg_of(a, 120000);
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+    return 1;
+  }
+  __atomic_add_fetch(&a->started, 1, __ATOMIC_SEQ_CST);
+  size_t count = 65536;
+  int32_t *buf = h_xmalloc(count * sizeof(int32_t));
+  int rc = 0, after = 0;
+  for (int i = 0; rc == 0 && i < 100000; i++) {
+    ringcc_result_t r;
+    if ((rc = exact_allreduce(comm, rank, a->n, count, i, buf, &r)) != 0) {
+      if (rc < 0)
+        fprintf(stderr, "rank %d: allreduce %d: %s\n", rank, i,
+                ringcc_comm_last_error(comm));
+      break;
+    }
+    int32_t done = (a->stop_rank < 0 || a->continued) && ++after >= 5 &&
+                   i >= a->iters;
+    if (ringcc_allreduce(&done, &done, 1, RINGCC_INT32, RINGCC_MAX, comm,
+                         NULL) != RINGCC_SUCCESS) {
+      fprintf(stderr, "rank %d: control allreduce %d: %s\n", rank, i,
+              ringcc_comm_last_error(comm));
+      rc = 1;
+    }
+    if (done)
+      break;
+  }
+  free(buf);
+  if (ringcc_comm_destroy(comm) != RINGCC_SUCCESS && rc == 0)
+    rc = 1;
+  return rc;
+}
+
+static void stopped_15s(int tcp) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 4;
+  a->tcp = tcp;
+  a->stop_rank = 2;
+  double t0 = h_now_s();
+  int bad = run(a, body_stream, 90);
+  double took = h_now_s() - t0;
+  fprintf(stderr, "stopped_15s_%s: %d ranks finished in %.1f s, rank 2 "
+          "stopped for 15 s\n", tcp ? "tcp" : "shm", a->n, took);
+  cr_assert(a->continued, "the stopped rank was never continued");
+  cr_assert_eq(bad, 0, "a rank failed beside a rank stopped for 15 s "
+               "(see above)");
+  cr_assert_geq(took, 15.0, "the job took %.1f s: the stop did not happen",
+                took);
+  h_shared_free(a, sizeof(*a));
+}
+
+Test(suspect, stopped_15s_tcp, .timeout = 120) { stopped_15s(1); }
+Test(suspect, stopped_15s_shm, .timeout = 120) { stopped_15s(0); }
+
+Test(suspect, cpu_hogs_beside_8_tcp, .timeout = 180) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int nhogs = (int)(cores < 1 ? 2 : 2 * cores);
+  pid_t hog[64];
+  for (int i = 0; i < nhogs && i < 64; i++)
+    if ((hog[i] = fork()) == 0)
+      for (volatile unsigned long x = 0;; x++)
+        ;
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 8;
+  a->tcp = 1;
+  a->stop_rank = -1;
+  a->iters = 20;
+  double t0 = h_now_s();
+  int bad = run(a, body_stream, 150);
+  for (int i = 0; i < nhogs && i < 64; i++) {
+    kill(hog[i], SIGKILL);
+    waitpid(hog[i], NULL, 0);
+  }
+  fprintf(stderr, "cpu_hogs_beside_8_tcp: %d hogs, 8 ranks, 20 allreduces "
+          "of 256 KiB in %.1f s\n", nhogs, h_now_s() - t0);
+  cr_assert_eq(bad, 0, "a rank failed beside CPU hogs (see above)");
+  h_shared_free(a, sizeof(*a));
+}
+
+/* make scale-check: RINGCC_SCALE_N TCP ranks, defaults. */
+Test(scale, tcp_ranks_defaults, .timeout = 900) {
+  const char *v = getenv("RINGCC_SCALE_N");
+  if (v == NULL)
+    cr_skip_test("RINGCC_SCALE_N not set (make scale-check sets 128)");
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = atoi(v);
+  cr_assert(a->n >= 2 && a->n <= MAX_N, "RINGCC_SCALE_N=%s is not 2..%d", v,
+            MAX_N);
+  a->tcp = 1;
+  a->stop_rank = -1;
+  a->iters = 3;
+  double t0 = h_now_s();
+  int bad = run(a, body_stream, 840);
+  fprintf(stderr, "scale: %d TCP ranks, default settings, 4 allreduces of "
+          "256 KiB: %s in %.1f s\n", a->n, bad ? "FAILED" : "passed",
+          h_now_s() - t0);
+  cr_assert_eq(bad, 0, "%d of %d ranks failed (see above)", bad, a->n);
+  h_shared_free(a, sizeof(*a));
+}
+
+/* ---- shrink ------------------------------------------------------------ */
+
+static int is_victim(const area_t *a, int r) {
+  for (int i = 0; i < a->nvictims; i++)
+    if (a->victims[i] == r)
+      return 1;
+  return 0;
+}
+
+/* On the shrunk communicator (m ranks, this one me): every collective
+ * kind, exact. */
+static int collectives_on(ringcc_comm_t s, int me, int m) {
+  size_t count = 1000;
+  int32_t *buf = h_xmalloc(count * (size_t)m * sizeof(int32_t));
+  int32_t *out = h_xmalloc(count * (size_t)m * sizeof(int32_t));
+  int rc = 0;
+  ringcc_result_t r;
+  size_t sizes[3] = {1, 1000, 100000};
+  for (int t = 0; t < 3 && rc == 0; t++) {
+    int32_t *big = h_xmalloc(sizes[t] * sizeof(int32_t));
+    rc = exact_allreduce(s, me, m, sizes[t], 100 + t, big, &r);
+    if (rc < 0)
+      fprintf(stderr, "rank %d: allreduce of %zu on the shrunk comm: %s\n",
+              me, sizes[t], ringcc_comm_last_error(s));
+    free(big);
+  }
+  for (size_t k = 0; k < count && rc == 0; k++)
+    buf[k] = me * 100000 + (int)k;
+  if (rc == 0 && (ringcc_allgather(buf, out, count, RINGCC_INT32, s, NULL) !=
+                  RINGCC_SUCCESS))
+    rc = fprintf(stderr, "rank %d: allgather: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (int q = 0; q < m && rc == 0; q++)
+    for (size_t k = 0; k < count && rc == 0; k++)
+      if (out[(size_t)q * count + k] != q * 100000 + (int)k)
+        rc = fprintf(stderr, "rank %d: allgather block %d element %zu wrong\n",
+                     me, q, k) > 0;
+  for (size_t k = 0; k < count && rc == 0; k++)
+    buf[k] = me == m - 1 ? 7 * (int)k : -1;
+  if (rc == 0 && ringcc_bcast(buf, count, RINGCC_INT32, m - 1, s, NULL) !=
+                     RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: bcast: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (size_t k = 0; k < count && rc == 0; k++)
+    if (buf[k] != 7 * (int)k)
+      rc = fprintf(stderr, "rank %d: bcast element %zu wrong\n", me, k) > 0;
+  for (int q = 0; q < m && rc == 0; q++)
+    for (size_t k = 0; k < count; k++)
+      buf[(size_t)q * count + k] = me * 1000 + q;
+  if (rc == 0 && ringcc_alltoall(buf, out, count, RINGCC_INT32, s, NULL) !=
+                     RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: alltoall: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (int q = 0; q < m && rc == 0; q++)
+    if (out[(size_t)q * count] != q * 1000 + me)
+      rc = fprintf(stderr, "rank %d: alltoall block %d wrong\n", me, q) > 0;
+  if (rc == 0 && ringcc_barrier(s, NULL) != RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: barrier: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  free(buf);
+  free(out);
+  return rc;
+}
+
+static int body_kill_shrink(area_t *a, int rank) {
+  ringcc_comm_t comm, s = NULL;
+  ringcc_config_t cfg = cfg_of(a, 30000);
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+    return 1;
+  }
+  int32_t *buf = h_xmalloc(4096 * sizeof(int32_t));
+  ringcc_result_t r = RINGCC_SUCCESS;
+  int rc = 0;
+  for (int i = 0; i < 1000; i++) {
+    if (i == 3 && is_victim(a, rank)) {
+      a->kill_s = h_now_s();
+      raise(SIGKILL);
+    }
+    rc = exact_allreduce(comm, rank, a->n, 4096, i, buf, &r);
+    if (rc != 0)
+      break;
+  }
+  if (is_victim(a, rank))
+    raise(SIGKILL); /* the other victim's death came first: die anyway */
+  free(buf);
+  if (rc > 0 || r == RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: no failure seen (%s)\n", rank,
+            ringcc_strerror(r));
+    return 1;
+  }
+  a->detect_s[rank] = h_now_s();
+  rc = 0;
+  if (r != RINGCC_ERR_PEER_FAILED && r != RINGCC_ERR_NETWORK) {
+    fprintf(stderr, "rank %d: the failure is %s: %s\n", rank,
+            ringcc_strerror(r), ringcc_comm_last_error(comm));
+    return 1;
+  }
+  r = ringcc_comm_shrink(comm, NULL, 0, &s);
+  if (r != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: shrink: %s: %s\n", rank, ringcc_strerror(r),
+            ringcc_comm_last_error(comm));
+    ringcc_comm_destroy(comm);
+    return 1;
+  }
+  int me = -1, m = -1, want = 0;
+  for (int q = 0; q < rank; q++)
+    want += !is_victim(a, q);
+  ringcc_comm_rank(s, &me);
+  ringcc_comm_size(s, &m);
+  if (m != a->n - a->nvictims || me != want) {
+    fprintf(stderr, "rank %d: shrunk comm is rank %d of %d, expected %d of "
+            "%d\n", rank, me, m, want, a->n - a->nvictims);
+    rc = 1;
+  }
+  if (rc == 0)
+    rc = collectives_on(s, me, m);
+  ringcc_comm_destroy(s);
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+static void kill_shrink(int n, int tcp, int v0, int v1) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = n;
+  a->tcp = tcp;
+  a->stop_rank = -1;
+  a->victims[0] = v0;
+  a->victims[1] = v1;
+  a->nvictims = v1 >= 0 ? 2 : 1;
+  double t0 = h_now_s();
+  int bad = run(a, body_kill_shrink, 100);
+  double worst = 0;
+  for (int r = 0; r < n; r++)
+    if (!is_victim(a, r) && a->detect_s[r] - a->kill_s > worst)
+      worst = a->detect_s[r] - a->kill_s;
+  char killed[32];
+  snprintf(killed, sizeof(killed), v1 >= 0 ? "ranks %d and %d" : "rank %d",
+           v0, v1);
+  fprintf(stderr, "shrink: n=%d %s, killed %s: every survivor saw it within "
+          "%.3f s; shrink and collectives on %d ranks: %s (%.1f s in all)\n",
+          n, tcp ? "TCP" : "shm", killed, worst, n - a->nvictims,
+          bad ? "FAILED" : "exact", h_now_s() - t0);
+  cr_assert_eq(bad, 0, "kill -9 then shrink at n=%d failed (see above)", n);
+  h_shared_free(a, sizeof(*a));
+}
+
+Test(shrink, kill1_of_3_shm, .timeout = 120) { kill_shrink(3, 0, 0, -1); }
+Test(shrink, kill2_of_8_shm, .timeout = 120) { kill_shrink(8, 0, 2, 5); }
+Test(shrink, kill1_of_4_tcp, .timeout = 120) { kill_shrink(4, 1, 3, -1); }
+Test(shrink, kill2_of_16_tcp, .timeout = 120) { kill_shrink(16, 1, 0, 9); }
+
+/* A healthy communicator shrunk by an exclude list: rank 1 leaves
+ * (destroys its communicator, no shrink), the others exclude it. */
+static int body_exclude(area_t *a, int rank) {
+  ringcc_comm_t comm, s = NULL;
+  ringcc_config_t cfg = cfg_of(a, 30000);
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS)
+    return 1;
+  int rc = 0;
+  if (rank != 1) {
+    int ex[1] = {1};
+    ringcc_result_t r = ringcc_comm_shrink(comm, ex, 1, &s);
+    if (r != RINGCC_SUCCESS) {
+      fprintf(stderr, "rank %d: shrink: %s\n", rank,
+              ringcc_comm_last_error(comm));
+      rc = 1;
+    } else {
+      int me, m;
+      ringcc_comm_rank(s, &me);
+      ringcc_comm_size(s, &m);
+      rc = me != (rank == 0 ? 0 : rank - 1) || m != a->n - 1 ||
+           collectives_on(s, me, m);
+      ringcc_comm_destroy(s);
+    }
+    int bad[1] = {rank}; /* the caller itself */
+    if (ringcc_comm_shrink(comm, bad, 1, &s) != RINGCC_ERR_INVALID_ARGUMENT)
+      rc = fprintf(stderr, "rank %d: exclude of itself accepted\n", rank) > 0;
+  }
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+Test(shrink, healthy_by_exclude_list_shm, .timeout = 60) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 5;
+  a->stop_rank = -1;
+  cr_assert_eq(run(a, body_exclude, 50), 0, "see above");
+  h_shared_free(a, sizeof(*a));
+}
