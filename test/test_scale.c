@@ -457,3 +457,73 @@ Test(shrink, healthy_by_exclude_list_shm, .timeout = 60) {
   cr_assert_eq(run(a, body_exclude, 50), 0, "see above");
   h_shared_free(a, sizeof(*a));
 }
+
+/* ---- the second look: a fresh connect to a silent peer's host ---------- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+
+#include "clock.h"
+#include "probe.h"
+
+static int probe_to(const char *ip, int port, int64_t wait_ns, char *why,
+                    size_t len) {
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
+  struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons((uint16_t)port);
+  inet_pton(AF_INET, ip, &sa->sin_addr);
+  struct rcc_probe p;
+  rcc_probe_init(&p);
+  cr_assert_eq(rcc_probe_start(&p, &ss, sizeof(*sa)), 0);
+  int v;
+  while ((v = rcc_probe_poll(&p, rcc_now_ns(), wait_ns)) == RCC_PROBE_NONE)
+    h_sleep_ms(5);
+  snprintf(why, len, "%s", p.why);
+  rcc_probe_stop(&p);
+  return v;
+}
+
+Test(probe, live_host_answers_a_closed_port_and_a_listener) {
+  char why[96];
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  socklen_t sl = sizeof(sa);
+  getsockname(l, (struct sockaddr *)&sa, &sl);
+  int port = ntohs(sa.sin_port);
+  /* bound, not listening: the kernel refuses (RST) */
+  cr_assert_eq(probe_to("127.0.0.1", port, 2000000000LL, why, sizeof(why)),
+               RCC_PROBE_ANSWERED, "closed port: %s", why);
+  cr_assert(strstr(why, "refused") != NULL, "%s", why);
+  cr_assert_eq(listen(l, 4), 0);
+  cr_assert_eq(probe_to("127.0.0.1", port, 2000000000LL, why, sizeof(why)),
+               RCC_PROBE_ANSWERED, "listener: %s", why);
+  cr_assert(strstr(why, "accepted") != NULL, "%s", why);
+  close(l);
+}
+
+/* A host that answers nothing, in a network namespace of this test's own
+ * (root): 198.18.0.9 behind a veth whose other end is no host (no answer
+ * within
+ * the probe's time), and an address with no route (an error at once). */
+Test(probe, vanished_host_is_silent) {
+  char why[96];
+  if (geteuid() != 0 || unshare(CLONE_NEWNET) != 0)
+    cr_skip_test("needs root for a network namespace");
+  if (system("ip link add d0 type veth peer name d1 && ip addr add "
+             "198.18.0.1/24 dev d0 && ip link set d0 up && ip link set d1 up")
+      != 0)
+    cr_skip_test("no veth pair (ip link add ... type veth failed)");
+  double t0 = h_now_s();
+  int v = probe_to("198.18.0.9", 9, 500000000LL, why, sizeof(why));
+  cr_assert_eq(v, RCC_PROBE_SILENT, "198.18.0.9 answered: %s", why);
+  cr_assert(strstr(why, "no answer") != NULL, "%s", why);
+  cr_assert_geq(h_now_s() - t0, 0.45, "gave up before its time: %s", why);
+  v = probe_to("10.255.255.1", 9, 500000000LL, why, sizeof(why));
+  cr_assert_eq(v, RCC_PROBE_SILENT, "10.255.255.1 answered: %s", why);
+  cr_assert(strstr(why, "unreachable") != NULL, "%s", why);
+}
