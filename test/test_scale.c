@@ -508,8 +508,8 @@ Test(probe, live_host_answers_a_closed_port_and_a_listener) {
 
 /* A host that answers nothing, in a network namespace of this test's own
  * (root): 198.18.0.9 behind a veth whose other end is no host (no answer
- * within
- * the probe's time), and an address with no route (an error at once). */
+ * within the probe's time), and an address with no route (an error at
+ * once). */
 Test(probe, vanished_host_is_silent) {
   char why[96];
   if (geteuid() != 0 || unshare(CLONE_NEWNET) != 0)
