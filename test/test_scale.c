@@ -527,3 +527,115 @@ Test(probe, vanished_host_is_silent) {
   cr_assert_eq(v, RCC_PROBE_SILENT, "10.255.255.1 answered: %s", why);
   cr_assert(strstr(why, "unreachable") != NULL, "%s", why);
 }
+
+/* ---- measure: init time and resources per rank over n ------------------ */
+
+#include <dirent.h>
+
+typedef struct {
+  double init_s;
+  int fds, sockets, threads;
+  long rss_kb;
+} usage_t;
+
+static usage_t *g_usage; /* shared, one per rank */
+
+static void read_usage(usage_t *u) {
+  DIR *d = opendir("/proc/self/fd");
+  char path[300], link[128];
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.')
+      continue;
+    u->fds++;
+    snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+    ssize_t l = readlink(path, link, sizeof(link) - 1);
+    if (l > 0 && (link[l] = '\0', strncmp(link, "socket:", 7) == 0))
+      u->sockets++;
+  }
+  if (d != NULL)
+    closedir(d), u->fds--;
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    sscanf(line, "Threads: %d", &u->threads);
+    sscanf(line, "VmRSS: %ld", &u->rss_kb);
+  }
+  if (f != NULL)
+    fclose(f);
+}
+
+static int body_measure(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_config_t cfg = cfg_of(a, 600000);
+  usage_t before = {0};
+  read_usage(&before);
+  double t0 = h_now_s();
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+    return 1;
+  }
+  usage_t *u = &g_usage[rank];
+  u->init_s = h_now_s() - t0;
+  int32_t *buf = h_xmalloc(65536 * sizeof(int32_t));
+  ringcc_result_t r;
+  int rc = exact_allreduce(comm, rank, a->n, 65536, 1, buf, &r) != 0;
+  free(buf);
+  read_usage(u); /* what the communicator added */
+  u->fds -= before.fds;
+  u->sockets -= before.sockets;
+  u->threads -= before.threads;
+  u->rss_kb -= before.rss_kb;
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+static int cmp_d(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* RINGCC_MEASURE_N ranks (RINGCC_MEASURE_TCP=1: over TCP): init time and
+ * what the communicator adds to each rank. scripts/measure-scale.sh. */
+Test(measure, init_and_resources, .timeout = 1800) {
+  const char *v = getenv("RINGCC_MEASURE_N");
+  if (v == NULL)
+    cr_skip_test("RINGCC_MEASURE_N not set (scripts/measure-scale.sh)");
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = atoi(v);
+  cr_assert(a->n >= 2 && a->n <= MAX_N, "RINGCC_MEASURE_N=%s", v);
+  a->tcp = getenv("RINGCC_MEASURE_TCP") != NULL &&
+           atoi(getenv("RINGCC_MEASURE_TCP")) == 1;
+  a->stop_rank = -1;
+  g_usage = h_shared_alloc((size_t)a->n * sizeof(usage_t));
+  double load[3] = {0};
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f != NULL && fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]))
+    fclose(f);
+  int bad = run(a, body_measure, 1700);
+  cr_assert_eq(bad, 0, "see above");
+  double t[MAX_N];
+  usage_t lo = g_usage[0], hi = g_usage[0];
+  for (int r = 0; r < a->n; r++) {
+    usage_t *u = &g_usage[r];
+    t[r] = u->init_s;
+#define MM(field)                                                              \
+  do {                                                                         \
+    if (u->field < lo.field) lo.field = u->field;                             \
+    if (u->field > hi.field) hi.field = u->field;                             \
+  } while (0)
+    MM(fds);
+    MM(sockets);
+    MM(threads);
+    MM(rss_kb);
+  }
+  qsort(t, (size_t)a->n, sizeof(double), cmp_d);
+  printf("measure: n=%d %s load %.1f: init median %.3f s max %.3f s; added "
+         "per rank: fds %d..%d, sockets %d..%d, threads %d..%d, RSS "
+         "%.1f..%.1f MiB\n", a->n, a->tcp ? "tcp" : "shm", load[0],
+         t[a->n / 2], t[a->n - 1], lo.fds, hi.fds, lo.sockets, hi.sockets,
+         lo.threads, hi.threads, lo.rss_kb / 1024.0, hi.rss_kb / 1024.0);
+  fflush(stdout);
+  h_shared_free(g_usage, (size_t)a->n * sizeof(usage_t));
+  h_shared_free(a, sizeof(*a));
+}

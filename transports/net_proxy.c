@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -932,9 +933,16 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   int e = pthread_create(&px->thread, NULL, proxy_main, px);
   if (e != 0) {
     rcc_proxy_forget(px);
+    struct rlimit rl;
+    char lim[160] = "";
+    if (e == EAGAIN && getrlimit(RLIMIT_NPROC, &rl) == 0)
+      snprintf(lim, sizeof(lim), " (the thread limit: RLIMIT_NPROC is %llu "
+               "for this user, or kernel.threads-max; this communicator needs "
+               "1 more thread, the network proxy)",
+               (unsigned long long)rl.rlim_cur);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
-                          "init on rank %d: cannot start the proxy thread: %s",
-                          comm->rank, strerror(e));
+                          "init on rank %d: cannot start the proxy thread: "
+                          "%s%s", comm->rank, strerror(e), lim);
   }
   *out = px;
   return RINGCC_SUCCESS;
