@@ -23,6 +23,6 @@ for tcp in 0 1; do
   for n in $ns; do
     RINGCC_MEASURE_N=$n RINGCC_MEASURE_TCP=$tcp nice build/test/test_scale \
       --filter='measure/*' -j1 >>"$log" 2>&1 || echo "n=$n tcp=$tcp FAILED" | tee -a "$log"
-    grep "^measure: n=$n $([ "$tcp" = 1 ] && echo tcp || echo shm) " "$log" | tail -1
+    grep "^measure: n=$n $([ "$tcp" = 1 ] && echo tcp || echo shm) " "$log" | tail -1 || true
   done
 done

@@ -1822,6 +1822,10 @@ int rcc_bootstrap_news(struct rcc_bootstrap *b, int32_t *status, int *rank) {
   return 0;
 }
 
+uint32_t rcc_bootstrap_calls(const struct rcc_bootstrap *b) {
+  return b == NULL ? 0 : b->calls;
+}
+
 int rcc_bootstrap_peer_addr(const struct rcc_bootstrap *b, int rank,
                             struct sockaddr_storage *addr) {
   if (b == NULL || b->peers == NULL || rank < 0 || rank >= b->nranks)

@@ -95,6 +95,9 @@ int rcc_bootstrap_failure(const struct rcc_bootstrap *b, int32_t *code,
  * there again, so that every survivor knows where to find it. 0, or -1. */
 int rcc_bootstrap_peer_addr(const struct rcc_bootstrap *b, int rank,
                             struct sockaddr_storage *addr);
+/* The all-gathers and barriers this rank made on the ring so far (init's
+ * cost model: each is nranks - 1 steps). */
+uint32_t rcc_bootstrap_calls(const struct rcc_bootstrap *b);
 void rcc_bootstrap_close(struct rcc_bootstrap *b);
 
 #endif /* RCC_BOOTSTRAP_H */
