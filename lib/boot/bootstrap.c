@@ -625,16 +625,9 @@ static void server_fail(struct server *s, const struct passed *hs,
 
 /* The server needs one descriptor per rank until the table goes out. */
 static void raise_fd_limit(int nranks) {
-  struct rlimit rl;
-  rlim_t want = (rlim_t)nranks + 256;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
-    return;
-  rlim_t old = rl.rlim_cur;
-  rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-    RCC_INFO(-1, "bootstrap: raised the open-file limit from %llu to %llu "
-             "for %d ranks", (unsigned long long)old,
-             (unsigned long long)rl.rlim_cur, nranks);
+  char why[64];
+  snprintf(why, sizeof(why), "the rendezvous of %d ranks", nranks);
+  rcc_socket_raise_fd_limit((uint64_t)nranks + 256, why);
 }
 
 int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
