@@ -27,6 +27,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +47,10 @@ typedef struct {
   volatile int continued; /* the stopped rank runs again */
   volatile double detect_s[MAX_N]; /* shrink: when each survivor saw it */
   volatile double kill_s;
-  int n, tcp, nvictims, victims[2], stop_rank, iters;
+  int n, tcp, nvictims, victims[4], stop_rank, iters;
+  int late[4]; /* victim i dies 0.5 s into the others' shrink instead (1),
+                  or 0.7 s into its own shrink (2) */
+  int delay_ms[8]; /* rank r calls shrink this much later */
 } area_t;
 
 static area_t *g_a;
@@ -119,8 +123,9 @@ static int run(area_t *a, body_fn body, double timeout_s) {
         continue;
       reaped[r] = 1;
       left--;
-      int victim = a->nvictims > 0 && (r == a->victims[0] ||
-                                       (a->nvictims > 1 && r == a->victims[1]));
+      int victim = 0;
+      for (int i = 0; i < a->nvictims; i++)
+        victim |= r == a->victims[i];
       int ok = victim ? WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL
                       : WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
       if (!ok) {
@@ -329,6 +334,13 @@ static int collectives_on(ringcc_comm_t s, int me, int m) {
   return rc;
 }
 
+static void *die_soon(void *arg) {
+  (void)arg;
+  h_sleep_ms(700);
+  raise(SIGKILL);
+  return NULL;
+}
+
 static int body_kill_shrink(area_t *a, int rank) {
   ringcc_comm_t comm, s = NULL;
   ringcc_config_t cfg = cfg_of(a, 30000);
@@ -340,8 +352,12 @@ static int body_kill_shrink(area_t *a, int rank) {
   int32_t *buf = h_xmalloc(4096 * sizeof(int32_t));
   ringcc_result_t r = RINGCC_SUCCESS;
   int rc = 0;
+  int late = 0;
+  for (int i = 0; i < a->nvictims; i++)
+    if (a->victims[i] == rank)
+      late = a->late[i];
   for (int i = 0; i < 1000; i++) {
-    if (i == 3 && is_victim(a, rank)) {
+    if (i == 3 && is_victim(a, rank) && !late) {
       a->kill_s = h_now_s();
       raise(SIGKILL);
     }
@@ -349,7 +365,14 @@ static int body_kill_shrink(area_t *a, int rank) {
     if (rc != 0)
       break;
   }
-  if (is_victim(a, rank))
+  if (late == 1) { /* while the survivors shrink: the leader, or one awaited */
+    h_sleep_ms(500);
+    raise(SIGKILL);
+  }
+  pthread_t killer;
+  if (late == 2) /* dies inside its own shrink (leading it) */
+    pthread_create(&killer, NULL, die_soon, NULL);
+  else if (is_victim(a, rank))
     raise(SIGKILL); /* the other victim's death came first: die anyway */
   free(buf);
   if (rc > 0 || r == RINGCC_SUCCESS) {
@@ -364,6 +387,8 @@ static int body_kill_shrink(area_t *a, int rank) {
             ringcc_strerror(r), ringcc_comm_last_error(comm));
     return 1;
   }
+  if (rank < 8 && a->delay_ms[rank] > 0)
+    h_sleep_ms(a->delay_ms[rank]);
   r = ringcc_comm_shrink(comm, NULL, 0, &s);
   if (r != RINGCC_SUCCESS) {
     fprintf(stderr, "rank %d: shrink: %s: %s\n", rank, ringcc_strerror(r),
@@ -410,6 +435,50 @@ static void kill_shrink(int n, int tcp, int v0, int v1) {
           n, tcp ? "TCP" : "shm", killed, worst, n - a->nvictims,
           bad ? "FAILED" : "exact", h_now_s() - t0);
   cr_assert_eq(bad, 0, "kill -9 then shrink at n=%d failed (see above)", n);
+  h_shared_free(a, sizeof(*a));
+}
+
+/* Ranks 0 (the first leader) and 2 die 0.5 s after rank 4, while ranks 1
+ * and 3 are in the shrink: they must still agree (rank 1 leads) and form a
+ * communicator of 2, never hang. */
+Test(shrink, deaths_during_the_shrink_shm, .timeout = 120) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 5;
+  a->stop_rank = -1;
+  a->nvictims = 3;
+  a->victims[0] = 4;
+  a->victims[1] = 0;
+  a->victims[2] = 2;
+  a->late[1] = a->late[2] = 1;
+  double t0 = h_now_s();
+  int bad = run(a, body_kill_shrink, 100);
+  fprintf(stderr, "shrink: n=5 shm, rank 4 killed, then ranks 0 and 2 while "
+          "the others shrink: %s in %.1f s\n", bad ? "FAILED" : "exact",
+          h_now_s() - t0);
+  cr_assert_eq(bad, 0, "see above");
+  h_shared_free(a, sizeof(*a));
+}
+
+/* Rank 3 is killed; rank 0 leads the shrink with rank 1 joined and dies
+ * 0.7 s into it (rank 2 calls shrink 1.5 s late, so the leader is still
+ * waiting): rank 1 finds the leader's connection closed and leads instead;
+ * ranks 1 and 2 form a communicator of 2. */
+Test(shrink, leader_dies_during_the_shrink_tcp, .timeout = 120) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 4;
+  a->tcp = 1;
+  a->stop_rank = -1;
+  a->nvictims = 2;
+  a->victims[0] = 3;
+  a->victims[1] = 0;
+  a->late[1] = 2;
+  a->delay_ms[2] = 1500;
+  double t0 = h_now_s();
+  int bad = run(a, body_kill_shrink, 100);
+  fprintf(stderr, "shrink: n=4 TCP, rank 3 killed, the leader (rank 0) "
+          "killed during the shrink: %s in %.1f s\n", bad ? "FAILED" : "exact",
+          h_now_s() - t0);
+  cr_assert_eq(bad, 0, "see above");
   h_shared_free(a, sizeof(*a));
 }
 

@@ -161,6 +161,16 @@ static ringcc_result_t lead(struct ringcc_comm *comm, uint8_t *gone,
     }
     struct pollfd pfd = {.fd = lfd, .events = POLLIN};
     (void)poll(&pfd, 1, 20);
+    for (int i = 0; i < njoined; i++) { /* a survivor that joined, then died */
+      struct pollfd jp = {.fd = j[i].fd, .events = POLLIN};
+      uint8_t byte;
+      if (poll(&jp, 1, 0) > 0 && recv(j[i].fd, &byte, 1, MSG_DONTWAIT) <= 0) {
+        SET_GONE(gone, j[i].rank);
+        joined[j[i].rank] = 2; /* joined, then gone: not waited for again */
+        close(j[i].fd);
+        j[i--] = j[--njoined];
+      }
+    }
     int fd = -1;
     if (rcc_socket_accept(lfd, &fd, NULL, err, errlen) != RINGCC_SUCCESS ||
         fd < 0)
@@ -194,7 +204,7 @@ static ringcc_result_t lead(struct ringcc_comm *comm, uint8_t *gone,
   shrink_secret(comm, gone, gbytes, secret);
   int named = -1; /* a rank that joined, yet some survivor's list names it */
   for (int q = 0; q < n && named < 0; q++)
-    if (joined[q] && GONE(gone, q))
+    if (joined[q] == 1 && GONE(gone, q))
       named = q;
   r = named >= 0 ? rcc_errf(err, errlen, RINGCC_ERR_INVALID_USAGE, "rank %d "
                             "called shrink, but another survivor's exclude "
@@ -240,8 +250,10 @@ static ringcc_result_t follow(struct ringcc_comm *comm, uint8_t *gone,
   size_t jlen = SHRINK_HDR + gbytes + 32;
   uint8_t *msg = malloc(jlen + sizeof(*id)), mac[32];
   ringcc_result_t r = RINGCC_SUCCESS;
+  int tries = 0, *retries = &tries;
   if (msg == NULL)
     return rcc_errf(err, errlen, RINGCC_ERR_OUT_OF_MEMORY, "out of memory");
+again:
   for (;;) {
     int leader = 0;
     while (leader < n && GONE(gone, leader))
@@ -285,6 +297,18 @@ static ringcc_result_t follow(struct ringcc_comm *comm, uint8_t *gone,
           RINGCC_SUCCESS ||
       (r = rcc_socket_recv_all(fd, msg, jlen + sizeof(*id), deadline, err,
                                errlen)) != RINGCC_SUCCESS) {
+    if (r != RINGCC_ERR_TIMEOUT && ++*retries <= n) {
+      /* The leader's connection closed before its answer: it failed during
+       * the shrink (it answers everyone only once all joined). The next
+       * one leads; the others find it gone the same way. */
+      RCC_WARN(comm->rank, "ringcc_comm_shrink: rank %d (host %s), which led "
+               "the shrink, failed during it (%s); the next rank leads",
+               *leader_out, comm->peers[*leader_out].hostname, err);
+      SET_GONE(gone, *leader_out);
+      close(fd);
+      fd = -1;
+      goto again;
+    }
     if (r != RINGCC_ERR_TIMEOUT)
       r = rcc_errf(err, errlen, RINGCC_ERR_PEER_FAILED, "rank %d (host %s), "
                    "which led the shrink, failed during it: %s", *leader_out,
