@@ -495,43 +495,71 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
 
 /* A peer whose link is silent but whose host answered (alive() said so in
  * err): suspected, not lost. Logged at WARN when it starts and every
- * SUSPECT_WARN_MS while it lasts (once per peer per check), and at INFO
- * when the link answers again. */
+ * SUSPECT_WARN_MS while it lasts, one line per check for all the links that
+ * are due (the first one's sentence, then the other peers' ranks), and at
+ * INFO when a link answers again. Returns whether c is due. */
 #define SUSPECT_WARN_MS 10000
-static void suspicion(struct rcc_proxy *px, struct rcc_proxy_conn *c,
-                      const char *err, int64_t now) {
+#define SUSPECT_LIST 12 /* ranks named after the first */
+static int suspicion(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                     const char *err, int64_t now) {
   struct ringcc_comm *comm = px->comm;
-  const struct rcc_peer_info *peer = &comm->peers[c->peer];
   if (err[0] == '\0') {
     if (c->suspect_ns != 0 && c->suspect_warned != 0)
       RCC_INFO(comm->rank, "rank %d (host %s) answers again on the network "
                "%s link after being suspected for %.1f s", c->peer,
-               peer->hostname, c->is_send ? "send" : "receive",
+               comm->peers[c->peer].hostname, c->is_send ? "send" : "receive",
                (double)(now - c->suspect_ns) / 1e9);
     c->suspect_ns = c->suspect_warned = 0;
-    return;
+    return 0;
   }
   if (c->suspect_ns == 0)
     c->suspect_ns = now;
-  if (c->suspect_warned != 0 &&
-      now - c->suspect_warned < SUSPECT_WARN_MS * 1000000LL)
-    return;
-  for (int i = 0; i < px->nconns; i++) /* the other way's link said it */
-    if (&px->conns[i] != c && px->conns[i].peer == c->peer &&
-        px->conns[i].suspect_warned == now)
-      return;
-  c->suspect_warned = now;
+  return c->suspect_warned == 0 ||
+         now - c->suspect_warned >= SUSPECT_WARN_MS * 1000000LL;
+}
+
+static void warn_suspects(struct rcc_proxy *px, const int *due, int ndue,
+                          const char *first_err, int64_t now) {
+  struct ringcc_comm *comm = px->comm;
+  const struct rcc_proxy_conn *c = &px->conns[due[0]];
+  char others[160] = "";
+  int named = 0, more = 0;
+  for (int k = 1; k < ndue; k++) {
+    int peer = px->conns[due[k]].peer, seen = peer == c->peer;
+    for (int m = 1; m < k && !seen; m++)
+      seen = px->conns[due[m]].peer == peer;
+    if (seen)
+      continue;
+    if (named == SUSPECT_LIST) {
+      more++;
+      continue;
+    }
+    size_t l = strlen(others);
+    snprintf(others + l, sizeof(others) - l, "%s%d", named ? ", " : "", peer);
+    named++;
+  }
+  for (int k = 0; k < ndue; k++)
+    px->conns[due[k]].suspect_warned = now;
+  char tail[200] = "";
+  if (named > 0)
+    snprintf(tail, sizeof(tail), "; also suspected: rank%s %s%s", named + more
+             > 1 ? "s" : "", others, more ? " and more" : "");
+  if (more > 0)
+    snprintf(tail + strlen(tail), sizeof(tail) - strlen(tail), " (%d)",
+             named + more);
   RCC_WARN(comm->rank, "rank %d (host %s) is suspected, not declared lost: "
-           "network %s link rank %d -> rank %d: %s", c->peer, peer->hostname,
-           c->is_send ? "send" : "receive", c->is_send ? comm->rank : c->peer,
-           c->is_send ? c->peer : comm->rank, err);
+           "network %s link rank %d -> rank %d: %s%s", c->peer,
+           comm->peers[c->peer].hostname, c->is_send ? "send" : "receive",
+           c->is_send ? comm->rank : c->peer, c->is_send ? c->peer : comm->rank,
+           first_err, tail);
 }
 
 /* Links that fail without closing: every RCC_NET_LINK_CHECK_MS the plugin
  * looks at each connection (alive); the caller holds px->lock. */
 static void check_links(struct rcc_proxy *px) {
-  char err[RCC_ERRLEN];
+  char err[RCC_ERRLEN], first[RCC_ERRLEN];
   int64_t now = rcc_now_ns();
+  int due[1024], ndue = 0;
   if (px->plugin->alive == NULL || now < px->next_link_check ||
       px->fail_conn != NULL)
     return;
@@ -546,8 +574,14 @@ static void check_links(struct rcc_proxy *px) {
       fail(px, c, r, err);
       break;
     }
-    suspicion(px, c, err, now);
+    if (suspicion(px, c, err, now) && ndue < (int)(sizeof(due) / sizeof(due[0]))) {
+      if (ndue == 0)
+        snprintf(first, sizeof(first), "%s", err);
+      due[ndue++] = i;
+    }
   }
+  if (ndue > 0 && px->fail_conn == NULL)
+    warn_suspects(px, due, ndue, first, now);
   publish_failure(px);
 }
 

@@ -30,7 +30,8 @@
  * the peer is only *suspected* (alive() says so, the engine logs it at
  * intervals) and waited for: the call's own deadline (timeout_ms) still
  * applies. A peer on this host (the same address at both ends) is never
- * declared lost for silence: its kernel is this one. Keepalive keeps probes
+ * declared lost for silence, and its sockets have no keepalive: its kernel
+ * is this one, and its death closes them. Keepalive keeps probes
  * going on idle links (first after T/3, then every T/6) so that silence is
  * seen there too; the kernel's own keepalive verdict comes only after 127
  * unanswered probes (TCP_KEEPCNT's maximum), since 4 of them misfired when
@@ -185,8 +186,8 @@ static ringcc_result_t link_timeout(int64_t *ms, char *err, size_t errlen) {
  * for a moment, and resume soon after it is back. */
 static void set_keepalive(int fd) {
   int64_t t = g_net.link_timeout_ms;
-  if (t <= 0 || fd < 0)
-    return;
+  if (t <= 0 || fd < 0 || rcc_probe_peer_local(fd))
+    return; /* a peer on this host: its death closes the socket */
   int one = 1, idle = (int)(t / 3000), intvl = (int)(t / 6000);
   idle = idle < 1 ? 1 : idle;
   intvl = intvl < 1 ? 1 : intvl;

@@ -108,17 +108,22 @@ static int same_host(const struct sockaddr_storage *a,
   return 0;
 }
 
-int rcc_probe_peer(struct rcc_probe *p, int fd, int *local, int64_t now_ns,
-                   int64_t silent_since, int64_t wait_ns, int64_t every_ns) {
+int rcc_probe_peer_local(int fd) {
   struct sockaddr_storage peer, me;
   socklen_t pl = sizeof(peer), ml = sizeof(me);
+  return getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 &&
+         getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+         same_host(&peer, &me);
+}
+
+int rcc_probe_peer(struct rcc_probe *p, int fd, int *local, int64_t now_ns,
+                   int64_t silent_since, int64_t wait_ns, int64_t every_ns) {
+  struct sockaddr_storage peer;
+  socklen_t pl = sizeof(peer);
   if (getpeername(fd, (struct sockaddr *)&peer, &pl) != 0)
     return RCC_PROBE_NONE;
   if (*local == 0)
-    *local = getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
-                     same_host(&peer, &me)
-                 ? 1
-                 : -1;
+    *local = rcc_probe_peer_local(fd) ? 1 : -1;
   if (*local == 1) {
     p->started_ns = p->verdict_ns = now_ns;
     verdict(p, RCC_PROBE_ANSWERED, now_ns, "it runs on this host, whose "

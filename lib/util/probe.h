@@ -45,6 +45,9 @@ int rcc_probe_poll(struct rcc_probe *p, int64_t now_ns, int64_t timeout_ns);
  * probe started within this silence (RCC_PROBE_NONE: none yet). */
 int rcc_probe_peer(struct rcc_probe *p, int fd, int *local, int64_t now_ns,
                    int64_t silent_since, int64_t wait_ns, int64_t every_ns);
+/* 1 when both ends of the connected socket fd have the same address (the
+ * peer runs on this host: loopback, or this host's own address), else 0. */
+int rcc_probe_peer_local(int fd);
 /* Closes a probe in flight; the last verdict stays. */
 void rcc_probe_stop(struct rcc_probe *p);
 
