@@ -438,6 +438,17 @@ static void kill_shrink(int n, int tcp, int v0, int v1) {
   h_shared_free(a, sizeof(*a));
 }
 
+/* Runs the ranks of a (victims set) through body_kill_shrink; every rank
+ * must end as expected. */
+static void shrink_run(area_t *a, const char *what) {
+  double t0 = h_now_s();
+  int bad = run(a, body_kill_shrink, 100);
+  fprintf(stderr, "shrink: %s: %s in %.1f s\n", what,
+          bad ? "FAILED" : "exact", h_now_s() - t0);
+  cr_assert_eq(bad, 0, "%s: see above", what);
+  h_shared_free(a, sizeof(*a));
+}
+
 /* Ranks 0 (the first leader) and 2 die 0.5 s after rank 4, while ranks 1
  * and 3 are in the shrink: they must still agree (rank 1 leads) and form a
  * communicator of 2, never hang. */
@@ -450,13 +461,8 @@ Test(shrink, deaths_during_the_shrink_shm, .timeout = 120) {
   a->victims[1] = 0;
   a->victims[2] = 2;
   a->late[1] = a->late[2] = 1;
-  double t0 = h_now_s();
-  int bad = run(a, body_kill_shrink, 100);
-  fprintf(stderr, "shrink: n=5 shm, rank 4 killed, then ranks 0 and 2 while "
-          "the others shrink: %s in %.1f s\n", bad ? "FAILED" : "exact",
-          h_now_s() - t0);
-  cr_assert_eq(bad, 0, "see above");
-  h_shared_free(a, sizeof(*a));
+  shrink_run(a, "n=5 shm, rank 4 killed, then ranks 0 and 2 while the "
+             "others shrink");
 }
 
 /* Rank 3 is killed; rank 0 leads the shrink with rank 1 joined and dies
@@ -473,13 +479,8 @@ Test(shrink, leader_dies_during_the_shrink_tcp, .timeout = 120) {
   a->victims[1] = 0;
   a->late[1] = 2;
   a->delay_ms[2] = 1500;
-  double t0 = h_now_s();
-  int bad = run(a, body_kill_shrink, 100);
-  fprintf(stderr, "shrink: n=4 TCP, rank 3 killed, the leader (rank 0) "
-          "killed during the shrink: %s in %.1f s\n", bad ? "FAILED" : "exact",
-          h_now_s() - t0);
-  cr_assert_eq(bad, 0, "see above");
-  h_shared_free(a, sizeof(*a));
+  shrink_run(a, "n=4 TCP, rank 3 killed, the leader (rank 0) killed during "
+             "the shrink");
 }
 
 Test(shrink, kill1_of_3_shm, .timeout = 120) { kill_shrink(3, 0, 0, -1); }
