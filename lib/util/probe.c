@@ -35,6 +35,10 @@ static void verdict(struct rcc_probe *p, int v, int64_t now_ns,
   p->verdict = v;
   p->verdict_ns = now_ns;
   snprintf(p->why, sizeof(p->why), "%s", why);
+  if (v == RCC_PROBE_ANSWERED) {
+    p->answered_ns = p->started_ns;
+    snprintf(p->answered_why, sizeof(p->answered_why), "%s", why);
+  }
   rcc_probe_stop(p);
 }
 
@@ -135,5 +139,10 @@ int rcc_probe_peer(struct rcc_probe *p, int fd, int *local, int64_t now_ns,
       rcc_probe_start(p, &peer, pl) != 0)
     return RCC_PROBE_NONE; /* no socket to spare: no verdict, no decision */
   int v = rcc_probe_poll(p, now_ns, wait_ns);
+  if (v == RCC_PROBE_NONE && p->answered_ns >= silent_since) {
+    /* a probe again in flight: the last one of this silence answered */
+    snprintf(p->why, sizeof(p->why), "%s", p->answered_why);
+    return RCC_PROBE_ANSWERED;
+  }
   return p->started_ns >= silent_since ? v : RCC_PROBE_NONE;
 }

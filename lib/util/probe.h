@@ -24,6 +24,8 @@ struct rcc_probe {
   int64_t verdict_ns;     /* when the verdict came */
   int verdict;            /* enum rcc_probe_verdict */
   char why[96];           /* "connection refused by 1.2.3.4:5" ... */
+  int64_t answered_ns;    /* the last probe the host answered: its start */
+  char answered_why[96];  /* and its why */
 };
 
 void rcc_probe_init(struct rcc_probe *p);
@@ -41,8 +43,9 @@ int rcc_probe_poll(struct rcc_probe *p, int64_t now_ns, int64_t timeout_ns);
  * once the silence began and again every every_ns, each waiting wait_ns
  * for an answer. A peer on this host (the same address at both ends; *local
  * caches it: 0 not looked yet, 1 yes, -1 no) is answered at once: its
- * kernel is this one, so its link cannot be cut. Returns the verdict of a
- * probe started within this silence (RCC_PROBE_NONE: none yet). */
+ * kernel is this one, so its link cannot be cut. Returns the verdict of the
+ * last probe started within this silence that has one (p->why says why),
+ * or RCC_PROBE_NONE: none yet. */
 int rcc_probe_peer(struct rcc_probe *p, int fd, int *local, int64_t now_ns,
                    int64_t silent_since, int64_t wait_ns, int64_t every_ns);
 /* 1 when both ends of the connected socket fd have the same address (the
