@@ -249,15 +249,21 @@ Test(suspect, cpu_hogs_beside_8_tcp, .timeout = 180) {
   h_shared_free(a, sizeof(*a));
 }
 
-/* make scale-check: RINGCC_SCALE_N TCP ranks, defaults. */
-Test(scale, tcp_ranks_defaults, .timeout = 900) {
-  const char *v = getenv("RINGCC_SCALE_N");
+/* The shared area of a run of n ranks, n from the variable var (the test is
+ * skipped without it: who sets it). */
+static area_t *area_of_n(const char *var, const char *who) {
+  const char *v = getenv(var);
   if (v == NULL)
-    cr_skip_test("RINGCC_SCALE_N not set (make scale-check sets 128)");
+    cr_skip_test("%s not set (%s)", var, who);
   area_t *a = g_a = h_shared_alloc(sizeof(*a));
   a->n = atoi(v);
-  cr_assert(a->n >= 2 && a->n <= MAX_N, "RINGCC_SCALE_N=%s is not 2..%d", v,
-            MAX_N);
+  cr_assert(a->n >= 2 && a->n <= MAX_N, "%s=%s is not 2..%d", var, v, MAX_N);
+  return a;
+}
+
+/* make scale-check: RINGCC_SCALE_N TCP ranks, defaults. */
+Test(scale, tcp_ranks_defaults, .timeout = 900) {
+  area_t *a = area_of_n("RINGCC_SCALE_N", "make scale-check sets 128");
   a->tcp = 1;
   a->stop_rank = -1;
   a->iters = 3;
@@ -668,12 +674,7 @@ static int cmp_d(const void *x, const void *y) {
 /* RINGCC_MEASURE_N ranks (RINGCC_MEASURE_TCP=1: over TCP): init time and
  * what the communicator adds to each rank. scripts/measure-scale.sh. */
 Test(measure, init_and_resources, .timeout = 1800) {
-  const char *v = getenv("RINGCC_MEASURE_N");
-  if (v == NULL)
-    cr_skip_test("RINGCC_MEASURE_N not set (scripts/measure-scale.sh)");
-  area_t *a = g_a = h_shared_alloc(sizeof(*a));
-  a->n = atoi(v);
-  cr_assert(a->n >= 2 && a->n <= MAX_N, "RINGCC_MEASURE_N=%s", v);
+  area_t *a = area_of_n("RINGCC_MEASURE_N", "scripts/measure-scale.sh");
   a->tcp = getenv("RINGCC_MEASURE_TCP") != NULL &&
            atoi(getenv("RINGCC_MEASURE_TCP")) == 1;
   a->stop_rank = -1;
