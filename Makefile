@@ -264,7 +264,8 @@ endif
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
         gpu-tests gpu-check ib-check \
-        clean distclean help fuzz fuzz-run tsan-check valgrind-check churn-check
+        clean distclean help fuzz fuzz-run tsan-check valgrind-check churn-check \
+        scale-check
 
 all: lib tools examples
 
@@ -628,6 +629,22 @@ churn-check:
 	echo "churn-check: $$(if [ $$rc = 0 ]; then echo passed; else echo FAILED; fi) in $$(( $$(date +%s) - start )) s"; \
 	exit $$rc
 
+# ---- scale: many ranks on this host -------------------------------------------------
+# test/test_scale.c's suite scale: SCALE_N (default 128) TCP ranks on this
+# host with default settings (RINGCC_SHM_DISABLE=1; issue 28: the link check
+# took ranks that were slow to drain their sockets for lost hosts), run
+# under nice; prints the time and the load average before and after.
+SCALE_N ?= 128
+
+scale-check:
+	@$(DEPS_SCRIPT)
+	@$(MAKE) --no-print-directory $(TESTOUT)/test_scale
+	@echo "scale-check: $(SCALE_N) TCP ranks, load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	@start=$$(date +%s); \
+	RINGCC_SCALE_N=$(SCALE_N) nice $(TESTOUT)/test_scale --filter='scale/*' -j1; rc=$$?; \
+	echo "scale-check: $$(if [ $$rc = 0 ]; then echo passed; else echo FAILED; fi) in $$(( $$(date +%s) - start )) s, load after: $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	exit $$rc
+
 # ---- the verbs plugin (transports/net_ib/) -------------------------------------------
 # test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
 # RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
@@ -784,6 +801,7 @@ help:
 	@echo '  tsan-check     SANITIZE=thread build (in $(TSAN_BUILD)) of the library and'
 	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
 	@echo '  churn-check    test/churn/churn.c: $$CHURN_ARGS (-n 10000) TCP communicators of 4'
+	@echo '  scale-check    test/test_scale.c suite scale: $$SCALE_N (128) TCP ranks on this host, defaults'
 	@echo '                 ranks made and destroyed in a row (own network namespace as root)'
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'

@@ -221,6 +221,16 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
 /* MPI_Comm_split_type with MPI_COMM_TYPE_SHARED: one communicator per host. */
 RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
                                                   int key, ringcc_comm_t *out);
+/* ULFM's MPI_Comm_shrink, NCCL's ncclCommShrink: a communicator of the
+ * ranks of comm that are not excluded, renumbered in order. Called by those
+ * ranks only, on a healthy communicator or one that lost ranks (after
+ * RINGCC_ERR_PEER_FAILED). exclude NULL (nexclude 0): the ranks known to
+ * have failed, agreed among the survivors (every survivor gets the same
+ * communicator, or an error). A failure during the shrink is an error,
+ * never a hang (docs/reliability.md). */
+RINGCC_API ringcc_result_t ringcc_comm_shrink(ringcc_comm_t comm,
+                                              const int *exclude, int nexclude,
+                                              ringcc_comm_t *out);
 RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank);
 RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size);
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm);

@@ -448,6 +448,7 @@ static void log_ring(const struct ringcc_comm *comm) {
 static ringcc_result_t comm_setup(struct ringcc_comm *comm,
                                   const ringcc_unique_id_t *id) {
   char err[RCC_ERRLEN];
+  int64_t start = rcc_now_ns();
   int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
   comm->init_deadline = deadline;
   rcc_transports_sweep(comm->rank); /* what ranks killed in an init left */
@@ -483,6 +484,9 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
       (r = rcc_trace_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   rcc_stats_start(comm); /* the user's calls from here on */
+  RCC_INFO(comm->rank, "init: %.3f s, %u all-gathers on the bootstrap ring "
+           "of %d ranks", (double)(rcc_now_ns() - start) / 1e9,
+           rcc_bootstrap_calls(comm->boot), comm->nranks);
   return RINGCC_SUCCESS;
 }
 

@@ -183,6 +183,7 @@ _PROTOTYPES = {
     "ringcc_comm_init_env": (_R, [_COMMP, ctypes.POINTER(ConfigStruct)]),
     "ringcc_comm_split": (_R, [_P, _I, _I, _COMMP]),
     "ringcc_comm_split_type": (_R, [_P, _I, _I, _COMMP]),
+    "ringcc_comm_shrink": (_R, [_P, ctypes.POINTER(_I), _I, _COMMP]),
     "ringcc_comm_rank": (_R, [_P, ctypes.POINTER(_I)]),
     "ringcc_comm_size": (_R, [_P, ctypes.POINTER(_I)]),
     "ringcc_comm_destroy": (_R, [_P]),

@@ -309,6 +309,26 @@ class Comm:
                            _int_arg(split_type, "split_type"),
                            _int_arg(key, "key"))
 
+    def shrink(self, exclude=None):
+        """ULFM's MPI_Comm_shrink, NCCL's ncclCommShrink: a Comm of the ranks
+        not in exclude (a sequence of ranks), renumbered in order. Called
+        by those ranks only, on a healthy Comm or one that lost ranks (after
+        a ringcc.Error with code PEER_FAILED). exclude None: the ranks known
+        to have failed, agreed among the survivors (every survivor gets the
+        same Comm, or an error). This Comm stays as it was: destroy it."""
+        if exclude is None:
+            arr, n = None, 0
+        else:
+            ranks = [_int_arg(r, "exclude") for r in exclude]
+            n = len(ranks)
+            arr = (ctypes.c_int * max(n, 1))(*ranks)
+        out = ctypes.c_void_p()
+        _check(lib.ringcc_comm_shrink(self._live(), arr, n, ctypes.byref(out)),
+               "ringcc_comm_shrink", self._handle)
+        comm = Comm.__new__(Comm)
+        comm._adopt(out)
+        return comm
+
     def _split(self, fn, a, key):
         out = ctypes.c_void_p()
         _check(getattr(lib, fn)(self._live(), a, key, ctypes.byref(out)), fn,

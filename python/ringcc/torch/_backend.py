@@ -210,6 +210,29 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         self._shut = False
         self._tls = threading.local()
 
+    def shrink(self, exclude=None):
+        """A new group of the ranks of this one that are not in exclude,
+        renumbered in order (ringcc.Comm.shrink: None excludes the ranks
+        known to have failed, agreed among the survivors). For a training
+        loop that goes on after a rank died (torchft-style): catch the
+        failed collective's error, call shrink() on every survivor, and use
+        the group it returns from then on (pass it as group=, or wrap it in
+        a new DDP); this group is left as it was and should be shut down.
+        Called by the survivors only."""
+        comm = self._comm.shrink(exclude)
+        pg = ProcessGroupRingcc.__new__(ProcessGroupRingcc)
+        dist.ProcessGroup.__init__(pg, comm.rank, comm.size)
+        pg._name = self._name
+        pg._store = self._store
+        pg._timeout_ms = self._timeout_ms
+        pg._comm = comm
+        pg._worker = Worker(f"ringcc-pg-rank{comm.rank}")
+        pg._channels = {}
+        pg._channels_lock = threading.Lock()
+        pg._shut = False
+        pg._tls = threading.local()
+        return pg
+
     # ---- identity ------------------------------------------------------------
 
     def getBackendName(self):
