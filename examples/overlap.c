@@ -94,6 +94,35 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+enum { COMPUTE, ALLREDUCE, COMPUTE_THEN_ALLREDUCE, OVERLAPPED };
+
+/* One timed case (the slowest rank's ms); an AllReduce's result checked. */
+static double timed(int kind, float *x, size_t n, uint64_t iters, int salt,
+                    ringcc_comm_t comm, int nranks) {
+  ringcc_request_t req;
+  fill(x, n, salt);
+  check(ringcc_barrier(comm, NULL), "barrier", comm);
+  double t0 = now_ms();
+  if (kind == OVERLAPPED)
+    check(ringcc_group_start(), "ringcc_group_start", comm);
+  if (kind == COMPUTE_THEN_ALLREDUCE)
+    compute(iters);
+  if (kind != COMPUTE)
+    check(ringcc_allreduce(RINGCC_IN_PLACE, x, n, RINGCC_FLOAT32, RINGCC_SUM,
+                           comm, NULL), "allreduce", comm);
+  if (kind == OVERLAPPED) {
+    check(ringcc_group_end_async(&req), "ringcc_group_end_async", comm);
+    compute(iters);
+    check(ringcc_wait(req), "ringcc_wait", comm);
+  }
+  if (kind == COMPUTE)
+    compute(iters);
+  double ms = slowest(now_ms() - t0, comm);
+  if (kind != COMPUTE)
+    verify(x, n, nranks, salt);
+  return ms;
+}
+
 int main(int argc, char **argv) {
   size_t bytes = 16u << 20;
   double compute_ms = -1;
@@ -141,43 +170,9 @@ int main(int argc, char **argv) {
   uint64_t iters = (uint64_t)(compute_ms * per_ms);
 
   double *c = calloc((size_t)rounds * 4, sizeof(double));
-  for (int r = 0; r < rounds; r++) {
-    double *t = &c[r * 4];
-    check(ringcc_barrier(comm, NULL), "barrier", comm);
-    t0 = now_ms();
-    compute(iters);
-    t[0] = slowest(now_ms() - t0, comm);
-
-    fill(x, n, r + 1);
-    check(ringcc_barrier(comm, NULL), "barrier", comm);
-    t0 = now_ms();
-    check(ringcc_allreduce(RINGCC_IN_PLACE, x, n, RINGCC_FLOAT32, RINGCC_SUM,
-                           comm, NULL), "allreduce", comm);
-    t[1] = slowest(now_ms() - t0, comm);
-    verify(x, n, nranks, r + 1);
-
-    fill(x, n, r + 2);
-    check(ringcc_barrier(comm, NULL), "barrier", comm);
-    t0 = now_ms();
-    compute(iters);
-    check(ringcc_allreduce(RINGCC_IN_PLACE, x, n, RINGCC_FLOAT32, RINGCC_SUM,
-                           comm, NULL), "allreduce", comm);
-    t[2] = slowest(now_ms() - t0, comm);
-    verify(x, n, nranks, r + 2);
-
-    fill(x, n, r + 3);
-    check(ringcc_barrier(comm, NULL), "barrier", comm);
-    t0 = now_ms();
-    ringcc_request_t req;
-    check(ringcc_group_start(), "ringcc_group_start", comm);
-    check(ringcc_allreduce(RINGCC_IN_PLACE, x, n, RINGCC_FLOAT32, RINGCC_SUM,
-                           comm, NULL), "allreduce in a group", comm);
-    check(ringcc_group_end_async(&req), "ringcc_group_end_async", comm);
-    compute(iters);
-    check(ringcc_wait(req), "ringcc_wait", comm);
-    t[3] = slowest(now_ms() - t0, comm);
-    verify(x, n, nranks, r + 3);
-  }
+  for (int r = 0; r < rounds; r++)
+    for (int k = 0; k < 4; k++)
+      c[r * 4 + k] = timed(k, x, n, iters, r * 4 + k, comm, nranks);
   double med[4];
   for (int k = 0; k < 4; k++) {
     double v[1000];

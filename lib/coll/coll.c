@@ -645,25 +645,22 @@ static ringcc_result_t record_inside(struct call *c) {
   return rcc_group_add_call(c->comm, k, run_inside, drop_call);
 }
 
-static ringcc_result_t record(struct call *c) {
-  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, RCC_ENTER_QUERY);
+/* body(c) inside the communicator, entered as kind (live.h). */
+static ringcc_result_t entered(struct call *c, int kind,
+                               ringcc_result_t (*body)(struct call *)) {
+  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, kind);
   if (r != RINGCC_SUCCESS)
     return r;
-  r = record_inside(c);
-  rcc_comm_leave(c->comm, RCC_ENTER_QUERY);
+  r = body(c);
+  rcc_comm_leave(c->comm, kind);
   return r;
 }
 
 static ringcc_result_t run(struct call *c) {
-  if (rcc_group_recording())
-    return record(c);
+  if (rcc_group_recording()) /* kept, not run: a query's entry */
+    return entered(c, RCC_ENTER_QUERY, record_inside);
   rcc_group_drain(c->comm); /* after the requests in flight on it */
-  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, RCC_ENTER_CALL);
-  if (r != RINGCC_SUCCESS)
-    return r;
-  r = run_inside(c);
-  rcc_comm_leave(c->comm, RCC_ENTER_CALL);
-  return r;
+  return entered(c, RCC_ENTER_CALL, run_inside);
 }
 
 ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,

@@ -113,6 +113,14 @@ static void batch_free(struct batch *b) {
   free(b);
 }
 
+/* The first of b's operations from i on that is a send (send 1) or a
+ * receive (0) to or from this rank itself. */
+static int next_self(const struct batch *b, int i, int send) {
+  while (!(b->p2p[i].peer == b->comm->rank && b->p2p[i].send == send))
+    i++;
+  return i;
+}
+
 /* The send to this rank that matches the k-th receive from it: the k-th. */
 static ringcc_result_t self_copies(struct batch *b, int *nremote) {
   struct ringcc_comm *comm = b->comm;
@@ -126,11 +134,9 @@ static ringcc_result_t self_copies(struct batch *b, int *nremote) {
                           "message(s) to this rank itself and receives %d "
                           "from it; each send to oneself needs its receive "
                           "in the same group", comm->rank, nsend, nrecv);
-  for (int k = 0, s = 0, r = 0; k < nsend; k++, s++, r++) {
-    while (!(b->p2p[s].peer == comm->rank && b->p2p[s].send))
-      s++;
-    while (!(b->p2p[r].peer == comm->rank && !b->p2p[r].send))
-      r++;
+  for (int k = 0, s = -1, r = -1; k < nsend; k++) {
+    s = next_self(b, s + 1, 1);
+    r = next_self(b, r + 1, 0);
     size_t sb = b->p2p[s].count * ringcc_datatype_size(b->p2p[s].dt);
     size_t rb = b->p2p[r].count * ringcc_datatype_size(b->p2p[r].dt);
     if (sb != rb)
@@ -140,11 +146,9 @@ static ringcc_result_t self_copies(struct batch *b, int *nremote) {
                             "%zu (send and recv counts and datatypes must "
                             "agree)", comm->rank, k, sb, rb);
   }
-  for (int k = 0, s = 0, r = 0; k < nsend; k++, s++, r++) {
-    while (!(b->p2p[s].peer == comm->rank && b->p2p[s].send))
-      s++;
-    while (!(b->p2p[r].peer == comm->rank && !b->p2p[r].send))
-      r++;
+  for (int k = 0, s = -1, r = -1; k < nsend; k++) {
+    s = next_self(b, s + 1, 1);
+    r = next_self(b, r + 1, 0);
     size_t bytes = b->p2p[s].count * ringcc_datatype_size(b->p2p[s].dt);
     if (bytes > 0)
       memmove(b->p2p[r].buf, b->p2p[s].buf, bytes);

@@ -26,10 +26,7 @@ import sys
 import time
 
 
-def parse_size(text):
-    text = text.upper().rstrip("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(float(text[:-1] if mult > 1 else text) * mult)
+from torch_allreduce import parse_size  # noqa: E402 - this folder
 
 
 def worker(args):
