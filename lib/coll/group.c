@@ -500,11 +500,9 @@ static ringcc_result_t end_group(const char *fn, struct batch **list,
   if (g->n > 0)
     *list = make_batches(g->recs, g->n, nbatches, &r);
   g->n = 0;
-  if (g->cap > 64) { /* a large group's memory goes back */
-    free(g->recs);
-    g->recs = NULL;
-    g->cap = 0;
-  }
+  free(g->recs); /* nothing stays with the thread (it may exit) */
+  g->recs = NULL;
+  g->cap = 0;
   if (r != RINGCC_SUCCESS)
     return rcc_thread_error(r, "%s: out of memory for the group's work", fn);
   return RINGCC_SUCCESS;
