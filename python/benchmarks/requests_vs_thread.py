@@ -5,7 +5,12 @@ alternation, medians of the slowest rank (a benchmark, not a test).
 
     build/bin/ringcc-run -np 2 python3 python/benchmarks/requests_vs_thread.py [BYTES]
 """
-import os, sys, time, statistics, threading, queue
+import queue
+import statistics
+import sys
+import threading
+import time
+
 import numpy as np
 import ringcc
 size = int(sys.argv[1]) if len(sys.argv) > 1 else (4 << 20)
