@@ -9,8 +9,6 @@
                               ended with async_op=True, bad arguments
 """
 
-import os
-import sys
 import time
 
 import numpy as np
@@ -84,17 +82,6 @@ def requests(comm):
         fail(f"ringcc_group_end without start returned {rc}")
 
 
-def main():
-    what = sys.argv[1]
-    with ringcc.Comm.from_env(timeout=120) as comm:
-        globals()[what](comm)
-        comm.barrier()
-    rank = os.environ.get("RINGCC_RANK")
-    print(f"CHECKED {numpy_ranks.checked}")
-    for f in numpy_ranks.failures[:40]:
-        print(f"FAIL rank {rank}: {f}")
-    sys.exit(1 if numpy_ranks.failures else 0)
-
-
 if __name__ == "__main__":
-    main()
+    import api_ranks
+    api_ranks.main(globals())
