@@ -31,6 +31,7 @@
 #include "env.h"
 #include "error.h"
 #include "graph.h"
+#include "group.h"
 #include "launcher.h"
 #include "live.h"
 #include "log.h"
@@ -719,7 +720,9 @@ RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size) {
  * only: no goodbye, no shutdown, no unlink, nothing the parent's peers see. */
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm) {
   static const char fn[] = "ringcc_comm_destroy";
-  ringcc_result_t code;
+  ringcc_result_t code = rcc_group_comm_close(comm, fn, 0);
+  if (code != RINGCC_SUCCESS) /* requests in flight */
+    return code;
   switch (rcc_live_begin_close(comm, fn, 0, &code)) {
   case RCC_CLOSE_REFUSED:
     return code;
@@ -751,6 +754,7 @@ RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
     return RINGCC_SUCCESS;
   }
   rcc_cuda_abort(comm); /* kernels waiting in a FIFO leave too */
+  rcc_group_comm_close(comm, fn, 1); /* its requests end ABORTED */
   /* A collective blocked in another thread notices within one sleep slice
    * (exec_host.c) and leaves; give it a second before freeing. */
   if (!rcc_live_end_close(comm, 1000)) {
