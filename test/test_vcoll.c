@@ -294,6 +294,14 @@ Test(shm, direct_tiny_slots, .timeout = 300) {
   run_all(7, &cfg, "shm, direct, 1 KiB slots");
 }
 
+/* RINGCC_ALGO=cma: AllToAllv by cross-memory attach where every pair can
+ * (the others as the tuner picks; where ptrace is refused, the FIFOs). */
+Test(shm, cma, .timeout = 300) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_CMA, 0, 0);
+  run_all(2, &cfg, "shm, RINGCC_ALGO=cma");
+  run_all(5, &cfg, "shm, RINGCC_ALGO=cma");
+}
+
 Test(tcp, every, .timeout = 400) {
   ringcc_config_t tree = config(RINGCC_ALGO_TREE, 4096, 1);
   ringcc_config_t direct = config(RINGCC_ALGO_DIRECT, 0, 1);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "algorithms.h"
+#include "cma.h"
 #include "coll.h"
 #include "comm.h"
 #include "cuda.h"
@@ -410,8 +411,10 @@ static ringcc_result_t run_allgatherv(struct ringcc_comm *comm,
                                  v->rdispls, (ringcc_datatype_t)v->dt);
 }
 
+/* AllToAllv: the pairwise schedule, or where RINGCC_ALGO=cma and every
+ * pair can (alike on every rank) cross-memory attach (exec_cma.c). */
 static ringcc_result_t run_alltoallv(struct ringcc_comm *comm,
-                                     const struct rcc_vcall *v) {
+                                     const struct rcc_vcall *v, int *alg) {
   size_t esize = ringcc_datatype_size((ringcc_datatype_t)v->dt);
   if (v->device)
     return unsupported_on_device(comm, v);
@@ -433,6 +436,11 @@ static ringcc_result_t run_alltoallv(struct ringcc_comm *comm,
     src = copy;
     plan.counts = v->recvcounts;
     plan.displs = v->rdispls;
+  }
+  if (*alg == RCC_ALG_CMA) {
+    struct rcc_cma_v cv = {src, plan.counts, plan.displs, v->recvbuf,
+                           v->recvcounts, v->rdispls, esize};
+    return rcc_cma_alltoallv(comm, &cv);
   }
   return rcc_exec_host_channels(comm, &plan, src, v->recvbuf,
                                 (ringcc_datatype_t)v->dt, RINGCC_SUM);
@@ -460,10 +468,13 @@ ringcc_result_t rcc_vcoll_execute(struct ringcc_comm *comm,
     *bytes = sum_of(n, v->recvcounts) * esize;
     return run_allgatherv(comm, v);
   default:
-    *alg = RCC_ALG_PAIRWISE_V;
+    *alg = comm->set.algo == RINGCC_ALGO_CMA && rcc_cma_usable(comm) &&
+                   n > 1
+               ? RCC_ALG_CMA
+               : RCC_ALG_PAIRWISE_V;
     *bytes = sum_of(n, v->sendbuf == RINGCC_IN_PLACE ? v->recvcounts
                                                      : v->sendcounts) *
              esize;
-    return run_alltoallv(comm, v);
+    return run_alltoallv(comm, v, alg);
   }
 }
