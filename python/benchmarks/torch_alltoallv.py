@@ -20,21 +20,16 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from torch_allreduce import ROOT, free_port, parse_size  # noqa: E402
+
 ROW = 256  # floats per row
-
-
-def parse_size(text):
-    text = text.upper().rstrip("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(float(text[:-1] if mult > 1 else text) * mult)
 
 
 def splits(n, rows, i):
@@ -98,12 +93,6 @@ def worker(args):
             print(f"| {r['bytes']} | {r['ringcc'] * 1e3:.2f} | "
                   f"{r['gloo'] * 1e3:.2f} | {r['gloo'] / r['ringcc']:.2f} |")
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():

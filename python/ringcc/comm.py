@@ -484,6 +484,20 @@ class Comm:
             at += int(c)
         return out
 
+    def _root_blocks(self, many, many_name, one, one_name):
+        """At the root of a gather or scatter: the block count of `many`
+        (size blocks), and `one` described (None for IN_PLACE), one block."""
+        count = self._blocks(many, many_name, "it holds a block per rank")
+        if one is IN_PLACE:
+            return count, None
+        arg = describe(one, one_name, one_name == "recvbuf")
+        _same_kind(arg, many, one_name, many_name)
+        if arg.count != count:
+            raise ValueError(f"argument '{one_name}' has {arg.count} "
+                             f"elements; the root's '{many_name}' holds "
+                             f"{self._size} blocks of {count}")
+        return count, arg
+
     def gather(self, sendbuf, recvbuf=None, root=0, *, stream=None):
         """Rank r's sendbuf lands at block r of the root's recvbuf (ignored
         elsewhere). In place at the root: sendbuf IN_PLACE, its block
@@ -502,15 +516,7 @@ class Comm:
         if recvbuf is None:
             raise TypeError("argument 'recvbuf' is None at the root")
         out = describe(recvbuf, "recvbuf", True)
-        count = self._blocks(out, "recvbuf", "it holds a block per rank")
-        inp = None
-        if sendbuf is not IN_PLACE:
-            inp = describe(sendbuf, "sendbuf", False)
-            _same_kind(inp, out, "sendbuf", "recvbuf")
-            if inp.count != count:
-                raise ValueError(f"argument 'sendbuf' has {inp.count} "
-                                 f"elements; the root's 'recvbuf' holds "
-                                 f"{self._size} blocks of {count}")
+        count, inp = self._root_blocks(out, "recvbuf", sendbuf, "sendbuf")
         self._run("ringcc_gather", self._address(inp), out.address or None,
                   count, out.dtype, root, handle, _stream_address(stream))
         return out.obj
@@ -531,15 +537,7 @@ class Comm:
                       out.dtype, root, handle, _stream_address(stream))
             return out.obj
         inp = describe(sendbuf, "sendbuf", False)
-        count = self._blocks(inp, "sendbuf", "it holds a block per rank")
-        out = None
-        if recvbuf is not IN_PLACE:
-            out = describe(recvbuf, "recvbuf", True)
-            _same_kind(inp, out, "sendbuf", "recvbuf")
-            if out.count != count:
-                raise ValueError(f"argument 'recvbuf' has {out.count} "
-                                 f"elements; the root's 'sendbuf' holds "
-                                 f"{self._size} blocks of {count}")
+        count, out = self._root_blocks(inp, "sendbuf", recvbuf, "recvbuf")
         self._run("ringcc_scatter", inp.address or None,
                   self._address(out), count, inp.dtype, root, handle,
                   _stream_address(stream))
