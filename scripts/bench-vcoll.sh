@@ -5,7 +5,13 @@
 # Open MPI btl tcp), measured interleaved in one sitting.
 #
 #   scripts/bench-vcoll.sh [--n "4 8"] [--reps 3] [--colls "alltoallv gather
-#                          scatter"] [--max "4:64M 8:16M"] [--out DIR]
+#                          scatter"] [--max "4:64M 8:16M"] [--configs "..."]
+#                          [--out DIR]
+#
+# Configurations (--configs, default all but ringcc-cma): ringcc-shm,
+# ringcc-cma (the same with RINGCC_ALGO=cma: AllToAllv by cross-memory
+# attach), ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl self,vader),
+# mpi-tcp (btl self,tcp on lo).
 #
 # Sizes: per-rank blocks of 1 KiB to the --max of each n (default 64 MiB at
 # n = 4, 16 MiB at n = 8: the buffers of 8 ranks at 64 MiB a block are 8 GiB,
@@ -24,7 +30,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M"
+configs="ringcc-shm mpi-vader ringcc-tcp mpi-tcp" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M"
 out=build/bench-results/vcoll-$(date -u +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,6 +39,7 @@ while [ $# -gt 0 ]; do
     --colls) colls=$2; shift ;;
     --max) maxes=$2; shift ;;
     --out) out=$2; shift ;;
+    --configs) configs=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "bench-vcoll.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
@@ -45,11 +52,12 @@ gcc -std=c11 -O2 -g -Wall -Wextra -Werror -c bench/bench_common.c -o build/bench
     -o build/bench/mpi-bench -lm || exit 1
 BIN=$ROOT/build/bin BB=$ROOT/build/bench
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca pml ob1)
-CONFIGS=(ringcc-shm mpi-vader ringcc-tcp mpi-tcp)
+read -r -a CONFIGS <<< "$configs"
+NC=${#CONFIGS[@]}
 bytes() { numfmt --from=iec "$1"; }
 printf 'rep\tcoll\tconfig\tn\tload1\trc\twall_s\n' > "$out/runs.tsv"
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "commit: $(git rev-parse --short HEAD)"
-  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --max \"$maxes\""
+  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --max \"$maxes\" --configs \"$configs\""
   echo "mpirun: $(mpirun --version 2>&1 | head -1)"; nproc; } > "$out/versions.txt"
 for rep in $(seq 1 "$reps"); do
   for n in $ns; do
@@ -57,11 +65,12 @@ for rep in $(seq 1 "$reps"); do
     max=${max:-16M}
     args=(-b $((1024 * n)) -e $(($(bytes "$max") * n)) -f 16 -n 3 -w 1 --min-time 0.2 -c 1 -d float32)
     for coll in $colls; do
-      for k in 0 1 2 3; do
-        cfg=${CONFIGS[$(((k + rep) % 4))]}
+      for k in $(seq 0 $((NC - 1))); do
+        cfg=${CONFIGS[$(((k + rep) % NC))]}
         log="$out/logs/r${rep}_${coll}_${cfg}_n${n}.log"
         case $cfg in
           ringcc-shm) cmd=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
+          ringcc-cma) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=cma "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-tcp) cmd=(env RINGCC_SHM_DISABLE=1 RINGCC_SOCKET_IFNAME==lo "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           mpi-vader) cmd=("${MPIRUN[@]}" --mca btl self,vader -np "$n" "$BB/mpi-bench" --coll "$coll" "${args[@]}" --in-place 0) ;;
           mpi-tcp) cmd=("${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np "$n" "$BB/mpi-bench" --coll "$coll" "${args[@]}" --in-place 0) ;;
@@ -90,22 +99,23 @@ for path in glob.glob(os.path.join(out, "logs", "*.log")):
         if len(f) >= 9 and f[0].isdigit() and f[2] == "float32":
             rows.setdefault((coll, n, int(f[0]) // n), {}).setdefault(cfg, []).append(float(f[5]))
             wrong += int(f[8]) if f[8].isdigit() else 0
-cfgs = ["ringcc-shm", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
+order = ["ringcc-shm", "ringcc-cma", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
+present = [c for c in order if any(c in v for v in rows.values())]
+ratios = [(m, r) for m, r in (("mpi-vader", "ringcc-shm"), ("mpi-vader", "ringcc-cma"),
+                               ("mpi-tcp", "ringcc-tcp")) if m in present and r in present]
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 with open(os.path.join(out, "table.md"), "w") as t:
     t.write(f"median time per call (us) over the repetitions; block = bytes per rank; "
             f"ratio = Open MPI / ringcc (> 1: ringcc faster); wrong elements: {wrong}\n\n")
-    t.write("| coll | n | block | ringcc shm | MPI vader | vader/shm | ringcc tcp | MPI tcp | tcp/tcp |\n")
-    t.write("|---|---|---|---|---|---|---|---|---|\n")
+    t.write("| coll | n | block | " + " | ".join(present) + " | "
+            + " | ".join(f"{m}/{r}" for m, r in ratios) + " |\n")
+    t.write("|---" * (3 + len(present) + len(ratios)) + "|\n")
     for key in sorted(rows):
         med = {c: statistics.median(v) for c, v in rows[key].items()}
-        def cell(c):
-            return f"{med[c]:.1f}" if c in med else "-"
-        def ratio(a, b):
-            return f"{med[a] / med[b]:.2f}" if a in med and b in med and med[b] > 0 else "-"
-        t.write(f"| {key[0]} | {key[1]} | {size(key[2])} | {cell('ringcc-shm')} | {cell('mpi-vader')} | "
-                f"{ratio('mpi-vader', 'ringcc-shm')} | {cell('ringcc-tcp')} | {cell('mpi-tcp')} | "
-                f"{ratio('mpi-tcp', 'ringcc-tcp')} |\n")
+        cells = [f"{med[c]:.1f}" if c in med else "-" for c in present]
+        rat = [f"{med[m] / med[r]:.2f}" if m in med and r in med and med[r] > 0 else "-"
+               for m, r in ratios]
+        t.write(f"| {key[0]} | {key[1]} | {size(key[2])} | " + " | ".join(cells + rat) + " |\n")
 print(open(os.path.join(out, "table.md")).read())
 EOF
