@@ -96,11 +96,14 @@ typedef enum {
 typedef enum {
   RINGCC_ALGO_AUTO = 0, /* "auto": the library picks */
   RINGCC_ALGO_RING = 1, /* "ring" (allreduce, reduce_scatter, allgather) */
-  RINGCC_ALGO_TREE = 2, /* "tree": double binary tree AllReduce */
-  RINGCC_ALGO_DIRECT = 3, /* "direct", deprecated: the name before oneshot
-                             and cma had theirs; forces either (one-shot
-                             where the message fits one slot, else
-                             cross-memory attach where it runs) */
+  RINGCC_ALGO_TREE = 2, /* "tree": double binary tree AllReduce; binomial
+                           tree Gather and Scatter */
+  RINGCC_ALGO_DIRECT = 3, /* "direct": Gather and Scatter straight to or
+                             from the root; for AllReduce, deprecated (the
+                             name before oneshot and cma had theirs), it
+                             forces either (one-shot where the message fits
+                             one slot, else cross-memory attach where it
+                             runs) */
   RINGCC_ALGO_RECDOUBLING = 4, /* "recdoubling": recursive-doubling
                                   AllReduce */
   RINGCC_ALGO_RABENSEIFNER = 5, /* "rabenseifner": halving reduce-scatter +
@@ -445,6 +448,75 @@ RINGCC_API ringcc_result_t ringcc_group_end_async(ringcc_request_t *req);
 RINGCC_API ringcc_result_t ringcc_test(ringcc_request_t req, int *done);
 /* Waits for req, frees it, and returns its result. */
 RINGCC_API ringcc_result_t ringcc_wait(ringcc_request_t req);
+/* ---- gather, scatter, uneven collectives ---------------------------------
+ *
+ * Counts and displacements are in elements of the datatype (as MPI's, not
+ * bytes), size_t (MPI's are int: no 2^31 limit). Every rank passes arrays
+ * of nranks entries where an argument is an array; an array is read during
+ * the call only. Zero counts are allowed anywhere (an empty block moves no
+ * message). Where a count a rank sends and the count its peer receives
+ * differ, the call fails with RINGCC_ERR_INVALID_USAGE (a piece of the
+ * wrong size) or, where one side expects nothing, waits until the
+ * deadline: they are the caller's to keep equal, as in MPI.
+ * Host buffers: every algorithm. Device buffers: Gather and Scatter run
+ * (the direct schedule, enqueued on stream); AllGatherv and AllToAllv on
+ * device buffers return RINGCC_ERR_UNSUPPORTED (docs/cuda.md). */
+
+/* Rank r's sendcount elements land at recvbuf + r*sendcount of the root
+ * (MPI_Gather with equal send and receive counts). recvbuf is used at the
+ * root only (may be NULL elsewhere). In place, at the root: sendbuf ==
+ * RINGCC_IN_PLACE (MPI's form) or sendbuf == recvbuf + root*sendcount; the
+ * root's block is then already in place. */
+RINGCC_API ringcc_result_t ringcc_gather(const void *sendbuf, void *recvbuf,
+                                         size_t sendcount,
+                                         ringcc_datatype_t dt, int root,
+                                         ringcc_comm_t comm,
+                                         ringcc_stream_t stream);
+/* Block r (recvcount elements) of the root's sendbuf goes to rank r's
+ * recvbuf (MPI_Scatter with equal counts). sendbuf is used at the root only
+ * (may be NULL elsewhere). In place, at the root: recvbuf ==
+ * RINGCC_IN_PLACE (MPI's form: the root keeps its block in sendbuf) or
+ * recvbuf == sendbuf + root*recvcount. */
+RINGCC_API ringcc_result_t ringcc_scatter(const void *sendbuf, void *recvbuf,
+                                          size_t recvcount,
+                                          ringcc_datatype_t dt, int root,
+                                          ringcc_comm_t comm,
+                                          ringcc_stream_t stream);
+/* Rank r's sendcount elements land at recvbuf + displs[r] on every rank;
+ * recvcounts[r] must equal rank r's sendcount (checked on rank r), and
+ * recvcounts and displs must be the same on every rank. Blocks may come in
+ * any order in recvbuf and leave gaps (left untouched); they must not
+ * overlap, and recvbuf must hold max(displs[r] + recvcounts[r]) elements.
+ * (NCCL has no AllGatherv; MPI_Allgatherv's arguments, in this order.) In
+ * place: sendbuf == RINGCC_IN_PLACE (the rank's block already at recvbuf +
+ * displs[rank]; sendcount must still equal recvcounts[rank]) or sendbuf ==
+ * recvbuf + displs[rank]. */
+RINGCC_API ringcc_result_t ringcc_allgatherv(const void *sendbuf,
+                                             size_t sendcount, void *recvbuf,
+                                             const size_t *recvcounts,
+                                             const size_t *displs,
+                                             ringcc_datatype_t dt,
+                                             ringcc_comm_t comm,
+                                             ringcc_stream_t stream);
+/* sendcounts[j] elements from sendbuf + sdispls[j] go to rank j, which
+ * receives them as its recvcounts[i] elements at recvbuf + rdispls[i] (i
+ * this rank): sendcounts[j] here must equal recvcounts[i] on rank j, as in
+ * MPI_Alltoallv (and torch's all_to_all_single with split sizes, whose
+ * displacements are the running sums of the splits). The receive blocks
+ * must not overlap; send blocks may. In place: sendbuf == RINGCC_IN_PLACE
+ * (MPI's form: each block j is sent from recvbuf + rdispls[j] and replaced
+ * there by rank j's; sendcounts and sdispls are ignored, so recvcounts[j]
+ * here must equal recvcounts[i] on rank j). Send and receive buffers
+ * that overlap otherwise are refused. */
+RINGCC_API ringcc_result_t ringcc_alltoallv(const void *sendbuf,
+                                            const size_t *sendcounts,
+                                            const size_t *sdispls,
+                                            void *recvbuf,
+                                            const size_t *recvcounts,
+                                            const size_t *rdispls,
+                                            ringcc_datatype_t dt,
+                                            ringcc_comm_t comm,
+                                            ringcc_stream_t stream);
 
 /* ---- registered memory -------------------------------------------------
  *

@@ -28,7 +28,12 @@
 #include "stats.h"
 #include "trace.h"
 #include "tuner.h"
+#include "vcoll.h"
 #include "zc.h"
+
+/* The public calls fill a struct call positionally with the fields they use;
+ * those after (the arrays of the uneven collectives) are zero. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 struct call {
   const char *fn;          /* "ringcc_allreduce" */
@@ -43,12 +48,30 @@ struct call {
   int peer;
   void *stream;
   unsigned uses;           /* USES_OP | USES_ROOT | USES_PEER, ON_DEVICE */
+  /* gather, scatter, allgatherv, alltoallv (vcoll.c): count is sendcount
+   * (gather, allgatherv) or recvcount (scatter); the arrays of nranks
+   * entries (allgatherv: recvcounts and displs as recvcounts, rdispls) */
+  const size_t *sendcounts;
+  const size_t *sdispls;
+  const size_t *recvcounts;
+  const size_t *rdispls;
 };
 
 #define USES_OP 1u
 #define USES_ROOT 2u
 #define USES_PEER 4u
 #define ON_DEVICE 8u /* buffers in GPU memory: enqueued on stream (locate) */
+
+/* The call as vcoll.c takes it. */
+static struct rcc_vcall vcall_of(const struct call *c) {
+  return (struct rcc_vcall){
+      .fn = c->fn, .coll = c->coll, .sendbuf = c->sendbuf,
+      .recvbuf = c->recvbuf, .count = c->count, .dt = c->dt,
+      .root = (c->uses & USES_ROOT) ? c->root : -1,
+      .sendcounts = c->sendcounts, .sdispls = c->sdispls,
+      .recvcounts = c->recvcounts, .rdispls = c->rdispls,
+      .stream = c->stream, .device = (c->uses & ON_DEVICE) != 0};
+}
 
 /* How many elements of sendbuf and recvbuf a call touches (per rank). */
 static void buffer_elems(const struct call *c, size_t *send, size_t *recv) {
@@ -189,6 +212,10 @@ static ringcc_result_t validate(const struct call *c) {
              "the root (rank %d)", c->root);
     return bad_arg(c, msg);
   }
+  if (rcc_vcoll_is(c->coll)) {
+    struct rcc_vcall v = vcall_of(c);
+    return rcc_vcoll_validate(comm, &v);
+  }
   return validate_buffers(c);
 }
 
@@ -206,6 +233,10 @@ static ringcc_result_t locate(struct call *c) {
     send = NULL;
   if (recv_elems == 0 || no_recv)
     recv = NULL;
+  if (rcc_vcoll_is(c->coll)) {
+    struct rcc_vcall v = vcall_of(c);
+    rcc_vcoll_buffers(c->comm, &v, &send, &recv);
+  }
   int device = 0;
   const char *sname = one ? "buf" : "sendbuf", *rname = one ? "buf" : "recvbuf";
   ringcc_result_t r = rcc_cuda_locate(c->comm, c->fn, send, sname, recv, rname,
@@ -247,16 +278,9 @@ static ringcc_result_t validate_peer(struct ringcc_comm *comm, const char *fn,
   return RINGCC_SUCCESS;
 }
 
-/* Staging for in-place alltoall, kept on the communicator. */
+/* Staging for in-place alltoall, kept on the communicator (vcoll.c). */
 static void *scratch(struct ringcc_comm *comm, size_t bytes) {
-  if (bytes > comm->scratch_bytes) {
-    void *p = realloc(comm->scratch, bytes);
-    if (p == NULL)
-      return NULL;
-    comm->scratch = p;
-    comm->scratch_bytes = bytes;
-  }
-  return comm->scratch;
+  return rcc_coll_scratch(comm, bytes);
 }
 
 /* Resolves the in-place forms: returns the buffer the schedule reads. */
@@ -375,6 +399,10 @@ static ringcc_result_t execute(const struct call *c, int *alg,
   ringcc_op_t op = (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM;
   struct rcc_tuning tune;
 
+  if (rcc_vcoll_is(c->coll)) {
+    struct rcc_vcall v = vcall_of(c);
+    return rcc_vcoll_execute(comm, &v, alg, bytes);
+  }
   choose(c, &tune);
   *alg = tune.alg;
   *bytes = (uint64_t)c->count * esize *
@@ -476,7 +504,8 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
                                        "datatype", "op", "root"};
   struct ringcc_comm *comm = c->comm;
   int n = comm->nranks;
-  struct check_desc mine = {comm->seq, c->count, c->coll, c->dt,
+  int uneven = c->coll == RCC_COLL_ALLGATHERV || c->coll == RCC_COLL_ALLTOALLV;
+  struct check_desc mine = {comm->seq, uneven ? 0 : c->count, c->coll, c->dt,
                             (c->uses & USES_OP) ? c->op : -1,
                             (c->uses & USES_ROOT) ? c->root : -1};
   struct check_desc *all = calloc((size_t)n, sizeof(*all));
@@ -577,7 +606,7 @@ static ringcc_result_t run_inside(struct call *c) {
 
 /* struct call's array fields (nranks size_t each, NULL where unused), as
  * X(field): a group keeps copies of them with the call. */
-#define CALL_ARRAYS(X)
+#define CALL_ARRAYS(X) X(sendcounts) X(sdispls) X(recvcounts) X(rdispls)
 
 /* *field, a copy of the caller's array (NULL when out of memory): 1 if made. */
 static int keep_array(const size_t **field, size_t n) {
@@ -611,7 +640,6 @@ static struct call *keep_call(const struct call *c) {
     drop_call(k);
     return NULL;
   }
-  (void)keep_array;
   return k;
 }
 
@@ -679,14 +707,8 @@ ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
                           esize == 0 ? "datatype is not a ringcc_datatype_t"
                                      : "counts or displs is NULL");
   }
-  struct rcc_plan plan = call_plan(
-      comm, &rcc_algorithms[RCC_ALG_RING], RCC_COLL_ALLGATHER,
-      comm->set.nchannels > 0 ? comm->kind_channels[RCC_CONN_COLL] : 1, esize,
-      counts[comm->rank], comm->ring_chunk_bytes / esize);
-  plan.counts = counts;
-  plan.displs = displs;
   RCC_PUT(comm->seq, comm->seq + 1);
-  r = rcc_exec_host_channels(comm, &plan, sendbuf, recvbuf, dt, RINGCC_SUM);
+  r = rcc_allgatherv_plan_run(comm, sendbuf, recvbuf, counts, displs, dt);
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
     rcc_comm_set_fatal(comm, r);
   rcc_comm_leave(comm, RCC_ENTER_CALL);
@@ -770,5 +792,47 @@ RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream) {
   struct call c = {"ringcc_barrier", comm, RCC_COLL_BARRIER, NULL, NULL, 0,
                    RINGCC_UINT8, -1, -1, -1, stream, 0};
+  return run(&c);
+}
+
+/* ---- gather, scatter, uneven collectives (vcoll.c) ----------------------- */
+
+RINGCC_API ringcc_result_t ringcc_gather(const void *sendbuf, void *recvbuf,
+                                         size_t sendcount,
+                                         ringcc_datatype_t dt, int root,
+                                         ringcc_comm_t comm,
+                                         ringcc_stream_t stream) {
+  struct call c = {"ringcc_gather", comm, RCC_COLL_GATHER, sendbuf, recvbuf,
+                   sendcount, dt, -1, root, -1, stream, USES_ROOT};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_scatter(const void *sendbuf, void *recvbuf,
+                                          size_t recvcount,
+                                          ringcc_datatype_t dt, int root,
+                                          ringcc_comm_t comm,
+                                          ringcc_stream_t stream) {
+  struct call c = {"ringcc_scatter", comm, RCC_COLL_SCATTER, sendbuf, recvbuf,
+                   recvcount, dt, -1, root, -1, stream, USES_ROOT};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_allgatherv(
+    const void *sendbuf, size_t sendcount, void *recvbuf,
+    const size_t *recvcounts, const size_t *displs, ringcc_datatype_t dt,
+    ringcc_comm_t comm, ringcc_stream_t stream) {
+  struct call c = {"ringcc_allgatherv", comm, RCC_COLL_ALLGATHERV, sendbuf,
+                   recvbuf, sendcount, dt, -1, -1, -1, stream, 0,
+                   NULL, NULL, recvcounts, displs};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_alltoallv(
+    const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+    void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+    ringcc_datatype_t dt, ringcc_comm_t comm, ringcc_stream_t stream) {
+  struct call c = {"ringcc_alltoallv", comm, RCC_COLL_ALLTOALLV, sendbuf,
+                   recvbuf, 0, dt, -1, -1, -1, stream, 0,
+                   sendcounts, sdispls, recvcounts, rdispls};
   return run(&c);
 }

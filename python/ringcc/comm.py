@@ -491,6 +491,145 @@ class Comm:
                   count, out.dtype, handle, _stream_address(stream))
         return out.obj
 
+    # ---- gather, scatter, uneven collectives ---------------------------------
+
+    def _sizes(self, values, name):
+        """A ctypes array of size counts or displacements (elements)."""
+        values = [_int_arg(v, f"{name}[{i}]") for i, v in enumerate(values)]
+        if len(values) != self._size:
+            raise ValueError(f"argument '{name}' has {len(values)} entries; "
+                             f"it needs one per rank ({self._size})")
+        if any(v < 0 for v in values):
+            raise ValueError(f"argument '{name}' has a negative entry")
+        return (ctypes.c_size_t * self._size)(*values)
+
+    @staticmethod
+    def _running(counts):
+        out, at = [], 0
+        for c in counts:
+            out.append(at)
+            at += int(c)
+        return out
+
+    def _root_blocks(self, many, many_name, one, one_name):
+        """At the root of a gather or scatter: the block count of `many`
+        (size blocks), and `one` described (None for IN_PLACE), one block."""
+        count = self._blocks(many, many_name, "it holds a block per rank")
+        if one is IN_PLACE:
+            return count, None
+        arg = describe(one, one_name, one_name == "recvbuf")
+        _same_kind(arg, many, one_name, many_name)
+        if arg.count != count:
+            raise ValueError(f"argument '{one_name}' has {arg.count} "
+                             f"elements; the root's '{many_name}' holds "
+                             f"{self._size} blocks of {count}")
+        return count, arg
+
+    @async_capable
+    def gather(self, sendbuf, recvbuf=None, root=0, *, stream=None):
+        """Rank r's sendbuf lands at block r of the root's recvbuf (ignored
+        elsewhere). In place at the root: sendbuf IN_PLACE, its block
+        already at block root of recvbuf."""
+        handle, root = self._live(), self._root(root)
+        here = root == self._rank
+        if sendbuf is IN_PLACE and not here:
+            raise ValueError(f"argument 'sendbuf' is IN_PLACE on rank "
+                             f"{self._rank}, but IN_PLACE is only valid at "
+                             f"the root (rank {root})")
+        if not here:
+            inp = describe(sendbuf, "sendbuf", False)
+            self._run("ringcc_gather", inp.address or None, None, inp.count,
+                      inp.dtype, root, handle, _stream_address(stream))
+            return recvbuf
+        if recvbuf is None:
+            raise TypeError("argument 'recvbuf' is None at the root")
+        out = describe(recvbuf, "recvbuf", True)
+        count, inp = self._root_blocks(out, "recvbuf", sendbuf, "sendbuf")
+        self._run("ringcc_gather", self._address(inp), out.address or None,
+                  count, out.dtype, root, handle, _stream_address(stream))
+        return out.obj
+
+    @async_capable
+    def scatter(self, sendbuf, recvbuf, root=0, *, stream=None):
+        """Block r of the root's sendbuf (ignored elsewhere) lands in rank
+        r's recvbuf. In place at the root: recvbuf IN_PLACE (its block stays
+        in sendbuf)."""
+        handle, root = self._live(), self._root(root)
+        here = root == self._rank
+        if recvbuf is IN_PLACE and not here:
+            raise ValueError(f"argument 'recvbuf' is IN_PLACE on rank "
+                             f"{self._rank}, but IN_PLACE is only valid at "
+                             f"the root (rank {root})")
+        if not here:
+            out = describe(recvbuf, "recvbuf", True)
+            self._run("ringcc_scatter", None, out.address or None, out.count,
+                      out.dtype, root, handle, _stream_address(stream))
+            return out.obj
+        inp = describe(sendbuf, "sendbuf", False)
+        count, out = self._root_blocks(inp, "sendbuf", recvbuf, "recvbuf")
+        self._run("ringcc_scatter", inp.address or None,
+                  self._address(out), count, inp.dtype, root, handle,
+                  _stream_address(stream))
+        return sendbuf if out is None else out.obj
+
+    @async_capable
+    def allgatherv(self, sendbuf, recvbuf, counts, displs=None, *,
+                   stream=None):
+        """Rank r's sendbuf (counts[r] elements) lands at element displs[r]
+        of every rank's recvbuf (default displs: the running sums of
+        counts). sendbuf IN_PLACE: the rank's block is already there."""
+        handle = self._live()
+        counts = list(counts)
+        c_counts = self._sizes(counts, "counts")
+        c_displs = self._sizes(self._running(counts) if displs is None
+                               else displs, "displs")
+        out = describe(recvbuf, "recvbuf", True)
+        extent = max([d + c for d, c in zip(c_displs, c_counts) if c] or [0])
+        if out.count < extent:
+            raise ValueError(f"argument 'recvbuf' has {out.count} elements; "
+                             f"the blocks reach element {extent}")
+        inp, count = None, c_counts[self._rank]
+        if sendbuf is not IN_PLACE:
+            inp = describe(sendbuf, "sendbuf", False)
+            _same_kind(inp, out, "sendbuf", "recvbuf")
+            count = inp.count
+        self._run("ringcc_allgatherv", self._address(inp), count,
+                  out.address or None, c_counts, c_displs, out.dtype, handle,
+                  _stream_address(stream))
+        return out.obj
+
+    @async_capable
+    def alltoallv(self, sendbuf, recvbuf, sendcounts, recvcounts,
+                  sdispls=None, rdispls=None, *, stream=None):
+        """sendcounts[j] elements from sdispls[j] go to rank j, which
+        receives them at its rdispls[i] (default displacements: the running
+        sums of the counts). sendbuf IN_PLACE: each block is sent from and
+        replaced in recvbuf (recvcounts, rdispls; sendcounts ignored)."""
+        handle = self._live()
+        recvcounts = list(recvcounts)
+        rc = self._sizes(recvcounts, "recvcounts")
+        rd = self._sizes(self._running(recvcounts) if rdispls is None
+                         else rdispls, "rdispls")
+        out = describe(recvbuf, "recvbuf", True)
+        if out.count < max([d + c for d, c in zip(rd, rc) if c] or [0]):
+            raise ValueError(f"argument 'recvbuf' has {out.count} elements, "
+                             "fewer than its blocks need")
+        inp, sc, sd = None, None, None
+        if sendbuf is not IN_PLACE:
+            sendcounts = list(sendcounts)
+            sc = self._sizes(sendcounts, "sendcounts")
+            sd = self._sizes(self._running(sendcounts) if sdispls is None
+                             else sdispls, "sdispls")
+            inp = describe(sendbuf, "sendbuf", False)
+            _same_kind(inp, out, "sendbuf", "recvbuf")
+            if inp.count < max([d + c for d, c in zip(sd, sc) if c] or [0]):
+                raise ValueError(f"argument 'sendbuf' has {inp.count} "
+                                 "elements, fewer than its blocks need")
+        self._run("ringcc_alltoallv", self._address(inp), sc, sd,
+                  out.address or None, rc, rd, out.dtype, handle,
+                  _stream_address(stream))
+        return out.obj
+
     @async_capable
     def send(self, buf, peer, *, stream=None):
         """Sends buf to rank peer (matched in order with peer's recv)."""

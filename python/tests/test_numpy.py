@@ -11,7 +11,8 @@ import pytest
 from launcher import run_ranks
 
 COLLECTIVES = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
-               "alltoall", "send_recv", "barrier"]
+               "alltoall", "send_recv", "barrier", "gather", "scatter",
+               "allgatherv", "alltoallv"]
 
 
 def checked(job):

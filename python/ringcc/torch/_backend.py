@@ -12,16 +12,20 @@ group's worker thread (_engine.Worker) and returns a Work at once. The
 task makes the library calls; the Work's future completes with the output
 tensors. Operations the library has no single call for are built from its
 calls: allgather/reduce_scatter/alltoall with lists of tensors stage
-through one flat buffer; alltoall with unequal sizes, gather and scatter
-use the communicator's send/recv (pairwise rounds of a round-robin
-tournament for alltoall, so no round can deadlock); send/recv with tags go
-through _p2p's channels.
+through one flat buffer (all_gather into tensors of different sizes: one
+ringcc_allgatherv; gather and scatter: one ringcc_gather/ringcc_scatter
+into or out of the root's staging buffer); all_to_all_single with split
+sizes is one ringcc_alltoallv (host tensors; CUDA tensors, and alltoall of
+tensor lists of unequal sizes, use the communicator's send/recv in the
+pairwise rounds of a round-robin tournament, so no round can deadlock);
+send/recv with tags go through _p2p's channels.
 
 CPU tensors are what this backend is tested with. CUDA tensors are handed
 to the library's device path, enqueued on torch's current stream of the
 tensor's device (see docs/python.md for what was run).
 """
 
+import ctypes
 import datetime
 import threading
 import time
@@ -548,6 +552,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         outputs = _one_list(output_tensors, "output_tensors")
         inp = _Arg(_one_list(input_tensors, "input_tensors"),
                    "input_tensors[0]")
+        if len(outputs) == self.size() and not inp.cuda and \
+                len({t.numel() for t in outputs}) > 1:
+            return self._allgather_uneven(outputs, inp)
         outs = self._block_list(outputs, inp, "output_tensors[0]")
 
         def run():
@@ -560,6 +567,26 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             for i, o in enumerate(outputs):
                 o.view(-1).copy_(staging.view(self.size(), -1)[i])
         return self._submit("all_gather", [inp.tensor], run, [list(outputs)], outs + [inp])
+
+    def _allgather_uneven(self, outputs, inp):
+        """all_gather into tensors of different sizes: one
+        ringcc_allgatherv into a staging buffer laid end to end."""
+        outs = [_Arg(t, f"output_tensors[{i}]") for i, t in enumerate(outputs)]
+        _same([inp] + outs, "all_gather")
+        me = self.rank()
+        _check_size(outs[me], inp.tensor.numel(), f"output_tensors[{me}]",
+                    "this rank's block, the size of its input")
+        counts, displs = self._counts([o.count for o in outs])
+
+        def run():
+            staging = torch.empty(sum(counts), dtype=_flat(inp.tensor).dtype)
+            s = _Arg(staging, "staging")
+            self._call("ringcc_allgatherv", inp.address, inp.count, s.address,
+                       counts, displs, inp.dtype)
+            for i, o in enumerate(outputs):
+                _flat(o).copy_(staging[displs[i]:displs[i] + counts[i]])
+        return self._submit("all_gather", [inp.tensor], run, [list(outputs)],
+                            outs + [inp])
 
     def _block_list(self, tensors, like, name):
         if len(tensors) != self.size():
@@ -689,10 +716,29 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             return self._submit("all_to_all", [input], run, [output], [out, inp])
         send = self._splits(input, input_split_sizes, "input")
         recv = self._splits(output, output_split_sizes, "output")
+        if out.cuda:  # ringcc_alltoallv runs host buffers only
+            def run():
+                self._exchange(send, recv)
+            return self._submit("all_to_all", [input], run, [output], [out, inp])
+        # one ringcc_alltoallv: the blocks' elements (of the flat view) and
+        # where they start
+        sc, sd = self._counts([_flat(b).numel() for b in send])
+        rc, rd = self._counts([_flat(b).numel() for b in recv])
 
         def run():
-            self._exchange(send, recv)
+            self._call("ringcc_alltoallv", inp.address, sc, sd, out.address,
+                       rc, rd, inp.dtype)
         return self._submit("all_to_all", [input], run, [output], [out, inp])
+
+    @staticmethod
+    def _counts(counts):
+        """ctypes arrays of counts and their running sums (displacements)."""
+        arr = ctypes.c_size_t * len(counts)
+        displs, at = [], 0
+        for c in counts:
+            displs.append(at)
+            at += c
+        return arr(*counts), arr(*displs)
 
     alltoall_base = all_to_all_single
 
@@ -775,17 +821,16 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         else:
             outputs, outs = [], []
 
-        def run():
-            if me != root:
-                if inp.count:
-                    self._call("ringcc_send", inp.address, inp.count,
-                               inp.dtype, root)
-                return
+        def run():  # one ringcc_gather, into staging at the root
+            staging = torch.empty(self.size() * inp.count,
+                                  dtype=_flat(inp.tensor).dtype,
+                                  device=inp.tensor.device) if me == root \
+                else None
+            s = _Arg(staging, "staging") if staging is not None else None
+            self._call("ringcc_gather", inp.address, s and s.address,
+                       inp.count, inp.dtype, root)
             for i, o in enumerate(outs):
-                if i == me:
-                    o.tensor.copy_(inp.tensor.view_as(o.tensor))
-                elif o.count:
-                    self._call("ringcc_recv", o.address, o.count, o.dtype, i)
+                _flat(o.tensor).copy_(staging.view(self.size(), -1)[i])
         return self._submit("gather", [inp.tensor], run, [list(outputs)] if me == root else [],
                             outs + [inp])
 
@@ -804,17 +849,13 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         else:
             ins = []
 
-        def run():
-            if me != root:
-                if out.count:
-                    self._call("ringcc_recv", out.address, out.count,
-                               out.dtype, root)
-                return
-            for i, a in enumerate(ins):
-                if i == me:
-                    out.tensor.copy_(a.tensor.view_as(out.tensor))
-                elif a.count:
-                    self._call("ringcc_send", a.address, a.count, a.dtype, i)
+        def run():  # one ringcc_scatter, from staging at the root
+            s = None
+            if me == root:
+                s = _Arg(torch.cat([_flat(a.tensor) for a in ins]),
+                         "staging")
+            self._call("ringcc_scatter", s and s.address, out.address,
+                       out.count, out.dtype, root)
         return self._submit("scatter", [out.tensor], run, [out.tensor], ins + [out])
 
     # ---- barrier ------------------------------------------------------------------------

@@ -188,6 +188,16 @@ def check_allgather(groups, n, r):
             same(*both(groups, run_single),
                  f"all_gather_into_tensor {dtype} count={count}")
 
+    # Uneven all_gather (one ringcc_allgatherv; gloo takes equal sizes
+    # only): rank q contributes 7 * q + (q % 2) * 3 elements, rank 0 none.
+    def sizes(q):
+        return 7 * q + (q % 2) * 3
+    for dtype in (torch.float32, torch.int8, torch.bfloat16):
+        out = [torch.full((sizes(q),), 99).to(dtype) for q in range(n)]
+        dist.all_gather(out, data(dtype, r, sizes(r)), group=groups["ringcc"])
+        same(out, [data(dtype, q, sizes(q)) for q in range(n)],
+             f"all_gather uneven {dtype}")
+
     def run_2d(g):
         out = torch.empty(n * 5, 3)
         dist.all_gather_into_tensor(out, data(torch.float32, r, 15).view(5, 3),
