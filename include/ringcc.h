@@ -372,6 +372,36 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream);
 
+/* ---- premul-sum ops ----------------------------------------------------
+ *
+ * NCCL's ncclRedOpCreatePreMulSum: an op that multiplies each rank's input
+ * by a scalar, then sums. For allreduce, reduce and reduce_scatter.
+ *
+ * *op gets a new op of comm, for calls on datatype dt (any of them; integers
+ * multiply modulo 2^bits). The scalar is read from host memory now, as one
+ * value of dt: a later change to *scalar changes nothing. Where the multiply
+ * happens: on each rank, over its own input, before any byte moves (into
+ * staging the communicator keeps), by the datatype's product: float16,
+ * bfloat16 and float8 multiply in float and round once to nearest even,
+ * float32 and float64 round once in their own type; then the sum rounds
+ * once per step as RINGCC_SUM does. So the result is sum_r round(x_r * s),
+ * not round(s * sum_r x_r). The op is this communicator's only (not its
+ * splits'), lives until ringcc_op_destroy or the communicator's destroy,
+ * and is refused with RINGCC_ERR_INVALID_ARGUMENT ('op') by a call of
+ * another datatype and after it is destroyed (op values are not reused).
+ * Host buffers only: on device buffers a call with it returns
+ * RINGCC_ERR_UNSUPPORTED. Safe from any thread, also while a collective
+ * runs on comm. */
+RINGCC_API ringcc_result_t ringcc_op_create_premul_sum(ringcc_op_t *op,
+                                                       const void *scalar,
+                                                       ringcc_datatype_t dt,
+                                                       ringcc_comm_t comm);
+/* Frees an op of ringcc_op_create_premul_sum; a built-in op, an op of
+ * another communicator or one destroyed already is
+ * RINGCC_ERR_INVALID_ARGUMENT naming 'op'. */
+RINGCC_API ringcc_result_t ringcc_op_destroy(ringcc_op_t op,
+                                             ringcc_comm_t comm);
+
 /* ---- registered memory -------------------------------------------------
  *
  * Collectives on one host can read their peers' inputs and write their
