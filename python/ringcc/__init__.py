@@ -22,7 +22,8 @@ from . import _lib
 from ._buffers import datatype_of
 from ._lib import Algo, Datatype, Op, Result
 from ._memory import empty
-from .comm import (ANY_TAG, HOST, IN_PLACE, Comm, RingccError, UniqueId,
+from .comm import (ANY_TAG, HOST, IN_PLACE, Comm, PremulSum, RingccError,
+                   UniqueId,
                    get_unique_id, op_of)
 
 SUM, PROD, MIN, MAX, AVG = Op.SUM, Op.PROD, Op.MIN, Op.MAX, Op.AVG

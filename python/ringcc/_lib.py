@@ -198,6 +198,8 @@ _PROTOTYPES = {
     "ringcc_send": (_R, [_P, _Z, _I, _I, _P, _P]),
     "ringcc_recv": (_R, [_P, _Z, _I, _I, _P, _P]),
     "ringcc_barrier": (_R, [_P, _P]),
+    "ringcc_op_create_premul_sum": (_R, [ctypes.POINTER(_I), _P, _I, _P]),
+    "ringcc_op_destroy": (_R, [_I, _P]),
     "ringcc_mem_alloc": (_R, [_P, _Z, ctypes.POINTER(_P)]),
     "ringcc_mem_free": (_R, [_P]),
     "ringcc_comm_register": (_R, [_P, _P, _Z, ctypes.POINTER(_P)]),
