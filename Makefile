@@ -88,8 +88,9 @@ VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 # as transports/net_ib/, keeps them in a folder of its own). Every layer's
 # folder is on the quoted-include path; a transport's own folder is not (its
 # files include their private header by the source file's directory).
-LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
-LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c transports/*/*.c))
+LIB_DIRS    := $(filter-out lib/nccl,$(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu))))) transports
+# lib/nccl/ is libnccl.so.2's (below), on the public API only: not libringcc's
+LIB_SRC     := $(sort $(filter-out lib/nccl/%,$(wildcard lib/*/*.c transports/*.c transports/*/*.c)))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
 # Tools that are scripts (no .c, no .h: tools/ringcc-trace) are copied.
 TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
@@ -197,6 +198,16 @@ STATIC_LIB  := $(LIBOUT)/libringcc.a
 PC_FILE     := $(LIBOUT)/pkgconfig/ringcc.pc
 
 LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o) $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
+NCCL_H_DIR  ?= $(patsubst %/nccl.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/nccl.h)))
+NCCL_SRC    := $(sort $(wildcard lib/nccl/*.c))
+NCCL_OBJ    := $(NCCL_SRC:lib/nccl/%.c=$(OBJ)/nccl/%.o)
+NCCL_SO     := $(LIBOUT)/libnccl.so.2
+NCCL_LIBS   := $(if $(NCCL_H_DIR),$(NCCL_SO) $(LIBOUT)/libnccl.so)
+# What this ringcc has of the calls other branches add (names fixed in
+# DESIGN.md): the NCCL layer uses them where present, its interim otherwise.
+NCCL_DEFS   := $(if $(shell grep -lw ringcc_gather include/ringcc.h),-DRCC_NCCL_HAVE_GATHER) \
+               $(if $(shell grep -lw ringcc_group_start include/ringcc.h),-DRCC_NCCL_HAVE_GROUPS) \
+               $(if $(shell grep -lw ringcc_comm_shrink include/ringcc.h),-DRCC_NCCL_HAVE_SHRINK)
 TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%) \
                $(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
@@ -268,7 +279,7 @@ endif
 
 all: lib tools examples
 
-lib: $(SO_REAL) $(SO_MAJOR) $(SO_DEV) $(STATIC_LIB)
+lib: $(SO_REAL) $(SO_MAJOR) $(SO_DEV) $(STATIC_LIB) $(NCCL_LIBS)
 
 tools: $(TOOL_BIN) $(PERF_NAMES:%=$(BINOUT)/%)
 
@@ -432,6 +443,27 @@ $(STATIC_LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $(LIB_OBJ)
 
+# ---- libnccl.so.2 ------------------------------------------------------------------
+# NCCL's host API on the public ringcc API (lib/nccl/, docs/nccl.md), with
+# libringcc.a linked in: one self-contained file that a program or the torch
+# wheel loads in place of NCCL's. Compiled against the CUDA toolkit's nccl.h
+# ($(CUDA_HOME)/include, never copied here); without it, not built.
+# Exports only nccl* and pnccl* (lib/nccl/nccl.map).
+$(NCCL_SO): $(NCCL_OBJ) $(STATIC_LIB) lib/nccl/nccl.map
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=lib/nccl/nccl.map \
+	  -Wl,--no-undefined $(LINK_FLAGS) $(LDFLAGS) -o $@ $(NCCL_OBJ) $(STATIC_LIB) \
+	  $(LIB_LIBS)
+
+$(LIBOUT)/libnccl.so: $(NCCL_SO)
+	ln -sfn $(notdir $<) $@
+
+$(OBJ)/nccl/%.o: lib/nccl/%.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -Iinclude -iquote lib/nccl -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include \
+	  -D_GNU_SOURCE $(NCCL_DEFS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) -fvisibility=default \
+	  -MMD -MP -c -o $@ $<
+
 # ---- programs --------------------------------------------------------------------
 # Tools and examples link the shared library and find it through
 # $ORIGIN/../lib, both in the build tree and after make install.
@@ -479,7 +511,7 @@ $(FLAGS_STAMP):
 # Program objects are only reached through pattern rules; keep them.
 .SECONDARY: $(ALL_OBJ)
 
--include $(ALL_OBJ:.o=.d)
+-include $(ALL_OBJ:.o=.d) $(NCCL_OBJ:.o=.d)
 
 # ---- fuzzing: libFuzzer targets (clang) ----------------------------------------
 # test/fuzz/fuzz_NAME.c -> $(BUILD)/fuzz/fuzz_NAME, linked with the library's
@@ -732,6 +764,10 @@ install: all $(PC_FILE)
 	ln -sfn $(notdir $(SO_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libringcc.so
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/
+ifneq ($(NCCL_H_DIR),)
+	install -m 755 $(NCCL_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sfn libnccl.so.2 $(DESTDIR)$(LIBDIR)/libnccl.so
+endif
 	install -m 644 $(PC_FILE) $(DESTDIR)$(PKGCONFIGDIR)/
 ifneq ($(strip $(TOOL_BIN)),)
 	install -m 755 $(TOOL_BIN) $(DESTDIR)$(BINDIR)/
@@ -743,6 +779,7 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so $(DESTDIR)$(LIBDIR)/$(SONAME)
 	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libringcc.a
 	rm -f $(DESTDIR)$(PKGCONFIGDIR)/ringcc.pc
+	rm -f $(DESTDIR)$(LIBDIR)/libnccl.so.2 $(DESTDIR)$(LIBDIR)/libnccl.so
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOL_BIN)) $(PERF_NAMES))
 
 # ---- housekeeping ------------------------------------------------------------
