@@ -211,6 +211,8 @@ NCCL_DEFS   := $(if $(shell grep -lw ringcc_gather include/ringcc.h),-DRCC_NCCL_
 TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%) \
                $(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
+# test_nccl needs a real nccl.h (the toolkit's) and the libnccl.so.2 it tests
+TEST_SRC    := $(if $(NCCL_H_DIR),$(TEST_SRC),$(filter-out test/test_nccl.c,$(TEST_SRC)))
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
 # ringcc-bench is one backend of bench/bench_common.c, the measurement that
@@ -463,6 +465,17 @@ $(OBJ)/nccl/%.o: lib/nccl/%.c $(FLAGS_STAMP)
 	$(CC) -Iinclude -iquote lib/nccl -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include \
 	  -D_GNU_SOURCE $(NCCL_DEFS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) -fvisibility=default \
 	  -MMD -MP -c -o $@ $<
+
+# test_nccl: an NCCL program (nccl.h, no ringcc header), linked to the
+# built libnccl.so.2 by path; scripts/nccl-check.sh builds it again against
+# the torch wheel's nccl.h.
+NCCL_TEST_FLAGS = -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include \
+                  -DRCC_NCCL_SO_PATH='"$(abspath $(NCCL_SO))"'
+$(OBJ)/test/test_nccl.o: RCC_CPPFLAGS += $(NCCL_TEST_FLAGS)
+$(TESTOUT)/test_nccl: $(OBJ)/test/test_nccl.o $(NCCL_SO)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(abspath $(NCCL_SO)) \
+	  -Wl,-rpath,$(abspath $(LIBOUT)) $(TEST_LIBS) -ldl $(LDLIBS)
 
 # ---- programs --------------------------------------------------------------------
 # Tools and examples link the shared library and find it through

@@ -51,7 +51,10 @@ _DTYPES = {
     torch.float16: Datatype.FLOAT16, torch.bfloat16: Datatype.BFLOAT16,
     torch.float32: Datatype.FLOAT32, torch.float64: Datatype.FLOAT64,
 }
-for _name, _dt in (("uint32", Datatype.UINT32), ("uint64", Datatype.UINT64)):
+for _name, _dt in (("uint32", Datatype.UINT32), ("uint64", Datatype.UINT64),
+                   # OCP FP8 (torch >= 2.1): FSDP2's float8 all-gather
+                   ("float8_e4m3fn", Datatype.FLOAT8_E4M3),
+                   ("float8_e5m2", Datatype.FLOAT8_E5M2)):
     if hasattr(torch, _name):  # torch >= 2.3
         _DTYPES[getattr(torch, _name)] = _dt
 # Carried as another datatype: bool as uint8 (no sum or product), complex as
