@@ -396,6 +396,16 @@ test-python: python-venv
 # (scripts/launch-check.sh): torchrun from $(PY_VENV) (standalone, c10d),
 # mpirun, MPICH's mpiexec.hydra and a one-node Slurm started in a temporary
 # folder (srun, srun --mpi=pmi2, srun torchrun); about a minute.
+# make nccl-check: libnccl.so.2 against the NCCL that the torch wheel in
+# $(PY_VENV) ships (scripts/nccl-check.sh): every function of both nccl.h
+# and every nccl* import of libtorch_cuda.so resolves with its p alias,
+# nothing else exported; test_nccl built against the wheel's nccl.h; the
+# switch (scripts/nccl-switch.sh) into a venv made for the check, torch
+# loading only this library, and back. PY_VENV is only read. About a minute.
+.PHONY: nccl-check
+nccl-check: lib
+	env $(TEST_ENV) scripts/nccl-check.sh --build $(BUILD) $(abspath $(PY_VENV))
+
 .PHONY: launch-check
 launch-check: python-venv
 	@$(DEPS_SCRIPT) --launchers
@@ -819,6 +829,8 @@ help:
 	@echo '  torch-suite    torch distributed_test.py: gloo vs ringcc standing in, table'
 	@echo '                 (torch-suite-quick: a bounded subset, ringcc only)'
 	@echo '  launch-check   init_env under real torchrun, mpirun, mpiexec.hydra, srun'
+	@echo '  nccl-check     libnccl.so.2 vs the torch wheel'"'"'s NCCL: symbols, test_nccl on its'
+	@echo '                 nccl.h, the torch switch (scripts/nccl-switch.sh); PY_VENV read only'
 	@echo '                 (a one-node Slurm in a temporary folder)'
 	@echo '  test-python    venv $(PY_VENV) (numpy, torch, pytest), pip install ./python,'
 	@echo '                 pytest python/tests (PY_TEST_ARGS=...; docs/python.md)'

@@ -24,9 +24,11 @@
 
 #include "nccl_layer.h"
 
-/* The version this library reports: the toolkit header's NCCL_VERSION_CODE
- * (docs/nccl.md says why). */
-#define RCC_NCCL_VERSION NCCL_VERSION_CODE
+/* The version this library reports: that of the newest nccl.h whose host
+ * functions it exports, the torch wheel's NCCL 2.30.7 (torch compares the
+ * runtime version with the one it was built against, and its
+ * torch.cuda.nccl.version() is the latter); docs/nccl.md says more. */
+#define RCC_NCCL_VERSION NCCL_VERSION(2, 30, 7)
 
 /* ---- errors ------------------------------------------------------------- */
 
