@@ -605,3 +605,24 @@ Test(nccl, killed_rank_n3, .timeout = 120) {
   setenv("RINGCC_TIMEOUT_MS", "20000", 1);
   cr_assert_eq(run_ranks(3, body_killed, NULL, 1, 100), 1, "only the killed rank fails");
 }
+
+/* ---- NCCL_* variables: mapped where ringcc has one, RINGCC_* wins -------- */
+
+Test(nccl, environment, .timeout = 30) {
+  check_library();
+  setenv("NCCL_ALGO", "Ring", 1);
+  setenv("NCCL_MAX_NCHANNELS", "64", 1);
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("RINGCC_SHM_DISABLE", "0", 1);  /* wins */
+  setenv("NCCL_DEBUG_SUBSYS", "^INIT", 1); /* no equivalent: not used */
+  unsetenv("RINGCC_ALGO");
+  unsetenv("RINGCC_NCHANNELS");
+  unsetenv("RINGCC_DEBUG_SUBSYS");
+  ncclUniqueId id;
+  cr_assert_eq(ncclGetUniqueId(&id), ncclSuccess); /* reads them, once */
+  cr_assert_str_eq(getenv("RINGCC_ALGO"), "ring");
+  cr_assert_str_eq(getenv("RINGCC_NCHANNELS"), "32");
+  cr_assert_str_eq(getenv("RINGCC_SHM_DISABLE"), "0");
+  cr_assert_null(getenv("RINGCC_DEBUG_SUBSYS"));
+  cr_assert_eq(memcmp(id.internal, "RCCI", 4), 0, "ncclUniqueId carries ringcc's id");
+}

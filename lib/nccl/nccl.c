@@ -145,45 +145,73 @@ ncclResult_t rcc_nccl_op(const char *fn, ncclRedOp_t op, ringcc_op_t *out) {
 
 /* ---- NCCL_* environment ------------------------------------------------- */
 
-/* NCCL's variable, ringcc's, and how the value carries over. */
-static const struct {
-  const char *nccl, *ringcc;
-} env_map[] = {
-    {"NCCL_DEBUG", "RINGCC_DEBUG"},
-    {"NCCL_DEBUG_SUBSYS", "RINGCC_DEBUG_SUBSYS"},
-    {"NCCL_SOCKET_IFNAME", "RINGCC_SOCKET_IFNAME"},
-    {"NCCL_SOCKET_FAMILY", "RINGCC_SOCKET_FAMILY"},
-    {"NCCL_SOCKET_NTHREADS", NULL},
-    {"NCCL_NSOCKS_PERTHREAD", "RINGCC_NSOCKS_PERPEER"},
-    {"NCCL_IB_HCA", "RINGCC_IB_HCA"},
-    {"NCCL_IB_DISABLE", "RINGCC_IB_DISABLE"},
-    {"NCCL_IB_GID_INDEX", "RINGCC_IB_GID_INDEX"},
-    {"NCCL_IB_TIMEOUT", "RINGCC_IB_TIMEOUT"},
-    {"NCCL_IB_RETRY_CNT", "RINGCC_IB_RETRY_CNT"},
-    {"NCCL_IB_SL", "RINGCC_IB_SL"},
-    {"NCCL_IB_TC", "RINGCC_IB_TC"},
-    {"NCCL_IB_QPS_PER_CONNECTION", "RINGCC_IB_QPS_PER_CONN"},
-    {"NCCL_NET_GDR_LEVEL", "RINGCC_NET_GDR_LEVEL"},
-    {"NCCL_NET", "RINGCC_NET"},
-    {"NCCL_SHM_DISABLE", "RINGCC_SHM_DISABLE"},
-    {"NCCL_ALGO", "RINGCC_ALGO"},
-    {"NCCL_MAX_NCHANNELS", "RINGCC_NCHANNELS"},
-    {"NCCL_MIN_NCHANNELS", "RINGCC_NCHANNELS"},
-    {"NCCL_BUFFSIZE", NULL},
-    {"NCCL_P2P_DISABLE", NULL},
-    {"NCCL_COMM_ID", NULL},
-};
+/* A value as ringcc's variable takes it, or NULL where it has none. */
+typedef const char *(*env_translate)(const char *v, char *buf, size_t len);
 
-/* NCCL_DEBUG's values are ringcc's (WARN, INFO, TRACE) but for VERSION. */
-static const char *env_value(const char *nccl_name, const char *v) {
-  if (strcmp(nccl_name, "NCCL_DEBUG") == 0 && strcasecmp(v, "VERSION") == 0)
-    return "WARN";
-  if (strcmp(nccl_name, "NCCL_ALGO") == 0 && strcasecmp(v, "Ring") == 0)
-    return "ring";
-  if (strcmp(nccl_name, "NCCL_ALGO") == 0 && strcasecmp(v, "Tree") == 0)
-    return "tree";
+static const char *same(const char *v, char *buf, size_t len) {
+  (void)buf, (void)len;
   return v;
 }
+
+/* VERSION and ABORT are WARN for ringcc; INFO and TRACE are the same. */
+static const char *debug_level(const char *v, char *buf, size_t len) {
+  (void)buf, (void)len;
+  if (strcasecmp(v, "VERSION") == 0 || strcasecmp(v, "WARN") == 0 ||
+      strcasecmp(v, "ABORT") == 0)
+    return "WARN";
+  if (strcasecmp(v, "INFO") == 0 || strcasecmp(v, "TRACE") == 0)
+    return v;
+  return NULL;
+}
+
+/* A list of subsystems to add; NCCL's "^A,B" (all but) has no equivalent. */
+static const char *subsys(const char *v, char *buf, size_t len) {
+  (void)buf, (void)len;
+  return v[0] == '^' ? NULL : v;
+}
+
+/* One algorithm both have; NCCL's lists and exclusions are not ringcc's. */
+static const char *algo(const char *v, char *buf, size_t len) {
+  (void)buf, (void)len;
+  return strcasecmp(v, "ring") == 0 ? "ring"
+         : strcasecmp(v, "tree") == 0 ? "tree" : NULL;
+}
+
+/* NCCL's channel counts as ringcc's (1 to 32; above, 32). */
+static const char *channels(const char *v, char *buf, size_t len) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || n < 1)
+    return NULL;
+  snprintf(buf, len, "%ld", n > 32 ? 32 : n);
+  return buf;
+}
+
+/* NCCL's variable, ringcc's (NULL: none), and how the value carries over.
+ * docs/nccl.md has this table. */
+static const struct {
+  const char *nccl, *ringcc;
+  env_translate translate;
+} env_map[] = {
+    {"NCCL_DEBUG", "RINGCC_DEBUG", debug_level},
+    {"NCCL_DEBUG_SUBSYS", "RINGCC_DEBUG_SUBSYS", subsys},
+    {"NCCL_SOCKET_IFNAME", "RINGCC_SOCKET_IFNAME", same},
+    {"NCCL_SOCKET_FAMILY", "RINGCC_SOCKET_FAMILY", same},
+    {"NCCL_IB_HCA", "RINGCC_IB_HCA", same},
+    {"NCCL_IB_DISABLE", "RINGCC_IB_DISABLE", same},
+    {"NCCL_IB_GID_INDEX", "RINGCC_IB_GID_INDEX", same},
+    {"NCCL_IB_TIMEOUT", "RINGCC_IB_TIMEOUT", same},
+    {"NCCL_IB_RETRY_CNT", "RINGCC_IB_RETRY_CNT", same},
+    {"NCCL_IB_SL", "RINGCC_IB_SL", same},
+    {"NCCL_IB_TC", "RINGCC_IB_TC", same},
+    {"NCCL_IB_QPS_PER_CONNECTION", "RINGCC_IB_QPS_PER_CONN", same},
+    {"NCCL_NET_GDR_LEVEL", "RINGCC_NET_GDR_LEVEL", same},
+    {"NCCL_NET", "RINGCC_NET", same},
+    {"NCCL_SHM_DISABLE", "RINGCC_SHM_DISABLE", same},
+    {"NCCL_ALGO", "RINGCC_ALGO", algo},
+    {"NCCL_MAX_NCHANNELS", "RINGCC_NCHANNELS", channels},
+    {"NCCL_MIN_NCHANNELS", "RINGCC_NCHANNELS", channels},
+};
 
 extern char **environ;
 
@@ -197,25 +225,27 @@ static void map_env_once(void) {
   int info = dbg && (strcasecmp(dbg, "INFO") == 0 || strcasecmp(dbg, "TRACE") == 0);
   for (size_t i = 0; i < sizeof env_map / sizeof env_map[0]; i++) {
     const char *v = getenv(env_map[i].nccl);
-    if (v == NULL || env_map[i].ringcc == NULL)
+    if (v == NULL)
       continue;
-    if (getenv(env_map[i].ringcc) == NULL)
-      setenv(env_map[i].ringcc, env_value(env_map[i].nccl, v), 0);
-    else if (info)
-      fprintf(stderr, "libnccl (ringcc) INFO %s ignored: %s is set and wins\n",
-              env_map[i].nccl, env_map[i].ringcc);
+    char buf[32];
+    const char *value = env_map[i].translate(v, buf, sizeof buf);
+    const char *why = value == NULL ? "this value has no ringcc equivalent"
+                      : getenv(env_map[i].ringcc) != NULL
+                          ? "the RINGCC_ variable is set and wins" : NULL;
+    if (why == NULL)
+      setenv(env_map[i].ringcc, value, 0);
+    if (info)
+      fprintf(stderr, "libnccl (ringcc) INFO %s=%s %s%s\n", env_map[i].nccl, v,
+              why ? "not used: " : "sets ", why ? why : env_map[i].ringcc);
   }
-  for (char **e = environ; info && e && *e; e++) {
-    if (strncmp(*e, "NCCL_", 5) != 0)
-      continue;
+  for (char **e = environ; info && e && *e; e++) { /* the others, once */
     size_t len = strcspn(*e, "=");
-    int known = 0;
+    int known = strncmp(*e, "NCCL_", 5) != 0;
     for (size_t i = 0; i < sizeof env_map / sizeof env_map[0] && !known; i++)
-      known = env_map[i].ringcc != NULL && strlen(env_map[i].nccl) == len &&
-              strncmp(env_map[i].nccl, *e, len) == 0;
+      known = strlen(env_map[i].nccl) == len && !strncmp(env_map[i].nccl, *e, len);
     if (!known)
-      fprintf(stderr, "libnccl (ringcc) INFO %.*s is not used by ringcc "
-              "(docs/nccl.md)\n", (int)len, *e);
+      fprintf(stderr, "libnccl (ringcc) INFO %.*s not used: ringcc has no "
+              "equivalent (docs/nccl.md)\n", (int)len, *e);
   }
 }
 
