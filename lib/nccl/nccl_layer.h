@@ -1,7 +1,8 @@
 /*
  * nccl_layer.h - what the files of libnccl.so.2 share (nccl.c: errors,
- * enums, environment, communicators; nccl_coll.c: collectives, point to
- * point, groups; nccl_more.c: premul-sum, memory, what is not supported).
+ * enums, environment, communicators; nccl_coll.c: the collectives and
+ * point to point, checked; nccl_group.c: groups; nccl_exec.c: a call on
+ * ringcc's; nccl_more.c: premul-sum, memory, what is not supported).
  * Public ringcc API only.
  */
 #ifndef RCC_NCCL_LAYER_H
@@ -33,8 +34,8 @@ struct ncclComm {
   char name[64];             /* config commName */
 };
 
-/* One NCCL call, checked: what nccl_coll.c runs (rcc_nccl_execute) and a
- * group records. root is the peer of send and recv. */
+/* One NCCL call, checked (nccl_coll.c): what a group records and
+ * rcc_nccl_execute (nccl_exec.c) runs. root is the peer of send and recv. */
 enum rcc_nccl_kind {
   RCC_NCCL_ALLREDUCE, RCC_NCCL_REDUCE, RCC_NCCL_REDUCE_SCATTER,
   RCC_NCCL_ALLGATHER, RCC_NCCL_BCAST, RCC_NCCL_ALLTOALL, RCC_NCCL_GATHER,
