@@ -402,6 +402,17 @@ RINGCC_API ringcc_result_t ringcc_op_create_premul_sum(ringcc_op_t *op,
 RINGCC_API ringcc_result_t ringcc_op_destroy(ringcc_op_t op,
                                              ringcc_comm_t comm);
 
+/* The tuner's predicted time, in seconds, of one collective on host
+ * buffers of comm: collective is "allreduce", "reduce_scatter",
+ * "allgather", "bcast", "reduce" or "alltoall", count and dt as the call
+ * would give them. The cost model's time for the algorithm the tuner would
+ * pick (docs/tuning.md); nothing runs, nothing is sent. 0 on one rank. */
+RINGCC_API ringcc_result_t ringcc_comm_predict(ringcc_comm_t comm,
+                                               const char *collective,
+                                               size_t count,
+                                               ringcc_datatype_t dt,
+                                               double *seconds);
+
 /* ---- registered memory -------------------------------------------------
  *
  * Collectives on one host can read their peers' inputs and write their

@@ -626,3 +626,37 @@ Test(nccl, environment, .timeout = 30) {
   cr_assert_null(getenv("RINGCC_DEBUG_SUBSYS"));
   cr_assert_eq(memcmp(id.internal, "RCCI", 4), 0, "ncclUniqueId carries ringcc's id");
 }
+
+/* ---- ncclGroupSimulateEnd: the tuner's time, nothing run ------------------- */
+
+static int body_simulate(ncclComm_t comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  static float x[1 << 20];
+  float t[3];
+  size_t sizes[3] = {1, 1 << 16, 1 << 20};
+  for (int k = 0; k < 3; k++) {
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    x[0] = 42;
+    if (!ok(rank, ncclGroupStart(), "ncclGroupStart") ||
+        !ok(rank, ncclAllReduce(x, x, sizes[k], ncclFloat32, ncclSum, comm, NULL), "allreduce") ||
+        !ok(rank, ncclGroupSimulateEnd(&sim), "ncclGroupSimulateEnd"))
+      return 1;
+    if (x[0] != 42)
+      return fail(rank, "the simulated allreduce ran");
+    t[k] = sim.estimatedTime;
+  }
+  if (!(t[0] > 0 && t[0] < t[1] && t[1] < t[2] && t[2] < 10))
+    return fail(rank, "predicted times %g, %g, %g s: not positive and growing with size",
+                t[0], t[1], t[2]);
+  ncclSimInfo_t bad;
+  memset(&bad, 0, sizeof bad);
+  ncclGroupStart();
+  return expect_error(rank, ncclGroupSimulateEnd(&bad), ncclInvalidArgument,
+                      "simInfo", "an uninitialised ncclSimInfo_t") ||
+         !ok(rank, ncclGroupEnd(), "ncclGroupEnd after the refusal");
+}
+
+Test(nccl, simulate_n3, .timeout = 60) {
+  check_library();
+  cr_assert_eq(run_ranks(3, body_simulate, NULL, 1, 50), 0);
+}

@@ -1,12 +1,14 @@
 /*
  * nccl_group.c - ncclGroupStart/End/SimulateEnd: per thread, nestable.
  *
- * Where ringcc has groups (ringcc_group_start/end, RCC_NCCL_HAVE_GROUPS from
- * the Makefile), NCCL's group is ringcc's: calls inside it go to ringcc,
- * which records them and progresses them together at the end.
+ * Calls inside a group are checked at the call (a bad one fails there and
+ * leaves the group usable) and recorded here. At the outermost
+ * ncclGroupEnd, where ringcc has groups (ringcc_group_start/end,
+ * RCC_NCCL_HAVE_GROUPS from the Makefile), they are handed to one ringcc
+ * group, which progresses them together. ncclGroupSimulateEnd runs nothing:
+ * it sums the tuner's predictions (ringcc_comm_predict).
  *
- * Until then, this file records the calls itself and runs them at the
- * outermost ncclGroupEnd:
+ * Until ringcc has groups, this file runs the recorded calls itself:
  *  - one thread per communicator of the group (ncclCommInitAll's users drive
  *    several ranks of one process from one thread; each rank's calls must
  *    run at once), each running its communicator's calls in order;
@@ -28,10 +30,8 @@
 #define P2P_PIECE (32u << 10)
 
 static __thread int depth;
-#ifndef RCC_NCCL_HAVE_GROUPS
 static __thread struct rcc_nccl_call *pending;
 static __thread int npending, cap;
-#endif
 
 /* ---- the interim groups: recorded here, run at the end ------------------ */
 
@@ -163,7 +163,6 @@ static ncclResult_t run_group(struct rcc_nccl_call *calls, int n) {
 #endif /* !RCC_NCCL_HAVE_GROUPS */
 
 ncclResult_t rcc_nccl_group_add(const struct rcc_nccl_call *c) {
-#ifndef RCC_NCCL_HAVE_GROUPS
   if (depth > 0) {
     if (npending == cap) {
       int ncap = cap ? 2 * cap : 16;
@@ -181,16 +180,10 @@ ncclResult_t rcc_nccl_group_add(const struct rcc_nccl_call *c) {
       c->root == c->comm->rank)
     return rcc_nccl_fail(ncclInvalidUsage, "%s: a send to (receive from) "
                          "oneself completes only inside a group", c->fn);
-#endif
   return rcc_nccl_from(rcc_nccl_execute(c), c->comm->rc, c->fn);
 }
 
 ncclResult_t pncclGroupStart(void) {
-#ifdef RCC_NCCL_HAVE_GROUPS
-  ringcc_result_t r = ringcc_group_start();
-  if (r != RINGCC_SUCCESS)
-    return rcc_nccl_from(r, NULL, "ncclGroupStart");
-#endif
   depth++;
   return ncclSuccess;
 }
@@ -200,15 +193,76 @@ ncclResult_t pncclGroupEnd(void) {
   if (depth == 0)
     return rcc_nccl_fail(ncclInvalidUsage, "ncclGroupEnd without "
                          "ncclGroupStart");
-  depth--;
-#ifdef RCC_NCCL_HAVE_GROUPS
-  return rcc_nccl_from(ringcc_group_end(), NULL, "ncclGroupEnd");
-#else
-  if (depth > 0 || npending == 0)
+  if (--depth > 0 || npending == 0)
     return ncclSuccess;
   int n = npending;
   npending = 0; /* a failure leaves the next group empty */
+#ifdef RCC_NCCL_HAVE_GROUPS
+  ringcc_result_t r = ringcc_group_start();
+  const char *fn = "ncclGroupEnd";
+  for (int i = 0; i < n && r == RINGCC_SUCCESS; i++)
+    if ((r = rcc_nccl_execute(&pending[i])) != RINGCC_SUCCESS)
+      fn = pending[i].fn;
+  ringcc_result_t end = ringcc_group_end();
+  return rcc_nccl_from(r != RINGCC_SUCCESS ? r : end,
+                       pending[0].comm->rc, fn);
+#else
   return run_group(pending, n);
 #endif
 }
 NCCL_ALIAS(ncclGroupEnd)
+
+/* The cost model's name of a collective; NULL for those it does not model
+ * (point to point, gather, scatter: they count 0). */
+static const char *model_name(enum rcc_nccl_kind kind) {
+  switch (kind) {
+  case RCC_NCCL_ALLREDUCE: return "allreduce";
+  case RCC_NCCL_REDUCE: return "reduce";
+  case RCC_NCCL_REDUCE_SCATTER: return "reduce_scatter";
+  case RCC_NCCL_ALLGATHER: return "allgather";
+  case RCC_NCCL_BCAST: return "bcast";
+  case RCC_NCCL_ALLTOALL: return "alltoall";
+  default: return NULL;
+  }
+}
+
+/* Ends the group without running it: simInfo->estimatedTime gets the
+ * tuner's predicted time in seconds, the largest over the group's
+ * communicators (they progress together) of the sum of their calls. */
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
+  const char *fn = "ncclGroupSimulateEnd";
+  if (simInfo == NULL || simInfo->magic != 0x74685283u ||
+      simInfo->size < sizeof *simInfo)
+    return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'simInfo' is %s",
+                         fn, simInfo == NULL ? "NULL"
+                         : "not initialised with NCCL_SIM_INFO_INITIALIZER");
+  if (depth == 0)
+    return rcc_nccl_fail(ncclInvalidUsage, "%s without ncclGroupStart", fn);
+  if (--depth > 0)
+    return ncclSuccess; /* the outermost end simulates */
+  int n = npending;
+  npending = 0;
+  double worst = 0;
+  for (int i = 0; i < n; i++) {
+    double total = 0;
+    int first = 1;
+    for (int j = 0; j < i && first; j++)
+      first = pending[j].comm != pending[i].comm;
+    for (int j = i; j < n && first; j++) {
+      const char *name = model_name(pending[j].kind);
+      double s = 0;
+      if (pending[j].comm != pending[i].comm || name == NULL)
+        continue;
+      ringcc_result_t r = ringcc_comm_predict(pending[j].comm->rc, name,
+                                              pending[j].count, pending[j].dt,
+                                              &s);
+      if (r != RINGCC_SUCCESS)
+        return rcc_nccl_from(r, pending[j].comm->rc, fn);
+      total += s;
+    }
+    worst = total > worst ? total : worst;
+  }
+  simInfo->estimatedTime = (float)worst;
+  return ncclSuccess;
+}
+NCCL_ALIAS(ncclGroupSimulateEnd)

@@ -1,6 +1,6 @@
 /*
- * nccl_more.c - premul-sum ops, memory and registration, the group
- * simulation, and what libringcc does not offer: each of those returns
+ * nccl_more.c - premul-sum ops, memory and registration, and what libringcc
+ * does not offer: each of those returns
  * ncclInvalidUsage and ncclGetLastError says what is not supported
  * (docs/nccl.md lists them). The functions that only the wheel's NCCL
  * (2.30) declares are declared here with its signatures (types the toolkit
@@ -122,8 +122,6 @@ struct ncclParamHandle;
 #define NO_DEVICE_API "the device-side API (nccl_device.h) is out of scope"
 #define NO_WINDOWS "symmetric memory windows are not implemented"
 
-NOT_SUPPORTED(ncclGroupSimulateEnd, "the cost model's prediction is not "
-              "public in libringcc yet", ncclSimInfo_t *simInfo)
 NOT_SUPPORTED(ncclCommWindowRegister, NO_WINDOWS, ncclComm_t comm, void *buff,
               size_t size, ncclWindow_t *win, int winFlags)
 NOT_SUPPORTED(ncclCommWindowDeregister, NO_WINDOWS, ncclComm_t comm,
