@@ -50,7 +50,7 @@ build)
   ln -s "$cuda/include/nccl.h" "$home/include/nccl.h"
   ln -s "$here/build/lib/libnccl.so.2" "$home/lib/libnccl.so"
   ln -s "$here/build/lib/libnccl.so.2" "$home/lib/libnccl.so.2"
-  make -C "$tests" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda" NCCL_HOME="$home" \
+  make -C "$tests" -j"${JOBS:-$(nproc)}" MPI=0 CUDA_HOME="$cuda" NCCL_HOME="$home" \
     NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90}" \
     >"$here/build/nccl-tests-build.log" 2>&1 ||
     { tail -20 "$here/build/nccl-tests-build.log"; exit 1; }

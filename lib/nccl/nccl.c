@@ -563,35 +563,30 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList,
 }
 NCCL_ALIAS(ncclCommShrink)
 
-ncclResult_t pncclCommCount(const ncclComm_t comm, int *count) {
-  ncclResult_t r = rcc_nccl_ready("ncclCommCount", comm);
-  if (r == ncclSuccess && count == NULL)
-    r = rcc_nccl_fail(ncclInvalidArgument, "ncclCommCount: argument 'count' is NULL");
+/* One int of a ready communicator into *out (the argument named arg). */
+static ncclResult_t comm_int(const char *fn, ncclComm_t comm, int *out,
+                             const char *arg, int which) {
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
+  if (r == ncclSuccess && out == NULL)
+    r = rcc_nccl_fail(ncclInvalidArgument, "%s: argument '%s' is NULL", fn, arg);
   if (r == ncclSuccess)
-    *count = comm->nranks;
+    *out = which == 0 ? comm->nranks : which == 1 ? comm->rank : comm->device;
   return r;
+}
+
+ncclResult_t pncclCommCount(const ncclComm_t comm, int *count) {
+  return comm_int("ncclCommCount", comm, count, "count", 0);
 }
 NCCL_ALIAS(ncclCommCount)
 
 ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank) {
-  ncclResult_t r = rcc_nccl_ready("ncclCommUserRank", comm);
-  if (r == ncclSuccess && rank == NULL)
-    r = rcc_nccl_fail(ncclInvalidArgument, "ncclCommUserRank: argument 'rank' is NULL");
-  if (r == ncclSuccess)
-    *rank = comm->rank;
-  return r;
+  return comm_int("ncclCommUserRank", comm, rank, "rank", 1);
 }
 NCCL_ALIAS(ncclCommUserRank)
 
-/* The device is the one current at init (ringcc's choice); -1 when the
- * communicator has none (host buffers only). */
+/* -1: which GPU ringcc chose is not in its public API (docs/nccl.md). */
 ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device) {
-  ncclResult_t r = rcc_nccl_ready("ncclCommCuDevice", comm);
-  if (r == ncclSuccess && device == NULL)
-    r = rcc_nccl_fail(ncclInvalidArgument, "ncclCommCuDevice: argument 'device' is NULL");
-  if (r == ncclSuccess)
-    *device = comm->device;
-  return r;
+  return comm_int("ncclCommCuDevice", comm, device, "device", 2);
 }
 NCCL_ALIAS(ncclCommCuDevice)
 

@@ -24,7 +24,7 @@
 struct ncclComm {
   ringcc_comm_t rc;
   int rank, nranks;
-  int device;                /* the CUDA device at init, -1 none */
+  int device;                /* ncclCommCuDevice's answer: -1 (not public) */
   int nonblocking;           /* config blocking = 0 */
   volatile int init_state;   /* ncclInProgress while the init thread runs */
   pthread_t init_thread;
