@@ -71,9 +71,11 @@ typedef enum {
   /* OCP FP8 (the NVIDIA/ml_dtypes float8_e4m3fn and float8_e5m2 encodings).
    * Reduced in float and rounded to nearest even once per step (each
    * combination of two values). Overflow: e4m3 has no infinity and
-   * saturates to +-448 (as CUDA's and NCCL's conversions do; +-Inf inputs
-   * too); e5m2 overflows to +-Inf like float16. NaNs stay NaN. Host buffers
-   * only: on device buffers the call returns RINGCC_ERR_UNSUPPORTED. */
+   * saturates to +-448 (as CUDA's __NV_SATFINITE conversion, NCCL and
+   * torch's float8_e4m3fn casts do; +-Inf inputs too; ml_dtypes and OCP's
+   * non-saturating mode give NaN from 480 up instead); e5m2 overflows to
+   * +-Inf like float16. NaNs stay NaN. Host buffers only: on device buffers
+   * the call returns RINGCC_ERR_UNSUPPORTED. */
   RINGCC_FLOAT8_E4M3 = 10,
   RINGCC_FLOAT8_E5M2 = 11,
   RINGCC_NUM_DATATYPES
