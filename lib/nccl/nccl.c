@@ -517,6 +517,26 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 }
 NCCL_ALIAS(ncclCommRevoke)
 
+/* A communicator that a split or shrink made (NULL: none for this rank)
+ * as NCCL's; complete when the call returns, whatever config->blocking. */
+static ncclResult_t adopt(const char *fn, ringcc_comm_t out,
+                          const ncclConfig_t *config, ncclComm_t *newcomm) {
+  *newcomm = NULL;
+  if (out == NULL)
+    return ncclSuccess;
+  struct ncclComm *c = rcc_nccl_comm_new(0, 0, config);
+  if (c == NULL) {
+    ringcc_comm_destroy(out);
+    return rcc_nccl_fail(ncclSystemError, "%s: out of memory", fn);
+  }
+  c->rc = out;
+  ringcc_comm_rank(out, &c->rank);
+  ringcc_comm_size(out, &c->nranks);
+  c->nonblocking = 0;
+  *newcomm = c;
+  return ncclSuccess;
+}
+
 ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key,
                             ncclComm_t *newcomm, ncclConfig_t *config) {
   const char *fn = "ncclCommSplit";
@@ -533,33 +553,40 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key,
   ringcc_result_t rr = ringcc_comm_split(comm->rc, color, key, &out);
   if (rr != RINGCC_SUCCESS)
     return rcc_nccl_from(rr, comm->rc, fn);
-  *newcomm = NULL;
-  if (out == NULL)
-    return ncclSuccess;
-  struct ncclComm *c = rcc_nccl_comm_new(0, 0, config);
-  if (c == NULL) {
-    ringcc_comm_destroy(out);
-    return rcc_nccl_fail(ncclSystemError, "%s: out of memory", fn);
-  }
-  c->rc = out;
-  ringcc_comm_rank(out, &c->rank);
-  ringcc_comm_size(out, &c->nranks);
-  c->nonblocking = 0; /* the split is complete when it returns */
-  *newcomm = c;
-  return ncclSuccess;
+  return adopt(fn, out, config, newcomm);
 }
 NCCL_ALIAS(ncclCommSplit)
 
 ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList,
                              int excludeRanksCount, ncclComm_t *newcomm,
                              ncclConfig_t *config, int shrinkFlags) {
-  (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm,
-      (void)config, (void)shrinkFlags;
-  ncclResult_t r = rcc_nccl_ready("ncclCommShrink", comm);
-  if (r != ncclSuccess)
+  const char *fn = "ncclCommShrink";
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
+  if (r != ncclSuccess || (r = rcc_nccl_check_config(fn, config)) != ncclSuccess)
     return r;
-  return rcc_nccl_fail(ncclInvalidUsage, "ncclCommShrink is not supported yet: it "
-              "waits for ringcc_comm_shrink (docs/nccl.md)");
+#ifdef RCC_NCCL_HAVE_SHRINK
+  if (newcomm == NULL || excludeRanksCount < 0 ||
+      (excludeRanksCount > 0 && excludeRanksList == NULL))
+    return rcc_nccl_fail(ncclInvalidArgument, "%s: newcomm %p, "
+                         "excludeRanksList %p with excludeRanksCount %d",
+                         fn, (void *)newcomm, (void *)excludeRanksList,
+                         excludeRanksCount);
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
+    return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'shrinkFlags' is "
+                         "%d, not NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT",
+                         fn, shrinkFlags);
+  ringcc_comm_t out = NULL;
+  ringcc_result_t rr = ringcc_comm_shrink(comm->rc, excludeRanksList,
+                                          excludeRanksCount, &out);
+  if (rr != RINGCC_SUCCESS)
+    return rcc_nccl_from(rr, comm->rc, fn);
+  return adopt(fn, out, config, newcomm); /* NULL: this rank was excluded */
+#else
+  (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm,
+      (void)shrinkFlags;
+  return rcc_nccl_fail(ncclInvalidUsage, "ncclCommShrink is not supported "
+                       "yet: it waits for ringcc_comm_shrink (docs/nccl.md)");
+#endif
 }
 NCCL_ALIAS(ncclCommShrink)
 

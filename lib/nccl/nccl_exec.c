@@ -10,6 +10,7 @@
 /* Gather and scatter: ringcc_gather/ringcc_scatter where this ringcc has
  * them (the Makefile looks in include/ringcc.h), else point to point with
  * the root, which receives (sends) each rank's block in rank order. */
+#ifndef RCC_NCCL_HAVE_GATHER
 static ringcc_result_t gather_p2p(const struct rcc_nccl_call *c, int scatter) {
   struct ncclComm *comm = c->comm;
   size_t bytes = c->count * ringcc_datatype_size(c->dt);
@@ -37,6 +38,7 @@ static ringcc_result_t gather_p2p(const struct rcc_nccl_call *c, int scatter) {
   }
   return RINGCC_SUCCESS;
 }
+#endif
 
 ringcc_result_t rcc_nccl_execute(const struct rcc_nccl_call *c) {
   ringcc_comm_t rc = c->comm->rc;
