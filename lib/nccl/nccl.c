@@ -319,9 +319,11 @@ static void *init_thread(void *arg) {
   return NULL;
 }
 
+/* device: the GPU (ringcc_config_t.cuda_device), or -1 for ringcc's choice;
+ * RINGCC_CUDA_DEVICE, where set, wins. */
 static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
                               const ncclUniqueId *id, int rank,
-                              const ncclConfig_t *config) {
+                              const ncclConfig_t *config, int device) {
   ncclResult_t nr;
   if (comm == NULL)
     return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'comm' is NULL", fn);
@@ -335,6 +337,8 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
   if (c == NULL)
     return rcc_nccl_fail(ncclSystemError, "%s: out of memory", fn);
   memcpy(c->id.internal, id->internal, sizeof c->id.internal);
+  if (device >= 0 && getenv("RINGCC_CUDA_DEVICE") == NULL)
+    c->config.cuda_device = device;
   *comm = c;
   if (c->nonblocking) { /* init runs in a thread; GetAsyncError polls it */
     c->init_state = ncclInProgress;
@@ -355,7 +359,7 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
 
 ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks,
                                ncclUniqueId commId, int rank) {
-  return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, NULL);
+  return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, NULL, -1);
 }
 NCCL_ALIAS(ncclCommInitRank)
 
@@ -363,7 +367,7 @@ ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks,
                                      ncclUniqueId commId, int rank,
                                      ncclConfig_t *config) {
   return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank,
-                   config);
+                   config, -1);
 }
 NCCL_ALIAS(ncclCommInitRankConfig)
 
@@ -377,13 +381,13 @@ ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks,
   /* One rendezvous is enough for ringcc: the first id's (the same on every
    * rank, as NCCL requires). */
   return init_rank("ncclCommInitRankScalable", newcomm, nranks, commIds,
-                   myrank, config);
+                   myrank, config, -1);
 }
 NCCL_ALIAS(ncclCommInitRankScalable)
 
 struct init_all_arg {
   ncclComm_t *comm;
-  int nranks, rank;
+  int nranks, rank, device;
   const ncclUniqueId *id;
   ncclResult_t r;
 };
@@ -391,14 +395,14 @@ struct init_all_arg {
 static void *init_all_rank(void *p) {
   struct init_all_arg *a = p;
   a->r = init_rank("ncclCommInitAll", a->comm, a->nranks, a->id, a->rank,
-                   NULL);
+                   NULL, a->device);
   return NULL;
 }
 
 /* One process, ndev ranks: each rank's init in a thread of its own (ringcc's
- * init waits for every rank). */
+ * init waits for every rank), rank i on GPU devlist[i]; without devlist,
+ * ringcc's choice (a thread that has not used CUDA: host buffers only). */
 ncclResult_t pncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
-  (void)devlist; /* devices: ringcc picks the current one per thread */
   if (comm == NULL || ndev < 1)
     return rcc_nccl_fail(ncclInvalidArgument, "ncclCommInitAll: comm %p, ndev %d",
                 (void *)comm, ndev);
@@ -415,7 +419,8 @@ ncclResult_t pncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
   }
   int started = 0;
   for (int i = 0; i < ndev; i++) {
-    args[i] = (struct init_all_arg){&comm[i], ndev, i, &id, ncclSuccess};
+    args[i] = (struct init_all_arg){&comm[i], ndev, i, devlist ? devlist[i] : -1,
+                                    &id, ncclSuccess};
     if (pthread_create(&threads[i], NULL, init_all_rank, &args[i]) != 0)
       break;
     started++;
