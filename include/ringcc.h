@@ -387,7 +387,10 @@ RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
  * bfloat16 and float8 multiply in float and round once to nearest even,
  * float32 and float64 round once in their own type; then the sum rounds
  * once per step as RINGCC_SUM does. So the result is sum_r round(x_r * s),
- * not round(s * sum_r x_r). The op is this communicator's only (not its
+ * not round(s * sum_r x_r). Every algorithm runs it (the staging is not
+ * registered memory: where a sum over registered buffers would run
+ * zero-copy, a premul-sum takes the copying algorithms). The op is this
+ * communicator's only (not its
  * splits'), lives until ringcc_op_destroy or the communicator's destroy,
  * and is refused with RINGCC_ERR_INVALID_ARGUMENT ('op') by a call of
  * another datatype and after it is destroyed (op values are not reused).
