@@ -223,6 +223,16 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
 /* MPI_Comm_split_type with MPI_COMM_TYPE_SHARED: one communicator per host. */
 RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
                                                   int key, ringcc_comm_t *out);
+/* ULFM's MPI_Comm_shrink, NCCL's ncclCommShrink: a communicator of the
+ * ranks of comm that are not excluded, renumbered in order. Called by those
+ * ranks only, on a healthy communicator or one that lost ranks (after
+ * RINGCC_ERR_PEER_FAILED). exclude NULL (nexclude 0): the ranks known to
+ * have failed, agreed among the survivors (every survivor gets the same
+ * communicator, or an error). A failure during the shrink is an error,
+ * never a hang (docs/reliability.md). */
+RINGCC_API ringcc_result_t ringcc_comm_shrink(ringcc_comm_t comm,
+                                              const int *exclude, int nexclude,
+                                              ringcc_comm_t *out);
 RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank);
 RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size);
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm);
@@ -361,8 +371,13 @@ RINGCC_API ringcc_result_t ringcc_alltoall(const void *sendbuf, void *recvbuf,
                                            size_t count, ringcc_datatype_t dt,
                                            ringcc_comm_t comm,
                                            ringcc_stream_t stream);
-/* Point to point, matched in order per (sender, receiver) pair. Both block
- * until the message has been handed over (host buffers). */
+/* Point to point, matched in order per (sender, receiver) pair. Outside a
+ * group both block until the message has been handed over (host buffers):
+ * a send larger than the FIFO (512 KiB over shared memory, 2 MiB over TCP by
+ * default) waits for its receiver, so two ranks that both send first
+ * deadlock until the timeout; post such exchanges in a group (below).
+ * Outside a group, peer must be another rank; inside one it may be this rank
+ * (a copy, matched in order with this rank's receive from itself). */
 RINGCC_API ringcc_result_t ringcc_send(const void *buf, size_t count,
                                        ringcc_datatype_t dt, int peer,
                                        ringcc_comm_t comm,
@@ -417,6 +432,65 @@ RINGCC_API ringcc_result_t ringcc_comm_predict(ringcc_comm_t comm,
                                                size_t count,
                                                ringcc_datatype_t dt,
                                                double *seconds);
+
+/* ---- groups and requests ------------------------------------------------
+ *
+ * Groups, as NCCL's ncclGroupStart/End: per thread, and nestable (only the
+ * outermost end runs anything). Between ringcc_group_start and
+ * ringcc_group_end, collective and point-to-point calls are checked at the
+ * call (a bad argument fails that call with its error and leaves the group
+ * as it was) and kept; the end runs them and returns when all are done:
+ *   - per communicator, its collectives in call order (every rank must make
+ *     the same collective calls on it in the same order, as outside a
+ *     group), then its sends and receives all together: each moves whenever
+ *     its FIFO lets it, so sends and receives of any size in any order
+ *     cannot deadlock (both ranks sending 8 MiB first, an alltoallv written
+ *     as a send and a recv per peer); messages between two ranks match in
+ *     the order they were posted, across groups too;
+ *   - several communicators (one thread driving the communicators of
+ *     several ranks, as with ncclCommInitAll) progress at once, each on its
+ *     own progress thread (below).
+ * The buffers must stay valid and untouched until the group's end (or its
+ * request's completion). A send to this rank itself, inside a group, is a
+ * copy to the matching receive from itself. Grouped sends and receives take
+ * host buffers. ringcc_group_end without ringcc_group_start is
+ * RINGCC_ERR_INVALID_USAGE; a failure at the end returns the first one
+ * (ringcc_comm_last_error of its communicator says which).
+ *
+ * Requests. ringcc_group_end_async ends the outermost group like
+ * ringcc_group_end but returns at once with *req: the work runs on the
+ * communicator's progress thread (one per communicator, started at its
+ * first group that needs it, ended by destroy). A single collective becomes
+ * non-blocking as a one-call group:
+ *
+ *     ringcc_group_start();
+ *     ringcc_allreduce(x, x, n, RINGCC_FLOAT32, RINGCC_SUM, comm, NULL);
+ *     ringcc_request_t req;
+ *     ringcc_group_end_async(&req);
+ *     ... compute, not touching x ...
+ *     ringcc_wait(req);
+ *
+ * Requests on one communicator complete in the order they were made. A
+ * request whose communicator fails (a peer dies, the deadline passes,
+ * ringcc_comm_abort) completes with that error. While requests are in
+ * flight on a communicator, a blocking call on it from the user's thread
+ * (or a group that ends with ringcc_group_end) runs after them: it waits
+ * for them first. ringcc_comm_destroy with requests in flight is refused
+ * with RINGCC_ERR_INVALID_USAGE (wait for them first); ringcc_comm_abort
+ * ends them with RINGCC_ERR_ABORTED. Every request must be completed by
+ * ringcc_wait or by ringcc_test reporting done (which frees it). */
+RINGCC_API ringcc_result_t ringcc_group_start(void);
+RINGCC_API ringcc_result_t ringcc_group_end(void);
+typedef struct ringcc_request *ringcc_request_t;
+/* Inside an inner group: RINGCC_ERR_INVALID_USAGE (end those with
+ * ringcc_group_end). An empty group gives a request that is done. */
+RINGCC_API ringcc_result_t ringcc_group_end_async(ringcc_request_t *req);
+/* Never blocks. *done = 0: still running (req stays valid), returns
+ * RINGCC_SUCCESS; *done = 1: req is freed and the call returns the
+ * request's result. */
+RINGCC_API ringcc_result_t ringcc_test(ringcc_request_t req, int *done);
+/* Waits for req, frees it, and returns its result. */
+RINGCC_API ringcc_result_t ringcc_wait(ringcc_request_t req);
 
 /* ---- registered memory -------------------------------------------------
  *

@@ -4,6 +4,7 @@
 # usage: scripts/nccl-gpu-check.sh fetch [SOURCE]
 #        scripts/nccl-gpu-check.sh build
 #        scripts/nccl-gpu-check.sh run [--venv VENV] [--sizes "-b 8 -e 64M -f 4"]
+#        scripts/nccl-gpu-check.sh            (as scripts/gpu-check.sh calls it)
 #
 # fetch  clones nccl-tests (SOURCE: a git URL or a local clone; default
 #        https://github.com/NVIDIA/nccl-tests) into build/nccl-tests, an
@@ -26,13 +27,36 @@
 #        of busbw (GB/s) at the largest size, ringcc next to NCCL, and
 #        writes the logs under build/nccl-gpu/. Exit 0 when every check
 #        passed.
+# With no arguments (scripts/gpu-check.sh's step nccl-dropin): run with
+# sizes 8 B to 8 MiB, each program's time capped at a sixteenth of
+# NCCL_GPU_CHECK_BUDGET seconds (default 40), the library of $BUILD/lib,
+# logs in $NCCL_GPU_CHECK_OUT, the torch part where NCCL_GPU_CHECK_VENV
+# names a venv with CUDA torch; exit 77, its first line saying why, where
+# there is no GPU or nccl-tests was not built beforehand (fetch and build
+# need the network and minutes: run them before the GPU's turn, the folder
+# travels with the tree). The last line is always "nccl-gpu-check: ...".
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 tests=$here/build/nccl-tests
-out=$here/build/nccl-gpu
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
-[ $# -ge 1 ] || usage
+out=${NCCL_GPU_CHECK_OUT:-$here/build/nccl-gpu}
+build=${BUILD:-build}
+case $build in /*) ;; *) build=$here/$build ;; esac
+libdir=$build/lib
+per=600
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+if [ $# -eq 0 ]; then   # scripts/gpu-check.sh's call
+  if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    echo "nccl-gpu-check: skipped: no GPU here (nvidia-smi -L)"; exit 77
+  fi
+  if [ ! -x "$tests/build/all_reduce_perf" ]; then
+    echo "nccl-gpu-check: skipped: nccl-tests not built (scripts/nccl-gpu-check.sh fetch; build, before the GPU's turn)"
+    exit 77
+  fi
+  per=$(( ${NCCL_GPU_CHECK_BUDGET:-40} / 16 ))
+  [ "$per" -ge 2 ] || per=2
+  set -- run --sizes "-b 8 -e 8M -f 8" ${NCCL_GPU_CHECK_VENV:+--venv "$NCCL_GPU_CHECK_VENV"}
+fi
 
 cmd=$1; shift
 case $cmd in
@@ -44,12 +68,12 @@ fetch)
   ;;
 build)
   [ -d "$tests/src" ] || { echo "nccl-gpu-check: no $tests (fetch first)" >&2; exit 1; }
-  [ -f "$here/build/lib/libnccl.so.2" ] || { echo "nccl-gpu-check: make lib first" >&2; exit 1; }
+  [ -f "$libdir/libnccl.so.2" ] || { echo "nccl-gpu-check: make lib first" >&2; exit 1; }
   home=$here/build/nccl-home
   rm -rf "$home"; mkdir -p "$home/include" "$home/lib"
   ln -s "$cuda/include/nccl.h" "$home/include/nccl.h"
-  ln -s "$here/build/lib/libnccl.so.2" "$home/lib/libnccl.so"
-  ln -s "$here/build/lib/libnccl.so.2" "$home/lib/libnccl.so.2"
+  ln -s "$libdir/libnccl.so.2" "$home/lib/libnccl.so"
+  ln -s "$libdir/libnccl.so.2" "$home/lib/libnccl.so.2"
   make -C "$tests" -j"${JOBS:-$(nproc)}" MPI=0 CUDA_HOME="$cuda" NCCL_HOME="$home" \
     NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90}" \
     >"$here/build/nccl-tests-build.log" 2>&1 ||
@@ -79,12 +103,12 @@ run)
   for t in all_reduce reduce_scatter all_gather broadcast reduce alltoall sendrecv; do
     row=$(printf '%-22s' "$t")
     for which in ringcc nccl; do
-      if [ "$which" = ringcc ]; then dir=$here/build/lib; want="RINGCC INFO"
+      if [ "$which" = ringcc ]; then dir=$libdir; want="RINGCC INFO"
       else dir=$real; want="NCCL version"; fi
       if [ -z "$dir" ]; then row="$row $(printf '%14s' n/a)"; continue; fi
       log=$out/${t}_${which}.log
       env LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}" NCCL_DEBUG=VERSION RINGCC_DEBUG=INFO \
-        timeout 600 "$tests/build/${t}_perf" $sizes -g "$ngpu" -c 1 >"$log" 2>&1 || true
+        timeout "$per" "$tests/build/${t}_perf" $sizes -g "$ngpu" -c 1 >"$log" 2>&1 || true
       if ! grep -q "Out of bounds values : 0 OK" "$log" || ! grep -q "$want" "$log"; then
         echo "nccl-gpu-check: FAIL: ${t}_perf with $which ($log)"; fails=$((fails + 1))
       fi
@@ -129,7 +153,7 @@ if __name__ == "__main__":
     n = torch.cuda.device_count()
     mp.spawn(rank_main, args=(n, sys.argv[1], 29000 + os.getpid() % 1000), nprocs=n)
 PY
-    "$here/scripts/nccl-switch.sh" install "$ovl"
+    "$here/scripts/nccl-switch.sh" install "$ovl" "$libdir/libnccl.so.2"
     if RINGCC_DEBUG=WARN "$ovl/bin/python" "$out/pg_nccl.py" "$osite/nvidia/nccl/lib" >"$out/torch_ringcc.log" 2>&1; then
       tail -1 "$out/torch_ringcc.log"
     else echo "nccl-gpu-check: FAIL: torch with ringcc ($out/torch_ringcc.log)"; fails=$((fails + 1)); fi

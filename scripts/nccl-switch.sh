@@ -16,7 +16,7 @@
 # was there (and removes what install created). Exit status 0 on success.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 action=$1 venv=$2
 here=$(cd "$(dirname "$0")/.." && pwd)

@@ -493,29 +493,75 @@ static char *run_script(const char *cmd, int *status) {
   return out;
 }
 
-Test(cuda_build, gpu_check_plans_every_rank_count_and_check, .timeout = 60) {
+/* The sum of the caps the plan prints ("caps add up to N s"), or -1. */
+static int plan_caps(const char *out) {
+  const char *at = strstr(out, "caps add up to ");
+  return at ? atoi(at + strlen("caps add up to ")) : -1;
+}
+
+/* One call of the device tool has ten minutes: the plan's caps add up to at
+ * most 540 s, and a step that cannot run says why instead of failing. */
+Test(cuda_build, gpu_check_plan_fits_one_device_call, .timeout = 60) {
   int st;
   if (access("scripts/gpu-check.sh", X_OK) != 0)
     cr_skip_test("run from the repository root (make test does)");
-  char *out = run_script("scripts/gpu-check.sh --dry-run --gpus 8 2>&1", &st);
+  char *out = run_script("env -u CUDA_MPS_PIPE_DIRECTORY "
+                         "GPU_CHECK_OUT=/tmp/rcc-gpu-out-plan "
+                         "scripts/gpu-check.sh --dry-run --gpus 1 2>&1", &st);
   cr_expect_eq(st, 0, "%s", out);
-  static const char *const want8[] = {
-      "threads-1", "threads-2", "threads-3", "threads-4", "threads-8",
-      "procs-2", "procs-4", "procs-8", "--backend nccl", "--backend ringcc",
-      "--kill 4", "--graph", "--streams", "RINGCC_NCHANNELS=1", "--contexts",
-      "RINGCC_P2P_DISABLE=1", "RINGCC_SHM_DISABLE=1", "reduce_bw", "-e 256M",
-      "--spread", "nothing was run"};
-  for (size_t i = 0; i < sizeof(want8) / sizeof(want8[0]); i++)
-    cr_expect(strstr(out, want8[i]) != NULL, "8 GPUs: no '%s' in the plan:\n%s",
-              want8[i], out);
+  int caps = plan_caps(out);
+  cr_expect(caps > 0 && caps <= 540, "1 GPU: caps add up to %d s:\n%s", caps,
+            out);
+  /* In order of value: build first, then the kernels, then the suite at 1,
+   * 2, 4 thread ranks, processes, graphs, the sweeps, NCCL. */
+  static const char *const order[] = {
+      "build ", "WERROR=0", "arch=compute_90", "sm_90 -j", "reduce_bw",
+      "--threads 1", "--threads 2", "--threads 4", "procs-2", "--graph",
+      "RINGCC_ALGO=ring", "-e 1G", "--copy-bw", "perf-zc",
+      "--backend nccl --threads 1", "nccl-dropin", "nothing was run"};
+  const char *at = out;
+  for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+    const char *next = strstr(at, order[i]);
+    cr_expect(next != NULL, "1 GPU: no '%s' after what came before:\n%s",
+              order[i], out);
+    if (next)
+      at = next;
+  }
+  cr_expect(strstr(out, "/tmp/rcc-gpu-out-plan") != NULL,
+            "GPU_CHECK_OUT is not where the logs go:\n%s", out);
+  if (access("/tmp/nvidia-mps/control", F_OK) != 0)
+    cr_expect(strstr(out, "procs-2         0s  skipped: one GPU and no MPS") !=
+                  NULL, "1 GPU without MPS: procs-2 not skipped:\n%s", out);
+  cr_expect(strstr(out, "--threads 8") == NULL && strstr(out, "--kill") == NULL,
+            "1 GPU: steps beyond the budget's plan:\n%s", out);
   free(out);
-  /* One GPU: NCCL refuses two ranks on it, so ranks sharing it are
-   * measured against its copy bandwidth instead. */
-  out = run_script("scripts/gpu-check.sh --dry-run --gpus 1 2>&1", &st);
+  /* GPU_CHECK_DRY=1 is --dry-run; two GPUs: NCCL with two ranks, processes
+   * spread over them. */
+  out = run_script("GPU_CHECK_DRY=1 scripts/gpu-check.sh --gpus 2 2>&1", &st);
   cr_expect_eq(st, 0, "%s", out);
-  cr_expect(strstr(out, "--copy-bw") && strstr(out, "--threads 4") &&
-                !strstr(out, "--backend nccl") && !strstr(out, "procs-8"),
-            "1 GPU:\n%s", out);
+  caps = plan_caps(out);
+  cr_expect(caps > 0 && caps <= 540, "2 GPUs: caps add up to %d s", caps);
+  cr_expect(strstr(out, "--backend nccl --threads 2 --spread") &&
+                strstr(out, "ringcc-run -np 2") && strstr(out, "nothing was run"),
+            "2 GPUs:\n%s", out);
+  free(out);
+  /* One GPU under MPS (its control pipe): two process ranks share it. */
+  char mps[] = "/tmp/rcc-mps-plan-XXXXXX", cmd[256];
+  cr_assert(mkdtemp(mps) != NULL);
+  snprintf(cmd, sizeof(cmd), "mkfifo %s/control && CUDA_MPS_PIPE_DIRECTORY=%s "
+           "scripts/gpu-check.sh --dry-run --gpus 1 2>&1; rm -rf %s", mps, mps,
+           mps);
+  out = run_script(cmd, &st);
+  cr_expect(st == 0 && strstr(out, "ringcc-run -np 2") != NULL &&
+                strstr(out, "procs-2        40s") != NULL,
+            "1 GPU under MPS:\n%s", out);
+  caps = plan_caps(out);
+  cr_expect(caps > 0 && caps <= 540, "under MPS: caps add up to %d s", caps);
+  free(out);
+  /* A budget over one call's is refused. */
+  out = run_script("scripts/gpu-check.sh --dry-run --budget 600 2>&1", &st);
+  cr_expect_eq(st, 2, "--budget 600: exit %d:\n%s", st, out);
+  cr_expect(strstr(out, "at most 540") != NULL, "%s", out);
   free(out);
   if (gpu_count() == 0 && access("/dev/nvidia0", F_OK) != 0) {
     out = run_script("scripts/gpu-check.sh 2>&1", &st);
@@ -543,14 +589,15 @@ Test(cuda_build, gpu_check_tables_from_logs, .timeout = 60) {
   snprintf(cmd, sizeof(cmd), "mkdir -p %s", path);
   cr_assert(system(cmd) == 0);
   static const struct { const char *file, *text; } logs[] = {
-      {"perf-ringcc.log", "ARPERF ringcc 8 8 24.000 0.000 0.000 1\n"
-                          "ARPERF ringcc 8 268435456 2000.000 134.2 234.9 1\n"},
-      {"perf-nccl.log", "ARPERF nccl 8 8 20.000 0.000 0.000 1\n"
-                        "ARPERF nccl 8 268435456 1800.000 149.1 260.9 1\n"},
+      {"perf-ring.log", "ARPERF ringcc 2 8 9.000 0.001 0.001 1\n"
+                        "ARPERF ringcc 2 268435456 900.000 298.3 298.3 1\n"
+                        "ARPERF copy 1 1073741824 2000.000 536.9\n"},
+      {"perf-nccl.log", "ARPERF nccl 1 8 6.000 0.001 0.000 1\n"
+                        "ARPERF nccl 1 268435456 500.000 536.9 0.000 1\n"},
       {"threads-2.log", "gpu_suite: 2 ranks (threads, p2p): 6000 device "
                         "collectives checked, 0 wrong elements, 12.0 s\n"},
-      {"procs-4.log", "[0] gpu_suite: 4 ranks (processes, p2p): 3000 device "
-                      "collectives checked, 2 wrong elements, 20.0 s\n"},
+      {"threads-4.log", "gpu_suite: 4 ranks (threads, p2p): 3000 device "
+                        "collectives checked, 2 wrong elements, 20.0 s\n"},
   };
   for (size_t i = 0; i < sizeof(logs) / sizeof(logs[0]); i++) {
     char file[320];
@@ -560,16 +607,28 @@ Test(cuda_build, gpu_check_tables_from_logs, .timeout = 60) {
     fputs(logs[i].text, f);
     fclose(f);
   }
-  snprintf(cmd, sizeof(cmd), "BUILD=%s scripts/gpu-check.sh --report --gpus 8 "
-           "2>&1", dir);
+  snprintf(cmd, sizeof(cmd), "GPU_CHECK_OUT=%s/gpu scripts/gpu-check.sh "
+           "--report --gpus 1 2>&1", dir);
   char *out = run_script(cmd, &st);
   cr_expect_eq(st, 0, "%s", out);
   cr_expect(strstr(out, "2 suite runs, 9000 device collectives checked") != NULL,
             "%s", out);
-  cr_expect(strstr(out, "target at 256 MiB: >= 0.80 of NCCL: 0.90 met") != NULL,
+  cr_expect(strstr(out, "| 268435456 | 298.30 | 900.00 | - | - | 536.90 | "
+                        "0.00 | 500.00 |") != NULL, "%s", out);
+  cr_expect(strstr(out, "refuses two ranks on one GPU") != NULL, "%s", out);
+  cr_expect(strstr(out, "ring 256 MiB busbw >= 50% of the floor: 55.6% met") !=
+                NULL, "%s", out);
+  cr_expect(strstr(out, "zero-copy 256 MiB busbw >= 75% of the floor: not "
+                        "measured") != NULL, "%s", out);
+  cr_expect(strstr(out, "8 B AllReduce latency <= 10 us: 9.00 us met") != NULL,
             "%s", out);
-  cr_expect(strstr(out, "target at 8 B: <= 1.5x NCCL time: 1.20x met") != NULL,
-            "%s", out);
+  cr_expect(strstr(out, "| perf-zc | skipped | - | 0s | no device zero-copy") !=
+                NULL, "%s", out);
+  free(out);
+  /* The same tables in summary.md, in the output folder. */
+  snprintf(cmd, sizeof(cmd), "grep -c 'of the floor' %s/gpu/summary.md", dir);
+  out = run_script(cmd, &st);
+  cr_expect(st == 0 && atoi(out) == 2, "summary.md: %s", out);
   free(out);
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   cr_expect(system(cmd) == 0);

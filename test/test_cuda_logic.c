@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -726,9 +727,11 @@ Test(cuda_logic, enqueue_order_for_staging_and_capture, .timeout = 10) {
         int free_ = index_of(steps, n, RCC_CUDA_STAGE_FREE);
         const char *c = capture ? "captured" : "eager";
         cr_assert(kernel >= 0, "%s: no kernel", c);
-        cr_expect_eq(wait >= 0, have_last && !capture,
+        /* Captured: an external wait and record, so that replays are
+         * ordered against direct calls on other streams both ways. */
+        cr_expect_eq(wait >= 0, have_last || capture,
                      "%s, have_last %d: wait %d", c, have_last, wait);
-        cr_expect_eq(record >= 0, !capture, "%s: record %d", c, record);
+        cr_expect(record >= 0, "%s: no record", c);
         cr_expect_eq(kick >= 0, capture, "%s: host node %d", c, kick);
         cr_expect_eq(copy >= 0, stage);
         if (stage) {
@@ -744,8 +747,145 @@ Test(cuda_logic, enqueue_order_for_staging_and_capture, .timeout = 10) {
         if (record >= 0)
           cr_expect(kernel < record);
         if (kick >= 0)
-          cr_expect(kick < kernel && kick > copy);
+          cr_expect(kick < kernel && kick > copy && kick > wait);
       }
+}
+
+/* ---- one GPU shared: channels, hardware queues, processes, MPS --------------------- */
+
+Test(cuda_logic, channels_capped_by_the_sms_of_a_shared_gpu, .timeout = 10) {
+  cr_expect_eq(rcc_cuda_channel_cap(1, 132), RCC_MAX_CHANNELS);
+  cr_expect_eq(rcc_cuda_channel_cap(4, 0), RCC_MAX_CHANNELS, "SMs unknown");
+  cr_expect_eq(rcc_cuda_channel_cap(4, 132), 32 < RCC_MAX_CHANNELS ? 32
+                                                                 : RCC_MAX_CHANNELS);
+  cr_expect_eq(rcc_cuda_channel_cap(8, 132), 16);
+  cr_expect_eq(rcc_cuda_channel_cap(200, 132), 1, "never below one");
+  /* RINGCC_NCHANNELS=32 with 8 thread ranks on a GPU of 132 SMs: 16
+   * (comm.c applies rcc_cuda_channel_limit as it does to the links'
+   * choice). */
+  struct fake *f = malloc(sizeof(*f));
+  cr_assert(f != NULL);
+  fake_comm(f, 8, 1);
+  for (int r = 0; r < 8; r++)
+    f->peers[r].gpu.sm_count = 132;
+  cr_expect_eq(rcc_cuda_channel_limit(&f->comm), 16);
+  free(f);
+}
+
+Test(cuda_logic, thread_ranks_within_the_hardware_queues, .timeout = 10) {
+  cr_expect_eq(rcc_cuda_hw_queues(NULL), 8, "the driver's default");
+  cr_expect_eq(rcc_cuda_hw_queues(""), 8);
+  cr_expect_eq(rcc_cuda_hw_queues("junk"), 8);
+  cr_expect_eq(rcc_cuda_hw_queues("0"), 8);
+  cr_expect_eq(rcc_cuda_hw_queues("4"), 4);
+  cr_expect_eq(rcc_cuda_hw_queues("32"), 32);
+  cr_expect_eq(rcc_cuda_hw_queues("64"), 32, "the driver caps it at 32");
+  struct fake *f = malloc(sizeof(*f));
+  cr_assert(f != NULL);
+  /* 6 ranks: 4 threads of pid 100 on the GPU, 2 of pid 200. */
+  fake_comm(f, 6, 1);
+  for (int r = 0; r < 6; r++) {
+    f->peers[r].pid = r < 4 ? 100 : 200;
+    f->peers[r].pid_space = 7;
+  }
+  cr_expect_eq(rcc_cuda_threads_per_gpu(&f->comm), 4);
+  /* The same pid in another pid namespace is another process. */
+  f->peers[3].pid_space = 8;
+  cr_expect_eq(rcc_cuda_threads_per_gpu(&f->comm), 3);
+  /* On another GPU: not sharing its queues. */
+  f->peers[3].pid_space = 7;
+  f->peers[2].gpu.bus_id = 0x4000;
+  memset(f->peers[2].gpu.uuid, 0xbb, sizeof(f->peers[2].gpu.uuid));
+  cr_expect_eq(rcc_cuda_threads_per_gpu(&f->comm), 3);
+  free(f);
+}
+
+Test(cuda_logic, processes_on_one_gpu_need_mps, .timeout = 10) {
+  struct fake *f = malloc(sizeof(*f));
+  cr_assert(f != NULL);
+  int a = -1, b = -1;
+  fake_comm(f, 4, 1); /* all threads of one process: no sharing */
+  for (int r = 0; r < 4; r++)
+    f->peers[r].pid = 100, f->peers[r].pid_space = 7;
+  cr_expect_eq(rcc_cuda_shared_gpu_processes(&f->comm, &a, &b), 0);
+  f->peers[2].pid = 300; /* rank 2 another process on the same GPU */
+  cr_expect_eq(rcc_cuda_shared_gpu_processes(&f->comm, &a, &b), 1);
+  cr_expect(a == 0 && b == 2, "pair %d, %d", a, b);
+  /* Each process on a GPU of its own: fine. */
+  f->peers[2].gpu.bus_id = 0x4000;
+  memset(f->peers[2].gpu.uuid, 0xbb, sizeof(f->peers[2].gpu.uuid));
+  cr_expect_eq(rcc_cuda_shared_gpu_processes(&f->comm, &a, &b), 0);
+  /* On another host: not one GPU, whatever the bus id says. */
+  f->peers[2].gpu = f->peers[0].gpu;
+  f->peers[2].host_hash = 43;
+  cr_expect_eq(rcc_cuda_shared_gpu_processes(&f->comm, &a, &b), 0);
+  f->peers[2].host_hash = 42;
+
+  /* MPS: its control pipe, as nvidia-cuda-mps-control -d makes it. */
+  char dir[] = "/tmp/rcc-mps-XXXXXX", path[64], why[RCC_ERRLEN];
+  cr_assert(mkdtemp(dir) != NULL);
+  cr_expect_eq(rcc_cuda_mps_running(dir), 0);
+  snprintf(path, sizeof(path), "%s/control", dir);
+  FILE *plain = fopen(path, "w"); /* a plain file is no daemon */
+  cr_assert(plain != NULL);
+  fclose(plain);
+  cr_expect_eq(rcc_cuda_mps_running(dir), 0);
+  unlink(path);
+  cr_assert(mkfifo(path, 0600) == 0);
+  cr_expect_eq(rcc_cuda_mps_running(dir), 1);
+  setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1);
+  cr_expect_eq(rcc_cuda_shared_refused(&f->comm, why, sizeof(why)), 0,
+               "under MPS processes may share the GPU");
+  unlink(path);
+  cr_expect_eq(rcc_cuda_shared_refused(&f->comm, why, sizeof(why)), 1);
+  cr_expect(strstr(why, "ranks 0 and 2") && strstr(why, "MPS") &&
+                strstr(why, "nvidia-cuda-mps-control") &&
+                strstr(why, "host buffers"),
+            "the way out is named: %s", why);
+  unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+  rmdir(dir);
+  free(f);
+}
+
+/* ---- frees that wait for no spinning kernel (gpu.h) ---------------------------------- */
+
+static int fake_pending[4];
+static int event_is_pending(void *event) {
+  return fake_pending[(int)(intptr_t)event];
+}
+static int freed[8];
+static void count_free(void *arg) { freed[(int)(intptr_t)arg]++; }
+
+Test(cuda_logic, frees_deferred_while_kernels_are_pending, .timeout = 10) {
+  rcc_gpu_set_event_query(event_is_pending);
+  memset(freed, 0, sizeof(freed));
+  /* Two communicators' last-kernel events, on devices 0 and 1 (handles are
+   * indexes into fake_pending here). */
+  rcc_gpu_track(0, (void *)(intptr_t)1);
+  rcc_gpu_track(1, (void *)(intptr_t)2);
+  fake_pending[1] = 1, fake_pending[2] = 0;
+  cr_expect_eq(rcc_gpu_quiet(0), 0);
+  cr_expect_eq(rcc_gpu_quiet(1), 1);
+  cr_expect_eq(rcc_gpu_quiet(-1), 0);
+  /* device -1: no context entered (the test has no GPU). A free on a quiet
+   * device runs at once; one while a kernel is pending waits. */
+  rcc_gpu_free_when_quiet(-1, count_free, (void *)(intptr_t)3);
+  cr_expect_eq(freed[3], 0, "freed while a kernel was pending");
+  cr_expect_eq(rcc_gpu_sweep(), 1);
+  cr_expect_eq(freed[3], 0);
+  fake_pending[1] = 0; /* the kernel ended */
+  cr_expect_eq(rcc_gpu_sweep(), 0);
+  cr_expect_eq(freed[3], 1, "the deferred free ran once");
+  cr_expect_eq(rcc_gpu_sweep(), 0);
+  cr_expect_eq(freed[3], 1);
+  rcc_gpu_free_when_quiet(-1, count_free, (void *)(intptr_t)4);
+  cr_expect_eq(freed[4], 1, "quiet: freed at once");
+  /* An untracked event no longer holds frees back. */
+  fake_pending[2] = 1;
+  rcc_gpu_untrack((void *)(intptr_t)2);
+  cr_expect_eq(rcc_gpu_quiet(-1), 1);
+  rcc_gpu_untrack((void *)(intptr_t)1);
+  rcc_gpu_set_event_query(NULL);
 }
 
 /* ---- misaligned device buffers (cuda.c; coll.c names the argument) ------------------ */

@@ -541,8 +541,13 @@ static int body_errors(ncclComm_t comm, int rank, int n, void *arg) {
                       ncclInvalidArgument, "'root'", "root 42");
   bad |= expect_error(rank, ncclGroupEnd(), ncclInvalidUsage, "without ncclGroupStart",
                       "ncclGroupEnd alone");
+#ifdef RCC_NCCL_HAVE_SHRINK /* the Makefile: ringcc has ringcc_comm_shrink */
+  bad |= expect_error(rank, ncclCommShrink(comm, NULL, 0, NULL, NULL, 0), ncclInvalidArgument,
+                      "newcomm", "ncclCommShrink without newcomm");
+#else
   bad |= expect_error(rank, ncclCommShrink(comm, NULL, 0, NULL, NULL, 0), ncclInvalidUsage,
                       "ncclCommShrink", "ncclCommShrink");
+#endif
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0) /* the wheel's header */
   bad |= expect_error(rank, ncclCommSuspend(comm, 0), ncclInvalidUsage,
                       "not supported", "ncclCommSuspend");
@@ -660,3 +665,36 @@ Test(nccl, simulate_n3, .timeout = 60) {
   check_library();
   cr_assert_eq(run_ranks(3, body_simulate, NULL, 1, 50), 0);
 }
+
+#ifdef RCC_NCCL_HAVE_SHRINK
+/* ---- ncclCommShrink: the last rank left out, the others go on ------------- */
+
+static int body_shrink(ncclComm_t comm, int rank, int n, void *arg) {
+  (void)arg;
+  if (rank == n - 1)
+    return 0; /* excluded: it takes no part */
+  int out_rank = n - 1, size = 0, me = -1;
+  ncclComm_t small = NULL;
+  if (!ok(rank, ncclCommShrink(comm, &out_rank, 1, &small, NULL, NCCL_SHRINK_DEFAULT),
+          "ncclCommShrink"))
+    return 1;
+  if (small == NULL)
+    return fail(rank, "ncclCommShrink gave no communicator to a survivor");
+  int bad = !ok(rank, ncclCommCount(small, &size), "ncclCommCount") ||
+            !ok(rank, ncclCommUserRank(small, &me), "ncclCommUserRank");
+  if (!bad && (size != n - 1 || me != rank))
+    bad = fail(rank, "shrunk communicator: rank %d of %d, expected %d of %d", me, size,
+               rank, n - 1);
+  int64_t x = rank + 1, y = 0;
+  bad = bad || !ok(rank, ncclAllReduce(&x, &y, 1, ncclInt64, ncclSum, small, NULL),
+                   "allreduce after the shrink");
+  if (!bad && y != (int64_t)(n - 1) * n / 2)
+    bad = fail(rank, "allreduce after the shrink gave %lld", (long long)y);
+  return bad | !ok(rank, ncclCommDestroy(small), "destroy the shrunk communicator");
+}
+
+Test(nccl, shrink_n4, .timeout = 120) {
+  check_library();
+  cr_assert_eq(run_ranks(4, body_shrink, NULL, 1, 100), 0);
+}
+#endif

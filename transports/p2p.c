@@ -249,8 +249,11 @@ static void release_parked(void) {
     cudaStream_t stream = NULL;
     int gone = 0;
     if (rcc_gpu_enter(pk->device, &scope, why, sizeof(why)) == 0) {
-      if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ==
-          cudaSuccess) {
+      /* cudaFree waits for every kernel of the device: only when none of
+       * the library's is pending (gpu.h), else at a later sweep. */
+      if (rcc_gpu_quiet(pk->device) &&
+          cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ==
+              cudaSuccess) {
         gone = block_free_to_go(pk, stream);
         cudaStreamDestroy(stream);
       }
@@ -358,14 +361,15 @@ static void drop_own(struct ringcc_comm *comm, struct p2p_state *st,
     pk->local_pid[i] = comm->peers[q].pid_space == me->pid_space &&
                        comm->peers[q].pid != me->pid;
   }
-  if (stream && block_free_to_go(pk, stream)) {
+  if (stream && rcc_gpu_quiet(pk->device) && block_free_to_go(pk, stream)) {
     cudaFree(pk->block);
     parked_free(pk);
     return;
   }
   RCC_INFO(comm->rank, "p2p: a peer may still write this rank's device FIFOs "
-           "(it has not destroyed its communicator): they are kept until it "
-           "has, or its process is gone");
+           "(it has not destroyed its communicator), or a kernel of the "
+           "library is still pending on the GPU (cudaFree would wait for "
+           "it): they are kept until neither is so");
   pthread_mutex_lock(&parked_lock);
   pk->next = parked_list;
   parked_list = pk;

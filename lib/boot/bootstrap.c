@@ -625,16 +625,9 @@ static void server_fail(struct server *s, const struct passed *hs,
 
 /* The server needs one descriptor per rank until the table goes out. */
 static void raise_fd_limit(int nranks) {
-  struct rlimit rl;
-  rlim_t want = (rlim_t)nranks + 256;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
-    return;
-  rlim_t old = rl.rlim_cur;
-  rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-    RCC_INFO(-1, "bootstrap: raised the open-file limit from %llu to %llu "
-             "for %d ranks", (unsigned long long)old,
-             (unsigned long long)rl.rlim_cur, nranks);
+  char why[64];
+  snprintf(why, sizeof(why), "the rendezvous of %d ranks", nranks);
+  rcc_socket_raise_fd_limit((uint64_t)nranks + 256, why);
 }
 
 int rcc_bootstrap_hello_parse(const uint8_t *in, size_t len,
@@ -1819,6 +1812,18 @@ int rcc_bootstrap_news(struct rcc_bootstrap *b, int32_t *status, int *rank) {
       return 0;
     off += DATA_HDR_LEN + (size_t)bytes;
   }
+  return 0;
+}
+
+uint32_t rcc_bootstrap_calls(const struct rcc_bootstrap *b) {
+  return b == NULL ? 0 : b->calls;
+}
+
+int rcc_bootstrap_peer_addr(const struct rcc_bootstrap *b, int rank,
+                            struct sockaddr_storage *addr) {
+  if (b == NULL || b->peers == NULL || rank < 0 || rank >= b->nranks)
+    return -1;
+  *addr = b->peers[rank];
   return 0;
 }
 

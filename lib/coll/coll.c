@@ -22,6 +22,7 @@
 #include "error.h"
 #include "exec.h"
 #include "fifo.h"
+#include "group.h"
 #include "live.h"
 #include "log.h"
 #include "premul.h"
@@ -640,13 +641,95 @@ static ringcc_result_t run_inside(struct call *c) {
   return r;
 }
 
-static ringcc_result_t run(struct call *c) {
-  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, RCC_ENTER_CALL);
+/* ---- inside a group (group.c) ------------------------------------------ */
+
+/* struct call's array fields (nranks size_t each, NULL where unused), as
+ * X(field): a group keeps copies of them with the call. */
+#define CALL_ARRAYS(X)
+
+/* *field, a copy of the caller's array (NULL when out of memory): 1 if made. */
+static int keep_array(const size_t **field, size_t n) {
+  if (*field == NULL)
+    return 1;
+  size_t *copy = malloc(n * sizeof(*copy));
+  if (copy != NULL)
+    memcpy(copy, *field, n * sizeof(*copy));
+  *field = copy;
+  return copy != NULL;
+}
+
+static void drop_call(struct call *k) {
+#define DROP_ARRAY(f) free((void *)k->f);
+  CALL_ARRAYS(DROP_ARRAY)
+#undef DROP_ARRAY
+  free(k);
+}
+
+/* The group's copy of c, or NULL when out of memory. */
+static struct call *keep_call(const struct call *c) {
+  struct call *k = malloc(sizeof(*k));
+  int ok = k != NULL;
+  if (!ok)
+    return NULL;
+  *k = *c;
+#define KEEP_ARRAY(f) ok &= keep_array(&k->f, (size_t)c->comm->nranks);
+  CALL_ARRAYS(KEEP_ARRAY)
+#undef KEEP_ARRAY
+  if (!ok) {
+    drop_call(k);
+    return NULL;
+  }
+  (void)keep_array;
+  return k;
+}
+
+/* A call between ringcc_group_start and end: validated now (a bad argument
+ * fails this call, the group goes on), kept, run at the group's end. Sends
+ * and receives may name this rank itself there. */
+static ringcc_result_t record_inside(struct call *c) {
+  ringcc_result_t r = RINGCC_SUCCESS;
+  struct rcc_premul_op pm; /* checked now; run_inside looks it up again */
+  if ((c->uses & USES_PEER) && c->peer != c->comm->rank)
+    r = validate_peer(c->comm, c->fn, c->peer);
+  if (r != RINGCC_SUCCESS || (r = validate(c, &pm)) != RINGCC_SUCCESS ||
+      (r = locate(c)) != RINGCC_SUCCESS)
+    return r;
+  if (c->uses & USES_PEER) {
+    if (c->uses & ON_DEVICE)
+      return rcc_comm_error(c->comm, RINGCC_ERR_UNSUPPORTED,
+                            "%s on rank %d: device buffers in a group's "
+                            "sends and receives are not supported yet (host "
+                            "buffers only)", c->fn, c->comm->rank);
+    struct rcc_p2p_op op = {c->coll == RCC_COLL_SEND, c->peer,
+                            c->coll == RCC_COLL_SEND ? (void *)c->sendbuf
+                                                     : c->recvbuf,
+                            c->count, (ringcc_datatype_t)c->dt};
+    return rcc_group_add_p2p(c->comm, c->fn, &op);
+  }
+  struct call *k = keep_call(c);
+  if (k == NULL)
+    return rcc_comm_error(c->comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "%s on rank %d: out of memory to keep the call for "
+                          "its group", c->fn, c->comm->rank);
+  return rcc_group_add_call(c->comm, k, run_inside, drop_call);
+}
+
+/* body(c) inside the communicator, entered as kind (live.h). */
+static ringcc_result_t entered(struct call *c, int kind,
+                               ringcc_result_t (*body)(struct call *)) {
+  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, kind);
   if (r != RINGCC_SUCCESS)
     return r;
-  r = run_inside(c);
-  rcc_comm_leave(c->comm, RCC_ENTER_CALL);
+  r = body(c);
+  rcc_comm_leave(c->comm, kind);
   return r;
+}
+
+static ringcc_result_t run(struct call *c) {
+  if (rcc_group_recording()) /* kept, not run: a query's entry */
+    return entered(c, RCC_ENTER_QUERY, record_inside);
+  rcc_group_drain(c->comm); /* after the requests in flight on it */
+  return entered(c, RCC_ENTER_CALL, run_inside);
 }
 
 ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,

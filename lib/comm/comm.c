@@ -31,6 +31,7 @@
 #include "env.h"
 #include "error.h"
 #include "graph.h"
+#include "group.h"
 #include "launcher.h"
 #include "live.h"
 #include "log.h"
@@ -390,6 +391,15 @@ static void kind_channels(struct ringcc_comm *comm) {
                              : comm->set.nchannels > 0 ? comm->set.nchannels
                              : device ? rcc_cuda_channels(comm)
                                       : 1;
+    /* RINGCC_NCHANNELS on device kinds: no more blocks than the SMs of a
+     * shared GPU hold for every rank (the cap of the links' choice too). */
+    int cap = device && coll ? rcc_cuda_channel_limit(comm) : RCC_MAX_CHANNELS;
+    if (comm->kind_channels[k] > cap) {
+      RCC_INFO(comm->rank, "RINGCC_NCHANNELS=%d for device collectives: %d "
+               "(ranks sharing a GPU get one block per SM each)",
+               comm->kind_channels[k], cap);
+      comm->kind_channels[k] = cap;
+    }
   }
 }
 
@@ -442,6 +452,7 @@ static void log_ring(const struct ringcc_comm *comm) {
 static ringcc_result_t comm_setup(struct ringcc_comm *comm,
                                   const ringcc_unique_id_t *id) {
   char err[RCC_ERRLEN];
+  int64_t start = rcc_now_ns();
   int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
   comm->init_deadline = deadline;
   rcc_transports_sweep(comm->rank); /* what ranks killed in an init left */
@@ -477,6 +488,9 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
       (r = rcc_trace_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   rcc_stats_start(comm); /* the user's calls from here on */
+  RCC_INFO(comm->rank, "init: %.3f s, %u all-gathers on the bootstrap ring "
+           "of %d ranks", (double)(rcc_now_ns() - start) / 1e9,
+           rcc_bootstrap_calls(comm->boot), comm->nranks);
   return RINGCC_SUCCESS;
 }
 
@@ -711,7 +725,9 @@ RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size) {
  * only: no goodbye, no shutdown, no unlink, nothing the parent's peers see. */
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm) {
   static const char fn[] = "ringcc_comm_destroy";
-  ringcc_result_t code;
+  ringcc_result_t code = rcc_group_comm_close(comm, fn, 0);
+  if (code != RINGCC_SUCCESS) /* requests in flight */
+    return code;
   switch (rcc_live_begin_close(comm, fn, 0, &code)) {
   case RCC_CLOSE_REFUSED:
     return code;
@@ -743,6 +759,7 @@ RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
     return RINGCC_SUCCESS;
   }
   rcc_cuda_abort(comm); /* kernels waiting in a FIFO leave too */
+  rcc_group_comm_close(comm, fn, 1); /* its requests end ABORTED */
   /* A collective blocked in another thread notices within one sleep slice
    * (exec_host.c) and leaves; give it a second before freeing. */
   if (!rcc_live_end_close(comm, 1000)) {

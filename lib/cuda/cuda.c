@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "algorithms.h"
@@ -148,7 +149,10 @@ const char *rcc_cuda_gpu_text(const struct rcc_gpu_info *g, char *buf,
 int rcc_cuda_recipe(int have_last, int capturing, int stage,
                     int steps[RCC_CUDA_MAX_STEPS]) {
   int n = 0;
-  if (have_last && !capturing)
+  /* Captured: an external wait node, evaluated at each replay, so that a
+   * replay runs after the direct calls launched before it, whatever their
+   * stream (a wait for an event never recorded is no wait). */
+  if (have_last || capturing)
     steps[n++] = RCC_CUDA_WAIT_LAST; /* before anything reads the input */
   if (stage) {
     steps[n++] = RCC_CUDA_STAGE_ALLOC;
@@ -157,11 +161,107 @@ int rcc_cuda_recipe(int have_last, int capturing, int stage,
   if (capturing)
     steps[n++] = RCC_CUDA_HOST_KICK;
   steps[n++] = RCC_CUDA_KERNEL;
-  if (!capturing)
-    steps[n++] = RCC_CUDA_RECORD_LAST;
+  /* Captured: an external record node, so that direct calls after a
+   * replay wait for it. */
+  steps[n++] = RCC_CUDA_RECORD_LAST;
   if (stage)
     steps[n++] = RCC_CUDA_STAGE_FREE;
   return n;
+}
+
+/* ---- sharing one GPU (both builds) ------------------------------------------- */
+
+int rcc_cuda_channel_cap(int share, int sms) {
+  if (share <= 1 || sms <= 0)
+    return RCC_MAX_CHANNELS;
+  int cap = sms / share > 0 ? sms / share : 1;
+  return cap < RCC_MAX_CHANNELS ? cap : RCC_MAX_CHANNELS;
+}
+
+int rcc_cuda_channel_limit(const struct ringcc_comm *comm) {
+  int share = 1, sms = 0;
+  for (int a = 0; a < comm->nranks; a++) {
+    const struct rcc_gpu_info *g = &comm->peers[a].gpu;
+    int same = 1;
+    for (int b = a + 1; b < comm->nranks; b++) {
+      struct rcc_edge_topo e;
+      rcc_topo_edge(&comm->peers[a], &comm->peers[b], &e);
+      same += e.same_host && e.same_gpu;
+    }
+    share = same > share ? same : share;
+    if (g->sm_count > 0 && (sms == 0 || g->sm_count < sms))
+      sms = g->sm_count;
+  }
+  return rcc_cuda_channel_cap(share, sms);
+}
+
+int rcc_cuda_hw_queues(const char *env) {
+  char *end = NULL;
+  long v = env && *env ? strtol(env, &end, 10) : 0;
+  if (env == NULL || *env == '\0' || *end != '\0' || v < 1)
+    return 8; /* the driver's default, and what it uses for a bad value */
+  return v > 32 ? 32 : (int)v;
+}
+
+/* Ranks a and b are threads of one process on one GPU. */
+static int same_process_gpu(const struct rcc_peer_info *a,
+                            const struct rcc_peer_info *b) {
+  struct rcc_edge_topo e;
+  rcc_topo_edge(a, b, &e);
+  return e.same_host && e.same_gpu && a->pid == b->pid &&
+         a->pid_space == b->pid_space;
+}
+
+int rcc_cuda_threads_per_gpu(const struct ringcc_comm *comm) {
+  int most = comm->nranks > 0 ? 1 : 0;
+  for (int a = 0; a < comm->nranks; a++) {
+    int same = 1;
+    for (int b = a + 1; b < comm->nranks; b++)
+      same += same_process_gpu(&comm->peers[a], &comm->peers[b]);
+    most = same > most ? same : most;
+  }
+  return most;
+}
+
+int rcc_cuda_shared_gpu_processes(const struct ringcc_comm *comm, int *a,
+                                  int *b) {
+  for (int p = 0; p < comm->nranks; p++)
+    for (int q = p + 1; q < comm->nranks; q++) {
+      struct rcc_edge_topo e;
+      rcc_topo_edge(&comm->peers[p], &comm->peers[q], &e);
+      if (e.device_capable && e.same_host && e.same_gpu &&
+          !same_process_gpu(&comm->peers[p], &comm->peers[q])) {
+        *a = p, *b = q;
+        return 1;
+      }
+    }
+  return 0;
+}
+
+int rcc_cuda_mps_running(const char *pipe_dir) {
+  char path[512];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/control",
+           pipe_dir && *pipe_dir ? pipe_dir : "/tmp/nvidia-mps");
+  return stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+int rcc_cuda_shared_refused(const struct ringcc_comm *comm, char *why,
+                            size_t len) {
+  int a = -1, b = -1;
+  const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  if (!rcc_cuda_shared_gpu_processes(comm, &a, &b) ||
+      rcc_cuda_mps_running(dir))
+    return 0;
+  snprintf(why, len, "ranks %d and %d are processes on one GPU (PCI bus id "
+           "%llx) without MPS (no control pipe in %s): their contexts would "
+           "time-slice the GPU while a kernel spins for its peer. Start MPS "
+           "(nvidia-cuda-mps-control -d), give each process a GPU of its own, "
+           "run the ranks as threads of one process, or take the staged path: "
+           "host buffers (copy to host memory, stream NULL)", a, b,
+           (unsigned long long)comm->peers[a].gpu.bus_id,
+           dir && *dir ? dir : "/tmp/nvidia-mps");
+  return 1;
 }
 
 #if RINGCC_HAVE_CUDA
@@ -178,6 +278,7 @@ struct rcc_cuda {
   struct rcc_cuda_status *status;     /* host view (mapped) */
   struct rcc_cuda_status *status_dev; /* the kernels' view */
   struct rcc_conn *conns_dev;         /* [send, recv][set][nranks] */
+  struct rcc_cuda_blocks *blocks_dev; /* the kernels' block counts */
   int nsets;                          /* device sets: collective channels,
                                          then point-to-point */
   int *ring_dev;                      /* the ring, then the ring reversed */
@@ -288,14 +389,24 @@ static void try_device(int dev, char *why, size_t len) {
   why[0] = '\0';
   if (rcc_gpu_enter(dev, &scope, why, len) != 0)
     return;
-  if ((e = cudaMalloc(&d, 4096)) != cudaSuccess)
-    what = "cudaMalloc";
+  cudaStream_t s = NULL;
+  /* Stream-ordered on a stream of its own: cudaFree would wait for every
+   * kernel of the device, those of ranks that are threads of this process
+   * and spin for this one included. */
+  if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
+    what = "cudaStreamCreate";
+  else if ((e = cudaMallocAsync(&d, 4096, s)) != cudaSuccess)
+    what = "cudaMallocAsync";
   else if ((e = cudaHostAlloc(&h, 64, cudaHostAllocMapped |
                                           cudaHostAllocPortable)) != cudaSuccess)
     what = "cudaHostAlloc (mapped)";
   if (d)
-    cudaFree(d);
-  if (h)
+    cudaFreeAsync(d, s);
+  if (s) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  if (h) /* pinned host memory: no device memory is unmapped */
     cudaFreeHost(h);
   if (e != cudaSuccess)
     snprintf(why, len, "%s: %s (%s)", what, cudaGetErrorString(e),
@@ -328,6 +439,17 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
              "GPU current first, e.g. cudaSetDevice, or set "
              "RINGCC_CUDA_DEVICE / config 'cuda_device')");
     return RINGCC_SUCCESS;
+  }
+  /* Thread ranks each spin on a stream of their own: each needs a hardware
+   * queue (rcc_cuda_threads_per_gpu). The driver reads this when it creates
+   * a context: set here only if nobody set it and the driver is not loaded
+   * yet (no context can exist), i.e. when this library creates it. */
+  if (getenv("CUDA_DEVICE_MAX_CONNECTIONS") == NULL &&
+      !rcc_gpu_driver_loaded()) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+    RCC_INFO(comm->rank, "CUDA_DEVICE_MAX_CONNECTIONS unset and no CUDA "
+             "context yet: set to 32 (hardware queues for ranks that are "
+             "threads on one GPU)");
   }
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -384,18 +506,47 @@ ringcc_result_t rcc_cuda_init(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
+/* Why comm's device side cannot run (the same on every rank), into why: 1,
+ * or 0 when it can. Processes on one GPU without MPS; more thread ranks of
+ * one process on one GPU than it has hardware queues. */
+static int device_side_refused(const struct ringcc_comm *comm, char *why,
+                               size_t len) {
+  if (rcc_cuda_shared_refused(comm, why, len))
+    return 1;
+  const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  int queues = rcc_cuda_hw_queues(env), threads =
+                                            rcc_cuda_threads_per_gpu(comm);
+  if (threads <= queues)
+    return 0;
+  snprintf(why, len, "%d ranks are threads of one process on one GPU, more "
+           "than its %d hardware queues (CUDA_DEVICE_MAX_CONNECTIONS %s%s): "
+           "two of their streams would share a queue, and a kernel waiting "
+           "for the other's would wait forever. Set "
+           "CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses "
+           "CUDA (the library sets it itself when it is the first to: "
+           "RINGCC_CUDA_DEVICE / config 'cuda_device'), or make fewer thread "
+           "ranks per GPU", threads, queues, env ? "is " : "unset: the "
+           "default ", env ? env : "8");
+  return 1;
+}
+
 int rcc_cuda_kinds(const struct ringcc_comm *comm) {
+  char why[RCC_ERRLEN];
   for (int p = 0; p < comm->nranks; p++)
     if (comm->peers[p].gpu.device < 0)
       return RCC_NUM_CONN_KINDS;
+  if (device_side_refused(comm, why, sizeof(why))) {
+    /* Host collectives still run; device calls say why (no_device). */
+    RCC_INFO(comm->rank, "no device collectives on this communicator: %s",
+             why);
+    return RCC_NUM_CONN_KINDS;
+  }
   return RCC_MAX_CONN_KINDS;
 }
 
 int rcc_cuda_channels(const struct ringcc_comm *comm) {
-  int best = 2, share = 1, sms = 0; /* 2: staged, or the network */
-  for (int a = 0; a < comm->nranks; a++) {
-    const struct rcc_gpu_info *g = &comm->peers[a].gpu;
-    int same = 1;
+  int best = 2; /* 2: staged, or the network */
+  for (int a = 0; a < comm->nranks; a++)
     for (int b = a + 1; b < comm->nranks; b++) {
       struct rcc_edge_topo e;
       rcc_topo_edge(&comm->peers[a], &comm->peers[b], &e);
@@ -404,18 +555,11 @@ int rcc_cuda_channels(const struct ringcc_comm *comm) {
         best = 16;
       else if (path == RCC_PATH_P2P_PCIE && best < 4)
         best = 4;
-      same += e.same_host && e.same_gpu;
     }
-    share = same > share ? same : share;
-    if (g->sm_count > 0 && (sms == 0 || g->sm_count < sms))
-      sms = g->sm_count;
-  }
   /* Ranks sharing a GPU run their kernels at once (threads, MPS): every
-   * block of all of them must fit, one per SM, or a kernel could wait for a
-   * peer's block that never gets an SM. */
-  if (share > 1 && sms > 0 && best * share > sms)
-    best = sms / share > 0 ? sms / share : 1;
-  return best;
+   * block of all of them must fit, one per SM. */
+  int cap = rcc_cuda_channel_limit(comm);
+  return best < cap ? best : cap;
 }
 
 /* ---- device FIFO tables (connect) ---------------------------------------- */
@@ -590,9 +734,40 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
   free(rings);
   if (r != RINGCC_SUCCESS)
     return r;
+  static const struct rcc_cuda_blocks zero;
+  r = upload(comm, (void **)&cu->blocks_dev, &zero, sizeof(zero),
+             "the block counts");
+  if (r != RINGCC_SUCCESS)
+    return r;
   if ((e = cudaEventCreateWithFlags(&cu->last, cudaEventDisableTiming)) !=
       cudaSuccess)
     return cuda_error(comm, "cudaEventCreate", e);
+  rcc_gpu_track(cu->device, cu->last); /* frees wait for none (gpu.h) */
+  return RINGCC_SUCCESS;
+}
+
+/* Every kernel loaded now (kernel.h), and what the device can do with host
+ * memory, said once at INFO: the kernels need no host-native atomics
+ * (kernel.h), only mapped host memory, which try_device checked. */
+static ringcc_result_t connect_kernels(struct ringcc_comm *comm) {
+  char err[RCC_ERRLEN];
+  int dev = comm->cuda->device, native = 0, pageable = 0;
+  if (rcc_cuda_preload(err, sizeof(err)) != 0) {
+    cudaGetLastError();
+    return rcc_comm_error(comm, RINGCC_ERR_CUDA, "init on rank %d (GPU %d): "
+                          "loading the collective kernels failed: %s",
+                          comm->rank, dev, err);
+  }
+  if (cudaDeviceGetAttribute(&native, cudaDevAttrHostNativeAtomicSupported,
+                             dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess,
+                             dev) != cudaSuccess)
+    cudaGetLastError();
+  RCC_INFO(comm->rank, "GPU %d: kernels preloaded; host-native atomics %s, "
+           "pageable memory access %s: kernels keep their atomic counters in "
+           "device memory and only load and store host memory (system-scope "
+           "fences), which needs neither", dev, native ? "yes" : "no",
+           pageable ? "yes" : "no");
   return RINGCC_SUCCESS;
 }
 
@@ -610,7 +785,10 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
   ringcc_result_t r = enter(comm, cu->device, &scope);
   if (r != RINGCC_SUCCESS)
     return r;
+  rcc_gpu_sweep(); /* frees deferred by communicators gone since */
   r = connect_status(comm);
+  if (r == RINGCC_SUCCESS)
+    r = connect_kernels(comm);
   if (r == RINGCC_SUCCESS)
     r = connect_tables(comm);
   leave(&scope);
@@ -674,19 +852,25 @@ void rcc_cuda_destroy(struct ringcc_comm *comm) {
     cudaFreeAsync(cu->conns_dev, cu->stream);
   if (cu->ring_dev)
     cudaFreeAsync(cu->ring_dev, cu->stream);
+  if (cu->blocks_dev)
+    cudaFreeAsync(cu->blocks_dev, cu->stream);
   if (cu->stream) {
     cudaStreamSynchronize(cu->stream);
     cudaStreamDestroy(cu->stream);
     cu->stream = NULL;
   }
-  if (cu->last)
+  if (cu->last) {
+    rcc_gpu_untrack(cu->last);
     cudaEventDestroy(cu->last);
+  }
   cu->conns_dev = NULL;
   cu->ring_dev = NULL;
+  cu->blocks_dev = NULL;
   cu->last = NULL;
   __atomic_store_n(&cu->have_last, 0, __ATOMIC_RELEASE);
   cudaGetLastError();
   leave(&scope);
+  rcc_gpu_sweep(); /* frees that waited for this communicator's kernels */
 }
 
 void rcc_cuda_free(struct ringcc_comm *comm) {
@@ -798,7 +982,13 @@ static int on_device(const void *p, int *dev) {
 static ringcc_result_t no_device(struct ringcc_comm *comm, const char *fn,
                                  const char *what) {
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
+  char why[RCC_ERRLEN];
   int without = -1;
+  if (me->gpu.device >= 0 && comm->nkinds != RCC_MAX_CONN_KINDS &&
+      device_side_refused(comm, why, sizeof(why)))
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE, "%s on rank %d: %s, "
+                          "but device collectives are refused on this "
+                          "communicator: %s", fn, comm->rank, what, why);
   for (int p = 0; p < comm->nranks && without < 0; p++)
     if (comm->peers[p].gpu.device < 0)
       without = p;
@@ -856,6 +1046,20 @@ ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,
                           s_on && sdev != mine ? sdev : rdev, mine);
   if (comm->cuda == NULL)
     return no_device(comm, fn, "the buffers are device memory");
+  /* The legacy default stream orders all work of the device in this process:
+   * a rank's kernel would wait behind its peer thread's, which waits for
+   * it. Refused on every rank alike (from the records): a rank that ran
+   * would wait for the refused ones. */
+  if (stream == NULL && rcc_cuda_threads_per_gpu(comm) > 1)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
+                          "%s on rank %d: argument 'stream' is NULL (the "
+                          "legacy default stream), but ranks of this "
+                          "communicator are threads of one process on one "
+                          "GPU: the default stream would run one rank's "
+                          "kernel after the other's, which waits for it. "
+                          "Give each rank a stream of its own "
+                          "(cudaStreamCreateWithFlags with "
+                          "cudaStreamNonBlocking)", fn, comm->rank);
   *dev_buffers = 1;
   return RINGCC_SUCCESS;
 }
@@ -894,8 +1098,10 @@ static ringcc_result_t enqueue(struct ringcc_comm *comm, int step,
   char err[RCC_ERRLEN];
   cudaError_t e = cudaSuccess;
   switch (step) {
-  case RCC_CUDA_WAIT_LAST:
-    if ((e = cudaStreamWaitEvent(stream, cu->last, 0)) != cudaSuccess)
+  case RCC_CUDA_WAIT_LAST: /* captured: a node that waits at each replay */
+    if ((e = cudaStreamWaitEvent(stream, cu->last,
+                                 a->captured ? cudaEventWaitExternal : 0)) !=
+        cudaSuccess)
       return cuda_error(comm, "cudaStreamWaitEvent", e);
     break;
   case RCC_CUDA_STAGE_ALLOC:
@@ -925,8 +1131,10 @@ static ringcc_result_t enqueue(struct ringcc_comm *comm, int step,
     if (!a->captured) /* peers, and the engine when it starts */
       rcc_watchdog_kick(&cu->watch);
     break;
-  case RCC_CUDA_RECORD_LAST:
-    if ((e = cudaEventRecord(cu->last, stream)) != cudaSuccess)
+  case RCC_CUDA_RECORD_LAST: /* captured: a node that records at replay */
+    if ((e = cudaEventRecordWithFlags(cu->last, stream,
+                                      a->captured ? cudaEventRecordExternal
+                                                  : 0)) != cudaSuccess)
       return cuda_error(comm, "cudaEventRecord", e);
     __atomic_store_n(&cu->have_last, 1, __ATOMIC_RELEASE);
     break;
@@ -959,6 +1167,7 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
       .recv_conns = cu->conns_dev + (size_t)cu->nsets * n,
       .coll_channels = comm->kind_channels[RCC_CONN_DEVICE + RCC_CONN_COLL],
       .status = cu->status_dev,
+      .blocks = cu->blocks_dev,
       .timeout_ns = comm->set.timeout_ms > 0
                         ? (uint64_t)comm->set.timeout_ms * 1000000u
                         : 0,

@@ -76,6 +76,39 @@ void rcc_cuda_status_message(const struct rcc_cuda_status *st, int rank,
                              int device, const char *dead, const char *async,
                              char *buf, size_t len);
 
+/* ---- sharing one GPU (both builds; pure where they take no comm state) ---- */
+
+/* The most channels a device collective may use where `share` ranks run
+ * their kernels on one GPU of `sms` SMs at once (one block per SM each, or a
+ * kernel could wait for a peer's block that never gets an SM):
+ * RCC_MAX_CHANNELS where nothing is shared or the SMs are unknown. */
+int rcc_cuda_channel_cap(int share, int sms);
+/* The same for comm's ranks, from their records (RINGCC_NCHANNELS is capped
+ * by it as the links' choice is; comm.c). */
+int rcc_cuda_channel_limit(const struct ringcc_comm *comm);
+/* The hardware queues (work queues of the GPU) a context of this process has,
+ * from CUDA_DEVICE_MAX_CONNECTIONS as the driver reads it (env: its value,
+ * NULL unset): 8 by default, 1..32. */
+int rcc_cuda_hw_queues(const char *env);
+/* The most ranks of comm that are threads of one process on one GPU (their
+ * kernels, each on its own stream, must each get a hardware queue: two
+ * streams on one queue run their kernels one after the other, and a kernel
+ * waiting for the other's would wait forever). */
+int rcc_cuda_threads_per_gpu(const struct ringcc_comm *comm);
+/* 1 when two ranks of comm that are different processes use one GPU (*a,
+ * *b: the first such pair): without MPS their contexts time-slice the GPU,
+ * and a kernel spinning for its peer holds it while the peer waits for its
+ * slice. */
+int rcc_cuda_shared_gpu_processes(const struct ringcc_comm *comm, int *a,
+                                  int *b);
+/* 1 when an MPS control daemon runs: its pipe "control" in pipe_dir
+ * (CUDA_MPS_PIPE_DIRECTORY; NULL: its default /tmp/nvidia-mps). */
+int rcc_cuda_mps_running(const char *pipe_dir);
+/* 1 when comm's device side is refused because processes share a GPU
+ * without MPS (the same answer on every rank); why: the sentence. */
+int rcc_cuda_shared_refused(const struct ringcc_comm *comm, char *why,
+                            size_t len);
+
 /* Where a collective's buffers are. send/recv: the buffers the call reads
  * and writes (NULL where it has none); names as in the error messages.
  * *on_device = 1: device buffers, run with rcc_exec_cuda on stream;

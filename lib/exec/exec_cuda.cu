@@ -441,7 +441,7 @@ __global__ void __launch_bounds__(RCC_CUDA_THREADS, 1)
     /* The kernel started when its first block did: the host's watchdog
      * then wakes the network engine (kernels of a communicator run one
      * after the other, so the counts are never shared by two). */
-    if (atomicAdd(&st->blocks_started, 1u) == 0) {
+    if (atomicAdd(&a.blocks->started, 1u) == 0) {
       st_release_sys(&st->started, ld_volatile(&st->started) + 1);
     }
     rcc_plan_channel(&a.plan, (int)blockIdx.x, &plan);
@@ -470,9 +470,9 @@ __global__ void __launch_bounds__(RCC_CUDA_THREADS, 1)
    * resets the counts for the next kernel, which runs after this one). */
   if (threadIdx.x == 0) {
     __threadfence_system();
-    if (atomicAdd(&st->blocks_done, 1u) == gridDim.x - 1) {
-      st->blocks_done = 0;
-      st->blocks_started = 0;
+    if (atomicAdd(&a.blocks->done, 1u) == gridDim.x - 1) {
+      a.blocks->done = 0;
+      a.blocks->started = 0;
       __threadfence_system();
       st_release_sys(&st->done, ld_volatile(&st->done) + 1);
     }
@@ -508,4 +508,20 @@ extern "C" int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream,
     snprintf(err, errlen, "cudaLaunchKernel: %s (%s)", cudaGetErrorString(e),
              cudaGetErrorName(e));
   return (int)e;
+}
+
+extern "C" int rcc_cuda_preload(char *err, size_t errlen) {
+  for (int dt = 0; dt < RINGCC_NUM_DATATYPES; dt++)
+    for (int op = 0; op < RINGCC_NUM_OPS; op++) {
+      struct cudaFuncAttributes attr;
+      if (kernels[dt][op] == NULL)
+        continue;
+      cudaError_t e = cudaFuncGetAttributes(&attr, (const void *)kernels[dt][op]);
+      if (e != cudaSuccess) {
+        snprintf(err, errlen, "cudaFuncGetAttributes (datatype %d, op %d): "
+                 "%s (%s)", dt, op, cudaGetErrorString(e), cudaGetErrorName(e));
+        return (int)e;
+      }
+    }
+  return 0;
 }

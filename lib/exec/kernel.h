@@ -21,7 +21,12 @@ extern "C" {
 /* Host memory the kernels see (cudaHostAlloc, mapped): how the host stops a
  * kernel, and how a kernel reports what went wrong, that it started and
  * that it ended. The counters are counts of kernels, kept by the kernels
- * themselves (a kernel replayed from a CUDA graph counts too). */
+ * themselves (a kernel replayed from a CUDA graph counts too). Kernels only
+ * load and store here (system-scope release/acquire): an atomic
+ * read-modify-write on host memory needs host-native atomics
+ * (cudaDevAttrHostNativeAtomicSupported), which PCIe GPUs lack; the
+ * counts of blocks, the only such atomics, live in device memory
+ * (struct rcc_cuda_blocks). */
 struct rcc_cuda_status {
   uint32_t abort;     /* host -> kernels: leave every wait (comm abort) */
   uint32_t failed;    /* host -> kernels: leave every wait with this
@@ -30,8 +35,6 @@ struct rcc_cuda_status {
   uint32_t code;      /* kernel -> host: first failure, a ringcc_result_t */
   uint32_t started;   /* kernels that started (the first block of each) */
   uint32_t done;      /* kernels that ended (the last block of each) */
-  uint32_t blocks_started; /* blocks of the running kernel that started */
-  uint32_t blocks_done;    /* ... and ended (the last resets both) */
   int32_t coll;       /* the failure: collective (enum rcc_coll) */
   uint64_t seq;       /* ... its sequence number on the communicator */
   uint64_t step;      /* ... the step */
@@ -42,6 +45,13 @@ struct rcc_cuda_status {
   uint32_t want_bytes;
   uint32_t got_last;  /* ... and its "last piece" flag */
   uint32_t captured;  /* ... the kernel was launched from a CUDA graph */
+};
+
+/* Device memory: the blocks of the running kernel that started and ended
+ * (atomicAdd by its blocks; the last resets both for the next kernel). */
+struct rcc_cuda_blocks {
+  uint32_t started;
+  uint32_t done;
 };
 
 /* Everything one collective kernel needs, by value. Nothing in it changes
@@ -60,6 +70,7 @@ struct rcc_cuda_args {
   struct rcc_conn *recv_conns;
   int32_t coll_channels;        /* channels of the collective kind */
   struct rcc_cuda_status *status; /* device view of the mapped status */
+  struct rcc_cuda_blocks *blocks; /* device memory */
   uint64_t timeout_ns;          /* each wait; 0: none */
   uint64_t seq;                 /* the collective's sequence number */
   uint32_t captured;            /* launched into a CUDA graph capture */
@@ -71,6 +82,12 @@ struct rcc_cuda_args {
  * cudaStream_t). Returns 0, or a cudaError_t with err filled in. */
 int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream, char *err,
                     size_t errlen);
+/* exec_cuda.cu: loads every kernel's module into the current context now
+ * (cudaFuncGetAttributes), as NCCL does: with lazy loading (CUDA 12's
+ * default) a first launch loads it, which waits for the device's running
+ * kernels - other ranks' spinning ones among them. 0, or a cudaError_t with
+ * err filled in. */
+int rcc_cuda_preload(char *err, size_t errlen);
 /* Threads per block; a collective kernel has one block per channel. */
 #define RCC_CUDA_THREADS 512
 

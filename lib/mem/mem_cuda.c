@@ -92,6 +92,8 @@ static void load_api(void) {
 struct cu_mem {
   CUmemGenericAllocationHandle handle;
   int device; /* the GPU it is mapped on */
+  void *ptr;  /* where, and how much: set when freed (deferred) */
+  size_t bytes;
 };
 
 static ringcc_result_t cu_failed(char *err, size_t errlen, const char *what,
@@ -207,21 +209,26 @@ ringcc_result_t rcc_cuda_mem_alloc(int device, size_t *bytes, void **ptr,
   return RINGCC_SUCCESS;
 }
 
+/* Unmaps and releases a block, its device current (rcc_gpu_free_when_quiet). */
+static void unmap_now(void *arg) {
+  struct cu_mem *m = arg;
+  api.unmap((CUdeviceptr)(uintptr_t)m->ptr, m->bytes);
+  api.free_va((CUdeviceptr)(uintptr_t)m->ptr, m->bytes);
+  api.release(m->handle);
+  free(m);
+}
+
 void rcc_cuda_mem_free(void *ptr, size_t bytes, void *state) {
   struct cu_mem *m = state;
   if (m == NULL)
     return;
-  struct rcc_gpu_scope scope;
-  char why[160];
-  int entered = rcc_gpu_enter(m->device, &scope, why, sizeof(why)) == 0;
-  if (entered)
-    cudaDeviceSynchronize(); /* no kernel still uses it */
-  api.unmap((CUdeviceptr)(uintptr_t)ptr, bytes);
-  api.free_va((CUdeviceptr)(uintptr_t)ptr, bytes);
-  api.release(m->handle);
-  if (entered)
-    rcc_gpu_leave(&scope);
-  free(m);
+  m->ptr = ptr;
+  m->bytes = bytes;
+  /* No kernel of the library may still use it: unmapped when none is
+   * pending (gpu.h), never with cudaDeviceSynchronize, which would also
+   * wait for other ranks' kernels that may be waiting for this thread. */
+  rcc_gpu_free_when_quiet(m->device, unmap_now, m);
+  rcc_gpu_sweep();
 }
 
 ringcc_result_t rcc_cuda_mem_import(int device, int fd, size_t bytes,

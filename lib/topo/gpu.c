@@ -102,8 +102,145 @@ void rcc_gpu_driver_message(int runtime_version, int driver_version,
            runtime_version / 1000, runtime_version % 1000 / 10, needs, drv);
 }
 
+/* ---- tracked kernels and deferred frees (both builds) ----------------------- */
+
+#define MAX_TRACKED 256
+
+struct deferred {
+  int device;
+  void (*fn)(void *);
+  void *arg;
+  struct deferred *next;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  int n;
+  int device[MAX_TRACKED];
+  void *event[MAX_TRACKED];
+  int (*pending)(void *event); /* NULL: event_pending */
+  struct deferred *frees;
+} tracked = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int event_pending(void *event);
+
+void rcc_gpu_set_event_query(int (*pending)(void *event)) {
+  pthread_mutex_lock(&tracked.lock);
+  tracked.pending = pending;
+  pthread_mutex_unlock(&tracked.lock);
+}
+
+void rcc_gpu_track(int device, void *event) {
+  pthread_mutex_lock(&tracked.lock);
+  /* Past MAX_TRACKED communicators with kernels at once an event goes
+   * untracked: frees may then wait for its kernels (as cudaFree would). */
+  if (tracked.n < MAX_TRACKED) {
+    tracked.device[tracked.n] = device;
+    tracked.event[tracked.n++] = event;
+  }
+  pthread_mutex_unlock(&tracked.lock);
+}
+
+void rcc_gpu_untrack(void *event) {
+  pthread_mutex_lock(&tracked.lock);
+  for (int i = 0; i < tracked.n; i++)
+    if (tracked.event[i] == event) {
+      tracked.n--;
+      tracked.device[i] = tracked.device[tracked.n];
+      tracked.event[i] = tracked.event[tracked.n];
+      break;
+    }
+  pthread_mutex_unlock(&tracked.lock);
+}
+
+/* Under tracked.lock. */
+static int quiet_locked(int device) {
+  int (*pending)(void *) = tracked.pending ? tracked.pending : event_pending;
+  for (int i = 0; i < tracked.n; i++)
+    if ((device < 0 || tracked.device[i] == device) &&
+        pending(tracked.event[i]))
+      return 0;
+  return 1;
+}
+
+int rcc_gpu_quiet(int device) {
+  pthread_mutex_lock(&tracked.lock);
+  int quiet = quiet_locked(device);
+  pthread_mutex_unlock(&tracked.lock);
+  return quiet;
+}
+
+static void run_on(int device, void (*fn)(void *), void *arg) {
+  struct rcc_gpu_scope scope;
+  char why[160];
+  if (device < 0) {
+    fn(arg);
+    return;
+  }
+  if (rcc_gpu_enter(device, &scope, why, sizeof(why)) != 0)
+    return; /* no context to free it in: the process's end frees it */
+  fn(arg);
+  rcc_gpu_leave(&scope);
+}
+
+void rcc_gpu_free_when_quiet(int device, void (*fn)(void *arg), void *arg) {
+  struct deferred *d = NULL;
+  pthread_mutex_lock(&tracked.lock);
+  int quiet = quiet_locked(device);
+  if (!quiet && (d = malloc(sizeof(*d))) != NULL) {
+    *d = (struct deferred){device, fn, arg, tracked.frees};
+    tracked.frees = d;
+  }
+  pthread_mutex_unlock(&tracked.lock);
+  if (quiet)
+    run_on(device, fn, arg);
+  /* Out of memory for the record: kept, never freed (not a wait). */
+}
+
+int rcc_gpu_sweep(void) {
+  struct deferred *ready = NULL;
+  int left = 0;
+  pthread_mutex_lock(&tracked.lock);
+  for (struct deferred **at = &tracked.frees; *at;) {
+    struct deferred *d = *at;
+    if (quiet_locked(d->device)) {
+      *at = d->next;
+      d->next = ready;
+      ready = d;
+    } else {
+      at = &d->next;
+      left++;
+    }
+  }
+  pthread_mutex_unlock(&tracked.lock);
+  while (ready) { /* outside the lock: fn may call into CUDA */
+    struct deferred *d = ready;
+    ready = d->next;
+    run_on(d->device, d->fn, d->arg);
+    free(d);
+  }
+  return left;
+}
+
 #if RINGCC_HAVE_CUDA
 #include <dlfcn.h>
+#include <cuda_runtime_api.h>
+
+static int event_pending(void *event) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  int pending = cudaEventQuery((cudaEvent_t)event) == cudaErrorNotReady;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaGetLastError();
+  return pending;
+}
+
+int rcc_gpu_driver_loaded(void) {
+  void *loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (loaded != NULL)
+    dlclose(loaded);
+  return loaded != NULL;
+}
 
 /* ---- the driver's context stack ----------------------------------------------- */
 
@@ -327,6 +464,13 @@ int rcc_gpu_nvml_probe(const char *my_bus, struct rcc_gpu_info *me) {
 }
 
 #else /* !RINGCC_HAVE_CUDA ------------------------------------------------------- */
+
+static int event_pending(void *event) {
+  (void)event;
+  return 0;
+}
+
+int rcc_gpu_driver_loaded(void) { return 0; }
 
 int rcc_gpu_thread_has_context(void) { return 0; }
 

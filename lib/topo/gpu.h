@@ -70,6 +70,34 @@ void rcc_gpu_driver_release(char *buf, size_t len);
  * left as it was). */
 int rcc_gpu_nvml_probe(const char *my_bus, struct rcc_gpu_info *me);
 
+/* 1 when this process has loaded the CUDA driver (libcuda.so.1): a context
+ * may exist; 0: none can, and settings the driver reads when it creates one
+ * (CUDA_DEVICE_MAX_CONNECTIONS) still take effect if set now. */
+int rcc_gpu_driver_loaded(void);
+
+/* ---- frees that never synchronize the device ----------------------------------
+ * cudaFree, cudaDeviceSynchronize and the like wait for every kernel of the
+ * process on the device, the spinning kernels of other ranks (threads of
+ * this process) included, which may wait for this thread: a deadlock. So
+ * the library's kernels are tracked by their communicators' "last kernel"
+ * events (cuda.c), and memory that only a device-wide free can release is
+ * freed when none of them is pending: at once if so, else at a later sweep
+ * (every communicator's init and destroy, and every free, sweep). */
+
+/* Tracks event (a cudaEvent_t) of device until rcc_gpu_untrack. */
+void rcc_gpu_track(int device, void *event);
+void rcc_gpu_untrack(void *event);
+/* 1 when no tracked event of device (every device: -1) is pending. */
+int rcc_gpu_quiet(int device);
+/* Runs fn(arg) with device current (device -1: as the thread is) now if the
+ * device is quiet, else at the first sweep that finds it so. */
+void rcc_gpu_free_when_quiet(int device, void (*fn)(void *arg), void *arg);
+/* Runs the deferred frees whose device is quiet now; returns how many are
+ * left. */
+int rcc_gpu_sweep(void);
+/* The tests' stand-in for cudaEventQuery (1: pending); NULL: the real one. */
+void rcc_gpu_set_event_query(int (*pending)(void *event));
+
 /* NUMA node of a PCI device ("0000:3b:00.0"), from sysfs; -1 unknown. */
 int rcc_gpu_pci_numa(const char *bus);
 

@@ -154,6 +154,7 @@ struct ringcc_comm {
    * communicators' secrets from it. */
   uint8_t key[32];
   uint64_t splits;         /* ringcc_comm_split calls so far (alike on all) */
+  uint64_t shrinks;        /* ringcc_comm_shrink calls so far (shrink.c) */
   int64_t init_deadline;   /* for transports' connect phase */
   struct rcc_cma *cma;     /* cross-memory attach (exec_cma.c); NULL until
                               init prepares it */

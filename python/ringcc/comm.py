@@ -23,6 +23,7 @@ import operator
 from . import _lib
 from ._buffers import datatype_of, describe
 from ._lib import Datatype, Op, Result, lib
+from ._requests import async_capable, in_group
 
 HOST = _lib.SPLIT_HOST
 ANY_TAG = -1  # Recv's tag: ringcc has no tags (mpi4py's MPI.ANY_TAG)
@@ -367,6 +368,26 @@ class Comm:
         rank's input, then the sum, for buffers of dtype."""
         return PremulSum(self, scalar, dtype)
 
+    def shrink(self, exclude=None):
+        """ULFM's MPI_Comm_shrink, NCCL's ncclCommShrink: a Comm of the ranks
+        not in exclude (a sequence of ranks), renumbered in order. Called
+        by those ranks only, on a healthy Comm or one that lost ranks (after
+        a ringcc.Error with code PEER_FAILED). exclude None: the ranks known
+        to have failed, agreed among the survivors (every survivor gets the
+        same Comm, or an error). This Comm stays as it was: destroy it."""
+        if exclude is None:
+            arr, n = None, 0
+        else:
+            ranks = [_int_arg(r, "exclude") for r in exclude]
+            n = len(ranks)
+            arr = (ctypes.c_int * max(n, 1))(*ranks)
+        out = ctypes.c_void_p()
+        _check(lib.ringcc_comm_shrink(self._live(), arr, n, ctypes.byref(out)),
+               "ringcc_comm_shrink", self._handle)
+        comm = Comm.__new__(Comm)
+        comm._adopt(out)
+        return comm
+
     def _split(self, fn, a, key):
         out = ctypes.c_void_p()
         _check(getattr(lib, fn)(self._live(), a, key, ctypes.byref(out)), fn,
@@ -388,7 +409,7 @@ class Comm:
 
     def _peer(self, peer):
         peer = self._root(peer, "peer")
-        if peer == self._rank:
+        if peer == self._rank and not in_group():
             raise ValueError(f"argument 'peer' is this rank ({peer}); a "
                              "blocking send to oneself cannot complete")
         return peer
@@ -423,6 +444,7 @@ class Comm:
 
     # ---- collectives -------------------------------------------------------
 
+    @async_capable
     def allreduce(self, sendbuf, recvbuf=None, op=Op.SUM, *, stream=None):
         """Every rank gets the reduction of every rank's sendbuf."""
         handle, op = self._live(), op_of(op)
@@ -435,6 +457,7 @@ class Comm:
                   out.count, out.dtype, op, handle, _stream_address(stream))
         return out.obj
 
+    @async_capable
     def reduce_scatter(self, sendbuf, recvbuf=None, op=Op.SUM, *, stream=None):
         """sendbuf holds size blocks; rank r gets block r reduced over the
         ranks. In place, the result is the first block of the buffer."""
@@ -456,6 +479,7 @@ class Comm:
                   _stream_address(stream))
         return out.obj
 
+    @async_capable
     def allgather(self, sendbuf, recvbuf=None, *, stream=None):
         """Rank r's sendbuf lands at block r of every rank's recvbuf. In
         place, the rank's own block is read from its place in the buffer."""
@@ -476,6 +500,7 @@ class Comm:
                   count, out.dtype, handle, _stream_address(stream))
         return out.obj
 
+    @async_capable
     def bcast(self, buf, root=0, *, stream=None):
         """The root's buf is copied into every rank's buf."""
         handle, root = self._live(), self._root(root)
@@ -484,6 +509,7 @@ class Comm:
                   handle, _stream_address(stream))
         return b.obj
 
+    @async_capable
     def reduce(self, sendbuf, recvbuf=None, op=Op.SUM, root=0, *,
                stream=None):
         """The root gets the reduction; recvbuf is ignored elsewhere."""
@@ -507,6 +533,7 @@ class Comm:
                   _stream_address(stream))
         return out.obj
 
+    @async_capable
     def alltoall(self, sendbuf, recvbuf=None, *, stream=None):
         """Block j of sendbuf goes to rank j; block i of recvbuf comes from
         rank i."""
@@ -522,6 +549,7 @@ class Comm:
                   count, out.dtype, handle, _stream_address(stream))
         return out.obj
 
+    @async_capable
     def send(self, buf, peer, *, stream=None):
         """Sends buf to rank peer (matched in order with peer's recv)."""
         handle, peer = self._live(), self._peer(peer)
@@ -529,6 +557,7 @@ class Comm:
         self._run("ringcc_send", b.address or None, b.count, b.dtype, peer,
                   handle, _stream_address(stream))
 
+    @async_capable
     def recv(self, buf, peer, *, stream=None):
         """Receives into buf from rank peer; the sizes must match."""
         handle, peer = self._live(), self._peer(peer)
@@ -537,6 +566,7 @@ class Comm:
                   handle, _stream_address(stream))
         return b.obj
 
+    @async_capable
     def barrier(self, *, stream=None):
         """Returns when every rank has entered the barrier."""
         self._run("ringcc_barrier", self._live(), _stream_address(stream))

@@ -39,3 +39,10 @@ def test_api(check, n):
     job = run_ranks(n, "api_ranks.py", check, timeout=120)
     if check == "gil" and n > 1:
         assert job.lines(0, "GIL:"), job.outputs[0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("check", ["exchange", "requests"])
+def test_groups(check, n):
+    job = run_ranks(n, "group_ranks.py", check, timeout=120)
+    assert checked(job) > 0, job.outputs[0]

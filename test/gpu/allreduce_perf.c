@@ -24,7 +24,7 @@
  * Options: -b MIN -e MAX -f FACTOR (bytes, K/M/G suffixes; default 8 B to
  * 256 MiB, x8), --iters K (timed iterations; default by size), --copy-bw
  * (also the device's cudaMemcpy device-to-device rate, for one GPU shared by
- * the ranks), --timeout-ms MS. Output: a table, and per size a line
+ * the ranks), --timeout-ms MS (default RINGCC_TIMEOUT_MS, else 120000). Output: a table, and per size a line
  *   ARPERF <backend> <nranks> <bytes> <time_us> <algbw_GBps> <busbw_GBps> <ok>
  * (and "ARPERF copy 1 <bytes> <time_us> <GBps>" with --copy-bw), which
  * gpu-check.sh reads. Exit status 0, 1 on a wrong result or a failed call,
@@ -328,6 +328,9 @@ static size_t parse_bytes(const char *s) {
 }
 
 int main(int argc, char **argv) {
+  const char *env_timeout = getenv("RINGCC_TIMEOUT_MS");
+  if (env_timeout && *env_timeout) /* a config field overrides the env */
+    opt.timeout_ms = atoll(env_timeout);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--backend") == 0 && v) {

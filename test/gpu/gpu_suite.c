@@ -23,12 +23,14 @@
  * Also: allreduce with RINGCC_ALGO=ring and tree; host collectives on the
  * same communicator between device ones; mixed host/device buffers and a
  * stream with host buffers (INVALID_ARGUMENT naming the argument); the
- * default (NULL) stream; with --faults, a collective only some ranks call
+ * default (NULL) stream (processes; thread ranks on one GPU: refused,
+ * INVALID_USAGE naming 'stream'); with --faults, a collective only some ranks call
  * (RINGCC_ERR_TIMEOUT from ringcc_comm_get_async_error) and
  * ringcc_comm_abort under a waiting kernel.
  *
  * Options: --quick (fewer datatypes and counts), --big (add 256 MiB cases),
- * --faults, --timeout-ms MS (each communicator's deadline, default 120000),
+ * --faults, --timeout-ms MS (each communicator's deadline; default
+ * RINGCC_TIMEOUT_MS where set, else 120000),
  * and sections:
  *   --streams    calls on three streams with no synchronisation between
  *                them, an in-place alltoall on one stream of what an
@@ -599,9 +601,22 @@ static bool mixed_use(struct rank *k) {
            ringcc_strerror(r), out);
     return false;
   }
-  /* Device buffers on the default stream (processes only: ranks that are
-   * threads share the legacy default stream, where one rank's kernel would
-   * wait behind another's). */
+  /* Device buffers on the default stream: processes run; ranks that are
+   * threads on one GPU share the legacy default stream, where one rank's
+   * kernel would wait behind another's, and are refused, naming 'stream'. */
+  int gpus = 1;
+  if (opt.spread && (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1))
+    gpus = 1;
+  if (opt.threads && k->nranks > gpus) { /* two threads share a GPU */
+    r = call(k, ALLREDUCE, RINGCC_INT32, RINGCC_SUM, 1000, 0, NULL);
+    if (r != RINGCC_ERR_INVALID_USAGE ||
+        strstr(ringcc_comm_last_error(k->comm), "'stream' is NULL") == NULL) {
+      report(k->rank, "device allreduce on the NULL stream with thread ranks "
+             "on one GPU: %s (want RINGCC_ERR_INVALID_USAGE): %s",
+             ringcc_strerror(r), ringcc_comm_last_error(k->comm));
+      return false;
+    }
+  }
   if (!opt.threads) {
     if (!fill(k, ALLREDUCE, RINGCC_INT32, 1000, 0) ||
         !cuda_ok(k, cudaStreamSynchronize(k->stream), "sync"))
@@ -1127,7 +1142,7 @@ static int kill_rank(struct kill_shared *sh, int r, int n) {
   float *d = NULL, h[1024];
   ringcc_comm_t comm = NULL;
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
-  cfg.timeout_ms = 120000;
+  cfg.timeout_ms = opt.timeout_ms;
   cfg.cuda_device = dev;
   while (!sh->ready)
     usleep(1000);
@@ -1426,6 +1441,9 @@ static const char *label_of(void) {
 }
 
 int main(int argc, char **argv) {
+  const char *env_timeout = getenv("RINGCC_TIMEOUT_MS");
+  if (env_timeout && *env_timeout) /* a config field overrides the env */
+    opt.timeout_ms = atoll(env_timeout);
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       opt.threads = atoi(argv[++i]);

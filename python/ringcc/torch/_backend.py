@@ -34,7 +34,8 @@ import ringcc
 from ringcc._lib import Datatype, Op
 
 from . import _p2p
-from ._engine import RingccWork, Worker, completed_work, work_for
+from ._engine import (Completion, RingccWork, Worker, completed_work,
+                      work_for)
 
 # c10d's profiling: each operation is a record function named
 # "<backend>:<collective>" (gloo:all_reduce, ...) with its input tensors,
@@ -231,6 +232,29 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         self._shut = False
         self._tls = threading.local()
 
+    def shrink(self, exclude=None):
+        """A new group of the ranks of this one that are not in exclude,
+        renumbered in order (ringcc.Comm.shrink: None excludes the ranks
+        known to have failed, agreed among the survivors). For a training
+        loop that goes on after a rank died (torchft-style): catch the
+        failed collective's error, call shrink() on every survivor, and use
+        the group it returns from then on (pass it as group=, or wrap it in
+        a new DDP); this group is left as it was and should be shut down.
+        Called by the survivors only."""
+        comm = self._comm.shrink(exclude)
+        pg = ProcessGroupRingcc.__new__(ProcessGroupRingcc)
+        dist.ProcessGroup.__init__(pg, comm.rank, comm.size)
+        pg._name = self._name
+        pg._store = self._store
+        pg._timeout_ms = self._timeout_ms
+        pg._comm = comm
+        pg._worker = Worker(f"ringcc-pg-rank{comm.rank}")
+        pg._channels = {}
+        pg._channels_lock = threading.Lock()
+        pg._shut = False
+        pg._tls = threading.local()
+        return pg
+
     # ---- identity ------------------------------------------------------------
 
     def getBackendName(self):
@@ -261,8 +285,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     # torch's Python code asks a group for its per-device backend
     # (batch_isend_irecv: supports_coalescing; FSDP: supports_tensor_alloc).
-    # This group is its own backend for every device.
-    supports_coalescing = False
+    # This group is its own backend for every device. With coalescing,
+    # batch_isend_irecv's sends and receives become one ringcc group.
+    supports_coalescing = True
 
     def _get_backend(self, device=None):
         return self
@@ -330,16 +355,21 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     # order, on the worker); end_coalescing's Work completes when all have.
 
     _coalesced = None
+    _batch = None  # the sends and receives of a batch_isend_irecv
 
     def start_coalescing(self, device=None):
         if self._coalesced is not None:
             raise RuntimeError("ringcc: start_coalescing while coalescing")
         self._coalesced = []
+        self._batch = []
 
     def end_coalescing(self, device=None):
         if self._coalesced is None:
             raise RuntimeError("ringcc: end_coalescing without "
                                "start_coalescing")
+        batch, self._batch = self._batch, None
+        if batch:
+            self._submit_batch(batch)
         futures, self._coalesced = self._coalesced, None
         return work_for(torch.futures.collect_all(futures).then(
             lambda all_done: [t for f in all_done.value()
@@ -918,15 +948,59 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def send(self, tensors, dstRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
+        if self._batch is not None:
+            return self._batched("send", t, dstRank)
         ch = self._channel("send", dstRank)
         record = self._record("send", [t])
         return self._work(self._recorded(ch.send(t, tag), record))
 
     def recv(self, tensors, srcRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
+        if self._batch is not None:
+            return self._batched("recv", t, srcRank)
         ch = self._channel("recv", srcRank)
         record = self._record("recv", [t])
         return self._work(self._recorded(ch.recv(t, tag), record))
+
+    # batch_isend_irecv (between start_ and end_coalescing): its sends and
+    # receives are kept, then run as one ringcc group on the group's
+    # communicator (one task on the worker): no threads or communicators
+    # per peer, and no order of them deadlocks. Tags are not matched: the
+    # messages of a batch match the peer's batch in order per pair.
+    def _batched(self, kind, t, peer):
+        if not 0 <= peer < self.size():
+            raise ValueError(f"ringcc: {'dst' if kind == 'send' else 'src'} "
+                             f"rank {peer} is not a rank of this group (size "
+                             f"{self.size()})")
+        done = Completion()
+        self._batch.append((kind, _Arg(t, "tensor"), peer, done))
+        return self._work(done.future)
+
+    def _submit_batch(self, batch):
+        def run():
+            lib = ringcc._lib.lib
+            error = None
+            ringcc.comm._check(lib.ringcc_group_start(), "ringcc_group_start")
+            try:
+                for kind, a, peer, _ in batch:
+                    self._call("ringcc_" + kind, a.address, a.count,
+                               a.dtype, peer)
+            except Exception as e:  # noqa: BLE001 - ends the group first
+                error = e
+            rc = lib.ringcc_group_end()
+            try:
+                if error is not None:
+                    raise error
+                ringcc.comm._check(rc, "ringcc_group_end",
+                                   self._comm.handle)
+            except Exception as e:  # noqa: BLE001 - every Work fails
+                for _, _, _, done in batch:
+                    done.set_exception(e)
+                raise
+            for _, a, _, done in batch:
+                done.set_result([a.tensor])
+        run = self._titled("batch_isend_irecv", run)
+        self._worker.submit(run, [a.tensor for _, a, _, _ in batch])
 
     @staticmethod
     def _recorded(future, record):

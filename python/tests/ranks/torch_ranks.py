@@ -465,6 +465,22 @@ def p2p(groups, n, r):
             mine = t
         else:
             same(mine, t, "batch_isend_irecv")
+    # batch_isend_irecv of 8 MB to both neighbours, sends first (one ringcc
+    # group).
+    for name in ("ringcc", "gloo"):
+        big = data(torch.float32, r, 2_000_003, salt=3)
+        out_next, out_prev = torch.empty_like(big), torch.empty_like(big)
+        ops_ = [dist.P2POp(dist.isend, big, nxt, groups[name]),
+                dist.P2POp(dist.isend, big, prv, groups[name]),
+                dist.P2POp(dist.irecv, out_prev, prv, groups[name]),
+                dist.P2POp(dist.irecv, out_next, nxt, groups[name])]
+        for w in dist.batch_isend_irecv(ops_):
+            w.wait()
+        if name == "ringcc":
+            mine = (out_prev, out_next)
+        else:
+            same(list(mine), [out_prev, out_next], "batch_isend_irecv 8 MB "
+                 "both ways")
     # A size mismatch fails that receive with both sizes named.
     if n == 2:
         if r == 0:
