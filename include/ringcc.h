@@ -71,9 +71,11 @@ typedef enum {
   /* OCP FP8 (the NVIDIA/ml_dtypes float8_e4m3fn and float8_e5m2 encodings).
    * Reduced in float and rounded to nearest even once per step (each
    * combination of two values). Overflow: e4m3 has no infinity and
-   * saturates to +-448 (as CUDA's and NCCL's conversions do; +-Inf inputs
-   * too); e5m2 overflows to +-Inf like float16. NaNs stay NaN. Host buffers
-   * only: on device buffers the call returns RINGCC_ERR_UNSUPPORTED. */
+   * saturates to +-448 (as CUDA's __NV_SATFINITE conversion, NCCL and
+   * torch's float8_e4m3fn casts do; +-Inf inputs too; ml_dtypes and OCP's
+   * non-saturating mode give NaN from 480 up instead); e5m2 overflows to
+   * +-Inf like float16. NaNs stay NaN. Host buffers only: on device buffers
+   * the call returns RINGCC_ERR_UNSUPPORTED. */
   RINGCC_FLOAT8_E4M3 = 10,
   RINGCC_FLOAT8_E5M2 = 11,
   RINGCC_NUM_DATATYPES
@@ -389,6 +391,50 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
                                        ringcc_stream_t stream);
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream);
+
+/* ---- premul-sum ops ----------------------------------------------------
+ *
+ * NCCL's ncclRedOpCreatePreMulSum: an op that multiplies each rank's input
+ * by a scalar, then sums. For allreduce, reduce and reduce_scatter.
+ *
+ * *op gets a new op of comm, for calls on datatype dt (any of them; integers
+ * multiply modulo 2^bits). The scalar is read from host memory now, as one
+ * value of dt: a later change to *scalar changes nothing. Where the multiply
+ * happens: on each rank, over its own input, before any byte moves (into
+ * staging the communicator keeps), by the datatype's product: float16,
+ * bfloat16 and float8 multiply in float and round once to nearest even,
+ * float32 and float64 round once in their own type; then the sum rounds
+ * once per step as RINGCC_SUM does. So the result is sum_r round(x_r * s),
+ * not round(s * sum_r x_r). Every algorithm runs it (the staging is not
+ * registered memory: where a sum over registered buffers would run
+ * zero-copy, a premul-sum takes the copying algorithms). The op is this
+ * communicator's only (not its
+ * splits'), lives until ringcc_op_destroy or the communicator's destroy,
+ * and is refused with RINGCC_ERR_INVALID_ARGUMENT ('op') by a call of
+ * another datatype and after it is destroyed (op values are not reused).
+ * Host buffers only: on device buffers a call with it returns
+ * RINGCC_ERR_UNSUPPORTED. Safe from any thread, also while a collective
+ * runs on comm. */
+RINGCC_API ringcc_result_t ringcc_op_create_premul_sum(ringcc_op_t *op,
+                                                       const void *scalar,
+                                                       ringcc_datatype_t dt,
+                                                       ringcc_comm_t comm);
+/* Frees an op of ringcc_op_create_premul_sum; a built-in op, an op of
+ * another communicator or one destroyed already is
+ * RINGCC_ERR_INVALID_ARGUMENT naming 'op'. */
+RINGCC_API ringcc_result_t ringcc_op_destroy(ringcc_op_t op,
+                                             ringcc_comm_t comm);
+
+/* The tuner's predicted time, in seconds, of one collective on host
+ * buffers of comm: collective is "allreduce", "reduce_scatter",
+ * "allgather", "bcast", "reduce" or "alltoall", count and dt as the call
+ * would give them. The cost model's time for the algorithm the tuner would
+ * pick (docs/tuning.md); nothing runs, nothing is sent. 0 on one rank. */
+RINGCC_API ringcc_result_t ringcc_comm_predict(ringcc_comm_t comm,
+                                               const char *collective,
+                                               size_t count,
+                                               ringcc_datatype_t dt,
+                                               double *seconds);
 
 /* ---- groups and requests ------------------------------------------------
  *

@@ -25,6 +25,8 @@
 #include "group.h"
 #include "live.h"
 #include "log.h"
+#include "premul.h"
+#include "reduce.h"
 #include "stats.h"
 #include "trace.h"
 #include "tuner.h"
@@ -186,7 +188,10 @@ static ringcc_result_t validate_buffers(const struct call *c) {
   return check_overlap(c);
 }
 
-static ringcc_result_t validate(const struct call *c) {
+/* *pm: the premul-sum op when op is one (copied: another thread may destroy
+ * it during the call). */
+static ringcc_result_t validate(const struct call *c,
+                                struct rcc_premul_op *pm) {
   char msg[200];
   struct ringcc_comm *comm = c->comm;
 
@@ -197,9 +202,19 @@ static ringcc_result_t validate(const struct call *c) {
     return bad_arg(c, msg);
   }
   if ((c->uses & USES_OP) && !rcc_op_valid(c->op)) {
-    snprintf(msg, sizeof(msg), "argument 'op' is %d, not a ringcc_op_t (0..%d)",
-             c->op, RINGCC_NUM_OPS - 1);
-    return bad_arg(c, msg);
+    if (c->op < RINGCC_NUM_OPS || !rcc_premul_find(comm, c->op, pm)) {
+      snprintf(msg, sizeof(msg), "argument 'op' is %d, neither a ringcc_op_t "
+               "(0..%d) nor a live premul-sum op of this communicator "
+               "(ringcc_op_create_premul_sum)", c->op, RINGCC_NUM_OPS - 1);
+      return bad_arg(c, msg);
+    }
+    if (pm->dt != c->dt) {
+      snprintf(msg, sizeof(msg), "argument 'op' is a premul-sum op made for "
+               "datatype %s; the call's datatype is %s",
+               ringcc_datatype_name((ringcc_datatype_t)pm->dt),
+               ringcc_datatype_name((ringcc_datatype_t)c->dt));
+      return bad_arg(c, msg);
+    }
   }
   if ((c->uses & USES_ROOT) && (c->root < 0 || c->root >= comm->nranks)) {
     snprintf(msg, sizeof(msg), "argument 'root' is %d; it must be in [0, %d]",
@@ -217,6 +232,10 @@ static ringcc_result_t validate(const struct call *c) {
     return rcc_vcoll_validate(comm, &v);
   }
   return validate_buffers(c);
+}
+
+static int is_premul(const struct call *c) {
+  return (c->uses & USES_OP) && c->op >= RINGCC_NUM_OPS;
 }
 
 /* Host or device buffers (cuda.c decides, from the buffers the call uses
@@ -242,6 +261,11 @@ static ringcc_result_t locate(struct call *c) {
   ringcc_result_t r = rcc_cuda_locate(c->comm, c->fn, send, sname, recv, rname,
                                       c->stream, &device);
   c->uses |= device ? ON_DEVICE : 0;
+  if (device && r == RINGCC_SUCCESS && is_premul(c))
+    return rcc_comm_error(c->comm, RINGCC_ERR_UNSUPPORTED,
+                          "%s on rank %d: premul-sum ops on device buffers "
+                          "are not supported yet (host buffers only; "
+                          "docs/cuda.md)", c->fn, c->comm->rank);
   if (device && r == RINGCC_SUCCESS &&
       (c->dt == RINGCC_FLOAT8_E4M3 || c->dt == RINGCC_FLOAT8_E5M2))
     return rcc_comm_error(c->comm, RINGCC_ERR_UNSUPPORTED,
@@ -308,13 +332,12 @@ static size_t chunk_bytes(const struct call *c) {
   return device ? comm->dev_all_chunk_bytes : comm->all_chunk_bytes;
 }
 
-static ringcc_result_t run_cma(const struct call *c, const void *src) {
+static ringcc_result_t run_cma(const struct call *c, const void *src,
+                               ringcc_op_t op) {
   struct ringcc_comm *comm = c->comm;
   size_t esize = ringcc_datatype_size(c->dt);
   struct rcc_cma_call call = {c->coll, src, c->recvbuf, NULL, c->count,
-                              (ringcc_datatype_t)c->dt,
-                              (c->uses & USES_OP) ? (ringcc_op_t)c->op
-                                                  : RINGCC_SUM};
+                              (ringcc_datatype_t)c->dt, op};
   if (c->coll == RCC_COLL_REDUCE_SCATTER) {
     /* An output inside the input, other than this rank's own block (MPI's
      * in-place form), would be overwritten while peers still read it. */
@@ -389,9 +412,43 @@ static struct rcc_plan call_plan(struct ringcc_comm *comm,
   };
 }
 
+/*
+ * Premul-sum: each rank multiplies its own input once, here, before any
+ * byte moves: src[i] * scalar by the datatype's product (rcc_reduce_scale:
+ * rounded once to the datatype, to nearest even), written to staging that
+ * the communicator keeps; the collective then runs RINGCC_SUM over the
+ * staged copy with whatever algorithm the tuner picks. The staging is never
+ * registered memory, so a premul-sum takes the copying algorithms where a
+ * sum over registered buffers would run zero-copy. *src: the staged copy.
+ */
+static ringcc_result_t premul_input(const struct call *c,
+                                    const struct rcc_premul_op *pm,
+                                    const void **src) {
+  struct ringcc_comm *comm = c->comm;
+  size_t esize = ringcc_datatype_size(c->dt);
+  size_t n = c->count * (c->coll == RCC_COLL_REDUCE_SCATTER
+                             ? (size_t)comm->nranks : 1);
+  if (n * esize > comm->premul_stage_bytes) {
+    void *p = realloc(comm->premul_stage, n * esize);
+    if (p == NULL)
+      return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                            "%s on rank %d: no memory for the %zu-byte "
+                            "premul-sum staging", c->fn, comm->rank,
+                            n * esize);
+    comm->premul_stage = p;
+    comm->premul_stage_bytes = n * esize;
+  }
+  if (n > 0)
+    rcc_reduce_scale((ringcc_datatype_t)c->dt, comm->premul_stage, *src, n,
+                     pm->scalar);
+  *src = comm->premul_stage;
+  return RINGCC_SUCCESS;
+}
+
 /* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
  * convention (the statistics' and the trace's). */
-static ringcc_result_t execute(const struct call *c, int *alg,
+static ringcc_result_t execute(const struct call *c,
+                               const struct rcc_premul_op *pm, int *alg,
                                uint64_t *bytes) {
   struct ringcc_comm *comm = c->comm;
   const void *src = source_buffer(c);
@@ -403,6 +460,13 @@ static ringcc_result_t execute(const struct call *c, int *alg,
     struct rcc_vcall v = vcall_of(c);
     return rcc_vcoll_execute(comm, &v, alg, bytes);
   }
+  if (is_premul(c)) { /* the scaled input into staging, then a sum */
+    ringcc_result_t r = premul_input(c, pm, &src);
+    if (r != RINGCC_SUCCESS)
+      return r;
+    op = RINGCC_SUM;
+  }
+
   choose(c, &tune);
   *alg = tune.alg;
   *bytes = (uint64_t)c->count * esize *
@@ -429,7 +493,7 @@ static ringcc_result_t execute(const struct call *c, int *alg,
               a->name);
   }
   if (a->exec == RCC_EXEC_CMA)
-    return run_cma(c, src);
+    return run_cma(c, src, op);
   /* The call's plan; the executors split it over its channels. */
   struct rcc_plan plan = call_plan(comm, a, c->coll, tune.channels, esize,
                                    c->count, tune.chunk_bytes / esize);
@@ -491,8 +555,10 @@ static int field_value(const struct check_desc *d, int field, char *buf,
   case 2: return snprintf(buf, len, "%llu", (unsigned long long)d->count);
   case 3: return snprintf(buf, len, "%s",
                           ringcc_datatype_name((ringcc_datatype_t)d->dt));
-  case 4: return snprintf(buf, len, "%s",
-                          d->op < 0 ? "none" : ringcc_op_name((ringcc_op_t)d->op));
+  case 4: return d->op >= RINGCC_NUM_OPS
+                     ? snprintf(buf, len, "premul-sum op %d", d->op)
+                     : snprintf(buf, len, "%s", d->op < 0 ? "none"
+                                : ringcc_op_name((ringcc_op_t)d->op));
   default: return snprintf(buf, len, "%d", d->root);
   }
 }
@@ -565,7 +631,9 @@ static ringcc_result_t run_inside(struct call *c) {
   if (c->uses & USES_PEER)
     if ((r = validate_peer(comm, c->fn, c->peer)) != RINGCC_SUCCESS)
       return r;
-  if ((r = validate(c)) != RINGCC_SUCCESS || (r = locate(c)) != RINGCC_SUCCESS)
+  struct rcc_premul_op pm;
+  if ((r = validate(c, &pm)) != RINGCC_SUCCESS ||
+      (r = locate(c)) != RINGCC_SUCCESS)
     return r;
   RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
@@ -584,7 +652,7 @@ static ringcc_result_t run_inside(struct call *c) {
   if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
     r = check_agreement(c, &mismatch);
   if (r == RINGCC_SUCCESS)
-    r = execute(c, &alg, &bytes);
+    r = execute(c, &pm, &alg, &bytes);
   rcc_stats_count(st, c->coll, alg, bytes, &mark);
   if (st->timing) {
     int64_t end = rcc_stats_time_end(st, c->coll, alg, &mark);
@@ -648,9 +716,10 @@ static struct call *keep_call(const struct call *c) {
  * and receives may name this rank itself there. */
 static ringcc_result_t record_inside(struct call *c) {
   ringcc_result_t r = RINGCC_SUCCESS;
+  struct rcc_premul_op pm; /* checked now; run_inside looks it up again */
   if ((c->uses & USES_PEER) && c->peer != c->comm->rank)
     r = validate_peer(c->comm, c->fn, c->peer);
-  if (r != RINGCC_SUCCESS || (r = validate(c)) != RINGCC_SUCCESS ||
+  if (r != RINGCC_SUCCESS || (r = validate(c, &pm)) != RINGCC_SUCCESS ||
       (r = locate(c)) != RINGCC_SUCCESS)
     return r;
   if (c->uses & USES_PEER) {

@@ -371,6 +371,9 @@ static void comm_free(struct ringcc_comm *comm) {
   free(comm->ring_rev);
   free(comm->peers);
   free(comm->scratch);
+  free(comm->premul);
+  free(comm->premul_stage);
+  pthread_mutex_destroy(&comm->premul_lock);
   pthread_mutex_destroy(&comm->error_lock);
   memset(comm->key, 0, sizeof(comm->key));
   free(comm);
@@ -534,8 +537,10 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
   comm->nranks = nranks;
   comm->config = *config;
   pthread_mutex_init(&comm->error_lock, NULL);
+  pthread_mutex_init(&comm->premul_lock, NULL);
   if ((r = resolve_settings(config, &comm->set, err, sizeof(err))) !=
       RINGCC_SUCCESS) {
+    pthread_mutex_destroy(&comm->premul_lock);
     pthread_mutex_destroy(&comm->error_lock);
     free(comm);
     return rcc_thread_error(r, "ringcc_comm_init on rank %d: %s", rank, err);

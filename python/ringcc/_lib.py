@@ -199,6 +199,8 @@ _PROTOTYPES = {
     "ringcc_send": (_R, [_P, _Z, _I, _I, _P, _P]),
     "ringcc_recv": (_R, [_P, _Z, _I, _I, _P, _P]),
     "ringcc_barrier": (_R, [_P, _P]),
+    "ringcc_op_create_premul_sum": (_R, [ctypes.POINTER(_I), _P, _I, _P]),
+    "ringcc_op_destroy": (_R, [_I, _P]),
     "ringcc_group_start": (_R, []),
     "ringcc_group_end": (_R, []),
     "ringcc_group_end_async": (_R, [ctypes.POINTER(_P)]),

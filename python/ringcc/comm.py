@@ -75,7 +75,10 @@ _OP_NAMES = {"sum": Op.SUM, "prod": Op.PROD, "product": Op.PROD,
 
 def op_of(op):
     """An Op from an Op, its value, or its name ('sum', 'prod', 'min', 'max',
-    'avg'); ValueError otherwise."""
+    'avg'), or the value of a PremulSum (Comm.premul_sum); ValueError
+    otherwise."""
+    if isinstance(op, PremulSum):
+        return op.value
     if isinstance(op, str):
         if op.lower() in _OP_NAMES:
             return _OP_NAMES[op.lower()]
@@ -83,6 +86,56 @@ def op_of(op):
         return Op(op)
     raise ValueError(f"argument 'op' is {op!r}; ringcc's ops are sum, prod, "
                      "min, max and avg (names or ringcc.SUM, ...)")
+
+
+def _scalar_bytes(scalar, dtype):
+    """scalar as one value of dtype (NumPy's conversion, ml_dtypes' for
+    bfloat16 and float8: round to nearest even)."""
+    import numpy as np
+    name = {Datatype.BFLOAT16: "bfloat16",
+            Datatype.FLOAT8_E4M3: "float8_e4m3fn",
+            Datatype.FLOAT8_E5M2: "float8_e5m2"}.get(dtype)
+    if name is None:
+        np_dtype = np.dtype(dtype.name.lower())
+    else:
+        import ml_dtypes
+        np_dtype = np.dtype(getattr(ml_dtypes, name))
+    return np.array([scalar]).astype(np_dtype).tobytes()
+
+
+class PremulSum:
+    """A premul-sum op of one communicator (ringcc_op_create_premul_sum):
+    each rank's input is multiplied by the scalar, then summed. Pass it as
+    `op` to allreduce, reduce and reduce_scatter on buffers of its dtype;
+    destroy() (or a with block) frees it, and the communicator's destroy
+    does too."""
+
+    def __init__(self, comm, scalar, dtype):
+        self._comm, self.dtype = comm, datatype_of(dtype)
+        raw = _scalar_bytes(scalar, self.dtype)
+        value = ctypes.c_int()
+        _check(lib.ringcc_op_create_premul_sum(ctypes.byref(value), raw,
+                                               self.dtype, comm._live()),
+               "ringcc_op_create_premul_sum", comm._handle)
+        self.value, self.scalar, self._alive = value.value, scalar, True
+
+    def destroy(self):
+        """Frees the op; its value stays, and a call given it after this
+        fails (RingccError naming 'op'). A second destroy does nothing."""
+        if self._alive and self._comm._handle:
+            _check(lib.ringcc_op_destroy(self.value, self._comm._handle),
+                   "ringcc_op_destroy", self._comm._handle)
+        self._alive = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __repr__(self):
+        return (f"PremulSum({self.scalar!r}, {self.dtype.name.lower()}, "
+                f"op {self.value})")
 
 
 def _int_arg(value, name):
@@ -309,6 +362,11 @@ class Comm:
         return self._split("ringcc_comm_split_type",
                            _int_arg(split_type, "split_type"),
                            _int_arg(key, "key"))
+
+    def premul_sum(self, scalar, dtype):
+        """A PremulSum op of this communicator: scalar (read now) times each
+        rank's input, then the sum, for buffers of dtype."""
+        return PremulSum(self, scalar, dtype)
 
     def shrink(self, exclude=None):
         """ULFM's MPI_Comm_shrink, NCCL's ncclCommShrink: a Comm of the ranks

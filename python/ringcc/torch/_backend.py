@@ -56,7 +56,10 @@ _DTYPES = {
     torch.float16: Datatype.FLOAT16, torch.bfloat16: Datatype.BFLOAT16,
     torch.float32: Datatype.FLOAT32, torch.float64: Datatype.FLOAT64,
 }
-for _name, _dt in (("uint32", Datatype.UINT32), ("uint64", Datatype.UINT64)):
+for _name, _dt in (("uint32", Datatype.UINT32), ("uint64", Datatype.UINT64),
+                   # OCP FP8 (torch >= 2.1): FSDP2's float8 all-gather
+                   ("float8_e4m3fn", Datatype.FLOAT8_E4M3),
+                   ("float8_e5m2", Datatype.FLOAT8_E5M2)):
     if hasattr(torch, _name):  # torch >= 2.3
         _DTYPES[getattr(torch, _name)] = _dt
 # Carried as another datatype: bool as uint8 (no sum or product), complex as
@@ -75,14 +78,32 @@ def _op_name(reduce_op):
     return str(getattr(op, "name", op)).replace("RedOpType.", "")
 
 
+class _PremulOp:
+    """ReduceOp.PREMUL_SUM (dist._make_nccl_premul_sum: FSDP2's divide
+    factor) until the call: _call makes the communicator's premul-sum op
+    for the tensor's datatype, runs the call and destroys the op."""
+    name = "PREMUL_SUM"
+
+    def __init__(self, factor):
+        if isinstance(factor, torch.Tensor):
+            if factor.numel() != 1:
+                raise ValueError("ringcc: the PREMUL_SUM factor is a tensor "
+                                 f"of {factor.numel()} elements, not one")
+            factor = factor.item()
+        self.factor = float(factor)
+
+
 def ringcc_op(reduce_op):
-    """The ringcc Op for a torch ReduceOp; ValueError for the others."""
+    """The ringcc Op for a torch ReduceOp (a _PremulOp for PREMUL_SUM);
+    ValueError for the others."""
     for torch_op, op in _OPS:
         if reduce_op == torch_op:
             return op
+    if getattr(reduce_op, "op", None) == ReduceOp.PREMUL_SUM:
+        return _PremulOp(reduce_op.factor)
     raise ValueError(f"ringcc: ReduceOp.{_op_name(reduce_op)} is not "
                      "supported by the ringcc backend (it has SUM, PRODUCT, "
-                     "MIN, MAX and AVG)")
+                     "MIN, MAX, AVG and PREMUL_SUM)")
 
 
 def _flat(t):
@@ -385,9 +406,17 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def _call(self, fn, *args):
         """One library call on the group's communicator (worker thread);
-        the stream is torch's current one for device tensors, else NULL."""
-        self._comm._run(fn, *args, self._comm.handle,
-                        getattr(self._tls, "stream", None))
+        the stream is torch's current one for device tensors, else NULL.
+        A _PremulOp (after the datatype) becomes the communicator's
+        premul-sum op for the call's datatype, made and destroyed here."""
+        premul = [i for i, a in enumerate(args) if isinstance(a, _PremulOp)]
+        if not premul:
+            self._comm._run(fn, *args, self._comm.handle,
+                            getattr(self._tls, "stream", None))
+            return
+        i = premul[0]
+        with self._comm.premul_sum(args[i].factor, args[i - 1]) as op:
+            self._call(fn, *args[:i], op.value, *args[i + 1:])
 
     def _reduce_op(self, opts):
         return ringcc_op(opts.reduceOp)
