@@ -359,10 +359,10 @@ static ringcc_result_t run_rooted(struct ringcc_comm *comm,
   int root = comm->rank == v->root;
   size_t esize = ringcc_datatype_size((ringcc_datatype_t)v->dt);
   size_t block = v->count * esize;
-  struct rcc_tuning tune = {RCC_ALG_DIRECT,
-                            v->device ? comm->dev_all_chunk_bytes
-                                      : comm->all_chunk_bytes,
-                            1};
+  struct rcc_tuning tune = {.alg = RCC_ALG_DIRECT,
+                            .chunk_bytes = v->device ? comm->dev_all_chunk_bytes
+                                                     : comm->all_chunk_bytes,
+                            .channels = 1};
   if (n > 1)
     rcc_tuner_choose(comm, v->coll, block * (size_t)n, v->device, &tune);
   *alg = tune.alg;
