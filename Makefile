@@ -88,8 +88,9 @@ VERSION     := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 # as transports/net_ib/, keeps them in a folder of its own). Every layer's
 # folder is on the quoted-include path; a transport's own folder is not (its
 # files include their private header by the source file's directory).
-LIB_DIRS    := $(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu)))) transports
-LIB_SRC     := $(sort $(wildcard lib/*/*.c transports/*.c transports/*/*.c))
+LIB_DIRS    := $(filter-out lib/nccl,$(patsubst %/,%,$(sort $(dir $(wildcard lib/*/*.c lib/*/*.h lib/*/*.cu))))) transports
+# lib/nccl/ is libnccl.so.2's (below), on the public API only: not libringcc's
+LIB_SRC     := $(sort $(filter-out lib/nccl/%,$(wildcard lib/*/*.c transports/*.c transports/*/*.c)))
 TOOL_SRC    := $(sort $(wildcard tools/*.c))
 # Tools that are scripts (no .c, no .h: tools/ringcc-trace) are copied.
 TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
@@ -197,9 +198,21 @@ STATIC_LIB  := $(LIBOUT)/libringcc.a
 PC_FILE     := $(LIBOUT)/pkgconfig/ringcc.pc
 
 LIB_OBJ     := $(LIB_SRC:%.c=$(OBJ)/%.o) $(LIB_CU_SRC:%.cu=$(OBJ)/%.o)
+NCCL_H_DIR  ?= $(patsubst %/nccl.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/nccl.h)))
+NCCL_SRC    := $(sort $(wildcard lib/nccl/*.c))
+NCCL_OBJ    := $(NCCL_SRC:lib/nccl/%.c=$(OBJ)/nccl/%.o)
+NCCL_SO     := $(LIBOUT)/libnccl.so.2
+NCCL_LIBS   := $(if $(NCCL_H_DIR),$(NCCL_SO) $(LIBOUT)/libnccl.so)
+# What this ringcc has of the calls other branches add (names fixed in
+# DESIGN.md): the NCCL layer uses them where present, its interim otherwise.
+NCCL_DEFS   := $(if $(shell grep -lw ringcc_gather include/ringcc.h),-DRCC_NCCL_HAVE_GATHER) \
+               $(if $(shell grep -lw ringcc_group_start include/ringcc.h),-DRCC_NCCL_HAVE_GROUPS) \
+               $(if $(shell grep -lw ringcc_comm_shrink include/ringcc.h),-DRCC_NCCL_HAVE_SHRINK)
 TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%) \
                $(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
+# test_nccl needs a real nccl.h (the toolkit's) and the libnccl.so.2 it tests
+TEST_SRC    := $(if $(NCCL_H_DIR),$(TEST_SRC),$(filter-out test/test_nccl.c,$(TEST_SRC)))
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
 # ringcc-bench is one backend of bench/bench_common.c, the measurement that
@@ -264,11 +277,12 @@ endif
 # ---- top-level targets --------------------------------------------------------
 .PHONY: all lib tools examples tests test bench deps install uninstall \
         gpu-tests gpu-check ib-check \
-        clean distclean help fuzz fuzz-run tsan-check valgrind-check churn-check
+        clean distclean help fuzz fuzz-run tsan-check valgrind-check churn-check \
+        scale-check
 
 all: lib tools examples
 
-lib: $(SO_REAL) $(SO_MAJOR) $(SO_DEV) $(STATIC_LIB)
+lib: $(SO_REAL) $(SO_MAJOR) $(SO_DEV) $(STATIC_LIB) $(NCCL_LIBS)
 
 tools: $(TOOL_BIN) $(PERF_NAMES:%=$(BINOUT)/%)
 
@@ -383,6 +397,16 @@ test-python: python-venv
 # (scripts/launch-check.sh): torchrun from $(PY_VENV) (standalone, c10d),
 # mpirun, MPICH's mpiexec.hydra and a one-node Slurm started in a temporary
 # folder (srun, srun --mpi=pmi2, srun torchrun); about a minute.
+# make nccl-check: libnccl.so.2 against the NCCL that the torch wheel in
+# $(PY_VENV) ships (scripts/nccl-check.sh): every function of both nccl.h
+# and every nccl* import of libtorch_cuda.so resolves with its p alias,
+# nothing else exported; test_nccl built against the wheel's nccl.h; the
+# switch (scripts/nccl-switch.sh) into a venv made for the check, torch
+# loading only this library, and back. PY_VENV is only read. About a minute.
+.PHONY: nccl-check
+nccl-check: lib
+	env $(TEST_ENV) scripts/nccl-check.sh --build $(BUILD) $(abspath $(PY_VENV))
+
 .PHONY: launch-check
 launch-check: python-venv
 	@$(DEPS_SCRIPT) --launchers
@@ -432,6 +456,38 @@ $(STATIC_LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $(LIB_OBJ)
 
+# ---- libnccl.so.2 ------------------------------------------------------------------
+# NCCL's host API on the public ringcc API (lib/nccl/, docs/nccl.md), with
+# libringcc.a linked in: one self-contained file that a program or the torch
+# wheel loads in place of NCCL's. Compiled against the CUDA toolkit's nccl.h
+# ($(CUDA_HOME)/include, never copied here); without it, not built.
+# Exports only nccl* and pnccl* (lib/nccl/nccl.map).
+$(NCCL_SO): $(NCCL_OBJ) $(STATIC_LIB) lib/nccl/nccl.map
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=lib/nccl/nccl.map \
+	  -Wl,--no-undefined $(LINK_FLAGS) $(LDFLAGS) -o $@ $(NCCL_OBJ) $(STATIC_LIB) \
+	  $(LIB_LIBS)
+
+$(LIBOUT)/libnccl.so: $(NCCL_SO)
+	ln -sfn $(notdir $<) $@
+
+$(OBJ)/nccl/%.o: lib/nccl/%.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -Iinclude -iquote lib/nccl -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include \
+	  -D_GNU_SOURCE $(NCCL_DEFS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) -fvisibility=default \
+	  -MMD -MP -c -o $@ $<
+
+# test_nccl: an NCCL program (nccl.h, no ringcc header), linked to the
+# built libnccl.so.2 by path; scripts/nccl-check.sh builds it again against
+# the torch wheel's nccl.h.
+NCCL_TEST_FLAGS = -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include $(NCCL_DEFS) \
+                  -DRCC_NCCL_SO_PATH='"$(abspath $(NCCL_SO))"'
+$(OBJ)/test/test_nccl.o: RCC_CPPFLAGS += $(NCCL_TEST_FLAGS)
+$(TESTOUT)/test_nccl: $(OBJ)/test/test_nccl.o $(NCCL_SO)
+	@mkdir -p $(@D)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(abspath $(NCCL_SO)) \
+	  -Wl,-rpath,$(abspath $(LIBOUT)) $(TEST_LIBS) -ldl $(LDLIBS)
+
 # ---- programs --------------------------------------------------------------------
 # Tools and examples link the shared library and find it through
 # $ORIGIN/../lib, both in the build tree and after make install.
@@ -479,7 +535,7 @@ $(FLAGS_STAMP):
 # Program objects are only reached through pattern rules; keep them.
 .SECONDARY: $(ALL_OBJ)
 
--include $(ALL_OBJ:.o=.d)
+-include $(ALL_OBJ:.o=.d) $(NCCL_OBJ:.o=.d)
 
 # ---- fuzzing: libFuzzer targets (clang) ----------------------------------------
 # test/fuzz/fuzz_NAME.c -> $(BUILD)/fuzz/fuzz_NAME, linked with the library's
@@ -628,6 +684,22 @@ churn-check:
 	echo "churn-check: $$(if [ $$rc = 0 ]; then echo passed; else echo FAILED; fi) in $$(( $$(date +%s) - start )) s"; \
 	exit $$rc
 
+# ---- scale: many ranks on this host -------------------------------------------------
+# test/test_scale.c's suite scale: SCALE_N (default 128) TCP ranks on this
+# host with default settings (RINGCC_SHM_DISABLE=1; issue 28: the link check
+# took ranks that were slow to drain their sockets for lost hosts), run
+# under nice; prints the time and the load average before and after.
+SCALE_N ?= 128
+
+scale-check:
+	@$(DEPS_SCRIPT)
+	@$(MAKE) --no-print-directory $(TESTOUT)/test_scale
+	@echo "scale-check: $(SCALE_N) TCP ranks, load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	@start=$$(date +%s); \
+	RINGCC_SCALE_N=$(SCALE_N) nice $(TESTOUT)/test_scale --filter='scale/*' -j1; rc=$$?; \
+	echo "scale-check: $$(if [ $$rc = 0 ]; then echo passed; else echo FAILED; fi) in $$(( $$(date +%s) - start )) s, load after: $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	exit $$rc
+
 # ---- the verbs plugin (transports/net_ib/) -------------------------------------------
 # test_net_ib loads $(FAKE_IBV), a stand-in for libibverbs, through
 # RINGCC_IBVERBS_LIB to test the error paths a real device cannot produce.
@@ -734,6 +806,10 @@ install: all $(PC_FILE)
 	ln -sfn $(notdir $(SO_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libringcc.so
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/
+ifneq ($(NCCL_H_DIR),)
+	install -m 755 $(NCCL_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sfn libnccl.so.2 $(DESTDIR)$(LIBDIR)/libnccl.so
+endif
 	install -m 644 $(PC_FILE) $(DESTDIR)$(PKGCONFIGDIR)/
 ifneq ($(strip $(TOOL_BIN)),)
 	install -m 755 $(TOOL_BIN) $(DESTDIR)$(BINDIR)/
@@ -745,6 +821,7 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so $(DESTDIR)$(LIBDIR)/$(SONAME)
 	rm -f $(DESTDIR)$(LIBDIR)/libringcc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libringcc.a
 	rm -f $(DESTDIR)$(PKGCONFIGDIR)/ringcc.pc
+	rm -f $(DESTDIR)$(LIBDIR)/libnccl.so.2 $(DESTDIR)$(LIBDIR)/libnccl.so
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOL_BIN)) $(PERF_NAMES))
 
 # ---- housekeeping ------------------------------------------------------------
@@ -771,6 +848,8 @@ help:
 	@echo '  torch-suite    torch distributed_test.py: gloo vs ringcc standing in, table'
 	@echo '                 (torch-suite-quick: a bounded subset, ringcc only)'
 	@echo '  launch-check   init_env under real torchrun, mpirun, mpiexec.hydra, srun'
+	@echo '  nccl-check     libnccl.so.2 vs the torch wheel'"'"'s NCCL: symbols, test_nccl on its'
+	@echo '                 nccl.h, the torch switch (scripts/nccl-switch.sh); PY_VENV read only'
 	@echo '                 (a one-node Slurm in a temporary folder)'
 	@echo '  test-python    venv $(PY_VENV) (numpy, torch, pytest), pip install ./python,'
 	@echo '                 pytest python/tests (PY_TEST_ARGS=...; docs/python.md)'
@@ -784,6 +863,7 @@ help:
 	@echo '  tsan-check     SANITIZE=thread build (in $(TSAN_BUILD)) of the library and'
 	@echo '                 test/tsan/threads.c (ranks as threads); fails on any TSan report'
 	@echo '  churn-check    test/churn/churn.c: $$CHURN_ARGS (-n 10000) TCP communicators of 4'
+	@echo '  scale-check    test/test_scale.c suite scale: $$SCALE_N (128) TCP ranks on this host, defaults'
 	@echo '                 ranks made and destroyed in a row (own network namespace as root)'
 	@echo '  valgrind-check 2-rank allreduce example and short ringcc-bench, each rank'
 	@echo '                 under valgrind, over shm and TCP; fails on errors/definite leaks'

@@ -44,7 +44,36 @@ static const struct coll_info colls[BC_NUM_COLLS] = {
     [BC_REDUCE] = {"reduce", true, true, false, 0},
     [BC_ALLTOALL] = {"alltoall", false, false, true, 1},
     [BC_SENDRECV] = {"sendrecv", false, false, false, 0},
+    [BC_GATHER] = {"gather", false, true, true, 1},
+    [BC_SCATTER] = {"scatter", false, true, true, 1},
+    [BC_ALLGATHERV] = {"allgatherv", false, false, true, 1},
+    [BC_ALLTOALLV] = {"alltoallv", false, false, true, 1},
 };
+
+/* The collectives measured out of place only (no in-place group). */
+static bool no_in_place(enum bc_coll c) {
+  return c == BC_SENDRECV || c == BC_GATHER || c == BC_SCATTER ||
+         c == BC_ALLGATHERV || c == BC_ALLTOALLV;
+}
+
+size_t bc_vcount(enum bc_coll coll, int nranks, size_t arg, int from, int to) {
+  if (nranks < 2)
+    return arg;
+  size_t w = coll == BC_ALLTOALLV ? (size_t)((from + to) % nranks)
+                                  : (size_t)from;
+  return 2 * arg * w / (size_t)(nranks - 1);
+}
+
+/* Where block `to` starts in rank from's send buffer (alltoallv), or rank
+ * from's block in the gathered output (allgatherv): the running sum. */
+static size_t vdispl(enum bc_coll coll, int nranks, size_t arg, int from,
+                     int to) {
+  size_t at = 0;
+  for (int k = 0; k < (coll == BC_ALLTOALLV ? to : from); k++)
+    at += coll == BC_ALLTOALLV ? bc_vcount(coll, nranks, arg, from, k)
+                               : bc_vcount(coll, nranks, arg, k, 0);
+  return at;
+}
 
 enum kind { K_SINT, K_UINT, K_FLOAT };
 
@@ -115,7 +144,7 @@ int bc_coll_of_prog(const char *argv0) {
   const char *base = argv0 ? strrchr(argv0, '/') : NULL;
   base = base ? base + 1 : argv0;
   for (int k = 0; base && k < BC_NUM_COLLS; k++)
-    if (strcmp(base, perf_names[k]) == 0) return k;
+    if (perf_names[k] && strcmp(base, perf_names[k]) == 0) return k;
   return -1;
 }
 
@@ -326,10 +355,12 @@ static void known_options(int flags, char *optstring, size_t len,
   longopts[n] = (struct option){NULL, 0, NULL, 0};
 }
 
-/* The collectives --coll may name: every one, or the first three. */
+/* The collectives --coll may name: every one, or the first three and the
+ * four after sendrecv (gather, scatter, the uneven ones). */
 static bool parse_coll(const char *s, bool every, enum bc_coll *out) {
-  for (int k = 0; k < (every ? BC_NUM_COLLS : BC_ALLGATHER + 1); k++)
-    if (strcmp(s, colls[k].name) == 0) {
+  for (int k = 0; k < BC_NUM_COLLS; k++)
+    if ((every || k <= BC_ALLGATHER || k > BC_SENDRECV) &&
+        strcmp(s, colls[k].name) == 0) {
       *out = (enum bc_coll)k;
       return true;
     }
@@ -810,6 +841,23 @@ static void fill_inputs(const struct run *r, const struct bc_plan *p,
     if (r->rank == r->o->root) fill(r, r->rbuf, p->count, 0, mode);
     else memset(r->rbuf, 0xff, p->bytes);
     break;
+  case BC_GATHER: /* out of place only: rank q's block holds indices q*arg.. */
+    memset(r->rbuf, 0xff, p->bytes);
+    fill(r, r->sbuf, p->arg, own, mode);
+    break;
+  case BC_ALLGATHERV: {
+    size_t at = vdispl(BC_ALLGATHERV, r->nranks, p->arg, r->rank, 0);
+    memset(r->rbuf, 0xff, p->bytes);
+    fill(r, r->sbuf, bc_vcount(BC_ALLGATHERV, r->nranks, p->arg, r->rank, 0),
+         at, mode);
+    break;
+  }
+  case BC_ALLTOALLV: /* the blocks to every rank, one after the other */
+    memset(r->rbuf, 0xff, p->bytes);
+    fill(r, r->sbuf, vdispl(BC_ALLTOALLV, r->nranks, p->arg, r->rank,
+                            r->nranks),
+         0, mode);
+    break;
   default: /* the full input is p->count elements from index 0 */
     if (!in_place) memset(r->rbuf, 0xff, p->bytes);
     fill(r, in_place ? r->rbuf : r->sbuf, p->count, 0, mode);
@@ -867,6 +915,34 @@ static long long check_result(struct run *r, const struct bc_plan *p,
   case BC_BCAST:
     for (size_t i = 0; i < n; i++)
       wrong += compare(r, p, in_place, i, i, gen(r, mode, root, i));
+    break;
+  case BC_GATHER: /* at the root, block q is rank q's input */
+    for (size_t i = 0; rank == root && i < n; i++)
+      wrong += compare(r, p, in_place, i, i, gen(r, mode, (int)(i / arg), i));
+    break;
+  case BC_SCATTER: /* block `rank` of the root's input */
+    for (size_t j = 0; j < arg; j++)
+      wrong += compare(r, p, in_place, j, j,
+                       gen(r, mode, root, (size_t)rank * arg + j));
+    break;
+  case BC_ALLGATHERV:
+    for (int q = 0, at = 0; q < nranks; q++) {
+      size_t c = bc_vcount(BC_ALLGATHERV, nranks, arg, q, 0);
+      for (size_t j = 0; j < c; j++)
+        wrong += compare(r, p, in_place, at + j, at + j,
+                         gen(r, mode, q, at + j));
+      at += (int)c;
+    }
+    break;
+  case BC_ALLTOALLV: /* from rank q: its block for this rank */
+    for (int q = 0, at = 0; q < nranks; q++) {
+      size_t c = bc_vcount(BC_ALLTOALLV, nranks, arg, q, rank);
+      size_t from = vdispl(BC_ALLTOALLV, nranks, arg, q, rank);
+      for (size_t j = 0; j < c; j++)
+        wrong += compare(r, p, in_place, at + j, at + j,
+                         gen(r, mode, q, from + j));
+      at += (int)c;
+    }
     break;
   case BC_ALLTOALL: /* block q came from rank q's block `rank` */
     for (size_t i = 0; i < n; i++)
@@ -1066,6 +1142,15 @@ static void print_header(const struct run *r) {
   if (o->coll == BC_SENDRECV)
     printf("#  sendrecv: rank r sends to r+1 and receives from r-1; no "
            "in-place form\n");
+  if (o->coll == BC_ALLGATHERV || o->coll == BC_ALLTOALLV)
+    printf("#  %s: uneven blocks, b = size/n/typesize: rank i %s "
+           "floor(2*b*%s/(n-1)) elements (some none), running-sum "
+           "displacements; out of place only\n", colls[o->coll].name,
+           o->coll == BC_ALLTOALLV ? "sends rank j" : "contributes",
+           o->coll == BC_ALLTOALLV ? "((i+j) mod n)" : "i");
+  if (o->coll == BC_GATHER || o->coll == BC_SCATTER)
+    printf("#  %s: size = the root's buffer, n blocks of size/n; out of "
+           "place only\n", colls[o->coll].name);
 }
 
 /* "#  Rank  0 Pid  1234 on host" for every rank, gathered to all. */
@@ -1278,7 +1363,7 @@ static void sweep(struct run *r, const size_t *sizes, int nsizes,
       continue;
     }
     row.oop = measure(r, &row.plan, false);
-    if (o->in_place && o->coll != BC_SENDRECV)
+    if (o->in_place && !no_in_place(o->coll))
       row.ip = measure(r, &row.plan, true);
     else
       row.ip = (struct bc_result){.valid = false};

@@ -41,6 +41,10 @@ enum bc_coll {
   BC_REDUCE,
   BC_ALLTOALL,
   BC_SENDRECV,
+  BC_GATHER,
+  BC_SCATTER,
+  BC_ALLGATHERV,
+  BC_ALLTOALLV,
   BC_NUM_COLLS
 };
 
@@ -176,6 +180,14 @@ int bc_run(const struct bc_backend *be, const struct bc_options *o, int rank,
            int nranks);
 
 const char *bc_coll_name(enum bc_coll coll);
+/* The uneven collectives' counts (the rule in every program's --help): with
+ * b = the plan's per-rank block (arg) and n ranks, rank `from` sends rank
+ * `to` floor(2*b*((from+to) mod n)/(n-1)) elements (alltoallv), and rank
+ * `from` contributes floor(2*b*from/(n-1)) (allgatherv; `to` ignored); one
+ * rank: b. Each rank's total is at most n*b (the buffers' size), some
+ * blocks are empty. Displacements are the running sums, blocks in rank
+ * order (as torch's split sizes). */
+size_t bc_vcount(enum bc_coll coll, int nranks, size_t arg, int from, int to);
 const char *bc_dtype_name(enum bc_dtype dt);
 size_t bc_dtype_size(enum bc_dtype dt);
 const char *bc_op_name(enum bc_op op);

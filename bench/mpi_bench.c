@@ -36,11 +36,39 @@ static const char *const call_descs[BC_NUM_COLLS] = {
                           "MPI_COMM_WORLD), host buffers",
     [BC_ALLGATHER] = "MPI_Allgather(sendbuf | MPI_IN_PLACE, count/n, MPI_FLOAT, "
                      "recvbuf, count/n, MPI_FLOAT, MPI_COMM_WORLD), host buffers",
+    [BC_GATHER] = "MPI_Gather(sendbuf, count/n, MPI_FLOAT, recvbuf, count/n, "
+                  "MPI_FLOAT, 0, MPI_COMM_WORLD), host buffers",
+    [BC_SCATTER] = "MPI_Scatter(sendbuf, count/n, MPI_FLOAT, recvbuf, "
+                   "count/n, MPI_FLOAT, 0, MPI_COMM_WORLD), host buffers",
+    [BC_ALLGATHERV] = "MPI_Allgatherv(sendbuf, counts[rank], MPI_FLOAT, "
+                      "recvbuf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD), "
+                      "host buffers",
+    [BC_ALLTOALLV] = "MPI_Alltoallv(sendbuf, scounts, sdispls, MPI_FLOAT, "
+                     "recvbuf, rcounts, rdispls, MPI_FLOAT, MPI_COMM_WORLD), "
+                     "host buffers",
 };
 
 struct mpi_ctx {
-  int rank;
+  int rank, nranks;
+  int *vc[4]; /* sendcounts, sdispls, recvcounts, rdispls (bc_vcount) */
 };
+
+/* The uneven rule's counts and displacements, made on every call as
+ * ringcc-bench makes them. */
+static void v_arrays(struct mpi_ctx *c, enum bc_coll coll, size_t arg) {
+  int n = c->nranks, sat = 0, rat = 0;
+  for (int k = 0; k < 4; k++)
+    if (c->vc[k] == NULL && (c->vc[k] = calloc((size_t)n, sizeof(int))) == NULL)
+      MPI_Abort(MPI_COMM_WORLD, BC_EXIT_FAILED);
+  for (int q = 0; q < n; q++) {
+    c->vc[0][q] = (int)bc_vcount(coll, n, arg, c->rank, q);
+    c->vc[1][q] = sat;
+    c->vc[2][q] = (int)bc_vcount(coll, n, arg, q, c->rank);
+    c->vc[3][q] = rat;
+    sat += coll == BC_ALLTOALLV ? c->vc[0][q] : 0;
+    rat += c->vc[2][q];
+  }
+}
 
 static void fail(struct mpi_ctx *c, const char *call, int rc) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -68,6 +96,28 @@ static int mpi_call(void *ctx, const struct bc_options *o,
     call = "MPI_Reduce_scatter_block";
     rc = MPI_Reduce_scatter_block(send, rbuf, count, MPI_FLOAT, MPI_SUM,
                                   MPI_COMM_WORLD);
+    break;
+  case BC_GATHER:
+    call = "MPI_Gather";
+    rc = MPI_Gather(sbuf, count, MPI_FLOAT, rbuf, count, MPI_FLOAT, o->root,
+                    MPI_COMM_WORLD);
+    break;
+  case BC_SCATTER:
+    call = "MPI_Scatter";
+    rc = MPI_Scatter(sbuf, count, MPI_FLOAT, rbuf, count, MPI_FLOAT, o->root,
+                     MPI_COMM_WORLD);
+    break;
+  case BC_ALLGATHERV:
+    call = "MPI_Allgatherv";
+    v_arrays(c, o->coll, p->arg);
+    rc = MPI_Allgatherv(sbuf, c->vc[0][0], MPI_FLOAT, rbuf, c->vc[2], c->vc[3],
+                        MPI_FLOAT, MPI_COMM_WORLD);
+    break;
+  case BC_ALLTOALLV:
+    call = "MPI_Alltoallv";
+    v_arrays(c, o->coll, p->arg);
+    rc = MPI_Alltoallv(sbuf, c->vc[0], c->vc[1], MPI_FLOAT, rbuf, c->vc[2],
+                       c->vc[3], MPI_FLOAT, MPI_COMM_WORLD);
     break;
   default:
     call = "MPI_Allgather";
@@ -152,6 +202,7 @@ int main(int argc, char **argv) {
   int nranks = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  ctx.nranks = nranks;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (usage_err) return finish_early(ctx.rank, usage_err, BC_EXIT_USAGE);
   if (o.help) {

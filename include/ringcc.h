@@ -71,9 +71,11 @@ typedef enum {
   /* OCP FP8 (the NVIDIA/ml_dtypes float8_e4m3fn and float8_e5m2 encodings).
    * Reduced in float and rounded to nearest even once per step (each
    * combination of two values). Overflow: e4m3 has no infinity and
-   * saturates to +-448 (as CUDA's and NCCL's conversions do; +-Inf inputs
-   * too); e5m2 overflows to +-Inf like float16. NaNs stay NaN. Host buffers
-   * only: on device buffers the call returns RINGCC_ERR_UNSUPPORTED. */
+   * saturates to +-448 (as CUDA's __NV_SATFINITE conversion, NCCL and
+   * torch's float8_e4m3fn casts do; +-Inf inputs too; ml_dtypes and OCP's
+   * non-saturating mode give NaN from 480 up instead); e5m2 overflows to
+   * +-Inf like float16. NaNs stay NaN. Host buffers only: on device buffers
+   * the call returns RINGCC_ERR_UNSUPPORTED. */
   RINGCC_FLOAT8_E4M3 = 10,
   RINGCC_FLOAT8_E5M2 = 11,
   RINGCC_NUM_DATATYPES
@@ -96,11 +98,14 @@ typedef enum {
 typedef enum {
   RINGCC_ALGO_AUTO = 0, /* "auto": the library picks */
   RINGCC_ALGO_RING = 1, /* "ring" (allreduce, reduce_scatter, allgather) */
-  RINGCC_ALGO_TREE = 2, /* "tree": double binary tree AllReduce */
-  RINGCC_ALGO_DIRECT = 3, /* "direct", deprecated: the name before oneshot
-                             and cma had theirs; forces either (one-shot
-                             where the message fits one slot, else
-                             cross-memory attach where it runs) */
+  RINGCC_ALGO_TREE = 2, /* "tree": double binary tree AllReduce; binomial
+                           tree Gather and Scatter */
+  RINGCC_ALGO_DIRECT = 3, /* "direct": Gather and Scatter straight to or
+                             from the root; for AllReduce, deprecated (the
+                             name before oneshot and cma had theirs), it
+                             forces either (one-shot where the message fits
+                             one slot, else cross-memory attach where it
+                             runs) */
   RINGCC_ALGO_RECDOUBLING = 4, /* "recdoubling": recursive-doubling
                                   AllReduce */
   RINGCC_ALGO_RABENSEIFNER = 5, /* "rabenseifner": halving reduce-scatter +
@@ -221,6 +226,16 @@ RINGCC_API ringcc_result_t ringcc_comm_split(ringcc_comm_t comm, int color,
 /* MPI_Comm_split_type with MPI_COMM_TYPE_SHARED: one communicator per host. */
 RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
                                                   int key, ringcc_comm_t *out);
+/* ULFM's MPI_Comm_shrink, NCCL's ncclCommShrink: a communicator of the
+ * ranks of comm that are not excluded, renumbered in order. Called by those
+ * ranks only, on a healthy communicator or one that lost ranks (after
+ * RINGCC_ERR_PEER_FAILED). exclude NULL (nexclude 0): the ranks known to
+ * have failed, agreed among the survivors (every survivor gets the same
+ * communicator, or an error). A failure during the shrink is an error,
+ * never a hang (docs/reliability.md). */
+RINGCC_API ringcc_result_t ringcc_comm_shrink(ringcc_comm_t comm,
+                                              const int *exclude, int nexclude,
+                                              ringcc_comm_t *out);
 RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank);
 RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size);
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm);
@@ -359,8 +374,13 @@ RINGCC_API ringcc_result_t ringcc_alltoall(const void *sendbuf, void *recvbuf,
                                            size_t count, ringcc_datatype_t dt,
                                            ringcc_comm_t comm,
                                            ringcc_stream_t stream);
-/* Point to point, matched in order per (sender, receiver) pair. Both block
- * until the message has been handed over (host buffers). */
+/* Point to point, matched in order per (sender, receiver) pair. Outside a
+ * group both block until the message has been handed over (host buffers):
+ * a send larger than the FIFO (512 KiB over shared memory, 2 MiB over TCP by
+ * default) waits for its receiver, so two ranks that both send first
+ * deadlock until the timeout; post such exchanges in a group (below).
+ * Outside a group, peer must be another rank; inside one it may be this rank
+ * (a copy, matched in order with this rank's receive from itself). */
 RINGCC_API ringcc_result_t ringcc_send(const void *buf, size_t count,
                                        ringcc_datatype_t dt, int peer,
                                        ringcc_comm_t comm,
@@ -371,6 +391,178 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
                                        ringcc_stream_t stream);
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream);
+
+/* ---- premul-sum ops ----------------------------------------------------
+ *
+ * NCCL's ncclRedOpCreatePreMulSum: an op that multiplies each rank's input
+ * by a scalar, then sums. For allreduce, reduce and reduce_scatter.
+ *
+ * *op gets a new op of comm, for calls on datatype dt (any of them; integers
+ * multiply modulo 2^bits). The scalar is read from host memory now, as one
+ * value of dt: a later change to *scalar changes nothing. Where the multiply
+ * happens: on each rank, over its own input, before any byte moves (into
+ * staging the communicator keeps), by the datatype's product: float16,
+ * bfloat16 and float8 multiply in float and round once to nearest even,
+ * float32 and float64 round once in their own type; then the sum rounds
+ * once per step as RINGCC_SUM does. So the result is sum_r round(x_r * s),
+ * not round(s * sum_r x_r). Every algorithm runs it (the staging is not
+ * registered memory: where a sum over registered buffers would run
+ * zero-copy, a premul-sum takes the copying algorithms). The op is this
+ * communicator's only (not its
+ * splits'), lives until ringcc_op_destroy or the communicator's destroy,
+ * and is refused with RINGCC_ERR_INVALID_ARGUMENT ('op') by a call of
+ * another datatype and after it is destroyed (op values are not reused).
+ * Host buffers only: on device buffers a call with it returns
+ * RINGCC_ERR_UNSUPPORTED. Safe from any thread, also while a collective
+ * runs on comm. */
+RINGCC_API ringcc_result_t ringcc_op_create_premul_sum(ringcc_op_t *op,
+                                                       const void *scalar,
+                                                       ringcc_datatype_t dt,
+                                                       ringcc_comm_t comm);
+/* Frees an op of ringcc_op_create_premul_sum; a built-in op, an op of
+ * another communicator or one destroyed already is
+ * RINGCC_ERR_INVALID_ARGUMENT naming 'op'. */
+RINGCC_API ringcc_result_t ringcc_op_destroy(ringcc_op_t op,
+                                             ringcc_comm_t comm);
+
+/* The tuner's predicted time, in seconds, of one collective on host
+ * buffers of comm: collective is "allreduce", "reduce_scatter",
+ * "allgather", "bcast", "reduce" or "alltoall", count and dt as the call
+ * would give them. The cost model's time for the algorithm the tuner would
+ * pick (docs/tuning.md); nothing runs, nothing is sent. 0 on one rank. */
+RINGCC_API ringcc_result_t ringcc_comm_predict(ringcc_comm_t comm,
+                                               const char *collective,
+                                               size_t count,
+                                               ringcc_datatype_t dt,
+                                               double *seconds);
+
+/* ---- groups and requests ------------------------------------------------
+ *
+ * Groups, as NCCL's ncclGroupStart/End: per thread, and nestable (only the
+ * outermost end runs anything). Between ringcc_group_start and
+ * ringcc_group_end, collective and point-to-point calls are checked at the
+ * call (a bad argument fails that call with its error and leaves the group
+ * as it was) and kept; the end runs them and returns when all are done:
+ *   - per communicator, its collectives in call order (every rank must make
+ *     the same collective calls on it in the same order, as outside a
+ *     group), then its sends and receives all together: each moves whenever
+ *     its FIFO lets it, so sends and receives of any size in any order
+ *     cannot deadlock (both ranks sending 8 MiB first, an alltoallv written
+ *     as a send and a recv per peer); messages between two ranks match in
+ *     the order they were posted, across groups too;
+ *   - several communicators (one thread driving the communicators of
+ *     several ranks, as with ncclCommInitAll) progress at once, each on its
+ *     own progress thread (below).
+ * The buffers must stay valid and untouched until the group's end (or its
+ * request's completion). A send to this rank itself, inside a group, is a
+ * copy to the matching receive from itself. Grouped sends and receives take
+ * host buffers. ringcc_group_end without ringcc_group_start is
+ * RINGCC_ERR_INVALID_USAGE; a failure at the end returns the first one
+ * (ringcc_comm_last_error of its communicator says which).
+ *
+ * Requests. ringcc_group_end_async ends the outermost group like
+ * ringcc_group_end but returns at once with *req: the work runs on the
+ * communicator's progress thread (one per communicator, started at its
+ * first group that needs it, ended by destroy). A single collective becomes
+ * non-blocking as a one-call group:
+ *
+ *     ringcc_group_start();
+ *     ringcc_allreduce(x, x, n, RINGCC_FLOAT32, RINGCC_SUM, comm, NULL);
+ *     ringcc_request_t req;
+ *     ringcc_group_end_async(&req);
+ *     ... compute, not touching x ...
+ *     ringcc_wait(req);
+ *
+ * Requests on one communicator complete in the order they were made. A
+ * request whose communicator fails (a peer dies, the deadline passes,
+ * ringcc_comm_abort) completes with that error. While requests are in
+ * flight on a communicator, a blocking call on it from the user's thread
+ * (or a group that ends with ringcc_group_end) runs after them: it waits
+ * for them first. ringcc_comm_destroy with requests in flight is refused
+ * with RINGCC_ERR_INVALID_USAGE (wait for them first); ringcc_comm_abort
+ * ends them with RINGCC_ERR_ABORTED. Every request must be completed by
+ * ringcc_wait or by ringcc_test reporting done (which frees it). */
+RINGCC_API ringcc_result_t ringcc_group_start(void);
+RINGCC_API ringcc_result_t ringcc_group_end(void);
+typedef struct ringcc_request *ringcc_request_t;
+/* Inside an inner group: RINGCC_ERR_INVALID_USAGE (end those with
+ * ringcc_group_end). An empty group gives a request that is done. */
+RINGCC_API ringcc_result_t ringcc_group_end_async(ringcc_request_t *req);
+/* Never blocks. *done = 0: still running (req stays valid), returns
+ * RINGCC_SUCCESS; *done = 1: req is freed and the call returns the
+ * request's result. */
+RINGCC_API ringcc_result_t ringcc_test(ringcc_request_t req, int *done);
+/* Waits for req, frees it, and returns its result. */
+RINGCC_API ringcc_result_t ringcc_wait(ringcc_request_t req);
+/* ---- gather, scatter, uneven collectives ---------------------------------
+ *
+ * Counts and displacements are in elements of the datatype (as MPI's, not
+ * bytes), size_t (MPI's are int: no 2^31 limit). Every rank passes arrays
+ * of nranks entries where an argument is an array; an array is read during
+ * the call only. Zero counts are allowed anywhere (an empty block moves no
+ * message). Where a count a rank sends and the count its peer receives
+ * differ, the call fails with RINGCC_ERR_INVALID_USAGE (a piece of the
+ * wrong size) or, where one side expects nothing, waits until the
+ * deadline: they are the caller's to keep equal, as in MPI.
+ * Host buffers: every algorithm. Device buffers: Gather and Scatter run
+ * (the direct schedule, enqueued on stream); AllGatherv and AllToAllv on
+ * device buffers return RINGCC_ERR_UNSUPPORTED (docs/cuda.md). */
+
+/* Rank r's sendcount elements land at recvbuf + r*sendcount of the root
+ * (MPI_Gather with equal send and receive counts). recvbuf is used at the
+ * root only (may be NULL elsewhere). In place, at the root: sendbuf ==
+ * RINGCC_IN_PLACE (MPI's form) or sendbuf == recvbuf + root*sendcount; the
+ * root's block is then already in place. */
+RINGCC_API ringcc_result_t ringcc_gather(const void *sendbuf, void *recvbuf,
+                                         size_t sendcount,
+                                         ringcc_datatype_t dt, int root,
+                                         ringcc_comm_t comm,
+                                         ringcc_stream_t stream);
+/* Block r (recvcount elements) of the root's sendbuf goes to rank r's
+ * recvbuf (MPI_Scatter with equal counts). sendbuf is used at the root only
+ * (may be NULL elsewhere). In place, at the root: recvbuf ==
+ * RINGCC_IN_PLACE (MPI's form: the root keeps its block in sendbuf) or
+ * recvbuf == sendbuf + root*recvcount. */
+RINGCC_API ringcc_result_t ringcc_scatter(const void *sendbuf, void *recvbuf,
+                                          size_t recvcount,
+                                          ringcc_datatype_t dt, int root,
+                                          ringcc_comm_t comm,
+                                          ringcc_stream_t stream);
+/* Rank r's sendcount elements land at recvbuf + displs[r] on every rank;
+ * recvcounts[r] must equal rank r's sendcount (checked on rank r), and
+ * recvcounts and displs must be the same on every rank. Blocks may come in
+ * any order in recvbuf and leave gaps (left untouched); they must not
+ * overlap, and recvbuf must hold max(displs[r] + recvcounts[r]) elements.
+ * (NCCL has no AllGatherv; MPI_Allgatherv's arguments, in this order.) In
+ * place: sendbuf == RINGCC_IN_PLACE (the rank's block already at recvbuf +
+ * displs[rank]; sendcount must still equal recvcounts[rank]) or sendbuf ==
+ * recvbuf + displs[rank]. */
+RINGCC_API ringcc_result_t ringcc_allgatherv(const void *sendbuf,
+                                             size_t sendcount, void *recvbuf,
+                                             const size_t *recvcounts,
+                                             const size_t *displs,
+                                             ringcc_datatype_t dt,
+                                             ringcc_comm_t comm,
+                                             ringcc_stream_t stream);
+/* sendcounts[j] elements from sendbuf + sdispls[j] go to rank j, which
+ * receives them as its recvcounts[i] elements at recvbuf + rdispls[i] (i
+ * this rank): sendcounts[j] here must equal recvcounts[i] on rank j, as in
+ * MPI_Alltoallv (and torch's all_to_all_single with split sizes, whose
+ * displacements are the running sums of the splits). The receive blocks
+ * must not overlap; send blocks may. In place: sendbuf == RINGCC_IN_PLACE
+ * (MPI's form: each block j is sent from recvbuf + rdispls[j] and replaced
+ * there by rank j's; sendcounts and sdispls are ignored, so recvcounts[j]
+ * here must equal recvcounts[i] on rank j). Send and receive buffers
+ * that overlap otherwise are refused. */
+RINGCC_API ringcc_result_t ringcc_alltoallv(const void *sendbuf,
+                                            const size_t *sendcounts,
+                                            const size_t *sdispls,
+                                            void *recvbuf,
+                                            const size_t *recvcounts,
+                                            const size_t *rdispls,
+                                            ringcc_datatype_t dt,
+                                            ringcc_comm_t comm,
+                                            ringcc_stream_t stream);
 
 /* ---- registered memory -------------------------------------------------
  *

@@ -523,6 +523,20 @@ static int wire_corrupt(struct wire *w, uint8_t *frame, size_t len) {
   return 0;
 }
 
+/* ns_wire_stats_t.stall_host: an IPv4 TCP segment of an established
+ * connection (ACK set, SYN and RST clear). */
+static int wire_established_tcp(const uint8_t *frame, size_t len) {
+  const uint8_t *eth = frame + VNET_HDR;
+  size_t left = len - VNET_HDR;
+  if (left < 14 + 20 || eth[12] != 0x08 || eth[13] != 0x00)
+    return 0;
+  const uint8_t *iph = eth + 14;
+  size_t ihl = (size_t)(iph[0] & 0x0f) * 4;
+  if (iph[9] != 6 || ihl < 20 || left < 14 + ihl + 14)
+    return 0;
+  return (iph[ihl + 13] & 0x16) == 0x10;
+}
+
 /* One frame arrived on port in: learn, impair, queue for the way out. */
 static void wire_take(struct wire *w, int in, const uint8_t *buf, size_t len) {
   if (len < VNET_HDR + 14)
@@ -538,6 +552,12 @@ static void wire_take(struct wire *w, int in, const uint8_t *buf, size_t len) {
     int flood = (dst[0] & 1) || !w->known[out];
     if (!flood && memcmp(w->mac[out], dst, 6) != 0)
       continue;
+    int stall = w->stats->stall_host;
+    if (stall > 0 && (in == stall - 1 || out == stall - 1) &&
+        wire_established_tcp(buf, len)) {
+      w->stats->stalled++;
+      continue;
+    }
     if (wire_uniform(w) < w->im.loss || w->nheap > 20000) {
       w->stats->dropped++;
       continue;

@@ -47,6 +47,12 @@
 /* What the wire counted (ns_net_impair): frames in, dropped, forwarded. */
 typedef struct {
   unsigned long long frames, dropped, forwarded, reordered, corrupted;
+  /* Set by the test while the impairing switch runs: 1 + host, whose
+   * established TCP traffic (segments with ACK and without SYN or RST, both
+   * ways) is dropped; new connections (SYN, SYN-ACK, RST) still pass: a host
+   * whose kernel answers while its connections stall. 0: none. */
+  volatile int stall_host;
+  unsigned long long stalled; /* frames dropped so */
 } ns_wire_stats_t;
 
 typedef struct {

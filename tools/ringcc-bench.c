@@ -69,6 +69,8 @@ struct bench {
   void *stream;        /* -G: a cudaStream_t */
   ringcc_reg_t regs[2]; /* --register: the two buffers' registrations */
   void *reg_ptr[2];
+  size_t *vc[4]; /* allgatherv, alltoallv: sendcounts, sdispls, recvcounts,
+                    rdispls (nranks each) */
 };
 
 /* ---- errors -------------------------------------------------------------- */
@@ -127,8 +129,9 @@ static void usage(FILE *f) {
 "\n"
 "libringcc's own options:\n"
 "  --coll COLL              allreduce | reduce_scatter | allgather | bcast |\n"
-"                           reduce | alltoall | sendrecv (default allreduce,\n"
-"                           or the one the program's name picks)\n"
+"                           reduce | alltoall | sendrecv | gather | scatter |\n"
+"                           allgatherv | alltoallv (default allreduce, or the\n"
+"                           one the program's name picks)\n"
 "  --device                 device buffers (cudaMalloc) on one stream; needs a\n"
 "                           CUDA build and a GPU (RINGCC_CUDA_DEVICE picks it)\n"
 "  --register               host buffers from ringcc_mem_alloc, registered once\n"
@@ -155,17 +158,25 @@ static void usage(FILE *f) {
 "  time(us) algbw(GB/s) busbw(GB/s) #wrong\n"
 "  size: bytes of the buffer (allreduce, bcast, reduce, sendrecv), of the\n"
 "  gathered output (allgather), of the full input (reduce_scatter), of the\n"
-"  send buffer (alltoall); rounded down to a multiple of the element size,\n"
+"  send buffer (alltoall), of the root's buffer (gather, scatter), of\n"
+"  n blocks of b = size/n/typesize elements on average (allgatherv,\n"
+"  alltoallv: uneven, see below); rounded down to a multiple of the element size,\n"
 "  and of nranks elements where each rank has a block; count = size/typesize.\n"
 "  time: per-call average of the timed loop, combined over the ranks as -a\n"
 "  says (default the mean). algbw = size/time, GB = 1e9 bytes.\n"
 "  busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (reduce_scatter, allgather,\n"
-"  alltoall), 1 (bcast, reduce, sendrecv).\n"
+"  alltoall, gather, scatter, allgatherv, alltoallv), 1 (bcast, reduce,\n"
+"  sendrecv).\n"
+"  Uneven blocks: rank i contributes floor(2*b*i/(n-1)) elements\n"
+"  (allgatherv: rank 0 none, rank n-1 about 2b), and sends rank j\n"
+"  floor(2*b*((i+j) mod n)/(n-1)) (alltoallv: from none to about 2b);\n"
+"  displacements are the running sums (blocks in rank order, no gaps).\n"
 "  #wrong: wrong elements summed over the ranks (N/A with -c 0).\n"
 "  In place: the same buffer for allreduce, reduce, alltoall; sendbuf =\n"
 "  recvbuf + rank*sendcount (allgather); recvbuf = sendbuf + rank*recvcount\n"
 "  (reduce_scatter). bcast has one buffer, so both groups time the same call;\n"
-"  sendrecv (rank r sends to r+1 and receives from r-1) has no in-place form.\n"
+"  sendrecv (rank r sends to r+1 and receives from r-1), gather, scatter,\n"
+"  allgatherv and alltoallv are measured out of place only.\n"
 "  The last lines: '# Out of bounds values : N OK|FAILED' (the sum of\n"
 "  #wrong) and '# Avg bus bandwidth    : X' (the mean busbw of all rows).\n"
 "\n"
@@ -203,6 +214,25 @@ static ringcc_result_t sendrecv(struct bench *b, const struct bc_plan *p,
   return RINGCC_SUCCESS;
 }
 
+/* The counts and displacements of bench_common's uneven rule (bc_vcount),
+ * made on every call as a program would. */
+static void v_arrays(struct bench *b, enum bc_coll coll, size_t arg) {
+  int n = b->nranks;
+  for (int k = 0; k < 4; k++)
+    if (b->vc[k] == NULL && (b->vc[k] = calloc((size_t)n, sizeof(size_t))) == NULL)
+      die("out of memory");
+  size_t sat = 0, rat = 0;
+  for (int q = 0; q < n; q++) {
+    int all = coll == BC_ALLTOALLV;
+    b->vc[0][q] = bc_vcount(coll, n, arg, b->rank, q);
+    b->vc[1][q] = sat;
+    b->vc[2][q] = bc_vcount(coll, n, arg, q, b->rank);
+    b->vc[3][q] = rat;
+    sat += all ? b->vc[0][q] : 0;
+    rat += b->vc[2][q];
+  }
+}
+
 /* One call of the collective; *call names the libringcc function. In place:
  * the same buffer for allreduce, reduce, alltoall; sendbuf = recvbuf +
  * rank*sendcount (allgather); recvbuf = sendbuf + rank*recvcount
@@ -234,6 +264,22 @@ static ringcc_result_t call_coll(struct bench *b, const struct bc_options *o,
   case BC_ALLTOALL:
     *call = "ringcc_alltoall";
     return ringcc_alltoall(in_place ? r : s, r, p->arg, dt, c, b->stream);
+  case BC_GATHER:
+    *call = "ringcc_gather";
+    return ringcc_gather(s, r, p->arg, dt, o->root, c, b->stream);
+  case BC_SCATTER:
+    *call = "ringcc_scatter";
+    return ringcc_scatter(s, r, p->arg, dt, o->root, c, b->stream);
+  case BC_ALLGATHERV:
+    *call = "ringcc_allgatherv";
+    v_arrays(b, o->coll, p->arg);
+    return ringcc_allgatherv(s, b->vc[0][0], r, b->vc[2], b->vc[3], dt, c,
+                             b->stream);
+  case BC_ALLTOALLV:
+    *call = "ringcc_alltoallv";
+    v_arrays(b, o->coll, p->arg);
+    return ringcc_alltoallv(s, b->vc[0], b->vc[1], r, b->vc[2], b->vc[3], dt,
+                            c, b->stream);
   default:
     return sendrecv(b, p, dt, s, r, call);
   }

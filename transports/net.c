@@ -43,6 +43,7 @@
 #include "net.h"
 #include "net_proxy.h"
 #include "sha256.h"
+#include "socket.h"
 #include "wire.h"
 
 #if RINGCC_HAVE_CUDA
@@ -603,6 +604,15 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
     return RINGCC_SUCCESS;
   st->nsets = rcc_fifo_sets(comm, comm->nkinds);
   st->nconns = 2 * st->nsets * npeers;
+  /* A connection per peer and FIFO set, of up to RCC_NET_SOCKET_MAX_SOCKS
+   * sockets: a soft limit below that (1024 is common) is raised. */
+  char why[96];
+  snprintf(why, sizeof(why), "%d network peers x %d FIFO sets", npeers,
+           st->nsets);
+  rcc_socket_raise_fd_limit((uint64_t)npeers * (uint64_t)st->nsets *
+                                    RCC_NET_SOCKET_MAX_SOCKS +
+                                256,
+                            why);
   st->duplex = st->plugin->reverse != NULL;
   int lower = 0; /* peers that connect to us */
   for (int i = 0; i < npeers; i++)

@@ -127,8 +127,12 @@ struct rcc_net_plugin {
    * FIN). The engine calls it about every RCC_NET_LINK_CHECK_MS on every
    * connection; a failure (RINGCC_ERR_NETWORK, one sentence naming the peer
    * and why) fails the connection as a failed test() would. It must never
-   * take a peer that is alive but slow, busy or stopped for a dead one. NULL:
-   * only the plugin's own errors say so. */
+   * take a peer that is alive but slow, busy or stopped for a dead one: a
+   * silent link is confirmed another way before it fails (the socket
+   * plugin: a fresh connect to the peer's host). RINGCC_SUCCESS with err
+   * non-empty: the peer is suspected (its link is silent, its host answers),
+   * one sentence the engine logs at WARN, naming the rank; err is "" when
+   * all is well. NULL: only the plugin's own errors say so. */
   ringcc_result_t (*alive)(void *comm, char *err, size_t errlen);
   /* Closing may happen in a process forked from the one that opened the
    * connection (destroy in a child, after fork): then free memory and close

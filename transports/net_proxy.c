@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -492,11 +493,73 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   return moved;
 }
 
+/* A peer whose link is silent but whose host answered (alive() said so in
+ * err): suspected, not lost. Logged at WARN when it starts and every
+ * SUSPECT_WARN_MS while it lasts, one line per check for all the links that
+ * are due (the first one's sentence, then the other peers' ranks), and at
+ * INFO when a link answers again. Returns whether c is due. */
+#define SUSPECT_WARN_MS 10000
+#define SUSPECT_LIST 12 /* ranks named after the first */
+static int suspicion(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                     const char *err, int64_t now) {
+  struct ringcc_comm *comm = px->comm;
+  if (err[0] == '\0') {
+    if (c->suspect_ns != 0 && c->suspect_warned != 0)
+      RCC_INFO(comm->rank, "rank %d (host %s) answers again on the network "
+               "%s link after being suspected for %.1f s", c->peer,
+               comm->peers[c->peer].hostname, c->is_send ? "send" : "receive",
+               (double)(now - c->suspect_ns) / 1e9);
+    c->suspect_ns = c->suspect_warned = 0;
+    return 0;
+  }
+  if (c->suspect_ns == 0)
+    c->suspect_ns = now;
+  return c->suspect_warned == 0 ||
+         now - c->suspect_warned >= SUSPECT_WARN_MS * 1000000LL;
+}
+
+static void warn_suspects(struct rcc_proxy *px, const int *due, int ndue,
+                          const char *first_err, int64_t now) {
+  struct ringcc_comm *comm = px->comm;
+  const struct rcc_proxy_conn *c = &px->conns[due[0]];
+  char others[160] = "";
+  int named = 0, more = 0;
+  for (int k = 1; k < ndue; k++) {
+    int peer = px->conns[due[k]].peer, seen = peer == c->peer;
+    for (int m = 1; m < k && !seen; m++)
+      seen = px->conns[due[m]].peer == peer;
+    if (seen)
+      continue;
+    if (named == SUSPECT_LIST) {
+      more++;
+      continue;
+    }
+    size_t l = strlen(others);
+    snprintf(others + l, sizeof(others) - l, "%s%d", named ? ", " : "", peer);
+    named++;
+  }
+  for (int k = 0; k < ndue; k++)
+    px->conns[due[k]].suspect_warned = now;
+  char tail[200] = "";
+  if (named > 0)
+    snprintf(tail, sizeof(tail), "; also suspected: rank%s %s%s", named + more
+             > 1 ? "s" : "", others, more ? " and more" : "");
+  if (more > 0)
+    snprintf(tail + strlen(tail), sizeof(tail) - strlen(tail), " (%d)",
+             named + more);
+  RCC_WARN(comm->rank, "rank %d (host %s) is suspected, not declared lost: "
+           "network %s link rank %d -> rank %d: %s%s", c->peer,
+           comm->peers[c->peer].hostname, c->is_send ? "send" : "receive",
+           c->is_send ? comm->rank : c->peer, c->is_send ? c->peer : comm->rank,
+           first_err, tail);
+}
+
 /* Links that fail without closing: every RCC_NET_LINK_CHECK_MS the plugin
  * looks at each connection (alive); the caller holds px->lock. */
 static void check_links(struct rcc_proxy *px) {
-  char err[RCC_ERRLEN];
+  char err[RCC_ERRLEN], first[RCC_ERRLEN];
   int64_t now = rcc_now_ns();
+  int due[1024], ndue = 0;
   if (px->plugin->alive == NULL || now < px->next_link_check ||
       px->fail_conn != NULL)
     return;
@@ -505,12 +568,20 @@ static void check_links(struct rcc_proxy *px) {
     struct rcc_proxy_conn *c = &px->conns[i];
     if (c->failed || c->bye)
       continue;
+    err[0] = '\0';
     ringcc_result_t r = px->plugin->alive(c->net_comm, err, sizeof(err));
     if (r != RINGCC_SUCCESS) {
       fail(px, c, r, err);
       break;
     }
+    if (suspicion(px, c, err, now) && ndue < (int)(sizeof(due) / sizeof(due[0]))) {
+      if (ndue == 0)
+        snprintf(first, sizeof(first), "%s", err);
+      due[ndue++] = i;
+    }
   }
+  if (ndue > 0 && px->fail_conn == NULL)
+    warn_suspects(px, due, ndue, first, now);
   publish_failure(px);
 }
 
@@ -896,9 +967,16 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   int e = pthread_create(&px->thread, NULL, proxy_main, px);
   if (e != 0) {
     rcc_proxy_forget(px);
+    struct rlimit rl;
+    char lim[160] = "";
+    if (e == EAGAIN && getrlimit(RLIMIT_NPROC, &rl) == 0)
+      snprintf(lim, sizeof(lim), " (the thread limit: RLIMIT_NPROC is %llu "
+               "for this user, or kernel.threads-max; this communicator needs "
+               "1 more thread, the network proxy)",
+               (unsigned long long)rl.rlim_cur);
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
-                          "init on rank %d: cannot start the proxy thread: %s",
-                          comm->rank, strerror(e));
+                          "init on rank %d: cannot start the proxy thread: "
+                          "%s%s", comm->rank, strerror(e), lim);
   }
   *out = px;
   return RINGCC_SUCCESS;

@@ -35,6 +35,8 @@ struct rcc_proxy_conn {
   int bye;                /* send: goodbye posted; recv: goodbye received */
   void *bye_request;
   int failed;             /* the plugin reported an error on it */
+  int64_t suspect_ns;     /* alive() first said the peer is suspected, or 0 */
+  int64_t suspect_warned; /* when that was last logged */
   int tell;               /* send: 1 the FAIL message is posted, 2 done */
   void *tell_request;
   void *request[RCC_FIFO_MAX_SLOTS];

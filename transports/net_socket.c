@@ -19,16 +19,26 @@
  * of different peers arrived in. A stranger is never waited for.
  *
  * Links that fail without closing (a host that lost power or its network
- * sends no FIN): every socket has TCP keepalive, so an idle one whose peer
- * stopped answering is closed by the kernel (ETIMEDOUT) about
- * RINGCC_SOCKET_LINK_TIMEOUT_MS (default 6 s) after the peer's last
- * acknowledgement, and alive(), which the engine calls about twice a second,
- * fails a connection whose socket has data in flight (or window probes out)
- * and no acknowledgement for that long (TCP_INFO). Both look at what the
- * peer's kernel acknowledges, not at whether its process runs, so a busy,
- * stopped or starved peer is never taken for a dead one. TCP_USER_TIMEOUT is
- * not used: it also ends a connection whose receiver is alive but has not
- * read for that long (the window stays closed), a peer that merely computes.
+ * sends no FIN). alive(), which the engine calls about twice a second, reads
+ * TCP_INFO: a socket with data in flight (or keepalive or window probes
+ * out) and no acknowledgement for half the link timeout T
+ * (RINGCC_SOCKET_LINK_TIMEOUT_MS, default 6 s) makes the plugin look at the
+ * peer's host a second, independent way: a fresh connect to it (probe.h),
+ * which a live host's kernel answers even when the peer's process is
+ * stopped, starved or holds its socket locked. Silent for T: the peer is
+ * declared lost only if that connect got no answer; if its host answered,
+ * the peer is only *suspected* (alive() says so, the engine logs it at
+ * intervals) and waited for: the call's own deadline (timeout_ms) still
+ * applies. A peer on this host (the same address at both ends) is never
+ * declared lost for silence, and its sockets have no keepalive: its kernel
+ * is this one, and its death closes them. Keepalive keeps probes
+ * going on idle links (first after T/3, then every T/6) so that silence is
+ * seen there too; the kernel's own keepalive verdict comes only after 127
+ * unanswered probes (TCP_KEEPCNT's maximum), since 4 of them misfired when
+ * a peer's socket stayed locked on a host with 128 ranks on 2 cores.
+ * TCP_USER_TIMEOUT is not used: it also ends a connection whose receiver is
+ * alive but has not read for that long (the window stays closed), a peer
+ * that merely computes.
  *
  * Messages. A 64-byte header (u32 bytes, u32 imm, network order, then
  * zeros), the payload, and zeros up to a multiple of 64 bytes (see
@@ -77,6 +87,7 @@
 #include "gate.h"
 #include "log.h"
 #include "net.h"
+#include "probe.h"
 #include "sha256.h"
 #include "socket.h"
 #include "wire.h"
@@ -151,25 +162,36 @@ static ringcc_result_t link_timeout(int64_t *ms, char *err, size_t errlen) {
   return RINGCC_SUCCESS;
 }
 
+/* TCP_KEEPCNT's maximum: with T = 6 s the kernel gives up on an idle link
+ * after 2 + 127 s, long after alive() declared a host that is really gone. */
+#define KEEPALIVE_PROBES 127
+/* How long a fresh connect to a silent peer's host may wait for an answer,
+ * and how often it is made again while the link stays silent (fractions of
+ * the link timeout T). */
+#define PROBE_AFTER_DIV 2   /* first probe after T/2 of silence */
+#define PROBE_WAIT_DIV 2    /* each waits T/2 for an answer */
+#define PROBE_EVERY_DIV 3   /* again every T/3 while silent */
+
 #ifndef TCP_RTO_MAX_MS
 #define TCP_RTO_MAX_MS 44 /* Linux 6.15 */
 #endif
 
 /* Keepalive on a connection's socket, timed from the link timeout T: first
- * probe after T/3 idle, then every T/6, closed after the probes that fit in
- * T (6 s: 2 s, then 1 s apart, 4 probes). The retransmission timeout is
+ * probe after T/3 idle, then every T/6; the kernel closes the socket only
+ * after KEEPALIVE_PROBES of them went unanswered (the verdict that counts
+ * is alive()'s, confirmed by a fresh connect; see the top). The
+ * retransmission timeout is
  * capped at T/4 where the kernel allows it (TCP_RTO_MAX_MS, Linux 6.15), so
  * that retransmissions and window probes keep asking while a link is down
  * for a moment, and resume soon after it is back. */
 static void set_keepalive(int fd) {
   int64_t t = g_net.link_timeout_ms;
-  if (t <= 0 || fd < 0)
-    return;
+  if (t <= 0 || fd < 0 || rcc_probe_peer_local(fd))
+    return; /* a peer on this host: its death closes the socket */
   int one = 1, idle = (int)(t / 3000), intvl = (int)(t / 6000);
   idle = idle < 1 ? 1 : idle;
   intvl = intvl < 1 ? 1 : intvl;
-  int cnt = (int)((t / 1000 - idle) / intvl);
-  cnt = cnt < 1 ? 1 : cnt;
+  int cnt = KEEPALIVE_PROBES;
   int rto_max = (int)(t / 4);
   rto_max = rto_max < 1000 ? 1000 : rto_max > 120000 ? 120000 : rto_max;
   (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
@@ -390,6 +412,8 @@ struct net_conn {
   int checksum;          /* RINGCC_CHECKSUM: send a CRC-32C / require one */
   int corrupt;           /* failed on bytes that break the protocol */
   int hinted;            /* the caller reports poll()'s readiness (readable) */
+  int local_peer;        /* alive(): 0 not looked yet, 1 this host, -1 not */
+  struct rcc_probe probe; /* alive(): a fresh connect to a silent peer */
   int nfree;
   struct net_request *free_list[RCC_NET_MAX_REQUESTS];
   struct net_request reqs[RCC_NET_MAX_REQUESTS];
@@ -404,6 +428,7 @@ static struct net_conn *conn_new(int kind, int nsocks) {
   c->kind = kind;
   c->nsocks = nsocks;
   c->pid = (int)getpid();
+  rcc_probe_init(&c->probe);
   for (int i = 0; i < nsocks; i++)
     c->socks[i].fd = -1;
   for (int i = 0; i < nsocks && kind == COMM_RECV; i++)
@@ -440,6 +465,7 @@ static void conn_free(struct net_conn *c) {
   }
   if (c->twin != NULL)
     c->twin->twin = NULL; /* it closes the sockets */
+  rcc_probe_stop(&c->probe);
   free(c);
 }
 
@@ -1347,14 +1373,20 @@ static void socket_readable(void *comm, int fd) {
       c->socks[i].idle = 0;
 }
 
-/* The link of a connection still carries acknowledgements (see the top):
- * for each socket, the kernel gave up on it (keepalive: closed, with its
- * error), or it has data in flight or window probes out and nothing
- * acknowledged for the link timeout. The first such failure sticks to the
- * connection (and its twin, which shares the sockets). */
+/* The link of a connection still carries acknowledgements (see the top).
+ * For each socket: the kernel gave up on it (closed, with its error), or it
+ * has data in flight or probes out and nothing acknowledged: silence. Silent
+ * for the link timeout T and a fresh connect to the peer's host unanswered:
+ * the connection fails (the first failure sticks to it and its twin, which
+ * shares the sockets). Silent for T and the host answered: RINGCC_SUCCESS
+ * with err saying so (the engine logs the suspicion). */
 static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
   struct net_conn *c = comm;
   int64_t t = g_net.link_timeout_ms;
+  uint32_t silent_ms = 0;
+  int silent_sock = -1, in_flight = 0;
+  if (errlen > 0)
+    err[0] = '\0';
   if (c == NULL || c->kind == COMM_LISTEN)
     return RINGCC_SUCCESS;
   for (int i = 0; i < c->nsocks && t > 0 && c->error == RINGCC_SUCCESS; i++) {
@@ -1373,14 +1405,40 @@ static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
                   "failed on socket %d of %d: %s%s", c->peer, i, c->nsocks,
                   strerror(e), unreachable_why(e));
     } else if ((ti.tcpi_unacked > 0 || ti.tcpi_probes >= 2) &&
-               ti.tcpi_last_ack_recv > (uint32_t)t) {
-      conn_fail(c, RINGCC_ERR_NETWORK, "NET/Socket: %s acknowledged nothing "
-                "for %.1f s with %s on socket %d of %d: its host is down, or "
-                "its network is cut (RINGCC_SOCKET_LINK_TIMEOUT_MS=%lld)",
-                c->peer, ti.tcpi_last_ack_recv / 1000.0,
-                ti.tcpi_unacked > 0 ? "data in flight" : "window probes out",
-                i, c->nsocks, (long long)t);
+               ti.tcpi_last_ack_recv > silent_ms) {
+      silent_ms = ti.tcpi_last_ack_recv;
+      silent_sock = i;
+      in_flight = ti.tcpi_unacked > 0;
     }
+  }
+  if (c->error == RINGCC_SUCCESS && silent_sock >= 0 &&
+      silent_ms >= (uint32_t)(t / PROBE_AFTER_DIV)) {
+    int64_t now = rcc_now_ns(), t_ns = t * 1000000LL;
+    int v = rcc_probe_peer(&c->probe, c->socks[0].fd, &c->local_peer, now,
+                           now - (int64_t)silent_ms * 1000000LL,
+                           t_ns / PROBE_WAIT_DIV, t_ns / PROBE_EVERY_DIV);
+    if (silent_ms < (uint32_t)t)
+      ;
+    else if (v == RCC_PROBE_SILENT)
+      conn_fail(c, RINGCC_ERR_NETWORK, "NET/Socket: %s acknowledged nothing "
+                "for %.1f s with %s on socket %d of %d, and %s: its host is "
+                "down, or its network is cut "
+                "(RINGCC_SOCKET_LINK_TIMEOUT_MS=%lld)",
+                c->peer, silent_ms / 1000.0,
+                in_flight ? "data in flight" : "probes out", silent_sock,
+                c->nsocks, c->probe.why, (long long)t);
+    else
+      snprintf(err, errlen, "%s has acknowledged nothing for %.1f s (%s on "
+               "socket %d of %d), but %s: alive, but slow, stopped or "
+               "starved; waiting for it (the call's timeout_ms still "
+               "applies)", c->peer, silent_ms / 1000.0,
+               in_flight ? "data in flight" : "probes out", silent_sock,
+               c->nsocks,
+               v == RCC_PROBE_ANSWERED ? c->probe.why
+                                       : "a fresh connection to its host "
+                                         "is still waiting for an answer");
+  } else if (silent_sock < 0) {
+    rcc_probe_stop(&c->probe);
   }
   if (c->error != RINGCC_SUCCESS && c->twin != NULL)
     conn_fail(c->twin, c->error, "%s", c->message);

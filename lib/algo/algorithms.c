@@ -75,6 +75,14 @@ static const char *cma_why_not(const struct rcc_alg_context *c) {
   return NULL;
 }
 
+/* Binomial trees keep a subtree in host scratch: host buffers only (the
+ * direct schedule runs device calls). */
+static const char *binomial_why_not(const struct rcc_alg_context *c) {
+  if (c->device)
+    return "host buffers only";
+  return NULL;
+}
+
 /* Registered buffers (ringcc_comm_register) read and written in place. */
 static const char *zc_why_not(const struct rcc_alg_context *c) {
   if (c->device)
@@ -354,6 +362,32 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
                         "(S/2 + (H-1)/H*S/2)*gamma, H = n/2 (priced as 2 "
                         "ranks a host)"},
         .why_not = hier_why_not},
+    [RCC_ALG_DIRECT] = {
+        .id = RCC_ALG_DIRECT, .name = "direct", .setting = RINGCC_ALGO_DIRECT,
+        .colls = RCC_COLL_BIT(RCC_COLL_GATHER) | RCC_COLL_BIT(RCC_COLL_SCATTER),
+        .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
+        .sched = RCC_SCHED_DIRECT, .terms = rcc_direct_terms,
+        .formula = {[RCC_COLL_GATHER] = "(n-1)*alpha + (n-1)/n*S*beta",
+                    [RCC_COLL_SCATTER] = "(n-1)*alpha + (n-1)/n*S*beta"},
+        .why_not = needs_ranks},
+    [RCC_ALG_BINOMIAL] = {
+        .id = RCC_ALG_BINOMIAL, .name = "binomial tree",
+        .setting = RINGCC_ALGO_TREE,
+        .colls = RCC_COLL_BIT(RCC_COLL_GATHER) | RCC_COLL_BIT(RCC_COLL_SCATTER),
+        .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
+        .sched = RCC_SCHED_BINOMIAL, .terms = rcc_binomial_terms,
+        .formula = {[RCC_COLL_GATHER] = "L*alpha + (n-1)/n*S*(1+(L-1)/2)*beta, "
+                                        "L = ceil(log2 n)",
+                    [RCC_COLL_SCATTER] = "L*alpha + (n-1)/n*S*(1+(L-1)/2)*beta, "
+                                         "L = ceil(log2 n)"},
+        .why_not = binomial_why_not},
+    [RCC_ALG_PAIRWISE_V] = {
+        .id = RCC_ALG_PAIRWISE_V, .name = "pairwise (uneven)",
+        .setting = RINGCC_ALGO_AUTO, .colls = RCC_COLL_BIT(RCC_COLL_ALLTOALLV),
+        .exec = RCC_EXEC_FIFO, .flags = RCC_ALG_ALL_EDGES,
+        .sched = RCC_SCHED_DIRECT, .terms = rcc_direct_terms,
+        .formula = {[RCC_COLL_ALLTOALLV] = "(n-1)*alpha + max sent*beta"},
+        .why_not = needs_ranks},
     [RCC_ALG_ZEROCOPY_DEV] = {
         .id = RCC_ALG_ZEROCOPY_DEV, .name = "device zero-copy",
         .setting = RINGCC_ALGO_ZEROCOPY,
@@ -392,8 +426,9 @@ int rcc_alg_forced_by(int alg, int setting) {
   if (setting == RINGCC_ALGO_AUTO || alg < 0 || alg >= RCC_NUM_ALGS)
     return 0;
   int mine = rcc_algorithms[alg].setting;
-  if (setting == RINGCC_ALGO_DIRECT) /* the one-shots, or cma */
-    return mine == RINGCC_ALGO_ONESHOT || mine == RINGCC_ALGO_CMA;
+  if (setting == RINGCC_ALGO_DIRECT) /* the one-shots, cma, or direct */
+    return mine == RINGCC_ALGO_ONESHOT || mine == RINGCC_ALGO_CMA ||
+           mine == RINGCC_ALGO_DIRECT;
   return mine == setting;
 }
 

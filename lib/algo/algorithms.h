@@ -152,6 +152,10 @@ void rcc_zc_dev_terms(int coll, int n, double S, double C,
                       struct rcc_cost_terms *t);
 void rcc_hier_terms(int coll, int n, double S, double C,
                     struct rcc_cost_terms *t);
+void rcc_direct_terms(int coll, int n, double S, double C,
+                      struct rcc_cost_terms *t);
+void rcc_binomial_terms(int coll, int n, double S, double C,
+                        struct rcc_cost_terms *t);
 
 /* Helpers for the terms. */
 static inline void rcc_set_terms(struct rcc_cost_terms *t, double a, double b,

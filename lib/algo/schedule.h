@@ -34,7 +34,11 @@
   X(ALLTOALL, "alltoall")                                                     \
   X(SEND, "send")                                                             \
   X(RECV, "recv")                                                             \
-  X(BARRIER, "barrier")
+  X(BARRIER, "barrier")                                                       \
+  X(GATHER, "gather")                                                         \
+  X(SCATTER, "scatter")                                                       \
+  X(ALLGATHERV, "allgatherv")                                                 \
+  X(ALLTOALLV, "alltoallv")
 
 enum rcc_coll {
 #define RCC_COLL_ENUM(id, name) RCC_COLL_##id,
@@ -56,7 +60,9 @@ enum rcc_coll {
   X(ONESHOT, oneshot)         /* one-shot allreduce */                        \
   X(TREE, tree)               /* double binary tree allreduce */              \
   X(RECDOUBLING, recdoubling) /* recursive-doubling allreduce */              \
-  X(RABENSEIFNER, rabenseifner) /* halving, then doubling, allreduce */
+  X(RABENSEIFNER, rabenseifner) /* halving, then doubling, allreduce */ \
+  X(DIRECT, direct)           /* gather, scatter to/from the root; alltoallv */ \
+  X(BINOMIAL, binomial)       /* gather, scatter: binomial trees */
 
 enum rcc_sched {
   RCC_SCHED_NONE = -1, /* not a FIFO schedule (cma, zero-copy: own executors) */
@@ -86,6 +92,10 @@ enum rcc_alg {
   RCC_ALG_ZEROCOPY,      /* registered buffers in place, one host (exec_zc.c) */
   RCC_ALG_HIER,          /* registered buffers: zero-copy per host, a ring
                             between hosts (exec_zc.c) */
+  RCC_ALG_DIRECT,        /* gather, scatter: every rank to/from the root */
+  RCC_ALG_BINOMIAL,      /* gather, scatter: binomial tree (binomial.c) */
+  RCC_ALG_PAIRWISE_V,    /* alltoallv: pairwise exchange of uneven blocks
+                            (direct.c) */
   RCC_ALG_ZEROCOPY_DEV,  /* registered device memory in place, one host
                             (exec_zc.c, exec_zc_cuda.cu) */
   RCC_NUM_ALGS
@@ -194,9 +204,15 @@ struct rcc_plan {
    * blocked buffer holds counts[b] elements starting at element displs[b];
    * a channel moves its share of each (rcc_plan_block). NULL: every block
    * holds count elements, block b at b * count. Host plans only; the
-   * ring's Reduce-Scatter and AllGather take them. */
+   * ring's Reduce-Scatter and AllGather take them, and AllToAllv
+   * (direct.c) as its send side: counts[p] elements from displs[p] of src
+   * go to rank p. */
   const size_t *counts;
   const size_t *displs;
+  /* AllToAllv's receive side: recv_counts[p] elements from rank p land at
+   * recv_displs[p] of dst. NULL elsewhere. */
+  const size_t *recv_counts;
+  const size_t *recv_displs;
   size_t chunk_elems; /* elements per step (one chunk: at most one FIFO
                          slot), >= 1 */
   int root;           /* bcast/reduce root, p2p peer */
@@ -237,6 +253,13 @@ RCC_HD static inline int rcc_log2_of(int p) {
   while ((1 << l) < p)
     l++;
   return l;
+}
+
+/* Binomial trees (binomial.c): how many ranks the subtree of the rank at
+ * relative position v (0: the root) holds, v itself included. */
+RCC_HD static inline int rcc_binomial_span(int n, int v) {
+  int low = v & -v;
+  return v == 0 ? n : (low < n - v ? low : n - v);
 }
 
 RCC_HD static inline size_t rcc_min_sz(size_t a, size_t b) {

@@ -11,6 +11,7 @@
 #include "ringcc.h"
 
 struct rcc_bootstrap;
+struct sockaddr_storage;
 
 #define RCC_BOOT_KEY_BYTES 32
 
@@ -89,6 +90,14 @@ void rcc_bootstrap_fail(struct rcc_bootstrap *b, int32_t code,
  * a rank gone: *code, why[len]): its rank, or -1. */
 int rcc_bootstrap_failure(const struct rcc_bootstrap *b, int32_t *code,
                           char *why, size_t len);
+/* Where rank's bootstrap listener was (its address and port; the listener
+ * itself closed at the end of init): ringcc_comm_shrink's leader listens
+ * there again, so that every survivor knows where to find it. 0, or -1. */
+int rcc_bootstrap_peer_addr(const struct rcc_bootstrap *b, int rank,
+                            struct sockaddr_storage *addr);
+/* The all-gathers and barriers this rank made on the ring so far (init's
+ * cost model: each is nranks - 1 steps). */
+uint32_t rcc_bootstrap_calls(const struct rcc_bootstrap *b);
 void rcc_bootstrap_close(struct rcc_bootstrap *b);
 
 #endif /* RCC_BOOTSTRAP_H */

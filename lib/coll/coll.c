@@ -22,12 +22,20 @@
 #include "error.h"
 #include "exec.h"
 #include "fifo.h"
+#include "group.h"
 #include "live.h"
 #include "log.h"
+#include "premul.h"
+#include "reduce.h"
 #include "stats.h"
 #include "trace.h"
 #include "tuner.h"
+#include "vcoll.h"
 #include "zc.h"
+
+/* The public calls fill a struct call positionally with the fields they use;
+ * those after (the arrays of the uneven collectives) are zero. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 struct call {
   const char *fn;          /* "ringcc_allreduce" */
@@ -42,12 +50,30 @@ struct call {
   int peer;
   void *stream;
   unsigned uses;           /* USES_OP | USES_ROOT | USES_PEER, ON_DEVICE */
+  /* gather, scatter, allgatherv, alltoallv (vcoll.c): count is sendcount
+   * (gather, allgatherv) or recvcount (scatter); the arrays of nranks
+   * entries (allgatherv: recvcounts and displs as recvcounts, rdispls) */
+  const size_t *sendcounts;
+  const size_t *sdispls;
+  const size_t *recvcounts;
+  const size_t *rdispls;
 };
 
 #define USES_OP 1u
 #define USES_ROOT 2u
 #define USES_PEER 4u
 #define ON_DEVICE 8u /* buffers in GPU memory: enqueued on stream (locate) */
+
+/* The call as vcoll.c takes it. */
+static struct rcc_vcall vcall_of(const struct call *c) {
+  return (struct rcc_vcall){
+      .fn = c->fn, .coll = c->coll, .sendbuf = c->sendbuf,
+      .recvbuf = c->recvbuf, .count = c->count, .dt = c->dt,
+      .root = (c->uses & USES_ROOT) ? c->root : -1,
+      .sendcounts = c->sendcounts, .sdispls = c->sdispls,
+      .recvcounts = c->recvcounts, .rdispls = c->rdispls,
+      .stream = c->stream, .device = (c->uses & ON_DEVICE) != 0};
+}
 
 /* How many elements of sendbuf and recvbuf a call touches (per rank). */
 static void buffer_elems(const struct call *c, size_t *send, size_t *recv) {
@@ -162,7 +188,10 @@ static ringcc_result_t validate_buffers(const struct call *c) {
   return check_overlap(c);
 }
 
-static ringcc_result_t validate(const struct call *c) {
+/* *pm: the premul-sum op when op is one (copied: another thread may destroy
+ * it during the call). */
+static ringcc_result_t validate(const struct call *c,
+                                struct rcc_premul_op *pm) {
   char msg[200];
   struct ringcc_comm *comm = c->comm;
 
@@ -173,9 +202,19 @@ static ringcc_result_t validate(const struct call *c) {
     return bad_arg(c, msg);
   }
   if ((c->uses & USES_OP) && !rcc_op_valid(c->op)) {
-    snprintf(msg, sizeof(msg), "argument 'op' is %d, not a ringcc_op_t (0..%d)",
-             c->op, RINGCC_NUM_OPS - 1);
-    return bad_arg(c, msg);
+    if (c->op < RINGCC_NUM_OPS || !rcc_premul_find(comm, c->op, pm)) {
+      snprintf(msg, sizeof(msg), "argument 'op' is %d, neither a ringcc_op_t "
+               "(0..%d) nor a live premul-sum op of this communicator "
+               "(ringcc_op_create_premul_sum)", c->op, RINGCC_NUM_OPS - 1);
+      return bad_arg(c, msg);
+    }
+    if (pm->dt != c->dt) {
+      snprintf(msg, sizeof(msg), "argument 'op' is a premul-sum op made for "
+               "datatype %s; the call's datatype is %s",
+               ringcc_datatype_name((ringcc_datatype_t)pm->dt),
+               ringcc_datatype_name((ringcc_datatype_t)c->dt));
+      return bad_arg(c, msg);
+    }
   }
   if ((c->uses & USES_ROOT) && (c->root < 0 || c->root >= comm->nranks)) {
     snprintf(msg, sizeof(msg), "argument 'root' is %d; it must be in [0, %d]",
@@ -188,7 +227,15 @@ static ringcc_result_t validate(const struct call *c) {
              "the root (rank %d)", c->root);
     return bad_arg(c, msg);
   }
+  if (rcc_vcoll_is(c->coll)) {
+    struct rcc_vcall v = vcall_of(c);
+    return rcc_vcoll_validate(comm, &v);
+  }
   return validate_buffers(c);
+}
+
+static int is_premul(const struct call *c) {
+  return (c->uses & USES_OP) && c->op >= RINGCC_NUM_OPS;
 }
 
 /* Host or device buffers (cuda.c decides, from the buffers the call uses
@@ -205,11 +252,20 @@ static ringcc_result_t locate(struct call *c) {
     send = NULL;
   if (recv_elems == 0 || no_recv)
     recv = NULL;
+  if (rcc_vcoll_is(c->coll)) {
+    struct rcc_vcall v = vcall_of(c);
+    rcc_vcoll_buffers(c->comm, &v, &send, &recv);
+  }
   int device = 0;
   const char *sname = one ? "buf" : "sendbuf", *rname = one ? "buf" : "recvbuf";
   ringcc_result_t r = rcc_cuda_locate(c->comm, c->fn, send, sname, recv, rname,
                                       c->stream, &device);
   c->uses |= device ? ON_DEVICE : 0;
+  if (device && r == RINGCC_SUCCESS && is_premul(c))
+    return rcc_comm_error(c->comm, RINGCC_ERR_UNSUPPORTED,
+                          "%s on rank %d: premul-sum ops on device buffers "
+                          "are not supported yet (host buffers only; "
+                          "docs/cuda.md)", c->fn, c->comm->rank);
   if (device && r == RINGCC_SUCCESS &&
       (c->dt == RINGCC_FLOAT8_E4M3 || c->dt == RINGCC_FLOAT8_E5M2))
     return rcc_comm_error(c->comm, RINGCC_ERR_UNSUPPORTED,
@@ -246,16 +302,9 @@ static ringcc_result_t validate_peer(struct ringcc_comm *comm, const char *fn,
   return RINGCC_SUCCESS;
 }
 
-/* Staging for in-place alltoall, kept on the communicator. */
+/* Staging for in-place alltoall, kept on the communicator (vcoll.c). */
 static void *scratch(struct ringcc_comm *comm, size_t bytes) {
-  if (bytes > comm->scratch_bytes) {
-    void *p = realloc(comm->scratch, bytes);
-    if (p == NULL)
-      return NULL;
-    comm->scratch = p;
-    comm->scratch_bytes = bytes;
-  }
-  return comm->scratch;
+  return rcc_coll_scratch(comm, bytes);
 }
 
 /* Resolves the in-place forms: returns the buffer the schedule reads. */
@@ -283,13 +332,12 @@ static size_t chunk_bytes(const struct call *c) {
   return device ? comm->dev_all_chunk_bytes : comm->all_chunk_bytes;
 }
 
-static ringcc_result_t run_cma(const struct call *c, const void *src) {
+static ringcc_result_t run_cma(const struct call *c, const void *src,
+                               ringcc_op_t op) {
   struct ringcc_comm *comm = c->comm;
   size_t esize = ringcc_datatype_size(c->dt);
   struct rcc_cma_call call = {c->coll, src, c->recvbuf, NULL, c->count,
-                              (ringcc_datatype_t)c->dt,
-                              (c->uses & USES_OP) ? (ringcc_op_t)c->op
-                                                  : RINGCC_SUM};
+                              (ringcc_datatype_t)c->dt, op};
   if (c->coll == RCC_COLL_REDUCE_SCATTER) {
     /* An output inside the input, other than this rank's own block (MPI's
      * in-place form), would be overwritten while peers still read it. */
@@ -364,15 +412,60 @@ static struct rcc_plan call_plan(struct ringcc_comm *comm,
   };
 }
 
+/*
+ * Premul-sum: each rank multiplies its own input once, here, before any
+ * byte moves: src[i] * scalar by the datatype's product (rcc_reduce_scale:
+ * rounded once to the datatype, to nearest even), written to staging that
+ * the communicator keeps; the collective then runs RINGCC_SUM over the
+ * staged copy with whatever algorithm the tuner picks. The staging is never
+ * registered memory, so a premul-sum takes the copying algorithms where a
+ * sum over registered buffers would run zero-copy. *src: the staged copy.
+ */
+static ringcc_result_t premul_input(const struct call *c,
+                                    const struct rcc_premul_op *pm,
+                                    const void **src) {
+  struct ringcc_comm *comm = c->comm;
+  size_t esize = ringcc_datatype_size(c->dt);
+  size_t n = c->count * (c->coll == RCC_COLL_REDUCE_SCATTER
+                             ? (size_t)comm->nranks : 1);
+  if (n * esize > comm->premul_stage_bytes) {
+    void *p = realloc(comm->premul_stage, n * esize);
+    if (p == NULL)
+      return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                            "%s on rank %d: no memory for the %zu-byte "
+                            "premul-sum staging", c->fn, comm->rank,
+                            n * esize);
+    comm->premul_stage = p;
+    comm->premul_stage_bytes = n * esize;
+  }
+  if (n > 0)
+    rcc_reduce_scale((ringcc_datatype_t)c->dt, comm->premul_stage, *src, n,
+                     pm->scalar);
+  *src = comm->premul_stage;
+  return RINGCC_SUCCESS;
+}
+
 /* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
  * convention (the statistics' and the trace's). */
-static ringcc_result_t execute(const struct call *c, int *alg,
+static ringcc_result_t execute(const struct call *c,
+                               const struct rcc_premul_op *pm, int *alg,
                                uint64_t *bytes) {
   struct ringcc_comm *comm = c->comm;
   const void *src = source_buffer(c);
   size_t esize = ringcc_datatype_size(c->dt);
   ringcc_op_t op = (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM;
   struct rcc_tuning tune;
+
+  if (rcc_vcoll_is(c->coll)) {
+    struct rcc_vcall v = vcall_of(c);
+    return rcc_vcoll_execute(comm, &v, alg, bytes);
+  }
+  if (is_premul(c)) { /* the scaled input into staging, then a sum */
+    ringcc_result_t r = premul_input(c, pm, &src);
+    if (r != RINGCC_SUCCESS)
+      return r;
+    op = RINGCC_SUM;
+  }
 
   choose(c, &tune);
   *alg = tune.alg;
@@ -406,7 +499,7 @@ static ringcc_result_t execute(const struct call *c, int *alg,
               a->name);
   }
   if (a->exec == RCC_EXEC_CMA)
-    return run_cma(c, src);
+    return run_cma(c, src, op);
   /* The call's plan; the executors split it over its channels. */
   struct rcc_plan plan = call_plan(comm, a, c->coll, tune.channels, esize,
                                    c->count, tune.chunk_bytes / esize);
@@ -468,8 +561,10 @@ static int field_value(const struct check_desc *d, int field, char *buf,
   case 2: return snprintf(buf, len, "%llu", (unsigned long long)d->count);
   case 3: return snprintf(buf, len, "%s",
                           ringcc_datatype_name((ringcc_datatype_t)d->dt));
-  case 4: return snprintf(buf, len, "%s",
-                          d->op < 0 ? "none" : ringcc_op_name((ringcc_op_t)d->op));
+  case 4: return d->op >= RINGCC_NUM_OPS
+                     ? snprintf(buf, len, "premul-sum op %d", d->op)
+                     : snprintf(buf, len, "%s", d->op < 0 ? "none"
+                                : ringcc_op_name((ringcc_op_t)d->op));
   default: return snprintf(buf, len, "%d", d->root);
   }
 }
@@ -481,7 +576,8 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
                                        "datatype", "op", "root"};
   struct ringcc_comm *comm = c->comm;
   int n = comm->nranks;
-  struct check_desc mine = {comm->seq, c->count, c->coll, c->dt,
+  int uneven = c->coll == RCC_COLL_ALLGATHERV || c->coll == RCC_COLL_ALLTOALLV;
+  struct check_desc mine = {comm->seq, uneven ? 0 : c->count, c->coll, c->dt,
                             (c->uses & USES_OP) ? c->op : -1,
                             (c->uses & USES_ROOT) ? c->root : -1};
   struct check_desc *all = calloc((size_t)n, sizeof(*all));
@@ -541,7 +637,9 @@ static ringcc_result_t run_inside(struct call *c) {
   if (c->uses & USES_PEER)
     if ((r = validate_peer(comm, c->fn, c->peer)) != RINGCC_SUCCESS)
       return r;
-  if ((r = validate(c)) != RINGCC_SUCCESS || (r = locate(c)) != RINGCC_SUCCESS)
+  struct rcc_premul_op pm;
+  if ((r = validate(c, &pm)) != RINGCC_SUCCESS ||
+      (r = locate(c)) != RINGCC_SUCCESS)
     return r;
   RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
@@ -560,7 +658,7 @@ static ringcc_result_t run_inside(struct call *c) {
   if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
     r = check_agreement(c, &mismatch);
   if (r == RINGCC_SUCCESS)
-    r = execute(c, &alg, &bytes);
+    r = execute(c, &pm, &alg, &bytes);
   rcc_stats_count(st, c->coll, alg, bytes, &mark);
   if (st->timing) {
     int64_t end = rcc_stats_time_end(st, c->coll, alg, &mark);
@@ -578,13 +676,94 @@ static ringcc_result_t run_inside(struct call *c) {
   return r;
 }
 
-static ringcc_result_t run(struct call *c) {
-  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, RCC_ENTER_CALL);
+/* ---- inside a group (group.c) ------------------------------------------ */
+
+/* struct call's array fields (nranks size_t each, NULL where unused), as
+ * X(field): a group keeps copies of them with the call. */
+#define CALL_ARRAYS(X) X(sendcounts) X(sdispls) X(recvcounts) X(rdispls)
+
+/* *field, a copy of the caller's array (NULL when out of memory): 1 if made. */
+static int keep_array(const size_t **field, size_t n) {
+  if (*field == NULL)
+    return 1;
+  size_t *copy = malloc(n * sizeof(*copy));
+  if (copy != NULL)
+    memcpy(copy, *field, n * sizeof(*copy));
+  *field = copy;
+  return copy != NULL;
+}
+
+static void drop_call(struct call *k) {
+#define DROP_ARRAY(f) free((void *)k->f);
+  CALL_ARRAYS(DROP_ARRAY)
+#undef DROP_ARRAY
+  free(k);
+}
+
+/* The group's copy of c, or NULL when out of memory. */
+static struct call *keep_call(const struct call *c) {
+  struct call *k = malloc(sizeof(*k));
+  int ok = k != NULL;
+  if (!ok)
+    return NULL;
+  *k = *c;
+#define KEEP_ARRAY(f) ok &= keep_array(&k->f, (size_t)c->comm->nranks);
+  CALL_ARRAYS(KEEP_ARRAY)
+#undef KEEP_ARRAY
+  if (!ok) {
+    drop_call(k);
+    return NULL;
+  }
+  return k;
+}
+
+/* A call between ringcc_group_start and end: validated now (a bad argument
+ * fails this call, the group goes on), kept, run at the group's end. Sends
+ * and receives may name this rank itself there. */
+static ringcc_result_t record_inside(struct call *c) {
+  ringcc_result_t r = RINGCC_SUCCESS;
+  struct rcc_premul_op pm; /* checked now; run_inside looks it up again */
+  if ((c->uses & USES_PEER) && c->peer != c->comm->rank)
+    r = validate_peer(c->comm, c->fn, c->peer);
+  if (r != RINGCC_SUCCESS || (r = validate(c, &pm)) != RINGCC_SUCCESS ||
+      (r = locate(c)) != RINGCC_SUCCESS)
+    return r;
+  if (c->uses & USES_PEER) {
+    if (c->uses & ON_DEVICE)
+      return rcc_comm_error(c->comm, RINGCC_ERR_UNSUPPORTED,
+                            "%s on rank %d: device buffers in a group's "
+                            "sends and receives are not supported yet (host "
+                            "buffers only)", c->fn, c->comm->rank);
+    struct rcc_p2p_op op = {c->coll == RCC_COLL_SEND, c->peer,
+                            c->coll == RCC_COLL_SEND ? (void *)c->sendbuf
+                                                     : c->recvbuf,
+                            c->count, (ringcc_datatype_t)c->dt};
+    return rcc_group_add_p2p(c->comm, c->fn, &op);
+  }
+  struct call *k = keep_call(c);
+  if (k == NULL)
+    return rcc_comm_error(c->comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "%s on rank %d: out of memory to keep the call for "
+                          "its group", c->fn, c->comm->rank);
+  return rcc_group_add_call(c->comm, k, run_inside, drop_call);
+}
+
+/* body(c) inside the communicator, entered as kind (live.h). */
+static ringcc_result_t entered(struct call *c, int kind,
+                               ringcc_result_t (*body)(struct call *)) {
+  ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, kind);
   if (r != RINGCC_SUCCESS)
     return r;
-  r = run_inside(c);
-  rcc_comm_leave(c->comm, RCC_ENTER_CALL);
+  r = body(c);
+  rcc_comm_leave(c->comm, kind);
   return r;
+}
+
+static ringcc_result_t run(struct call *c) {
+  if (rcc_group_recording()) /* kept, not run: a query's entry */
+    return entered(c, RCC_ENTER_QUERY, record_inside);
+  rcc_group_drain(c->comm); /* after the requests in flight on it */
+  return entered(c, RCC_ENTER_CALL, run_inside);
 }
 
 ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
@@ -603,14 +782,8 @@ ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
                           esize == 0 ? "datatype is not a ringcc_datatype_t"
                                      : "counts or displs is NULL");
   }
-  struct rcc_plan plan = call_plan(
-      comm, &rcc_algorithms[RCC_ALG_RING], RCC_COLL_ALLGATHER,
-      comm->set.nchannels > 0 ? comm->kind_channels[RCC_CONN_COLL] : 1, esize,
-      counts[comm->rank], comm->ring_chunk_bytes / esize);
-  plan.counts = counts;
-  plan.displs = displs;
   RCC_PUT(comm->seq, comm->seq + 1);
-  r = rcc_exec_host_channels(comm, &plan, sendbuf, recvbuf, dt, RINGCC_SUM);
+  r = rcc_allgatherv_plan_run(comm, sendbuf, recvbuf, counts, displs, dt);
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
     rcc_comm_set_fatal(comm, r);
   rcc_comm_leave(comm, RCC_ENTER_CALL);
@@ -694,5 +867,47 @@ RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream) {
   struct call c = {"ringcc_barrier", comm, RCC_COLL_BARRIER, NULL, NULL, 0,
                    RINGCC_UINT8, -1, -1, -1, stream, 0};
+  return run(&c);
+}
+
+/* ---- gather, scatter, uneven collectives (vcoll.c) ----------------------- */
+
+RINGCC_API ringcc_result_t ringcc_gather(const void *sendbuf, void *recvbuf,
+                                         size_t sendcount,
+                                         ringcc_datatype_t dt, int root,
+                                         ringcc_comm_t comm,
+                                         ringcc_stream_t stream) {
+  struct call c = {"ringcc_gather", comm, RCC_COLL_GATHER, sendbuf, recvbuf,
+                   sendcount, dt, -1, root, -1, stream, USES_ROOT};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_scatter(const void *sendbuf, void *recvbuf,
+                                          size_t recvcount,
+                                          ringcc_datatype_t dt, int root,
+                                          ringcc_comm_t comm,
+                                          ringcc_stream_t stream) {
+  struct call c = {"ringcc_scatter", comm, RCC_COLL_SCATTER, sendbuf, recvbuf,
+                   recvcount, dt, -1, root, -1, stream, USES_ROOT};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_allgatherv(
+    const void *sendbuf, size_t sendcount, void *recvbuf,
+    const size_t *recvcounts, const size_t *displs, ringcc_datatype_t dt,
+    ringcc_comm_t comm, ringcc_stream_t stream) {
+  struct call c = {"ringcc_allgatherv", comm, RCC_COLL_ALLGATHERV, sendbuf,
+                   recvbuf, sendcount, dt, -1, -1, -1, stream, 0,
+                   NULL, NULL, recvcounts, displs};
+  return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_alltoallv(
+    const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+    void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+    ringcc_datatype_t dt, ringcc_comm_t comm, ringcc_stream_t stream) {
+  struct call c = {"ringcc_alltoallv", comm, RCC_COLL_ALLTOALLV, sendbuf,
+                   recvbuf, 0, dt, -1, -1, -1, stream, 0,
+                   sendcounts, sdispls, recvcounts, rdispls};
   return run(&c);
 }

@@ -31,6 +31,7 @@
 #include "env.h"
 #include "error.h"
 #include "graph.h"
+#include "group.h"
 #include "launcher.h"
 #include "live.h"
 #include "log.h"
@@ -370,6 +371,9 @@ static void comm_free(struct ringcc_comm *comm) {
   free(comm->ring_rev);
   free(comm->peers);
   free(comm->scratch);
+  free(comm->premul);
+  free(comm->premul_stage);
+  pthread_mutex_destroy(&comm->premul_lock);
   pthread_mutex_destroy(&comm->error_lock);
   memset(comm->key, 0, sizeof(comm->key));
   free(comm);
@@ -448,6 +452,7 @@ static void log_ring(const struct ringcc_comm *comm) {
 static ringcc_result_t comm_setup(struct ringcc_comm *comm,
                                   const ringcc_unique_id_t *id) {
   char err[RCC_ERRLEN];
+  int64_t start = rcc_now_ns();
   int64_t deadline = rcc_deadline_after_ms(comm->set.timeout_ms);
   comm->init_deadline = deadline;
   rcc_transports_sweep(comm->rank); /* what ranks killed in an init left */
@@ -483,6 +488,9 @@ static ringcc_result_t comm_setup(struct ringcc_comm *comm,
       (r = rcc_trace_setup(comm, deadline)) != RINGCC_SUCCESS)
     return r;
   rcc_stats_start(comm); /* the user's calls from here on */
+  RCC_INFO(comm->rank, "init: %.3f s, %u all-gathers on the bootstrap ring "
+           "of %d ranks", (double)(rcc_now_ns() - start) / 1e9,
+           rcc_bootstrap_calls(comm->boot), comm->nranks);
   return RINGCC_SUCCESS;
 }
 
@@ -529,8 +537,10 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
   comm->nranks = nranks;
   comm->config = *config;
   pthread_mutex_init(&comm->error_lock, NULL);
+  pthread_mutex_init(&comm->premul_lock, NULL);
   if ((r = resolve_settings(config, &comm->set, err, sizeof(err))) !=
       RINGCC_SUCCESS) {
+    pthread_mutex_destroy(&comm->premul_lock);
     pthread_mutex_destroy(&comm->error_lock);
     free(comm);
     return rcc_thread_error(r, "ringcc_comm_init on rank %d: %s", rank, err);
@@ -715,7 +725,9 @@ RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size) {
  * only: no goodbye, no shutdown, no unlink, nothing the parent's peers see. */
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm) {
   static const char fn[] = "ringcc_comm_destroy";
-  ringcc_result_t code;
+  ringcc_result_t code = rcc_group_comm_close(comm, fn, 0);
+  if (code != RINGCC_SUCCESS) /* requests in flight */
+    return code;
   switch (rcc_live_begin_close(comm, fn, 0, &code)) {
   case RCC_CLOSE_REFUSED:
     return code;
@@ -747,6 +759,7 @@ RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
     return RINGCC_SUCCESS;
   }
   rcc_cuda_abort(comm); /* kernels waiting in a FIFO leave too */
+  rcc_group_comm_close(comm, fn, 1); /* its requests end ABORTED */
   /* A collective blocked in another thread notices within one sleep slice
    * (exec_host.c) and leaves; give it a second before freeing. */
   if (!rcc_live_end_close(comm, 1000)) {

@@ -19,6 +19,19 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
                                        const struct rcc_plan *call,
                                        const void *src, void *dst,
                                        ringcc_datatype_t dt, ringcc_op_t op);
+/* A send or receive of a group, on host memory: count elements of dt. */
+struct rcc_p2p_op {
+  int send; /* 1: send buf to peer; 0: receive buf from peer */
+  int peer; /* another rank */
+  void *buf;
+  size_t count;
+  ringcc_datatype_t dt;
+};
+/* Runs the n operations together: each moves whenever its FIFO lets it, so
+ * no order of sends and receives deadlocks; those on one FIFO (same peer and
+ * direction) match in the order given. */
+ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
+                                  const struct rcc_p2p_op *ops, int n);
 /* One-shot allreduce over the board (board.h): where comm->board is set and the
  * message fits a region. */
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,

@@ -351,3 +351,38 @@ out:
   free(buf);
   return r;
 }
+
+ringcc_result_t rcc_cma_alltoallv(struct ringcc_comm *comm,
+                                  const struct rcc_cma_v *v) {
+  int n = comm->nranks, me = comm->rank;
+  uint64_t *mine = calloc((size_t)n, sizeof(*mine));
+  uint64_t *theirs = calloc((size_t)n, sizeof(*theirs));
+  ringcc_result_t r = RINGCC_ERR_OUT_OF_MEMORY;
+  if (mine == NULL || theirs == NULL) {
+    rcc_comm_error(comm, r, "direct path on rank %d: out of memory", me);
+    goto out;
+  }
+  for (int p = 0; p < n; p++) /* where rank p's block starts here */
+    mine[p] = (uint64_t)(uintptr_t)v->src + v->sdispls[p] * v->esize;
+  r = fifo_coll(comm, RCC_COLL_ALLTOALL, mine, theirs, sizeof(*mine));
+  if (r == RINGCC_SUCCESS && v->recvcounts[me] > 0 &&
+      (char *)v->dst + v->rdispls[me] * v->esize !=
+          (const char *)(uintptr_t)mine[me])
+    memcpy((char *)v->dst + v->rdispls[me] * v->esize,
+           (const void *)(uintptr_t)mine[me], v->recvcounts[me] * v->esize);
+  for (int k = 1; k < n && r == RINGCC_SUCCESS; k++) {
+    int p = (me + k) % n; /* each rank starts at another peer */
+    if (v->recvcounts[p] == 0)
+      continue;
+    int e = peer_read(comm, p, (char *)v->dst + v->rdispls[p] * v->esize,
+                      theirs[p], v->recvcounts[p] * v->esize);
+    if (e != 0)
+      r = read_failed(comm, p, e);
+  }
+  if (r == RINGCC_SUCCESS) /* no rank reuses its input while peers read */
+    r = fifo_coll(comm, RCC_COLL_BARRIER, NULL, NULL, 0);
+out:
+  free(mine);
+  free(theirs);
+  return r;
+}

@@ -24,6 +24,7 @@
  * the deadline and ringcc_comm_abort() are noticed.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -108,6 +109,7 @@ struct exec {
   int timing;              /* waits are timed (stats.h) */
   int64_t wait_recv_ns;    /* the current step's waits, when timing */
   int64_t wait_send_ns;
+  int grouped;             /* point-to-point of a group (rcc_exec_host_p2p) */
 };
 
 /* The FIFOs of a step: its channel's for collectives; point-to-point
@@ -156,6 +158,18 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(waiters, __ATOMIC_RELAXED) != 0)
     futex(word, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* What a timeout most often means, for the call that timed out. */
+static const char *timeout_hint(const struct exec *x) {
+  int p2p = x->plan->coll == RCC_COLL_SEND || x->plan->coll == RCC_COLL_RECV;
+  if (!p2p)
+    return "did every rank call it with the same arguments?";
+  if (x->grouped)
+    return "did the peer post the matching send or recv in its group?";
+  return "a send waits for its receiver once the message outgrows the FIFO; "
+         "two ranks that both send first deadlock: use a group "
+         "(ringcc_group_start/end) to post sends and receives together";
 }
 
 static int wait_failed(struct exec *x) {
@@ -243,13 +257,12 @@ static int wait_failed(struct exec *x) {
     return rcc_comm_error(
         comm, RINGCC_ERR_TIMEOUT,
         "%s (seq %llu) on rank %d timed out after %lld ms at step %llu of "
-        "%llu waiting for %s rank %d (did every rank call it with the same "
-        "arguments?)",
+        "%llu waiting for %s rank %d (%s)",
         rcc_coll_name(x->plan->coll), (unsigned long long)comm->seq,
         comm->rank, (long long)comm->set.timeout_ms,
         (unsigned long long)x->at->step,
         (unsigned long long)RCC_GET(x->at->nsteps), x->at->waiting_for,
-        x->at->peer);
+        x->at->peer, timeout_hint(x));
   }
   return RINGCC_SUCCESS;
 }
@@ -824,7 +837,16 @@ struct chan {
   struct rcc_plan plan;
   uint64_t i;   /* its next step */
   int half;     /* a sendRecv step whose send is done */
+  const char *src; /* its buffers and element size */
+  char *dst;
+  size_t esize;
+  int after;    /* the channel that must finish first (same FIFO), or -1 */
 };
+
+/* Channel k cannot start yet: the one before it on its FIFO runs. */
+static int chan_waits_turn(const struct chan *ch, const struct chan *k) {
+  return k->after >= 0 && ch[k->after].i < ch[k->after].plan.nsteps;
+}
 
 /* 1 if the FIFO a step half waits on is ready for it. */
 static int slot_ready(const struct rcc_conn *c, int send) {
@@ -854,6 +876,9 @@ static int chan_ready(struct exec *x, const struct chan *k,
 
 static void chan_select(struct exec *x, struct chan *k, int c) {
   x->plan = &k->plan;
+  x->src = k->src;
+  x->dst = k->dst;
+  x->esize = k->esize;
   x->channel = c;
   RCC_PUT(x->at->channel, c);
 }
@@ -877,7 +902,7 @@ static int any_ready(struct chan_wait *w) {
     struct rcc_conn *waiter;
     struct rcc_step s;
     int send;
-    if (k->i >= k->plan.nsteps)
+    if (k->i >= k->plan.nsteps || chan_waits_turn(w->ch, k))
       continue;
     chan_select(w->x, k, c);
     rcc_plan_step(&k->plan, k->i, &s);
@@ -971,6 +996,8 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
       if (k->i >= k->plan.nsteps)
         continue;
       left = 1;
+      if (chan_waits_turn(ch, k))
+        continue;
       chan_select(x, k, c);
       rcc_plan_step(&k->plan, k->i, &s);
       if (!chan_ready(x, k, &s, &waiter, &send)) {
@@ -994,6 +1021,8 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
     }
     if (r != RINGCC_SUCCESS || !left)
       return r;
+    if (moved && x->grouped)
+      x->deadline = 0; /* a group's deadline counts from its last progress */
     if (!moved && (r = wait_channels(&w, &ch[blocked], blocked)) !=
                       RINGCC_SUCCESS)
       return r;
@@ -1018,6 +1047,10 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
     rcc_plan_build(&ch[c].plan);
     ch[c].i = 0;
     ch[c].half = 0;
+    ch[c].src = src;
+    ch[c].dst = dst;
+    ch[c].esize = ringcc_datatype_size(dt);
+    ch[c].after = -1;
     total += ch[c].plan.nsteps;
   }
   struct exec x = {
@@ -1040,6 +1073,90 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
   release_engines(comm);
   ringcc_result_t r = run_channels(&x, ch, n);
   RCC_PUT(x.at->active, 0);
+  return r;
+}
+
+/* ---- point-to-point of a group --------------------------------------------
+ *
+ * Every send and receive of a group is a channel of the runner above: each
+ * moves a piece whenever its FIFO has a free slot (or data), and the thread
+ * sleeps only when none can, so sends and receives posted together cannot
+ * wait for each other whatever their sizes and order. Messages to (from) one
+ * peer go over one FIFO in the order they were posted: each waits for the
+ * one before it on that FIFO to finish (chan.after). */
+
+/* The channel plan of one operation. */
+static void p2p_plan(struct ringcc_comm *comm, const struct rcc_p2p_op *op,
+                     struct rcc_plan *out) {
+  size_t esize = ringcc_datatype_size(op->dt);
+  size_t slot = rcc_send_conn(comm, RCC_CONN_P2P, 0, op->peer)->slot_bytes;
+  struct rcc_plan call = {
+      .alg = RCC_ALG_P2P,
+      .sched = RCC_SCHED_PAIRWISE,
+      .coll = op->send ? RCC_COLL_SEND : RCC_COLL_RECV,
+      .nranks = comm->nranks,
+      .rank = comm->rank,
+      .pos = comm->ring_pos,
+      .ring = comm->ring,
+      .nchannels = 1,
+      .granule = rcc_plan_granule(esize),
+      .ring_rev = comm->ring_rev,
+      .pos_rev = comm->ring_pos_rev,
+      .count = op->count,
+      .chunk_elems = slot / esize,
+      .root = op->peer,
+  };
+  rcc_plan_channel(&call, 0, out);
+  rcc_plan_build(out);
+}
+
+ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
+                                  const struct rcc_p2p_op *ops, int n) {
+  if (n <= 0)
+    return RINGCC_SUCCESS;
+  struct chan *ch = calloc((size_t)n, sizeof(*ch));
+  if (ch == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "ringcc_group_end on rank %d: out of memory for %d "
+                          "sends and receives", comm->rank, n);
+  uint64_t total = 0;
+  for (int c = 0; c < n; c++) {
+    p2p_plan(comm, &ops[c], &ch[c].plan);
+    ch[c].src = ch[c].dst = ops[c].buf; /* a send reads it, a recv writes */
+    ch[c].esize = ringcc_datatype_size(ops[c].dt);
+    ch[c].after = -1;
+    for (int b = c - 1; b >= 0 && ch[c].after < 0; b--)
+      if (ops[b].send == ops[c].send && ops[b].peer == ops[c].peer)
+        ch[c].after = b;
+    total += ch[c].plan.nsteps;
+  }
+  struct exec x = {
+      .comm = comm,
+      .plan = &ch[0].plan,
+      .esize = ch[0].esize,
+      .dt = RINGCC_UINT8, /* no reduction: the steps copy bytes */
+      .at = &comm->progress,
+      .stats = comm->stats,
+      .timing = comm->stats->timing,
+      .grouped = 1,
+  };
+  RCC_PUT(x.at->coll, ch[0].plan.coll);
+  RCC_PUT(x.at->alg, RCC_ALG_P2P);
+  RCC_PUT(x.at->nsteps, total);
+  waiting_on(&x, "nothing", -1, NULL, 0);
+  RCC_PUT(x.at->active, 1);
+  for (int c = 0; c < n; c++) { /* engines serve the FIFOs meanwhile */
+    struct rcc_conn *conn =
+        ops[c].send ? rcc_send_conn(comm, RCC_CONN_P2P, 0, ops[c].peer)
+                    : rcc_recv_conn(comm, RCC_CONN_P2P, 0, ops[c].peer);
+    if (conn->ops != NULL) {
+      conn->ops->release(conn);
+      break; /* one engine serves all of a communicator's network FIFOs */
+    }
+  }
+  ringcc_result_t r = run_channels(&x, ch, n);
+  RCC_PUT(x.at->active, 0);
+  free(ch);
   return r;
 }
 

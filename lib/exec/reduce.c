@@ -439,6 +439,36 @@ RCC_DATATYPES_FP8(RCC_DEFINE_SCALAR_KERNELS, avx512, RCC_TARGET_AVX512)
 RCC_DEFINE_KERNEL_SET(avx512)
 #endif /* RCC_HAVE_X86 */
 
+/* ---- premul-sum's scaling ---------------------------------------------- */
+
+/* dst[i] = src[i] * scalar by the datatype's product (elem_prod: integers
+ * wrap, 16-bit floats and float8 multiply in float and round to nearest even
+ * once). Portable C only: it runs once per call over the rank's own input,
+ * where the reduction runs once per step. */
+#define RCC_DEFINE_SCALE(unused, dt, e, T, A, C, D, W, N)                      \
+  static void scale_##dt(void *dst_, const void *src_, size_t n,              \
+                         const void *scalar) {                                 \
+    T *dst = dst_;                                                             \
+    const T *src = src_;                                                       \
+    T s;                                                                       \
+    memcpy(&s, scalar, sizeof s);                                              \
+    for (size_t i = 0; i < n; i++)                                             \
+      dst[i] = elem_prod_##dt(src[i], s);                                      \
+  }
+RCC_DATATYPES(RCC_DEFINE_SCALE, ~)
+
+typedef void (*rcc_scale_fn)(void *dst, const void *src, size_t n,
+                             const void *scalar);
+#define RCC_TABLE_SCALE_ROW(unused, dt, e, T, A, C, D, W, N) [e] = scale_##dt,
+static const rcc_scale_fn scale_fns[RINGCC_NUM_DATATYPES] = {
+    RCC_DATATYPES(RCC_TABLE_SCALE_ROW, ~)};
+
+void rcc_reduce_scale(ringcc_datatype_t dt, void *dst, const void *src,
+                      size_t n, const void *scalar) {
+  if (rcc_dt_valid((int)dt))
+    scale_fns[dt](dst, src, n, scalar);
+}
+
 /* ---- run-time choice --------------------------------------------------- */
 
 static const struct rcc_kernel_set *const kernel_sets[] = {

@@ -20,6 +20,10 @@ rcc_reduce_fn rcc_reduce_get(ringcc_datatype_t dt, ringcc_op_t op);
 /* dst[i] = src[i] / nranks (integers truncate toward zero); dst may be src. */
 void rcc_reduce_avg_finish(ringcc_datatype_t dt, void *dst, const void *src,
                            size_t n, int nranks);
+/* premul-sum: dst[i] = src[i] * *scalar (a value of dt), by dt's product
+ * (RINGCC_PROD's rounding: once, to nearest even); dst may be src. */
+void rcc_reduce_scale(ringcc_datatype_t dt, void *dst, const void *src,
+                      size_t n, const void *scalar);
 float rcc_half_to_float(uint16_t h);
 uint16_t rcc_float_to_half(float f); /* round to nearest even */
 float rcc_bf16_to_float(uint16_t h);

@@ -21,6 +21,7 @@
 #include "cma.h"
 #include "comm.h"
 #include "error.h"
+#include "live.h"
 #include "log.h"
 #include "registry.h"
 #include "transport.h"
@@ -295,6 +296,7 @@ static void choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
                                    ? in.all_chunk_bytes
                                    : in.ring_chunk_bytes);
   out->channels = cand[winner].pred.channels;
+  out->predicted_us = rcc_prediction_total(cand[winner].pred);
   if (logging && rcc_log_subsys("TUNING"))
     log_choice(comm, &in, cand, count, winner, out);
   if (logging && in.forced != RINGCC_ALGO_AUTO &&
@@ -323,6 +325,7 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
     out->alg = t->last.alg;
     out->chunk_bytes = t->last.chunk_bytes;
     out->channels = t->last.channels;
+    out->predicted_us = t->last.predicted_us;
     return;
   }
   choose(comm, coll, count_bytes, device, registered, out);
@@ -334,6 +337,42 @@ void rcc_tuner_choose(struct ringcc_comm *comm, int coll, size_t count_bytes,
   t->last.alg = out->alg;
   t->last.chunk_bytes = out->chunk_bytes;
   t->last.channels = out->channels;
+  t->last.predicted_us = out->predicted_us;
+}
+
+/* The tuner's prediction, without running anything: choose() does not
+ * touch the communicator (no cache), so any thread may ask. */
+RINGCC_API ringcc_result_t ringcc_comm_predict(ringcc_comm_t comm,
+                                               const char *collective,
+                                               size_t count,
+                                               ringcc_datatype_t dt,
+                                               double *seconds) {
+  const char *fn = "ringcc_comm_predict";
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  int coll = -1;
+  for (int c = 0; c <= RCC_COLL_ALLTOALL && collective != NULL; c++)
+    if (strcmp(collective, rcc_coll_name(c)) == 0)
+      coll = c;
+  size_t esize = ringcc_datatype_size(dt);
+  if (coll < 0 || esize == 0 || seconds == NULL) {
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                       "%s on rank %d: argument '%s' is %s", fn, comm->rank,
+                       coll < 0 ? "collective" : esize == 0 ? "datatype"
+                                                           : "seconds",
+                       coll < 0 ? "not allreduce, reduce_scatter, allgather, "
+                                  "bcast, reduce or alltoall"
+                       : esize == 0 ? "not a ringcc_datatype_t" : "NULL");
+  } else if (comm->nranks == 1) {
+    *seconds = 0; /* a local copy at most: nothing the model counts */
+  } else {
+    struct rcc_tuning tune;
+    choose(comm, coll, count * esize, 0, rcc_registry_kind(comm), &tune);
+    *seconds = tune.predicted_us * 1e-6;
+  }
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 void rcc_tuner_free(struct ringcc_comm *comm) {

@@ -196,6 +196,7 @@ struct rcc_tuner {
     int alg;
     size_t chunk_bytes;
     int channels;
+    double predicted_us;
   } last;
 };
 
@@ -295,6 +296,7 @@ struct rcc_tuning {
   size_t chunk_bytes; /* bytes per step: one FIFO slot of the edges used */
   int channels;       /* the call's data over this many channels, each on
                          FIFOs of its own (RINGCC_NCHANNELS) */
+  double predicted_us; /* the cost model's time for the winner */
 };
 /* Picks for coll (enum rcc_coll) on count_bytes = the call's count times
  * the datatype size, on host (device 0) or device buffers; logs every

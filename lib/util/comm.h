@@ -139,12 +139,22 @@ struct ringcc_comm {
   int report_seen;         /* report signals handled (report.c) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
+  /* Premul-sum ops (coll/premul.c): the live ones, under premul_lock (made
+   * and destroyed from any thread, read by the collective that uses one),
+   * and the staging of the scaled inputs. */
+  struct rcc_premul_op *premul;
+  int npremul, premul_cap;
+  unsigned premul_next;    /* the next op's number */
+  pthread_mutex_t premul_lock;
+  void *premul_stage;
+  size_t premul_stage_bytes;
   /* The communicator's key (rcc_bootstrap_key): derived from the id's
    * secret at the rendezvous, never sent; every network connection proves
    * it (net.c, net_socket.c), and ringcc_comm_split derives the new
    * communicators' secrets from it. */
   uint8_t key[32];
   uint64_t splits;         /* ringcc_comm_split calls so far (alike on all) */
+  uint64_t shrinks;        /* ringcc_comm_shrink calls so far (shrink.c) */
   int64_t init_deadline;   /* for transports' connect phase */
   struct rcc_cma *cma;     /* cross-memory attach (exec_cma.c); NULL until
                               init prepares it */

@@ -33,6 +33,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "log.h"
 #include "socket.h"
 
 #define CONNECT_BACKOFF_MIN_NS (5 * 1000000LL)
@@ -611,6 +612,19 @@ void rcc_socket_close_second(int fd, int wait_ms) {
     impatient_until = rcc_now_ns() + 1000000000LL;
   }
   close(fd);
+}
+
+void rcc_socket_raise_fd_limit(uint64_t want, const char *why) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)want ||
+      rl.rlim_cur >= rl.rlim_max)
+    return;
+  rlim_t old = rl.rlim_cur;
+  rl.rlim_cur = (rlim_t)want < rl.rlim_max ? (rlim_t)want : rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    RCC_INFO(-1, "raised the open-file limit (RLIMIT_NOFILE) from %llu to "
+             "%llu for %s", (unsigned long long)old,
+             (unsigned long long)rl.rlim_cur, why);
 }
 
 /* "the open-file limit (RLIMIT_NOFILE) is 64, 64 descriptors are open" */

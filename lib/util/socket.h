@@ -87,6 +87,11 @@ ringcc_result_t rcc_socket_recv_all(int fd, void *buf, size_t len,
  * INT64_MAX, "no deadline", works; callers loop). */
 int rcc_socket_poll_ms(int64_t deadline_ns);
 
+/* Raises the soft open-file limit (RLIMIT_NOFILE) to want descriptors,
+ * within the hard limit, where it is lower; logs it at INFO with why (what
+ * needs them). */
+void rcc_socket_raise_fd_limit(uint64_t want, const char *why);
+
 /* Closing a TCP connection so that neither end stays in TIME_WAIT (which
  * holds its port for a minute: thousands of communicators made and
  * destroyed in a row used up the ephemeral ports, and then every listen on

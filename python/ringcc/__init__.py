@@ -22,7 +22,9 @@ from . import _lib
 from ._buffers import datatype_of
 from ._lib import Algo, Datatype, Op, Result
 from ._memory import empty
-from .comm import (ANY_TAG, HOST, IN_PLACE, Comm, RingccError, UniqueId,
+from ._requests import Request, group
+from .comm import (ANY_TAG, HOST, IN_PLACE, Comm, PremulSum, RingccError,
+                   UniqueId,
                    get_unique_id, op_of)
 
 SUM, PROD, MIN, MAX, AVG = Op.SUM, Op.PROD, Op.MIN, Op.MAX, Op.AVG
@@ -44,7 +46,7 @@ def version():
 
 __all__ = [
     "Comm", "UniqueId", "get_unique_id", "RingccError", "IN_PLACE", "HOST",
-    "empty",
+    "empty", "group", "Request", "PremulSum",
     "Op", "Datatype", "Result", "Algo", "op_of", "datatype_of", "version",
     "library_path", "SUM", "PROD", "MIN", "MAX", "AVG", "INT8", "UINT8",
     "INT32", "UINT32", "INT64", "UINT64", "FLOAT16", "BFLOAT16", "FLOAT32",

@@ -23,6 +23,7 @@ import operator
 from . import _lib
 from ._buffers import datatype_of, describe
 from ._lib import Datatype, Op, Result, lib
+from ._requests import async_capable, in_group
 
 HOST = _lib.SPLIT_HOST
 ANY_TAG = -1  # Recv's tag: ringcc has no tags (mpi4py's MPI.ANY_TAG)
@@ -74,7 +75,10 @@ _OP_NAMES = {"sum": Op.SUM, "prod": Op.PROD, "product": Op.PROD,
 
 def op_of(op):
     """An Op from an Op, its value, or its name ('sum', 'prod', 'min', 'max',
-    'avg'); ValueError otherwise."""
+    'avg'), or the value of a PremulSum (Comm.premul_sum); ValueError
+    otherwise."""
+    if isinstance(op, PremulSum):
+        return op.value
     if isinstance(op, str):
         if op.lower() in _OP_NAMES:
             return _OP_NAMES[op.lower()]
@@ -82,6 +86,56 @@ def op_of(op):
         return Op(op)
     raise ValueError(f"argument 'op' is {op!r}; ringcc's ops are sum, prod, "
                      "min, max and avg (names or ringcc.SUM, ...)")
+
+
+def _scalar_bytes(scalar, dtype):
+    """scalar as one value of dtype (NumPy's conversion, ml_dtypes' for
+    bfloat16 and float8: round to nearest even)."""
+    import numpy as np
+    name = {Datatype.BFLOAT16: "bfloat16",
+            Datatype.FLOAT8_E4M3: "float8_e4m3fn",
+            Datatype.FLOAT8_E5M2: "float8_e5m2"}.get(dtype)
+    if name is None:
+        np_dtype = np.dtype(dtype.name.lower())
+    else:
+        import ml_dtypes
+        np_dtype = np.dtype(getattr(ml_dtypes, name))
+    return np.array([scalar]).astype(np_dtype).tobytes()
+
+
+class PremulSum:
+    """A premul-sum op of one communicator (ringcc_op_create_premul_sum):
+    each rank's input is multiplied by the scalar, then summed. Pass it as
+    `op` to allreduce, reduce and reduce_scatter on buffers of its dtype;
+    destroy() (or a with block) frees it, and the communicator's destroy
+    does too."""
+
+    def __init__(self, comm, scalar, dtype):
+        self._comm, self.dtype = comm, datatype_of(dtype)
+        raw = _scalar_bytes(scalar, self.dtype)
+        value = ctypes.c_int()
+        _check(lib.ringcc_op_create_premul_sum(ctypes.byref(value), raw,
+                                               self.dtype, comm._live()),
+               "ringcc_op_create_premul_sum", comm._handle)
+        self.value, self.scalar, self._alive = value.value, scalar, True
+
+    def destroy(self):
+        """Frees the op; its value stays, and a call given it after this
+        fails (RingccError naming 'op'). A second destroy does nothing."""
+        if self._alive and self._comm._handle:
+            _check(lib.ringcc_op_destroy(self.value, self._comm._handle),
+                   "ringcc_op_destroy", self._comm._handle)
+        self._alive = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __repr__(self):
+        return (f"PremulSum({self.scalar!r}, {self.dtype.name.lower()}, "
+                f"op {self.value})")
 
 
 def _int_arg(value, name):
@@ -309,6 +363,31 @@ class Comm:
                            _int_arg(split_type, "split_type"),
                            _int_arg(key, "key"))
 
+    def premul_sum(self, scalar, dtype):
+        """A PremulSum op of this communicator: scalar (read now) times each
+        rank's input, then the sum, for buffers of dtype."""
+        return PremulSum(self, scalar, dtype)
+
+    def shrink(self, exclude=None):
+        """ULFM's MPI_Comm_shrink, NCCL's ncclCommShrink: a Comm of the ranks
+        not in exclude (a sequence of ranks), renumbered in order. Called
+        by those ranks only, on a healthy Comm or one that lost ranks (after
+        a ringcc.Error with code PEER_FAILED). exclude None: the ranks known
+        to have failed, agreed among the survivors (every survivor gets the
+        same Comm, or an error). This Comm stays as it was: destroy it."""
+        if exclude is None:
+            arr, n = None, 0
+        else:
+            ranks = [_int_arg(r, "exclude") for r in exclude]
+            n = len(ranks)
+            arr = (ctypes.c_int * max(n, 1))(*ranks)
+        out = ctypes.c_void_p()
+        _check(lib.ringcc_comm_shrink(self._live(), arr, n, ctypes.byref(out)),
+               "ringcc_comm_shrink", self._handle)
+        comm = Comm.__new__(Comm)
+        comm._adopt(out)
+        return comm
+
     def _split(self, fn, a, key):
         out = ctypes.c_void_p()
         _check(getattr(lib, fn)(self._live(), a, key, ctypes.byref(out)), fn,
@@ -330,7 +409,7 @@ class Comm:
 
     def _peer(self, peer):
         peer = self._root(peer, "peer")
-        if peer == self._rank:
+        if peer == self._rank and not in_group():
             raise ValueError(f"argument 'peer' is this rank ({peer}); a "
                              "blocking send to oneself cannot complete")
         return peer
@@ -365,6 +444,7 @@ class Comm:
 
     # ---- collectives -------------------------------------------------------
 
+    @async_capable
     def allreduce(self, sendbuf, recvbuf=None, op=Op.SUM, *, stream=None):
         """Every rank gets the reduction of every rank's sendbuf."""
         handle, op = self._live(), op_of(op)
@@ -377,6 +457,7 @@ class Comm:
                   out.count, out.dtype, op, handle, _stream_address(stream))
         return out.obj
 
+    @async_capable
     def reduce_scatter(self, sendbuf, recvbuf=None, op=Op.SUM, *, stream=None):
         """sendbuf holds size blocks; rank r gets block r reduced over the
         ranks. In place, the result is the first block of the buffer."""
@@ -398,6 +479,7 @@ class Comm:
                   _stream_address(stream))
         return out.obj
 
+    @async_capable
     def allgather(self, sendbuf, recvbuf=None, *, stream=None):
         """Rank r's sendbuf lands at block r of every rank's recvbuf. In
         place, the rank's own block is read from its place in the buffer."""
@@ -418,6 +500,7 @@ class Comm:
                   count, out.dtype, handle, _stream_address(stream))
         return out.obj
 
+    @async_capable
     def bcast(self, buf, root=0, *, stream=None):
         """The root's buf is copied into every rank's buf."""
         handle, root = self._live(), self._root(root)
@@ -426,6 +509,7 @@ class Comm:
                   handle, _stream_address(stream))
         return b.obj
 
+    @async_capable
     def reduce(self, sendbuf, recvbuf=None, op=Op.SUM, root=0, *,
                stream=None):
         """The root gets the reduction; recvbuf is ignored elsewhere."""
@@ -449,6 +533,7 @@ class Comm:
                   _stream_address(stream))
         return out.obj
 
+    @async_capable
     def alltoall(self, sendbuf, recvbuf=None, *, stream=None):
         """Block j of sendbuf goes to rank j; block i of recvbuf comes from
         rank i."""
@@ -464,6 +549,146 @@ class Comm:
                   count, out.dtype, handle, _stream_address(stream))
         return out.obj
 
+    # ---- gather, scatter, uneven collectives ---------------------------------
+
+    def _sizes(self, values, name):
+        """A ctypes array of size counts or displacements (elements)."""
+        values = [_int_arg(v, f"{name}[{i}]") for i, v in enumerate(values)]
+        if len(values) != self._size:
+            raise ValueError(f"argument '{name}' has {len(values)} entries; "
+                             f"it needs one per rank ({self._size})")
+        if any(v < 0 for v in values):
+            raise ValueError(f"argument '{name}' has a negative entry")
+        return (ctypes.c_size_t * self._size)(*values)
+
+    @staticmethod
+    def _running(counts):
+        out, at = [], 0
+        for c in counts:
+            out.append(at)
+            at += int(c)
+        return out
+
+    def _root_blocks(self, many, many_name, one, one_name):
+        """At the root of a gather or scatter: the block count of `many`
+        (size blocks), and `one` described (None for IN_PLACE), one block."""
+        count = self._blocks(many, many_name, "it holds a block per rank")
+        if one is IN_PLACE:
+            return count, None
+        arg = describe(one, one_name, one_name == "recvbuf")
+        _same_kind(arg, many, one_name, many_name)
+        if arg.count != count:
+            raise ValueError(f"argument '{one_name}' has {arg.count} "
+                             f"elements; the root's '{many_name}' holds "
+                             f"{self._size} blocks of {count}")
+        return count, arg
+
+    @async_capable
+    def gather(self, sendbuf, recvbuf=None, root=0, *, stream=None):
+        """Rank r's sendbuf lands at block r of the root's recvbuf (ignored
+        elsewhere). In place at the root: sendbuf IN_PLACE, its block
+        already at block root of recvbuf."""
+        handle, root = self._live(), self._root(root)
+        here = root == self._rank
+        if sendbuf is IN_PLACE and not here:
+            raise ValueError(f"argument 'sendbuf' is IN_PLACE on rank "
+                             f"{self._rank}, but IN_PLACE is only valid at "
+                             f"the root (rank {root})")
+        if not here:
+            inp = describe(sendbuf, "sendbuf", False)
+            self._run("ringcc_gather", inp.address or None, None, inp.count,
+                      inp.dtype, root, handle, _stream_address(stream))
+            return recvbuf
+        if recvbuf is None:
+            raise TypeError("argument 'recvbuf' is None at the root")
+        out = describe(recvbuf, "recvbuf", True)
+        count, inp = self._root_blocks(out, "recvbuf", sendbuf, "sendbuf")
+        self._run("ringcc_gather", self._address(inp), out.address or None,
+                  count, out.dtype, root, handle, _stream_address(stream))
+        return out.obj
+
+    @async_capable
+    def scatter(self, sendbuf, recvbuf, root=0, *, stream=None):
+        """Block r of the root's sendbuf (ignored elsewhere) lands in rank
+        r's recvbuf. In place at the root: recvbuf IN_PLACE (its block stays
+        in sendbuf)."""
+        handle, root = self._live(), self._root(root)
+        here = root == self._rank
+        if recvbuf is IN_PLACE and not here:
+            raise ValueError(f"argument 'recvbuf' is IN_PLACE on rank "
+                             f"{self._rank}, but IN_PLACE is only valid at "
+                             f"the root (rank {root})")
+        if not here:
+            out = describe(recvbuf, "recvbuf", True)
+            self._run("ringcc_scatter", None, out.address or None, out.count,
+                      out.dtype, root, handle, _stream_address(stream))
+            return out.obj
+        inp = describe(sendbuf, "sendbuf", False)
+        count, out = self._root_blocks(inp, "sendbuf", recvbuf, "recvbuf")
+        self._run("ringcc_scatter", inp.address or None,
+                  self._address(out), count, inp.dtype, root, handle,
+                  _stream_address(stream))
+        return sendbuf if out is None else out.obj
+
+    @async_capable
+    def allgatherv(self, sendbuf, recvbuf, counts, displs=None, *,
+                   stream=None):
+        """Rank r's sendbuf (counts[r] elements) lands at element displs[r]
+        of every rank's recvbuf (default displs: the running sums of
+        counts). sendbuf IN_PLACE: the rank's block is already there."""
+        handle = self._live()
+        counts = list(counts)
+        c_counts = self._sizes(counts, "counts")
+        c_displs = self._sizes(self._running(counts) if displs is None
+                               else displs, "displs")
+        out = describe(recvbuf, "recvbuf", True)
+        extent = max([d + c for d, c in zip(c_displs, c_counts) if c] or [0])
+        if out.count < extent:
+            raise ValueError(f"argument 'recvbuf' has {out.count} elements; "
+                             f"the blocks reach element {extent}")
+        inp, count = None, c_counts[self._rank]
+        if sendbuf is not IN_PLACE:
+            inp = describe(sendbuf, "sendbuf", False)
+            _same_kind(inp, out, "sendbuf", "recvbuf")
+            count = inp.count
+        self._run("ringcc_allgatherv", self._address(inp), count,
+                  out.address or None, c_counts, c_displs, out.dtype, handle,
+                  _stream_address(stream))
+        return out.obj
+
+    @async_capable
+    def alltoallv(self, sendbuf, recvbuf, sendcounts, recvcounts,
+                  sdispls=None, rdispls=None, *, stream=None):
+        """sendcounts[j] elements from sdispls[j] go to rank j, which
+        receives them at its rdispls[i] (default displacements: the running
+        sums of the counts). sendbuf IN_PLACE: each block is sent from and
+        replaced in recvbuf (recvcounts, rdispls; sendcounts ignored)."""
+        handle = self._live()
+        recvcounts = list(recvcounts)
+        rc = self._sizes(recvcounts, "recvcounts")
+        rd = self._sizes(self._running(recvcounts) if rdispls is None
+                         else rdispls, "rdispls")
+        out = describe(recvbuf, "recvbuf", True)
+        if out.count < max([d + c for d, c in zip(rd, rc) if c] or [0]):
+            raise ValueError(f"argument 'recvbuf' has {out.count} elements, "
+                             "fewer than its blocks need")
+        inp, sc, sd = None, None, None
+        if sendbuf is not IN_PLACE:
+            sendcounts = list(sendcounts)
+            sc = self._sizes(sendcounts, "sendcounts")
+            sd = self._sizes(self._running(sendcounts) if sdispls is None
+                             else sdispls, "sdispls")
+            inp = describe(sendbuf, "sendbuf", False)
+            _same_kind(inp, out, "sendbuf", "recvbuf")
+            if inp.count < max([d + c for d, c in zip(sd, sc) if c] or [0]):
+                raise ValueError(f"argument 'sendbuf' has {inp.count} "
+                                 "elements, fewer than its blocks need")
+        self._run("ringcc_alltoallv", self._address(inp), sc, sd,
+                  out.address or None, rc, rd, out.dtype, handle,
+                  _stream_address(stream))
+        return out.obj
+
+    @async_capable
     def send(self, buf, peer, *, stream=None):
         """Sends buf to rank peer (matched in order with peer's recv)."""
         handle, peer = self._live(), self._peer(peer)
@@ -471,6 +696,7 @@ class Comm:
         self._run("ringcc_send", b.address or None, b.count, b.dtype, peer,
                   handle, _stream_address(stream))
 
+    @async_capable
     def recv(self, buf, peer, *, stream=None):
         """Receives into buf from rank peer; the sizes must match."""
         handle, peer = self._live(), self._peer(peer)
@@ -479,6 +705,7 @@ class Comm:
                   handle, _stream_address(stream))
         return b.obj
 
+    @async_capable
     def barrier(self, *, stream=None):
         """Returns when every rank has entered the barrier."""
         self._run("ringcc_barrier", self._live(), _stream_address(stream))

@@ -11,7 +11,8 @@ import pytest
 from launcher import run_ranks
 
 COLLECTIVES = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
-               "alltoall", "send_recv", "barrier"]
+               "alltoall", "send_recv", "barrier", "gather", "scatter",
+               "allgatherv", "alltoallv"]
 
 
 def checked(job):
@@ -39,3 +40,10 @@ def test_api(check, n):
     job = run_ranks(n, "api_ranks.py", check, timeout=120)
     if check == "gil" and n > 1:
         assert job.lines(0, "GIL:"), job.outputs[0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("check", ["exchange", "requests"])
+def test_groups(check, n):
+    job = run_ranks(n, "group_ranks.py", check, timeout=120)
+    assert checked(job) > 0, job.outputs[0]

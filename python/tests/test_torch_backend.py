@@ -51,3 +51,19 @@ def test_rank_lost_mid_training(mode, timeout):
                 raised[0], out
         assert re.search(r"LATER wait raised: .*RINGCC_ERR", out), out
         assert re.search(r"LATER future raised: .*RINGCC_ERR", out), out
+
+
+@pytest.mark.parametrize("n,nkill", [(3, 1), (4, 2)])
+def test_training_goes_on_after_shrink(n, nkill):
+    job = run_ranks(n, "shrink_ranks.py", nkill, timeout=240,
+                    expect_ok=False)
+    for rank in range(n - nkill, n):
+        assert job.returncodes[rank] != 0, job.outputs[rank]
+    for rank in range(n - nkill):
+        out = job.outputs[rank]
+        assert job.returncodes[rank] == 0, out
+        assert job.lines(rank, "RAISED"), out
+        assert job.lines(rank, "SHRUNK")[0].split() == [str(rank),
+                                                         str(n - nkill)], out
+        assert float(job.lines(rank, "PARAMS")[0]) == 0.0, out
+        assert int(job.lines(rank, "DONE")[0]) == 15, out

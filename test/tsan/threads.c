@@ -4,6 +4,10 @@
  * process, sharing one ringcc_get_unique_id, and every collective checks
  * every element against its exact answer. Phases:
  *
+ * Every round also runs a group (each rank sending to both neighbours first)
+ * and an allreduce as a request polled with ringcc_test (its communicator's
+ * progress thread runs it).
+ *
  *   shm        4 ranks over shared memory; meanwhile a monitor thread calls
  *              ringcc_comm_report on every communicator (documented as safe
  *              while a collective runs)
@@ -40,6 +44,7 @@
  * TSan's exitcode (66 under make tsan-check) on a report.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -202,6 +207,41 @@ static int round_of(struct worker *w, int iter, size_t count, int32_t *a,
       if (b[j * count + i] != j * 1000 + me * 10 + (int32_t)(i % 10))
         return wrong(w, "alltoall", j * count + i, b[j * count + i],
                      j * 1000 + me * 10 + (int32_t)(i % 10));
+
+  /* a group: every rank sends to both neighbours first, then receives */
+  for (size_t i = 0; i < count; i++)
+    a[i] = me * 31 + (int32_t)(i % 1000) + iter;
+  CALL(w, "group_start", ringcc_group_start());
+  CALL(w, "send", ringcc_send(a, count, RINGCC_INT32, next, w->comm, NULL));
+  CALL(w, "send", ringcc_send(a, count, RINGCC_INT32, prev, w->comm, NULL));
+  CALL(w, "recv", ringcc_recv(b, count, RINGCC_INT32, prev, w->comm, NULL));
+  CALL(w, "recv", ringcc_recv(b + count, count, RINGCC_INT32, next, w->comm,
+                              NULL));
+  CALL(w, "group_end", ringcc_group_end());
+  for (size_t i = 0; i < 2 * count; i++) {
+    int from = i < count ? prev : next;
+    int32_t want = from * 31 + (int32_t)(i % count % 1000) + iter;
+    if (b[i] != want)
+      return wrong(w, "grouped recv", i, b[i], want);
+  }
+
+  /* an allreduce as a request (the progress thread), polled */
+  ringcc_request_t req;
+  int done = 0;
+  for (size_t i = 0; i < count; i++)
+    a[i] = (me + 1) * (int32_t)(i % 97 + 1);
+  CALL(w, "group_start", ringcc_group_start());
+  CALL(w, "allreduce", ringcc_allreduce(a, b, count, RINGCC_INT32, RINGCC_SUM,
+                                        w->comm, NULL));
+  CALL(w, "group_end_async", ringcc_group_end_async(&req));
+  while (!done) {
+    CALL(w, "test", ringcc_test(req, &done));
+    if (!done)
+      sched_yield();
+  }
+  for (size_t i = 0; i < count; i++)
+    if (b[i] != tri * (int32_t)(i % 97 + 1))
+      return wrong(w, "allreduce request", i, b[i], tri * (int32_t)(i % 97 + 1));
 
   CALL(w, "barrier", ringcc_barrier(w->comm, NULL));
   return 0;

@@ -12,16 +12,20 @@ group's worker thread (_engine.Worker) and returns a Work at once. The
 task makes the library calls; the Work's future completes with the output
 tensors. Operations the library has no single call for are built from its
 calls: allgather/reduce_scatter/alltoall with lists of tensors stage
-through one flat buffer; alltoall with unequal sizes, gather and scatter
-use the communicator's send/recv (pairwise rounds of a round-robin
-tournament for alltoall, so no round can deadlock); send/recv with tags go
-through _p2p's channels.
+through one flat buffer (all_gather into tensors of different sizes: one
+ringcc_allgatherv; gather and scatter: one ringcc_gather/ringcc_scatter
+into or out of the root's staging buffer); all_to_all_single with split
+sizes is one ringcc_alltoallv (host tensors; CUDA tensors, and alltoall of
+tensor lists of unequal sizes, use the communicator's send/recv in the
+pairwise rounds of a round-robin tournament, so no round can deadlock);
+send/recv with tags go through _p2p's channels.
 
 CPU tensors are what this backend is tested with. CUDA tensors are handed
 to the library's device path, enqueued on torch's current stream of the
 tensor's device (see docs/python.md for what was run).
 """
 
+import ctypes
 import datetime
 import threading
 import time
@@ -34,7 +38,8 @@ import ringcc
 from ringcc._lib import Datatype, Op
 
 from . import _p2p
-from ._engine import RingccWork, Worker, completed_work, work_for
+from ._engine import (Completion, RingccWork, Worker, completed_work,
+                      work_for)
 
 # c10d's profiling: each operation is a record function named
 # "<backend>:<collective>" (gloo:all_reduce, ...) with its input tensors,
@@ -51,7 +56,10 @@ _DTYPES = {
     torch.float16: Datatype.FLOAT16, torch.bfloat16: Datatype.BFLOAT16,
     torch.float32: Datatype.FLOAT32, torch.float64: Datatype.FLOAT64,
 }
-for _name, _dt in (("uint32", Datatype.UINT32), ("uint64", Datatype.UINT64)):
+for _name, _dt in (("uint32", Datatype.UINT32), ("uint64", Datatype.UINT64),
+                   # OCP FP8 (torch >= 2.1): FSDP2's float8 all-gather
+                   ("float8_e4m3fn", Datatype.FLOAT8_E4M3),
+                   ("float8_e5m2", Datatype.FLOAT8_E5M2)):
     if hasattr(torch, _name):  # torch >= 2.3
         _DTYPES[getattr(torch, _name)] = _dt
 # Carried as another datatype: bool as uint8 (no sum or product), complex as
@@ -70,14 +78,32 @@ def _op_name(reduce_op):
     return str(getattr(op, "name", op)).replace("RedOpType.", "")
 
 
+class _PremulOp:
+    """ReduceOp.PREMUL_SUM (dist._make_nccl_premul_sum: FSDP2's divide
+    factor) until the call: _call makes the communicator's premul-sum op
+    for the tensor's datatype, runs the call and destroys the op."""
+    name = "PREMUL_SUM"
+
+    def __init__(self, factor):
+        if isinstance(factor, torch.Tensor):
+            if factor.numel() != 1:
+                raise ValueError("ringcc: the PREMUL_SUM factor is a tensor "
+                                 f"of {factor.numel()} elements, not one")
+            factor = factor.item()
+        self.factor = float(factor)
+
+
 def ringcc_op(reduce_op):
-    """The ringcc Op for a torch ReduceOp; ValueError for the others."""
+    """The ringcc Op for a torch ReduceOp (a _PremulOp for PREMUL_SUM);
+    ValueError for the others."""
     for torch_op, op in _OPS:
         if reduce_op == torch_op:
             return op
+    if getattr(reduce_op, "op", None) == ReduceOp.PREMUL_SUM:
+        return _PremulOp(reduce_op.factor)
     raise ValueError(f"ringcc: ReduceOp.{_op_name(reduce_op)} is not "
                      "supported by the ringcc backend (it has SUM, PRODUCT, "
-                     "MIN, MAX and AVG)")
+                     "MIN, MAX, AVG and PREMUL_SUM)")
 
 
 def _flat(t):
@@ -210,6 +236,29 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         self._shut = False
         self._tls = threading.local()
 
+    def shrink(self, exclude=None):
+        """A new group of the ranks of this one that are not in exclude,
+        renumbered in order (ringcc.Comm.shrink: None excludes the ranks
+        known to have failed, agreed among the survivors). For a training
+        loop that goes on after a rank died (torchft-style): catch the
+        failed collective's error, call shrink() on every survivor, and use
+        the group it returns from then on (pass it as group=, or wrap it in
+        a new DDP); this group is left as it was and should be shut down.
+        Called by the survivors only."""
+        comm = self._comm.shrink(exclude)
+        pg = ProcessGroupRingcc.__new__(ProcessGroupRingcc)
+        dist.ProcessGroup.__init__(pg, comm.rank, comm.size)
+        pg._name = self._name
+        pg._store = self._store
+        pg._timeout_ms = self._timeout_ms
+        pg._comm = comm
+        pg._worker = Worker(f"ringcc-pg-rank{comm.rank}")
+        pg._channels = {}
+        pg._channels_lock = threading.Lock()
+        pg._shut = False
+        pg._tls = threading.local()
+        return pg
+
     # ---- identity ------------------------------------------------------------
 
     def getBackendName(self):
@@ -240,8 +289,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     # torch's Python code asks a group for its per-device backend
     # (batch_isend_irecv: supports_coalescing; FSDP: supports_tensor_alloc).
-    # This group is its own backend for every device.
-    supports_coalescing = False
+    # This group is its own backend for every device. With coalescing,
+    # batch_isend_irecv's sends and receives become one ringcc group.
+    supports_coalescing = True
 
     def _get_backend(self, device=None):
         return self
@@ -309,16 +359,21 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     # order, on the worker); end_coalescing's Work completes when all have.
 
     _coalesced = None
+    _batch = None  # the sends and receives of a batch_isend_irecv
 
     def start_coalescing(self, device=None):
         if self._coalesced is not None:
             raise RuntimeError("ringcc: start_coalescing while coalescing")
         self._coalesced = []
+        self._batch = []
 
     def end_coalescing(self, device=None):
         if self._coalesced is None:
             raise RuntimeError("ringcc: end_coalescing without "
                                "start_coalescing")
+        batch, self._batch = self._batch, None
+        if batch:
+            self._submit_batch(batch)
         futures, self._coalesced = self._coalesced, None
         return work_for(torch.futures.collect_all(futures).then(
             lambda all_done: [t for f in all_done.value()
@@ -351,9 +406,17 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def _call(self, fn, *args):
         """One library call on the group's communicator (worker thread);
-        the stream is torch's current one for device tensors, else NULL."""
-        self._comm._run(fn, *args, self._comm.handle,
-                        getattr(self._tls, "stream", None))
+        the stream is torch's current one for device tensors, else NULL.
+        A _PremulOp (after the datatype) becomes the communicator's
+        premul-sum op for the call's datatype, made and destroyed here."""
+        premul = [i for i, a in enumerate(args) if isinstance(a, _PremulOp)]
+        if not premul:
+            self._comm._run(fn, *args, self._comm.handle,
+                            getattr(self._tls, "stream", None))
+            return
+        i = premul[0]
+        with self._comm.premul_sum(args[i].factor, args[i - 1]) as op:
+            self._call(fn, *args[:i], op.value, *args[i + 1:])
 
     def _reduce_op(self, opts):
         return ringcc_op(opts.reduceOp)
@@ -518,6 +581,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         outputs = _one_list(output_tensors, "output_tensors")
         inp = _Arg(_one_list(input_tensors, "input_tensors"),
                    "input_tensors[0]")
+        if len(outputs) == self.size() and not inp.cuda and \
+                len({t.numel() for t in outputs}) > 1:
+            return self._allgather_uneven(outputs, inp)
         outs = self._block_list(outputs, inp, "output_tensors[0]")
 
         def run():
@@ -530,6 +596,26 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             for i, o in enumerate(outputs):
                 o.view(-1).copy_(staging.view(self.size(), -1)[i])
         return self._submit("all_gather", [inp.tensor], run, [list(outputs)], outs + [inp])
+
+    def _allgather_uneven(self, outputs, inp):
+        """all_gather into tensors of different sizes: one
+        ringcc_allgatherv into a staging buffer laid end to end."""
+        outs = [_Arg(t, f"output_tensors[{i}]") for i, t in enumerate(outputs)]
+        _same([inp] + outs, "all_gather")
+        me = self.rank()
+        _check_size(outs[me], inp.tensor.numel(), f"output_tensors[{me}]",
+                    "this rank's block, the size of its input")
+        counts, displs = self._counts([o.count for o in outs])
+
+        def run():
+            staging = torch.empty(sum(counts), dtype=_flat(inp.tensor).dtype)
+            s = _Arg(staging, "staging")
+            self._call("ringcc_allgatherv", inp.address, inp.count, s.address,
+                       counts, displs, inp.dtype)
+            for i, o in enumerate(outputs):
+                _flat(o).copy_(staging[displs[i]:displs[i] + counts[i]])
+        return self._submit("all_gather", [inp.tensor], run, [list(outputs)],
+                            outs + [inp])
 
     def _block_list(self, tensors, like, name):
         if len(tensors) != self.size():
@@ -659,10 +745,29 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             return self._submit("all_to_all", [input], run, [output], [out, inp])
         send = self._splits(input, input_split_sizes, "input")
         recv = self._splits(output, output_split_sizes, "output")
+        if out.cuda:  # ringcc_alltoallv runs host buffers only
+            def run():
+                self._exchange(send, recv)
+            return self._submit("all_to_all", [input], run, [output], [out, inp])
+        # one ringcc_alltoallv: the blocks' elements (of the flat view) and
+        # where they start
+        sc, sd = self._counts([_flat(b).numel() for b in send])
+        rc, rd = self._counts([_flat(b).numel() for b in recv])
 
         def run():
-            self._exchange(send, recv)
+            self._call("ringcc_alltoallv", inp.address, sc, sd, out.address,
+                       rc, rd, inp.dtype)
         return self._submit("all_to_all", [input], run, [output], [out, inp])
+
+    @staticmethod
+    def _counts(counts):
+        """ctypes arrays of counts and their running sums (displacements)."""
+        arr = ctypes.c_size_t * len(counts)
+        displs, at = [], 0
+        for c in counts:
+            displs.append(at)
+            at += c
+        return arr(*counts), arr(*displs)
 
     alltoall_base = all_to_all_single
 
@@ -745,17 +850,16 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         else:
             outputs, outs = [], []
 
-        def run():
-            if me != root:
-                if inp.count:
-                    self._call("ringcc_send", inp.address, inp.count,
-                               inp.dtype, root)
-                return
+        def run():  # one ringcc_gather, into staging at the root
+            staging = torch.empty(self.size() * inp.count,
+                                  dtype=_flat(inp.tensor).dtype,
+                                  device=inp.tensor.device) if me == root \
+                else None
+            s = _Arg(staging, "staging") if staging is not None else None
+            self._call("ringcc_gather", inp.address, s and s.address,
+                       inp.count, inp.dtype, root)
             for i, o in enumerate(outs):
-                if i == me:
-                    o.tensor.copy_(inp.tensor.view_as(o.tensor))
-                elif o.count:
-                    self._call("ringcc_recv", o.address, o.count, o.dtype, i)
+                _flat(o.tensor).copy_(staging.view(self.size(), -1)[i])
         return self._submit("gather", [inp.tensor], run, [list(outputs)] if me == root else [],
                             outs + [inp])
 
@@ -774,17 +878,13 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         else:
             ins = []
 
-        def run():
-            if me != root:
-                if out.count:
-                    self._call("ringcc_recv", out.address, out.count,
-                               out.dtype, root)
-                return
-            for i, a in enumerate(ins):
-                if i == me:
-                    out.tensor.copy_(a.tensor.view_as(out.tensor))
-                elif a.count:
-                    self._call("ringcc_send", a.address, a.count, a.dtype, i)
+        def run():  # one ringcc_scatter, from staging at the root
+            s = None
+            if me == root:
+                s = _Arg(torch.cat([_flat(a.tensor) for a in ins]),
+                         "staging")
+            self._call("ringcc_scatter", s and s.address, out.address,
+                       out.count, out.dtype, root)
         return self._submit("scatter", [out.tensor], run, [out.tensor], ins + [out])
 
     # ---- barrier ------------------------------------------------------------------------
@@ -889,15 +989,59 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def send(self, tensors, dstRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
+        if self._batch is not None:
+            return self._batched("send", t, dstRank)
         ch = self._channel("send", dstRank)
         record = self._record("send", [t])
         return self._work(self._recorded(ch.send(t, tag), record))
 
     def recv(self, tensors, srcRank, tag=0):
         t = self._p2p_tensor(tensors, "tensors")
+        if self._batch is not None:
+            return self._batched("recv", t, srcRank)
         ch = self._channel("recv", srcRank)
         record = self._record("recv", [t])
         return self._work(self._recorded(ch.recv(t, tag), record))
+
+    # batch_isend_irecv (between start_ and end_coalescing): its sends and
+    # receives are kept, then run as one ringcc group on the group's
+    # communicator (one task on the worker): no threads or communicators
+    # per peer, and no order of them deadlocks. Tags are not matched: the
+    # messages of a batch match the peer's batch in order per pair.
+    def _batched(self, kind, t, peer):
+        if not 0 <= peer < self.size():
+            raise ValueError(f"ringcc: {'dst' if kind == 'send' else 'src'} "
+                             f"rank {peer} is not a rank of this group (size "
+                             f"{self.size()})")
+        done = Completion()
+        self._batch.append((kind, _Arg(t, "tensor"), peer, done))
+        return self._work(done.future)
+
+    def _submit_batch(self, batch):
+        def run():
+            lib = ringcc._lib.lib
+            error = None
+            ringcc.comm._check(lib.ringcc_group_start(), "ringcc_group_start")
+            try:
+                for kind, a, peer, _ in batch:
+                    self._call("ringcc_" + kind, a.address, a.count,
+                               a.dtype, peer)
+            except Exception as e:  # noqa: BLE001 - ends the group first
+                error = e
+            rc = lib.ringcc_group_end()
+            try:
+                if error is not None:
+                    raise error
+                ringcc.comm._check(rc, "ringcc_group_end",
+                                   self._comm.handle)
+            except Exception as e:  # noqa: BLE001 - every Work fails
+                for _, _, _, done in batch:
+                    done.set_exception(e)
+                raise
+            for _, a, _, done in batch:
+                done.set_result([a.tensor])
+        run = self._titled("batch_isend_irecv", run)
+        self._worker.submit(run, [a.tensor for _, a, _, _ in batch])
 
     @staticmethod
     def _recorded(future, record):

@@ -7,6 +7,7 @@
     interop_ranks.py dlpack      DLPack 1.x (versioned) and 0.x exchange
                                  with NumPy and torch, both ways
     interop_ranks.py mpi4py      mpi4py's spelling (Allreduce, Bcast, ...)
+    interop_ranks.py premul      premul-sum ops on every float type, int32
 
 Every rank computes every rank's input, so each checks every element of
 its result against the exact answer; values are small integers (sums of
@@ -264,11 +265,47 @@ def check_mpi4py(comm):
                   "recvcounts", "uneven Reduce_scatter counts")
 
 
+def check_premul(comm):
+    """Premul-sum ops (Comm.premul_sum) on every float type and int32:
+    the scalar times each rank's input, summed (exact values)."""
+    import ml_dtypes
+    n, r = comm.size, comm.rank
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
+                  ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, np.int32):
+        dtype = np.dtype(dtype)
+        # partial sums stay exact: e5m2 has steps of 0.5 up to 4 only
+        scalar = 3 if dtype.kind == "i" else 0.5 if dtype.itemsize == 1 \
+            and "e5m2" in dtype.name else 0.75
+        count = 1031
+        want = sum(inputs(q, count, np.float64, "sum") for q in range(n)) \
+            * scalar
+        with comm.premul_sum(scalar, dtype) as op:
+            x = inputs(r, count, dtype, "sum")
+            out = np.empty(count, dtype)
+            comm.allreduce(x, out, op)
+            expect(out, want, f"premul allreduce {dtype.name}")
+            full = np.concatenate([inputs(r, count, dtype, "sum")] * n)
+            mine = np.empty(count, dtype)
+            comm.reduce_scatter(full, mine, op)
+            expect(mine, want, f"premul reduce_scatter {dtype.name}")
+            rout = np.empty(count, dtype) if r == 0 else None
+            comm.reduce(x, rout, op, root=0)
+            if r == 0:
+                expect(rout, want, f"premul reduce {dtype.name}")
+            other = np.zeros(4, np.float64 if dtype != np.float64
+                             else np.float32)
+            expect_raises(ringcc.RingccError,
+                          lambda: comm.allreduce(other, op=op), "'op'",
+                          f"premul op of {dtype.name} on another datatype")
+        expect_raises(ringcc.RingccError, lambda: comm.allreduce(x, op=op),
+                      "'op'", f"a destroyed premul op ({dtype.name})")
+
+
 def main():
     check = sys.argv[1]
     with ringcc.Comm.from_env() as comm:
         {"ml_dtypes": check_ml_dtypes, "dlpack": check_dlpack,
-         "mpi4py": check_mpi4py}[check](comm)
+         "mpi4py": check_mpi4py, "premul": check_premul}[check](comm)
         comm.barrier()
     print(f"CHECKED {checked}", flush=True)
     for f in failures:

@@ -263,6 +263,93 @@ def check_barrier(comm):
              "before rank 0 entered (0.4 s late)")
 
 
+def uneven(count, a, b, n):
+    """A count for block (a, b): 0 for some, up to 2*count."""
+    return (count * (2 * ((a + 2 * b) % n)) // max(n - 1, 1)) if n > 1 else count
+
+
+def check_gather(comm, dtype, count):
+    n, r = comm.size, comm.rank
+    blocks = [data(dtype, "sum", q, n, count, salt=2) for q in range(n)]
+    for root in sorted({0, n - 1}):
+        for form in ("out_of_place", "in_place"):
+            out = np.full(count * n, 99, dtype) if r == root else None
+            send = blocks[r].copy()
+            if r == root and form == "in_place":
+                out[root * count:(root + 1) * count] = blocks[r]
+                send = ringcc.IN_PLACE
+            comm.gather(send, out, root=root)
+            if r != root:  # the input is read, never written
+                expect_equal(send, blocks[r], case_name(
+                    "gather", dtype, "-", "input kept", count))
+            if r == root:
+                expect_equal(out, np.concatenate(blocks),
+                             case_name("gather", dtype, "-", form, count,
+                                       f" root {root}"))
+
+
+def check_scatter(comm, dtype, count):
+    n, r = comm.size, comm.rank
+    for root in sorted({0, n - 1}):
+        src = data(dtype, "sum", root, n, count * n, salt=3)
+        want = src[r * count:(r + 1) * count]
+        for form in ("out_of_place", "in_place"):
+            out = np.full(count, 99, dtype)
+            if r == root and form == "in_place":
+                comm.scatter(src.copy(), ringcc.IN_PLACE, root=root)
+                continue
+            comm.scatter(src.copy() if r == root else None, out, root=root)
+            expect_equal(out, want, case_name("scatter", dtype, "-", form,
+                                              count, f" root {root}"))
+
+
+def check_allgatherv(comm, dtype, count):
+    n, r = comm.size, comm.rank
+    counts = [uneven(count, q, 0, n) for q in range(n)]
+    blocks = [data(dtype, "sum", q, n, counts[q], salt=4) for q in range(n)]
+    # blocks in reverse rank order with a gap of one element before each
+    displs, at = [0] * n, 0
+    for q in reversed(range(n)):
+        displs[q] = at + 1
+        at = displs[q] + counts[q]
+    want = np.full(at, 99, dtype)
+    for q in range(n):
+        want[displs[q]:displs[q] + counts[q]] = blocks[q]
+    for form in ("out_of_place", "in_place"):
+        out = np.full(at, 99, dtype)
+        send = blocks[r].copy()
+        if form == "in_place":
+            out[displs[r]:displs[r] + counts[r]] = blocks[r]
+            send = ringcc.IN_PLACE
+        comm.allgatherv(send, out, counts, displs)
+        expect_equal(out, want, case_name("allgatherv", dtype, "-", form,
+                                          count))
+
+
+def check_alltoallv(comm, dtype, count):
+    n, r = comm.size, comm.rank
+    sendcounts = [uneven(count, r, j, n) for j in range(n)]
+    recvcounts = [uneven(count, i, r, n) for i in range(n)]
+
+    def block(i, j):
+        return data(dtype, "sum", i * n + j, n * n, uneven(count, i, j, n),
+                    salt=5)
+    send = np.concatenate([block(r, j) for j in range(n)])
+    want = np.concatenate([block(i, r) for i in range(n)])
+    out = np.full(want.size, 99, dtype)
+    comm.alltoallv(send, out, sendcounts, recvcounts)
+    expect_equal(out, want, case_name("alltoallv", dtype, "-",
+                                      "out_of_place", count))
+    # in place needs a symmetric matrix of counts: count to everyone
+    same = [count] * n
+    inplace = np.concatenate([data(dtype, "sum", r * n + j, n * n, count, 6)
+                              for j in range(n)])
+    comm.alltoallv(ringcc.IN_PLACE, inplace, same, same)
+    expect_equal(inplace, np.concatenate(
+        [data(dtype, "sum", i * n + r, n * n, count, 6) for i in range(n)]),
+        case_name("alltoallv", dtype, "-", "in_place", count))
+
+
 def run_collective(comm, coll):
     for dtype in DTYPES:
         for count in COUNTS:

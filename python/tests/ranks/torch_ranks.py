@@ -188,6 +188,16 @@ def check_allgather(groups, n, r):
             same(*both(groups, run_single),
                  f"all_gather_into_tensor {dtype} count={count}")
 
+    # Uneven all_gather (one ringcc_allgatherv; gloo takes equal sizes
+    # only): rank q contributes 7 * q + (q % 2) * 3 elements, rank 0 none.
+    def sizes(q):
+        return 7 * q + (q % 2) * 3
+    for dtype in (torch.float32, torch.int8, torch.bfloat16):
+        out = [torch.full((sizes(q),), 99).to(dtype) for q in range(n)]
+        dist.all_gather(out, data(dtype, r, sizes(r)), group=groups["ringcc"])
+        same(out, [data(dtype, q, sizes(q)) for q in range(n)],
+             f"all_gather uneven {dtype}")
+
     def run_2d(g):
         out = torch.empty(n * 5, 3)
         dist.all_gather_into_tensor(out, data(torch.float32, r, 15).view(5, 3),
@@ -348,10 +358,45 @@ def check_barrier(groups, n, r):
         fail(f"barrier left after {waited:.3f} s, before rank 0 entered")
 
 
+def check_premul_fp8(groups, n, r):
+    """ReduceOp.PREMUL_SUM (dist._make_nccl_premul_sum, FSDP2's divide
+    factor; gloo has none: against the exact answer) and float8 tensors
+    (gloo has none either)."""
+    g = groups["ringcc"]
+    count = 1000
+    for dtype in (torch.float16, torch.bfloat16, torch.float32,
+                  torch.float64):
+        for factor in (0.5, torch.tensor([0.25], dtype=torch.float64)):
+            f = float(factor)
+            want = sum(data(torch.float64, q, count) for q in range(n)) * f
+            t = data(dtype, r, count)
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor), group=g)
+            same(t, want.to(dtype), f"all_reduce PREMUL_SUM({f}) {dtype}")
+            out = torch.empty(count, dtype=dtype)
+            full = torch.cat([data(dtype, r, count)] * n)
+            dist.reduce_scatter_tensor(
+                out, full, op=dist._make_nccl_premul_sum(factor), group=g)
+            same(out, want.to(dtype),
+                 f"reduce_scatter_tensor PREMUL_SUM({f}) {dtype}")
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for op in (R.SUM, R.MIN, R.MAX, R.AVG):
+            # -2..2: every partial sum of <= 4 ranks is exact in e5m2 too
+            xs = [torch.div(data(torch.float32, q, count), 2,
+                            rounding_mode="floor") for q in range(n)]
+            t = xs[r].to(dtype)
+            dist.all_reduce(t, op=op, group=g)
+            stack = torch.stack(xs)
+            want = {R.SUM: stack.sum(0), R.MIN: stack.min(0).values,
+                    R.MAX: stack.max(0).values,
+                    R.AVG: stack.sum(0) / n}[op]
+            same(t, want.to(dtype), f"all_reduce {op} {dtype}")
+
+
 def ops(groups, n, r):
     for fn in (check_allreduce, check_allreduce_coalesced, check_broadcast,
                check_reduce, check_allgather, check_reduce_scatter,
-               check_alltoall, check_gather_scatter, check_barrier):
+               check_alltoall, check_gather_scatter, check_barrier,
+               check_premul_fp8):
         fn(groups, n, r)
 
 
@@ -430,6 +475,22 @@ def p2p(groups, n, r):
             mine = t
         else:
             same(mine, t, "batch_isend_irecv")
+    # batch_isend_irecv of 8 MB to both neighbours, sends first (one ringcc
+    # group).
+    for name in ("ringcc", "gloo"):
+        big = data(torch.float32, r, 2_000_003, salt=3)
+        out_next, out_prev = torch.empty_like(big), torch.empty_like(big)
+        ops_ = [dist.P2POp(dist.isend, big, nxt, groups[name]),
+                dist.P2POp(dist.isend, big, prv, groups[name]),
+                dist.P2POp(dist.irecv, out_prev, prv, groups[name]),
+                dist.P2POp(dist.irecv, out_next, nxt, groups[name])]
+        for w in dist.batch_isend_irecv(ops_):
+            w.wait()
+        if name == "ringcc":
+            mine = (out_prev, out_next)
+        else:
+            same(list(mine), [out_prev, out_next], "batch_isend_irecv 8 MB "
+                 "both ways")
     # A size mismatch fails that receive with both sizes named.
     if n == 2:
         if r == 0:

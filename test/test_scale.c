@@ -1,0 +1,823 @@
+/*
+ * test_scale.c - issue 28: no false failures at scale or under load, and
+ * jobs that go on after losing ranks (ringcc_comm_shrink).
+ *
+ * Ranks are fork()ed processes of this test that join with the public API
+ * (the parent makes the id after forking and passes it through shared
+ * memory); a rank that is meant to die raises SIGKILL itself at a chosen
+ * point, a real kill -9. A body prints one line and exits nonzero on a
+ * failure; the parent checks every exit status and kills what outlives its
+ * deadline.
+ *
+ *   suspect/stopped_15s_tcp, _shm   a rank SIGSTOPped by the parent for
+ *                                   15 s, then continued: every rank ends
+ *                                   with exact results (default link
+ *                                   timeout, 6 s);
+ *   suspect/cpu_hogs_beside_8_tcp   2 busy processes per core beside 8 TCP
+ *                                   ranks: exact results, no failure;
+ *   shrink/...                      kill -9 of 1 or 2 ranks at n = 3 ... 16
+ *                                   (shared memory and TCP), then
+ *                                   ringcc_comm_shrink(NULL) on the
+ *                                   survivors and exact collectives on the
+ *                                   new communicator; a healthy one shrunk
+ *                                   by an exclude list;
+ *   scale/tcp_ranks_defaults        RINGCC_SCALE_N (make scale-check: 128)
+ *                                   TCP ranks on this host with default
+ *                                   settings; skipped unless that is set.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MAX_N 256
+
+typedef struct {
+  volatile int id_state; /* 0 pending, 1 ready, 2 failed */
+  ringcc_unique_id_t id;
+  volatile int started;   /* ranks in their loop */
+  volatile int continued; /* the stopped rank runs again */
+  volatile double detect_s[MAX_N]; /* shrink: when each survivor saw it */
+  volatile double kill_s;
+  int n, tcp, nvictims, victims[4], stop_rank, iters;
+  int late[4]; /* victim i dies 0.5 s into the others' shrink instead (1),
+                  or 0.7 s into its own shrink (2) */
+  int delay_ms[8]; /* rank r calls shrink this much later */
+} area_t;
+
+static area_t *g_a;
+
+static ringcc_config_t cfg_of(const area_t *a, int64_t timeout_ms) {
+  ringcc_config_t c = RINGCC_CONFIG_INIT;
+  c.timeout_ms = timeout_ms;
+  c.shm_disable = a->tcp;
+  return c;
+}
+
+static int wait_id(const area_t *a) {
+  double give_up = h_now_s() + 60;
+  while (a->id_state == 0 && h_now_s() < give_up)
+    h_sleep_ms(1);
+  return a->id_state == 1 ? 0 : -1;
+}
+
+/* Element k of rank r in iteration i, and the sum over n ranks. */
+static int32_t val(int r, size_t k, int i) {
+  return (int32_t)((r + 1) * (int)(k % 7 + 1) + i);
+}
+static int32_t sum(int n, size_t k, int i) {
+  return (int32_t)((int)(k % 7 + 1) * n * (n + 1) / 2 + n * i);
+}
+
+/* One exact allreduce of count int32 on comm (this rank r of n). */
+static int exact_allreduce(ringcc_comm_t comm, int r, int n, size_t count,
+                           int i, int32_t *buf, ringcc_result_t *rc) {
+  for (size_t k = 0; k < count; k++)
+    buf[k] = val(r, k, i);
+  *rc = ringcc_allreduce(buf, buf, count, RINGCC_INT32, RINGCC_SUM, comm,
+                         NULL);
+  if (*rc != RINGCC_SUCCESS)
+    return -1;
+  for (size_t k = 0; k < count; k++)
+    if (buf[k] != sum(n, k, i)) {
+      fprintf(stderr, "rank %d: allreduce %d element %zu is %d, expected %d\n",
+              r, i, k, (int)buf[k], (int)sum(n, k, i));
+      return 1;
+    }
+  return 0;
+}
+
+/* Runs body(rank) in n forked ranks; returns the number of ranks whose exit
+ * was not the expected one (0, or SIGKILL for the victims). */
+typedef int (*body_fn)(area_t *a, int rank);
+
+static int run(area_t *a, body_fn body, double timeout_s) {
+  pid_t pid[MAX_N];
+  for (int r = 0; r < a->n; r++) {
+    pid[r] = fork();
+    if (pid[r] == 0) {
+      if (wait_id(a) != 0)
+        _exit(3);
+      _exit(body(a, r));
+    }
+  }
+  if (ringcc_get_unique_id((ringcc_unique_id_t *)&a->id) == RINGCC_SUCCESS)
+    a->id_state = 1;
+  else
+    a->id_state = 2;
+  double deadline = h_now_s() + timeout_s, stop_at = 0;
+  int left = a->n, bad = 0, status[MAX_N];
+  int reaped[MAX_N] = {0};
+  pid_t stopped = a->stop_rank >= 0 ? pid[a->stop_rank] : 0;
+  while (left > 0) {
+    for (int r = 0; r < a->n; r++) {
+      if (reaped[r] || waitpid(pid[r], &status[r], WNOHANG) != pid[r])
+        continue;
+      reaped[r] = 1;
+      left--;
+      int victim = 0;
+      for (int i = 0; i < a->nvictims; i++)
+        victim |= r == a->victims[i];
+      int ok = victim ? WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL
+                      : WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
+      if (!ok) {
+        bad++;
+        fprintf(stderr, "rank %d (pid %d) ended with status 0x%x%s\n", r,
+                (int)pid[r], status[r], victim ? " (a victim)" : "");
+      }
+    }
+    if (stopped != 0 && stop_at == 0 && a->started == a->n) {
+      h_sleep_ms(500);
+      kill(stopped, SIGSTOP);
+      stop_at = h_now_s();
+      fprintf(stderr, "rank %d (pid %d) stopped for 15 s\n", a->stop_rank,
+              (int)stopped);
+    }
+    if (stop_at != 0 && !a->continued && h_now_s() - stop_at >= 15) {
+      kill(stopped, SIGCONT);
+      a->continued = 1;
+    }
+    if (h_now_s() > deadline) {
+      for (int r = 0; r < a->n; r++)
+        if (!reaped[r]) {
+          fprintf(stderr, "rank %d (pid %d) still running at the deadline\n",
+                  r, (int)pid[r]);
+          kill(pid[r], SIGCONT);
+          kill(pid[r], SIGKILL);
+          waitpid(pid[r], NULL, 0);
+          bad++;
+        }
+      break;
+    }
+    h_sleep_ms(5);
+  }
+  return bad;
+}
+
+/* ---- suspicion: a stopped rank, CPU hogs, many ranks ------------------ */
+
+/* Allreduces of 65,536 int32 (and a 1-element MAX that says when to stop)
+ * until the stopped rank was continued and 5 more went through. */
+static int body_stream(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_config_t cfg = cfg_of(a, 120000);
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+    return 1;
+  }
+  __atomic_add_fetch(&a->started, 1, __ATOMIC_SEQ_CST);
+  size_t count = 65536;
+  int32_t *buf = h_xmalloc(count * sizeof(int32_t));
+  int rc = 0, after = 0;
+  for (int i = 0; rc == 0 && i < 100000; i++) {
+    ringcc_result_t r;
+    if ((rc = exact_allreduce(comm, rank, a->n, count, i, buf, &r)) != 0) {
+      if (rc < 0)
+        fprintf(stderr, "rank %d: allreduce %d: %s\n", rank, i,
+                ringcc_comm_last_error(comm));
+      break;
+    }
+    int32_t done = (a->stop_rank < 0 || a->continued) && ++after >= 5 &&
+                   i >= a->iters;
+    if (ringcc_allreduce(&done, &done, 1, RINGCC_INT32, RINGCC_MAX, comm,
+                         NULL) != RINGCC_SUCCESS) {
+      fprintf(stderr, "rank %d: control allreduce %d: %s\n", rank, i,
+              ringcc_comm_last_error(comm));
+      rc = 1;
+    }
+    if (done)
+      break;
+  }
+  free(buf);
+  if (ringcc_comm_destroy(comm) != RINGCC_SUCCESS && rc == 0)
+    rc = 1;
+  return rc;
+}
+
+static void stopped_15s(int tcp) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 4;
+  a->tcp = tcp;
+  a->stop_rank = 2;
+  double t0 = h_now_s();
+  int bad = run(a, body_stream, 90);
+  double took = h_now_s() - t0;
+  fprintf(stderr, "stopped_15s_%s: %d ranks finished in %.1f s, rank 2 "
+          "stopped for 15 s\n", tcp ? "tcp" : "shm", a->n, took);
+  cr_assert(a->continued, "the stopped rank was never continued");
+  cr_assert_eq(bad, 0, "a rank failed beside a rank stopped for 15 s "
+               "(see above)");
+  cr_assert_geq(took, 15.0, "the job took %.1f s: the stop did not happen",
+                took);
+  h_shared_free(a, sizeof(*a));
+}
+
+Test(suspect, stopped_15s_tcp, .timeout = 120) { stopped_15s(1); }
+Test(suspect, stopped_15s_shm, .timeout = 120) { stopped_15s(0); }
+
+Test(suspect, cpu_hogs_beside_8_tcp, .timeout = 180) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int nhogs = (int)(cores < 1 ? 2 : 2 * cores);
+  pid_t hog[64];
+  for (int i = 0; i < nhogs && i < 64; i++)
+    if ((hog[i] = fork()) == 0)
+      for (volatile unsigned long x = 0;; x++)
+        ;
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 8;
+  a->tcp = 1;
+  a->stop_rank = -1;
+  a->iters = 20;
+  double t0 = h_now_s();
+  int bad = run(a, body_stream, 150);
+  for (int i = 0; i < nhogs && i < 64; i++) {
+    kill(hog[i], SIGKILL);
+    waitpid(hog[i], NULL, 0);
+  }
+  fprintf(stderr, "cpu_hogs_beside_8_tcp: %d hogs, 8 ranks, 20 allreduces "
+          "of 256 KiB in %.1f s\n", nhogs, h_now_s() - t0);
+  cr_assert_eq(bad, 0, "a rank failed beside CPU hogs (see above)");
+  h_shared_free(a, sizeof(*a));
+}
+
+/* The shared area of a run of n ranks, n from the variable var (the test is
+ * skipped without it: who sets it). */
+static area_t *area_of_n(const char *var, const char *who) {
+  const char *v = getenv(var);
+  if (v == NULL)
+    cr_skip_test("%s not set (%s)", var, who);
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = atoi(v);
+  cr_assert(a->n >= 2 && a->n <= MAX_N, "%s=%s is not 2..%d", var, v, MAX_N);
+  return a;
+}
+
+/* make scale-check: RINGCC_SCALE_N TCP ranks, defaults. */
+Test(scale, tcp_ranks_defaults, .timeout = 900) {
+  area_t *a = area_of_n("RINGCC_SCALE_N", "make scale-check sets 128");
+  a->tcp = 1;
+  a->stop_rank = -1;
+  a->iters = 3;
+  double t0 = h_now_s();
+  int bad = run(a, body_stream, 840);
+  fprintf(stderr, "scale: %d TCP ranks, default settings, 4 allreduces of "
+          "256 KiB: %s in %.1f s\n", a->n, bad ? "FAILED" : "passed",
+          h_now_s() - t0);
+  cr_assert_eq(bad, 0, "%d of %d ranks failed (see above)", bad, a->n);
+  h_shared_free(a, sizeof(*a));
+}
+
+/* ---- shrink ------------------------------------------------------------ */
+
+static int is_victim(const area_t *a, int r) {
+  for (int i = 0; i < a->nvictims; i++)
+    if (a->victims[i] == r)
+      return 1;
+  return 0;
+}
+
+/* On the shrunk communicator (m ranks, this one me): every collective
+ * kind, exact. */
+static int collectives_on(ringcc_comm_t s, int me, int m) {
+  size_t count = 1000;
+  int32_t *buf = h_xmalloc(count * (size_t)m * sizeof(int32_t));
+  int32_t *out = h_xmalloc(count * (size_t)m * sizeof(int32_t));
+  int rc = 0;
+  ringcc_result_t r;
+  size_t sizes[3] = {1, 1000, 100000};
+  for (int t = 0; t < 3 && rc == 0; t++) {
+    int32_t *big = h_xmalloc(sizes[t] * sizeof(int32_t));
+    rc = exact_allreduce(s, me, m, sizes[t], 100 + t, big, &r);
+    if (rc < 0)
+      fprintf(stderr, "rank %d: allreduce of %zu on the shrunk comm: %s\n",
+              me, sizes[t], ringcc_comm_last_error(s));
+    free(big);
+  }
+  for (size_t k = 0; k < count && rc == 0; k++)
+    buf[k] = me * 100000 + (int)k;
+  if (rc == 0 && (ringcc_allgather(buf, out, count, RINGCC_INT32, s, NULL) !=
+                  RINGCC_SUCCESS))
+    rc = fprintf(stderr, "rank %d: allgather: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (int q = 0; q < m && rc == 0; q++)
+    for (size_t k = 0; k < count && rc == 0; k++)
+      if (out[(size_t)q * count + k] != q * 100000 + (int)k)
+        rc = fprintf(stderr, "rank %d: allgather block %d element %zu wrong\n",
+                     me, q, k) > 0;
+  for (size_t k = 0; k < count && rc == 0; k++)
+    buf[k] = me == m - 1 ? 7 * (int)k : -1;
+  if (rc == 0 && ringcc_bcast(buf, count, RINGCC_INT32, m - 1, s, NULL) !=
+                     RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: bcast: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (size_t k = 0; k < count && rc == 0; k++)
+    if (buf[k] != 7 * (int)k)
+      rc = fprintf(stderr, "rank %d: bcast element %zu wrong\n", me, k) > 0;
+  for (int q = 0; q < m && rc == 0; q++)
+    for (size_t k = 0; k < count; k++)
+      buf[(size_t)q * count + k] = me * 1000 + q;
+  if (rc == 0 && ringcc_alltoall(buf, out, count, RINGCC_INT32, s, NULL) !=
+                     RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: alltoall: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (int q = 0; q < m && rc == 0; q++)
+    if (out[(size_t)q * count] != q * 1000 + me)
+      rc = fprintf(stderr, "rank %d: alltoall block %d wrong\n", me, q) > 0;
+  if (rc == 0 && ringcc_barrier(s, NULL) != RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: barrier: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  free(buf);
+  free(out);
+  return rc;
+}
+
+static void *die_soon(void *arg) {
+  (void)arg;
+  h_sleep_ms(700);
+  raise(SIGKILL);
+  return NULL;
+}
+
+static int body_kill_shrink(area_t *a, int rank) {
+  ringcc_comm_t comm, s = NULL;
+  ringcc_config_t cfg = cfg_of(a, 30000);
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+    return 1;
+  }
+  int32_t *buf = h_xmalloc(4096 * sizeof(int32_t));
+  ringcc_result_t r = RINGCC_SUCCESS;
+  int rc = 0;
+  int late = 0;
+  for (int i = 0; i < a->nvictims; i++)
+    if (a->victims[i] == rank)
+      late = a->late[i];
+  for (int i = 0; i < 1000; i++) {
+    if (i == 3 && is_victim(a, rank) && !late) {
+      a->kill_s = h_now_s();
+      raise(SIGKILL);
+    }
+    rc = exact_allreduce(comm, rank, a->n, 4096, i, buf, &r);
+    if (rc != 0)
+      break;
+  }
+  if (late == 1) { /* while the survivors shrink: the leader, or one awaited */
+    h_sleep_ms(500);
+    raise(SIGKILL);
+  }
+  pthread_t killer;
+  if (late == 2) /* dies inside its own shrink (leading it) */
+    pthread_create(&killer, NULL, die_soon, NULL);
+  else if (is_victim(a, rank))
+    raise(SIGKILL); /* the other victim's death came first: die anyway */
+  free(buf);
+  if (rc > 0 || r == RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: no failure seen (%s)\n", rank,
+            ringcc_strerror(r));
+    return 1;
+  }
+  a->detect_s[rank] = h_now_s();
+  rc = 0;
+  if (r != RINGCC_ERR_PEER_FAILED && r != RINGCC_ERR_NETWORK) {
+    fprintf(stderr, "rank %d: the failure is %s: %s\n", rank,
+            ringcc_strerror(r), ringcc_comm_last_error(comm));
+    return 1;
+  }
+  if (rank < 8 && a->delay_ms[rank] > 0)
+    h_sleep_ms(a->delay_ms[rank]);
+  r = ringcc_comm_shrink(comm, NULL, 0, &s);
+  if (r != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: shrink: %s: %s\n", rank, ringcc_strerror(r),
+            ringcc_comm_last_error(comm));
+    ringcc_comm_destroy(comm);
+    return 1;
+  }
+  int me = -1, m = -1, want = 0;
+  for (int q = 0; q < rank; q++)
+    want += !is_victim(a, q);
+  ringcc_comm_rank(s, &me);
+  ringcc_comm_size(s, &m);
+  if (m != a->n - a->nvictims || me != want) {
+    fprintf(stderr, "rank %d: shrunk comm is rank %d of %d, expected %d of "
+            "%d\n", rank, me, m, want, a->n - a->nvictims);
+    rc = 1;
+  }
+  if (rc == 0)
+    rc = collectives_on(s, me, m);
+  ringcc_comm_destroy(s);
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+static void kill_shrink(int n, int tcp, int v0, int v1) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = n;
+  a->tcp = tcp;
+  a->stop_rank = -1;
+  a->victims[0] = v0;
+  a->victims[1] = v1;
+  a->nvictims = v1 >= 0 ? 2 : 1;
+  double t0 = h_now_s();
+  int bad = run(a, body_kill_shrink, 100);
+  double worst = 0;
+  for (int r = 0; r < n; r++)
+    if (!is_victim(a, r) && a->detect_s[r] - a->kill_s > worst)
+      worst = a->detect_s[r] - a->kill_s;
+  char killed[32];
+  snprintf(killed, sizeof(killed), v1 >= 0 ? "ranks %d and %d" : "rank %d",
+           v0, v1);
+  fprintf(stderr, "shrink: n=%d %s, killed %s: every survivor saw it within "
+          "%.3f s; shrink and collectives on %d ranks: %s (%.1f s in all)\n",
+          n, tcp ? "TCP" : "shm", killed, worst, n - a->nvictims,
+          bad ? "FAILED" : "exact", h_now_s() - t0);
+  cr_assert_eq(bad, 0, "kill -9 then shrink at n=%d failed (see above)", n);
+  h_shared_free(a, sizeof(*a));
+}
+
+/* Runs the ranks of a (victims set) through body_kill_shrink; every rank
+ * must end as expected. */
+static void shrink_run(area_t *a, const char *what) {
+  double t0 = h_now_s();
+  int bad = run(a, body_kill_shrink, 100);
+  fprintf(stderr, "shrink: %s: %s in %.1f s\n", what,
+          bad ? "FAILED" : "exact", h_now_s() - t0);
+  cr_assert_eq(bad, 0, "%s: see above", what);
+  h_shared_free(a, sizeof(*a));
+}
+
+/* Ranks 0 (the first leader) and 2 die 0.5 s after rank 4, while ranks 1
+ * and 3 are in the shrink: they must still agree (rank 1 leads) and form a
+ * communicator of 2, never hang. */
+Test(shrink, deaths_during_the_shrink_shm, .timeout = 120) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 5;
+  a->stop_rank = -1;
+  a->nvictims = 3;
+  a->victims[0] = 4;
+  a->victims[1] = 0;
+  a->victims[2] = 2;
+  a->late[1] = a->late[2] = 1;
+  shrink_run(a, "n=5 shm, rank 4 killed, then ranks 0 and 2 while the "
+             "others shrink");
+}
+
+/* Rank 3 is killed; rank 0 leads the shrink with rank 1 joined and dies
+ * 0.7 s into it (rank 2 calls shrink 1.5 s late, so the leader is still
+ * waiting): rank 1 finds the leader's connection closed and leads instead;
+ * ranks 1 and 2 form a communicator of 2. */
+Test(shrink, leader_dies_during_the_shrink_tcp, .timeout = 120) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 4;
+  a->tcp = 1;
+  a->stop_rank = -1;
+  a->nvictims = 2;
+  a->victims[0] = 3;
+  a->victims[1] = 0;
+  a->late[1] = 2;
+  a->delay_ms[2] = 1500;
+  shrink_run(a, "n=4 TCP, rank 3 killed, the leader (rank 0) killed during "
+             "the shrink");
+}
+
+Test(shrink, kill1_of_3_shm, .timeout = 120) { kill_shrink(3, 0, 0, -1); }
+Test(shrink, kill2_of_8_shm, .timeout = 120) { kill_shrink(8, 0, 2, 5); }
+Test(shrink, kill1_of_4_tcp, .timeout = 120) { kill_shrink(4, 1, 3, -1); }
+Test(shrink, kill2_of_16_tcp, .timeout = 120) { kill_shrink(16, 1, 0, 9); }
+
+/* A healthy communicator shrunk by an exclude list: rank 1 leaves
+ * (destroys its communicator, no shrink), the others exclude it. */
+static int body_exclude(area_t *a, int rank) {
+  ringcc_comm_t comm, s = NULL;
+  ringcc_config_t cfg = cfg_of(a, 30000);
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS)
+    return 1;
+  int rc = 0;
+  if (rank != 1) {
+    int ex[1] = {1};
+    ringcc_result_t r = ringcc_comm_shrink(comm, ex, 1, &s);
+    if (r != RINGCC_SUCCESS) {
+      fprintf(stderr, "rank %d: shrink: %s\n", rank,
+              ringcc_comm_last_error(comm));
+      rc = 1;
+    } else {
+      int me, m;
+      ringcc_comm_rank(s, &me);
+      ringcc_comm_size(s, &m);
+      rc = me != (rank == 0 ? 0 : rank - 1) || m != a->n - 1 ||
+           collectives_on(s, me, m);
+      ringcc_comm_destroy(s);
+    }
+    int bad[1] = {rank}; /* the caller itself */
+    if (ringcc_comm_shrink(comm, bad, 1, &s) != RINGCC_ERR_INVALID_ARGUMENT)
+      rc = fprintf(stderr, "rank %d: exclude of itself accepted\n", rank) > 0;
+  }
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+Test(shrink, healthy_by_exclude_list_shm, .timeout = 60) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 5;
+  a->stop_rank = -1;
+  cr_assert_eq(run(a, body_exclude, 50), 0, "see above");
+  h_shared_free(a, sizeof(*a));
+}
+
+/* ---- the second look: a fresh connect to a silent peer's host ---------- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+
+#include "clock.h"
+#include "probe.h"
+
+static int probe_to(const char *ip, int port, int64_t wait_ns, char *why,
+                    size_t len) {
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
+  struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons((uint16_t)port);
+  inet_pton(AF_INET, ip, &sa->sin_addr);
+  struct rcc_probe p;
+  rcc_probe_init(&p);
+  cr_assert_eq(rcc_probe_start(&p, &ss, sizeof(*sa)), 0);
+  int v;
+  while ((v = rcc_probe_poll(&p, rcc_now_ns(), wait_ns)) == RCC_PROBE_NONE)
+    h_sleep_ms(5);
+  snprintf(why, len, "%s", p.why);
+  rcc_probe_stop(&p);
+  return v;
+}
+
+Test(probe, live_host_answers_a_closed_port_and_a_listener) {
+  char why[96];
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  socklen_t sl = sizeof(sa);
+  getsockname(l, (struct sockaddr *)&sa, &sl);
+  int port = ntohs(sa.sin_port);
+  /* bound, not listening: the kernel refuses (RST) */
+  cr_assert_eq(probe_to("127.0.0.1", port, 2000000000LL, why, sizeof(why)),
+               RCC_PROBE_ANSWERED, "closed port: %s", why);
+  cr_assert(strstr(why, "refused") != NULL, "%s", why);
+  cr_assert_eq(listen(l, 4), 0);
+  cr_assert_eq(probe_to("127.0.0.1", port, 2000000000LL, why, sizeof(why)),
+               RCC_PROBE_ANSWERED, "listener: %s", why);
+  cr_assert(strstr(why, "accepted") != NULL, "%s", why);
+  close(l);
+}
+
+/* A host that answers nothing, in a network namespace of this test's own
+ * (root): 198.18.0.9 behind a veth whose other end is no host (no answer
+ * within the probe's time), and an address with no route (an error at
+ * once). */
+Test(probe, vanished_host_is_silent) {
+  char why[96];
+  if (geteuid() != 0 || unshare(CLONE_NEWNET) != 0)
+    cr_skip_test("needs root for a network namespace");
+  if (system("ip link add d0 type veth peer name d1 && ip addr add "
+             "198.18.0.1/24 dev d0 && ip link set d0 up && ip link set d1 up")
+      != 0)
+    cr_skip_test("no veth pair (ip link add ... type veth failed)");
+  double t0 = h_now_s();
+  int v = probe_to("198.18.0.9", 9, 500000000LL, why, sizeof(why));
+  cr_assert_eq(v, RCC_PROBE_SILENT, "198.18.0.9 answered: %s", why);
+  cr_assert(strstr(why, "no answer") != NULL, "%s", why);
+  cr_assert_geq(h_now_s() - t0, 0.45, "gave up before its time: %s", why);
+  v = probe_to("10.255.255.1", 9, 500000000LL, why, sizeof(why));
+  cr_assert_eq(v, RCC_PROBE_SILENT, "10.255.255.1 answered: %s", why);
+  cr_assert(strstr(why, "unreachable") != NULL, "%s", why);
+}
+
+/* ---- measure: init time and resources per rank over n ------------------ */
+
+#include <dirent.h>
+
+typedef struct {
+  double init_s;
+  int fds, sockets, threads;
+  long rss_kb;
+} usage_t;
+
+static usage_t *g_usage; /* shared, one per rank */
+
+static void read_usage(usage_t *u) {
+  DIR *d = opendir("/proc/self/fd");
+  char path[300], link[128];
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.')
+      continue;
+    u->fds++;
+    snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+    ssize_t l = readlink(path, link, sizeof(link) - 1);
+    if (l > 0 && (link[l] = '\0', strncmp(link, "socket:", 7) == 0))
+      u->sockets++;
+  }
+  if (d != NULL)
+    closedir(d), u->fds--;
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    sscanf(line, "Threads: %d", &u->threads);
+    sscanf(line, "VmRSS: %ld", &u->rss_kb);
+  }
+  if (f != NULL)
+    fclose(f);
+}
+
+static int body_measure(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_config_t cfg = cfg_of(a, 600000);
+  usage_t before = {0};
+  read_usage(&before);
+  double t0 = h_now_s();
+  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) != RINGCC_SUCCESS) {
+    fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+    return 1;
+  }
+  usage_t *u = &g_usage[rank];
+  u->init_s = h_now_s() - t0;
+  int32_t *buf = h_xmalloc(65536 * sizeof(int32_t));
+  ringcc_result_t r;
+  int rc = exact_allreduce(comm, rank, a->n, 65536, 1, buf, &r) != 0;
+  free(buf);
+  read_usage(u); /* what the communicator added */
+  u->fds -= before.fds;
+  u->sockets -= before.sockets;
+  u->threads -= before.threads;
+  u->rss_kb -= before.rss_kb;
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+static int cmp_d(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* RINGCC_MEASURE_N ranks (RINGCC_MEASURE_TCP=1: over TCP): init time and
+ * what the communicator adds to each rank. scripts/measure-scale.sh. */
+Test(measure, init_and_resources, .timeout = 1800) {
+  area_t *a = area_of_n("RINGCC_MEASURE_N", "scripts/measure-scale.sh");
+  a->tcp = getenv("RINGCC_MEASURE_TCP") != NULL &&
+           atoi(getenv("RINGCC_MEASURE_TCP")) == 1;
+  a->stop_rank = -1;
+  g_usage = h_shared_alloc((size_t)a->n * sizeof(usage_t));
+  double load[3] = {0};
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f != NULL && fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]))
+    fclose(f);
+  int bad = run(a, body_measure, 1700);
+  cr_assert_eq(bad, 0, "see above");
+  double t[MAX_N];
+  usage_t lo = g_usage[0], hi = g_usage[0];
+  for (int r = 0; r < a->n; r++) {
+    usage_t *u = &g_usage[r];
+    t[r] = u->init_s;
+#define MM(field)                                                              \
+  do {                                                                         \
+    if (u->field < lo.field) lo.field = u->field;                             \
+    if (u->field > hi.field) hi.field = u->field;                             \
+  } while (0)
+    MM(fds);
+    MM(sockets);
+    MM(threads);
+    MM(rss_kb);
+  }
+  qsort(t, (size_t)a->n, sizeof(double), cmp_d);
+  printf("measure: n=%d %s load %.1f: init median %.3f s max %.3f s; added "
+         "per rank: fds %d..%d, sockets %d..%d, threads %d..%d, RSS "
+         "%.1f..%.1f MiB\n", a->n, a->tcp ? "tcp" : "shm", load[0],
+         t[a->n / 2], t[a->n - 1], lo.fds, hi.fds, lo.sockets, hi.sockets,
+         lo.threads, hi.threads, lo.rss_kb / 1024.0, hi.rss_kb / 1024.0);
+  fflush(stdout);
+  h_shared_free(g_usage, (size_t)a->n * sizeof(usage_t));
+  h_shared_free(a, sizeof(*a));
+}
+
+/* ---- a host that answers while its connections stall (network namespaces) */
+
+#include "netns.h"
+
+typedef struct {
+  volatile int looping;  /* rank 0 made its first allreduce */
+  volatile int stalled;  /* 1 during the stall, 2 after */
+  volatile int done[3];
+  double stall_s;
+} stall_area_t;
+
+static ns_net_t g_ns;
+static stall_area_t *g_stall;
+
+static int body_stall(h_ctx_t *h) {
+  stall_area_t *s = h->arg;
+  size_t count = 65536;
+  int32_t *buf = h_xmalloc(count * sizeof(int32_t));
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < 1000; i++) {
+    ringcc_result_t r;
+    if ((rc = exact_allreduce(h->comm, h->rank, h->nranks, count, i, buf,
+                              &r)) != 0) {
+      h_fail(h, "allreduce %d: %s", i, ringcc_comm_last_error(h->comm));
+      break;
+    }
+    if (h->rank == 0)
+      s->looping = 1;
+    int32_t done = s->stalled == 2 && i >= 10;
+    if (ringcc_allreduce(&done, &done, 1, RINGCC_INT32, RINGCC_MAX, h->comm,
+                         NULL) != RINGCC_SUCCESS)
+      rc = h_fail(h, "control allreduce: %s", ringcc_comm_last_error(h->comm));
+    if (done)
+      break;
+  }
+  free(buf);
+  return rc;
+}
+
+static void *staller(void *arg) {
+  stall_area_t *s = arg;
+  double give_up = h_now_s() + 60;
+  while (!s->looping && h_now_s() < give_up)
+    h_sleep_ms(10);
+  h_sleep_ms(300);
+  g_ns.wire_stats->stall_host = 1 + 2; /* host 2 */
+  s->stalled = 1;
+  h_sleep_ms((int)(s->stall_s * 1000));
+  g_ns.wire_stats->stall_host = 0;
+  s->stalled = 2;
+  return NULL;
+}
+
+static void start_staller(void *arg) {
+  pthread_t t;
+  pthread_create(&t, NULL, staller, arg);
+  pthread_detach(t);
+}
+
+static void stall_down(void) { ns_net_destroy(&g_ns); }
+
+/* Host 2's established connections carry nothing for 12 s (twice the link
+ * timeout) while its kernel still answers new connections: its rank is
+ * suspected (WARN), not declared lost, and every rank ends with exact
+ * results once the traffic flows again. Before issue 28 every rank failed
+ * 6 s into the stall ("acknowledged nothing for 6.0 s ... host is down"). */
+Test(stall, live_host_whose_connections_stall_12s_is_waited_for,
+     .timeout = 180, .fini = stall_down) {
+  char why[600];
+  if (!ns_supported(why, sizeof why))
+    cr_skip_test("%s", why);
+  ns_cleanup_stale();
+  if (!ns_net_create(&g_ns, 3, why, sizeof why))
+    cr_skip_test("cannot build 3 virtual hosts: %s", why);
+  ns_impair_t im = {0};
+  cr_assert(ns_net_impair(&g_ns, &im, why, sizeof why), "%s", why);
+  stall_area_t *s = g_stall = h_shared_alloc(sizeof(*s));
+  s->stall_s = 12;
+  static const int host_of[3] = {0, 1, 2};
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.timeout_ms = 90000;
+  ns_run_opts_t o = {.net = &g_ns, .nranks = 3, .host_of = host_of,
+                     .body = body_stall, .arg = s, .config = &cfg,
+                     .timeout_s = 150, .capture = true,
+                     .name = "stalled host", .started = start_staller,
+                     .started_arg = s};
+  ns_result_t res;
+  double t0 = h_now_s();
+  bool ok = ns_run(&o, &res);
+  int suspected = 0;
+  for (int r = 0; r < 3; r++) {
+    const char *w = res.output[r] == NULL
+                        ? NULL
+                        : strstr(res.output[r], "is suspected, not declared "
+                                                "lost");
+    suspected += w != NULL && strstr(w, "refused a fresh connection") != NULL;
+    if (w != NULL && r == 0)
+      fprintf(stderr, "rank 0: ...%.400s\n", w);
+  }
+  fprintf(stderr, "stall: host 2's connections stalled for %.0f s (%llu "
+          "frames dropped), its host answering: %s in %.1f s, %d of 3 ranks "
+          "logged a suspicion\n", s->stall_s, g_ns.wire_stats->stalled,
+          ok ? "every rank exact" : "FAILED", h_now_s() - t0, suspected);
+  ns_result_free(&res);
+  cr_assert(ok, "a rank failed while host 2 stalled (see above)");
+  cr_assert_eq(s->stalled, 2, "the stall never ended");
+  cr_assert_gt(suspected, 0, "no rank logged a suspicion whose fresh "
+               "connection was answered");
+  h_shared_free(s, sizeof(*s));
+}

@@ -1,0 +1,406 @@
+/*
+ * test_vcoll.c - Gather, Scatter, AllGatherv and AllToAllv with real ranks.
+ *
+ * Every call x every datatype, n = 1..8, over shared memory and TCP, with
+ * the tuner's choice and each of Gather's and Scatter's algorithms forced
+ * (binomial tree, direct), on tiny FIFO slots too (many pieces per block).
+ * Layouts are random but the same on every rank (drawn from one seed, which
+ * every failure prints; VCOLL_SEED=... reruns one): counts with zeros (some
+ * calls all zero), blocks in a shuffled order with gaps between them, in
+ * place and not, the root anywhere. Every byte of every output is checked
+ * against the value its sender wrote (a hash of sender, receiver, position
+ * and the call), and the gaps and the bytes past the end are checked
+ * untouched. Bad arguments fail on the rank that made them, naming the
+ * argument, and the communicator keeps working.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define MAXN 8
+#define GUARD 0xEE
+#define REPS 2 /* layouts per call and datatype */
+
+struct spec {
+  uint64_t seed;
+};
+
+static uint64_t seed_base(void) {
+  const char *s = getenv("VCOLL_SEED");
+  return s != NULL ? strtoull(s, NULL, 0) : 0x5eed2026u;
+}
+
+/* The byte at position b of what rank src sends rank dst in call salt. */
+static uint8_t val(uint64_t salt, int src, int dst, size_t b) {
+  return (uint8_t)(h_hash3(salt, (uint64_t)src * 131 + (uint64_t)dst, b) >> 17);
+}
+
+static void fill(uint8_t *p, uint64_t salt, int src, int dst, size_t bytes) {
+  for (size_t b = 0; b < bytes; b++)
+    p[b] = val(salt, src, dst, b);
+}
+
+/* The first wrong byte of [p, p+bytes) against val(salt, src, dst), or -1. */
+static long wrong_at(const uint8_t *p, uint64_t salt, int src, int dst,
+                     size_t bytes) {
+  for (size_t b = 0; b < bytes; b++)
+    if (p[b] != val(salt, src, dst, b))
+      return (long)b;
+  return -1;
+}
+
+static long guard_at(const uint8_t *p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b++)
+    if (p[b] != GUARD)
+      return (long)b;
+  return -1;
+}
+
+/* A count: 0 one time in five, sometimes a few thousand, else up to 300. */
+static size_t draw_count(uint64_t salt, uint64_t a, uint64_t b) {
+  uint64_t h = h_hash3(salt, a, b);
+  switch (h % 10) {
+  case 0:
+  case 1:
+    return 0;
+  case 2:
+    return 1000 + (h >> 8) % 3000;
+  default:
+    return 1 + (h >> 8) % 300;
+  }
+}
+
+/* Displacements for counts[0..n): the blocks in a shuffled order, each a
+ * random gap after the previous one; returns the extent. */
+static size_t draw_displs(uint64_t salt, int n, const size_t *counts,
+                          size_t *displs) {
+  int order[MAXN];
+  for (int i = 0; i < n; i++)
+    order[i] = i;
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)(h_hash3(salt, 7, (uint64_t)i) % (uint64_t)(i + 1));
+    int t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  size_t at = 0;
+  for (int k = 0; k < n; k++) {
+    at += h_hash3(salt, 8, (uint64_t)k) % 5; /* a gap of 0..4 elements */
+    displs[order[k]] = at;
+    at += counts[order[k]];
+  }
+  return at + 3;
+}
+
+/* ---- the four calls, each one layout, every byte checked ---------------- */
+
+static int check_rooted(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt,
+                        int gather) {
+  int n = h->nranks, me = h->rank;
+  int root = (int)(h_hash3(salt, 1, 0) % (uint64_t)n);
+  int in_place = h_hash3(salt, 2, 0) % 3 == 0;
+  size_t es = h_dt_size(dt), count = draw_count(salt, 3, 0);
+  size_t block = count * es, all = block * (size_t)n;
+  const char *name = gather ? "gather" : "scatter";
+  uint8_t *one = h_xmalloc(block + 8), *many = NULL;
+  memset(one, GUARD, block + 8);
+  if (me == root) {
+    many = h_xmalloc(all + 8);
+    memset(many, GUARD, all + 8);
+  }
+  ringcc_result_t r;
+  if (gather) {
+    fill(one, salt, me, root, block);
+    if (me == root && in_place)
+      fill(many + (size_t)root * block, salt, me, root, block);
+    r = ringcc_gather(me == root && in_place ? RINGCC_IN_PLACE : one,
+                      me == root ? many : NULL, count, dt, root, h->comm, NULL);
+  } else {
+    if (me == root)
+      for (int p = 0; p < n; p++)
+        fill(many + (size_t)p * block, salt, root, p, block);
+    r = ringcc_scatter(me == root ? many : NULL,
+                       me == root && in_place ? (void *)RINGCC_IN_PLACE : one,
+                       count, dt, root, h->comm, NULL);
+  }
+  int bad = 0;
+  if (!h_ok(h, r, name))
+    bad = 1;
+  for (int p = 0; !bad && me == root && p < n; p++) {
+    long at = wrong_at(many + (size_t)p * block, salt, gather ? p : root,
+                       gather ? root : p, block);
+    if (at >= 0)
+      bad = h_fail(h, "%s %s n=%d root %d count %zu%s salt %#llx: block %d "
+                   "byte %ld wrong", name, h_dt_name(dt), n, root, count,
+                   in_place ? " in place" : "", (unsigned long long)salt, p,
+                   at);
+  }
+  if (!bad && me == root && guard_at(many + all, 8) >= 0)
+    bad = h_fail(h, "%s: bytes past the root's buffer written", name);
+  if (!bad && !gather && !(me == root && in_place)) {
+    long at = wrong_at(one, salt, root, me, block);
+    if (at >= 0 || guard_at(one + block, 8) >= 0)
+      bad = h_fail(h, "scatter %s n=%d root %d count %zu salt %#llx: byte %ld "
+                   "wrong (or past the end)", h_dt_name(dt), n, root, count,
+                   (unsigned long long)salt, at);
+  }
+  free(one);
+  free(many);
+  return bad;
+}
+
+static int check_allgatherv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
+  int n = h->nranks, me = h->rank;
+  size_t es = h_dt_size(dt), counts[MAXN], displs[MAXN];
+  int all_zero = h_hash3(salt, 4, 0) % 8 == 0;
+  int in_place = h_hash3(salt, 5, 0) % 3 == 0;
+  for (int i = 0; i < n; i++)
+    counts[i] = all_zero ? 0 : draw_count(salt, 6, (uint64_t)i);
+  size_t extent = draw_displs(salt, n, counts, displs);
+  uint8_t *out = h_xmalloc(extent * es), *in = h_xmalloc(counts[me] * es + 1);
+  memset(out, GUARD, extent * es);
+  fill(in, salt, me, 0, counts[me] * es);
+  if (in_place)
+    fill(out + displs[me] * es, salt, me, 0, counts[me] * es);
+  ringcc_result_t r = ringcc_allgatherv(in_place ? RINGCC_IN_PLACE : in,
+                                        counts[me], out, counts, displs, dt,
+                                        h->comm, NULL);
+  int bad = !h_ok(h, r, "allgatherv");
+  for (int p = 0; !bad && p < n; p++) {
+    long at = wrong_at(out + displs[p] * es, salt, p, 0, counts[p] * es);
+    if (at >= 0)
+      bad = h_fail(h, "allgatherv %s n=%d%s salt %#llx: block %d (count %zu "
+                   "at %zu) byte %ld wrong", h_dt_name(dt), n,
+                   in_place ? " in place" : "", (unsigned long long)salt, p,
+                   counts[p], displs[p], at);
+    for (size_t e = 0; !bad && e < extent; e++) { /* the gaps */
+      int inside = 0;
+      for (int q = 0; q < n; q++)
+        inside |= e >= displs[q] && e < displs[q] + counts[q];
+      if (!inside && guard_at(out + e * es, es) >= 0)
+        bad = h_fail(h, "allgatherv salt %#llx: gap element %zu written",
+                     (unsigned long long)salt, e);
+    }
+  }
+  free(out);
+  free(in);
+  return bad;
+}
+
+/* The counts rank i sends rank j; symmetric for in place. */
+static size_t a2a_count(uint64_t salt, int i, int j, int symmetric) {
+  if (symmetric && j < i)
+    return a2a_count(salt, j, i, symmetric);
+  return draw_count(salt, 9, (uint64_t)i * MAXN + (uint64_t)j);
+}
+
+static int check_alltoallv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
+  int n = h->nranks, me = h->rank;
+  int in_place = h_hash3(salt, 10, 0) % 3 == 0;
+  int all_zero = h_hash3(salt, 11, 0) % 8 == 0;
+  size_t es = h_dt_size(dt), sc[MAXN], sd[MAXN], rc[MAXN], rd[MAXN];
+  for (int j = 0; j < n; j++) {
+    sc[j] = all_zero ? 0 : a2a_count(salt, me, j, in_place);
+    rc[j] = all_zero ? 0 : a2a_count(salt, j, me, in_place);
+  }
+  size_t sext = draw_displs(h_hash3(salt, 12, (uint64_t)me), n, sc, sd);
+  size_t rext = draw_displs(h_hash3(salt, 13, (uint64_t)me), n, rc, rd);
+  uint8_t *in = h_xmalloc(sext * es), *out = h_xmalloc(rext * es);
+  memset(out, GUARD, rext * es);
+  for (int j = 0; j < n; j++) {
+    fill(in + sd[j] * es, salt, me, j, sc[j] * es);
+    if (in_place) /* what this rank sends j, where j's block will land */
+      fill(out + rd[j] * es, salt, me, j, rc[j] * es);
+  }
+  ringcc_result_t r = ringcc_alltoallv(in_place ? RINGCC_IN_PLACE : in, sc, sd,
+                                       out, rc, rd, dt, h->comm, NULL);
+  int bad = !h_ok(h, r, "alltoallv");
+  for (int i = 0; !bad && i < n; i++) {
+    long at = wrong_at(out + rd[i] * es, salt, i, me, rc[i] * es);
+    if (at >= 0)
+      bad = h_fail(h, "alltoallv %s n=%d%s salt %#llx: block from %d (count "
+                   "%zu at %zu) byte %ld wrong", h_dt_name(dt), n,
+                   in_place ? " in place" : "", (unsigned long long)salt, i,
+                   rc[i], rd[i], at);
+  }
+  for (size_t e = 0; !bad && e < rext; e++) {
+    int inside = 0;
+    for (int q = 0; q < n; q++)
+      inside |= e >= rd[q] && e < rd[q] + rc[q];
+    if (!inside && guard_at(out + e * es, es) >= 0)
+      bad = h_fail(h, "alltoallv salt %#llx: gap element %zu written",
+                   (unsigned long long)salt, e);
+  }
+  free(in);
+  free(out);
+  return bad;
+}
+
+/* Every call x every datatype x REPS layouts. */
+static int body_all(h_ctx_t *h) {
+  const struct spec *s = h->arg;
+  for (int d = 0; d < RINGCC_NUM_DATATYPES; d++)
+    for (int rep = 0; rep < REPS; rep++) {
+      ringcc_datatype_t dt = h_all_dtypes[d];
+      uint64_t salt = h_hash3(s->seed, (uint64_t)d, (uint64_t)rep);
+      if (check_rooted(h, dt, salt ^ 1, 1) || check_rooted(h, dt, salt ^ 2, 0) ||
+          check_allgatherv(h, dt, salt ^ 3) || check_alltoallv(h, dt, salt ^ 4))
+        return h_fail(h, "(seed %#llx: rerun with VCOLL_SEED=%#llx)",
+                      (unsigned long long)s->seed,
+                      (unsigned long long)s->seed);
+    }
+  return 0;
+}
+
+static void run_all(int n, const ringcc_config_t *cfg, const char *what) {
+  struct spec s = {seed_base() ^ ((uint64_t)n << 32) ^
+                   h_hash3(0, (uint64_t)(cfg ? cfg->algo : 0),
+                           (uint64_t)(cfg ? cfg->shm_disable : 0))};
+  h_run_opts_t o = {.nranks = n, .body = body_all, .arg = &s, .config = cfg,
+                    .timeout_s = 120, .name = what};
+  cr_assert(h_run(&o), "%s, n=%d, seed %#llx: failed (above)", what, n,
+            (unsigned long long)s.seed);
+}
+
+static ringcc_config_t config(int algo, int64_t chunk, int no_shm) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = algo;
+  cfg.shm_disable = no_shm;
+  if (chunk > 0) {
+    cfg.chunk_bytes = chunk;
+    cfg.nslots = 2;
+  }
+  return cfg;
+}
+
+Test(shm, every_n_1_to_8, .timeout = 400) {
+  for (int n = 1; n <= MAXN; n++)
+    run_all(n, NULL, "shm, the tuner's choice");
+}
+
+Test(shm, tree_tiny_slots, .timeout = 300) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_TREE, 1024, 0);
+  run_all(3, &cfg, "shm, binomial trees, 1 KiB slots");
+  run_all(6, &cfg, "shm, binomial trees, 1 KiB slots");
+  run_all(8, &cfg, "shm, binomial trees, 1 KiB slots");
+}
+
+Test(shm, direct_tiny_slots, .timeout = 300) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_DIRECT, 1024, 0);
+  run_all(5, &cfg, "shm, direct, 1 KiB slots");
+  run_all(7, &cfg, "shm, direct, 1 KiB slots");
+}
+
+/* RINGCC_ALGO=cma: AllToAllv by cross-memory attach where every pair can
+ * (the others as the tuner picks; where ptrace is refused, the FIFOs). */
+Test(shm, cma, .timeout = 300) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_CMA, 0, 0);
+  run_all(2, &cfg, "shm, RINGCC_ALGO=cma");
+  run_all(5, &cfg, "shm, RINGCC_ALGO=cma");
+}
+
+Test(tcp, every, .timeout = 400) {
+  ringcc_config_t tree = config(RINGCC_ALGO_TREE, 4096, 1);
+  ringcc_config_t direct = config(RINGCC_ALGO_DIRECT, 0, 1);
+  run_all(2, &direct, "tcp, direct");
+  run_all(3, &tree, "tcp, binomial trees, 4 KiB slots");
+  run_all(5, &direct, "tcp, direct");
+}
+
+/* ---- bad arguments ----------------------------------------------------- */
+
+/* r must be INVALID_ARGUMENT and the last error name `word`. */
+static int refused(h_ctx_t *h, ringcc_result_t r, const char *what,
+                   const char *word) {
+  const char *msg = ringcc_comm_last_error(h->comm);
+  if (r != RINGCC_ERR_INVALID_ARGUMENT)
+    return h_fail(h, "%s: got %s, not INVALID_ARGUMENT", what,
+                  ringcc_strerror(r));
+  if (strstr(msg, word) == NULL)
+    return h_fail(h, "%s: the message does not name '%s': %s", what, word,
+                  msg);
+  return 0;
+}
+
+static int body_bad(h_ctx_t *h) {
+  int n = h->nranks, me = h->rank, bad = 0;
+  size_t counts[MAXN] = {0}, displs[MAXN] = {0}, big[MAXN] = {0};
+  char buf[256];
+  memset(buf, 0, sizeof(buf));
+  for (int i = 0; i < n; i++)
+    counts[i] = 4, displs[i] = (size_t)i * 4, big[i] = SIZE_MAX / 2;
+  ringcc_comm_t c = h->comm;
+  ringcc_datatype_t f = RINGCC_FLOAT32;
+  /* Each rank alone: nothing is sent, so the others do not wait. */
+  bad |= refused(h, ringcc_allgatherv(buf, 4, buf, NULL, displs, f, c, NULL),
+                 "allgatherv NULL recvcounts", "'recvcounts'");
+  bad |= refused(h, ringcc_allgatherv(buf, 4, buf, counts, NULL, f, c, NULL),
+                 "allgatherv NULL displs", "'displs'");
+  bad |= refused(h, ringcc_allgatherv(buf, 3, buf + 128, counts, displs, f, c,
+                                      NULL),
+                 "allgatherv sendcount", "'sendcount'");
+  size_t overl[MAXN];
+  for (int i = 0; i < n; i++)
+    overl[i] = (size_t)i * 2; /* blocks of 4 every 2: overlap */
+  if (n > 1)
+    bad |= refused(h, ringcc_allgatherv(buf, 4, buf + 128, counts, overl, f, c,
+                                        NULL),
+                   "allgatherv overlapping displs", "overlap");
+  bad |= refused(h, ringcc_allgatherv(buf, 4, buf, big, displs, f, c, NULL),
+                 "allgatherv huge counts", "overflow");
+  bad |= refused(h, ringcc_alltoallv(buf, NULL, displs, buf + 128, counts,
+                                     displs, f, c, NULL),
+                 "alltoallv NULL sendcounts", "'sendcounts'");
+  bad |= refused(h, ringcc_alltoallv(buf, counts, displs, buf + 128, counts,
+                                     NULL, f, c, NULL),
+                 "alltoallv NULL rdispls", "'rdispls'");
+  bad |= refused(h, ringcc_alltoallv(buf, counts, displs, buf, counts, displs,
+                                     f, c, NULL),
+                 "alltoallv overlapping buffers", "overlap");
+  size_t other[MAXN];
+  memcpy(other, counts, sizeof(other));
+  other[me] = 3;
+  bad |= refused(h, ringcc_alltoallv(buf, counts, displs, buf + 128, other,
+                                     displs, f, c, NULL),
+                 "alltoallv own block", "'sendcounts'");
+  bad |= refused(h, ringcc_alltoallv(NULL, counts, displs, buf + 128, counts,
+                                     displs, f, c, NULL),
+                 "alltoallv NULL sendbuf", "'sendbuf'");
+  bad |= refused(h, ringcc_gather(buf, buf, 4, f, n, c, NULL), "gather root",
+                 "'root'");
+  bad |= refused(h, ringcc_gather(NULL, buf, 4, f, 0, c, NULL),
+                 "gather NULL sendbuf", "'sendbuf'");
+  bad |= refused(h, ringcc_gather(buf, NULL, 4, f, me, c, NULL),
+                 "gather NULL recvbuf at the root", "'recvbuf'");
+  bad |= refused(h, ringcc_gather(buf, buf, SIZE_MAX / 4, f, 0, c, NULL),
+                 "gather huge count", "overflow");
+  if (n > 1)
+    bad |= refused(h, ringcc_gather(RINGCC_IN_PLACE, buf, 4, f, (me + 1) % n,
+                                    c, NULL),
+                   "gather in place off the root", "root");
+  bad |= refused(h, ringcc_scatter(buf, (void *)RINGCC_IN_PLACE, 4, f,
+                                   (me + 1) % n == me ? n : (me + 1) % n, c,
+                                   NULL),
+                 "scatter in place off the root (or a bad root)",
+                 n > 1 ? "root" : "'root'");
+  bad |= refused(h, ringcc_scatter(buf, buf + 4, 4, f, me, c, NULL),
+                 "scatter overlapping at the root", "overlap");
+  bad |= refused(h, ringcc_scatter(buf, buf, 4, (ringcc_datatype_t)99, 0, c,
+                                   NULL),
+                 "scatter datatype", "'datatype'");
+  if (bad)
+    return 1;
+  /* The communicator still works: a correct call of each. */
+  return check_allgatherv(h, RINGCC_INT32, 77) ||
+         check_alltoallv(h, RINGCC_INT32, 78) ||
+         check_rooted(h, RINGCC_INT32, 79, 1) ||
+         check_rooted(h, RINGCC_INT32, 80, 0);
+}
+
+Test(args, refused_and_still_usable, .timeout = 120) {
+  cr_assert(h_run_simple(1, body_bad, NULL, 60));
+  cr_assert(h_run_simple(3, body_bad, NULL, 60));
+}
