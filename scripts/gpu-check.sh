@@ -39,8 +39,9 @@
 #   perf-ring    AllReduce busbw 8 B - 1 GiB, RINGCC_ALGO=ring, 2 ranks as
 #                threads, and the cudaMemcpy D2D rate (the floor) in the
 #                same process
-#   perf-zc      the same on registered memory (zero-copy), where the
-#                library has a device zero-copy kernel; else "skipped: why"
+#   perf-zc      the same on registered device memory (ringcc_mem_alloc,
+#                ringcc_comm_register; --register) with RINGCC_ALGO=zerocopy:
+#                the device zero-copy kernel, 8 B - 256 MiB
 #   perf-nccl    the toolkit's NCCL: n = 1 on one GPU (NCCL refuses two ranks
 #                on one GPU), G ranks on G GPUs
 #   nccl-dropin  scripts/nccl-gpu-check.sh (nccl-tests and torch's
@@ -157,7 +158,7 @@ skip() {
 PERF=(-b 8 -e 1G -f 8)
 SM90="-gencode arch=compute_90,code=sm_90"
 
-add build 200 "$MAKE" --no-print-directory CUDA=1 WERROR=0 BUILD="$BUILD" \
+add build 190 "$MAKE" --no-print-directory CUDA=1 WERROR=0 BUILD="$BUILD" \
   CUDA_ARCHS="$SM90" -j"$(nproc)" gpu-tests
 add reduce-bw 20 "$G/reduce_bw" 256
 add threads-1 25 "$G/gpu_suite" --threads 1
@@ -172,18 +173,19 @@ else
 fi
 add graph 20 "$G/gpu_suite" --threads 2 --spread --quick --no-matrix --graph
 add contexts 15 "$G/gpu_suite" --contexts
-add perf-ring 45 env RINGCC_ALGO=ring "$G/allreduce_perf" --backend ringcc \
+add perf-ring 35 env RINGCC_ALGO=ring "$G/allreduce_perf" --backend ringcc \
   --threads 2 "${PERF[@]}" --copy-bw
-# The device zero-copy kernel (registered device memory read and written in
-# place by every rank) is not in the library yet: docs/cuda.md.
-skip perf-zc "no device zero-copy kernel in this library yet (registered device buffers run the ring; docs/cuda.md)"
+# The device zero-copy kernel (lib/exec/exec_zc_cuda.cu) on registered device
+# memory, up to 256 MiB (the size of its target); its floor is perf-ring's.
+add perf-zc 25 env RINGCC_ALGO=zerocopy "$G/allreduce_perf" --backend ringcc \
+  --threads 2 --register -b 8 -e 256M -f 8
 if [ "$GPUS" -ge 2 ]; then
   NNCCL=$GPUS
   [ "$NNCCL" -gt 8 ] && NNCCL=8
-  add perf-nccl 30 "$G/allreduce_perf" --backend nccl --threads "$NNCCL" \
+  add perf-nccl 25 "$G/allreduce_perf" --backend nccl --threads "$NNCCL" \
     --spread "${PERF[@]}"
 else
-  add perf-nccl 30 "$G/allreduce_perf" --backend nccl --threads 1 "${PERF[@]}"
+  add perf-nccl 25 "$G/allreduce_perf" --backend nccl --threads 1 "${PERF[@]}"
 fi
 if [ -x scripts/nccl-gpu-check.sh ]; then
   add nccl-dropin 40 env NCCL_GPU_CHECK_OUT="$OUTDIR/nccl" BUILD="$BUILD" \

@@ -32,6 +32,17 @@
  *                 between hosts on 2x2, 3x2 and 2x3, every op, in place and
  *                 not; a rank with unregistered buffers sends every rank to
  *                 the unregistered path.
+ *   tuner         the model picks zero-copy where memory is registered, the
+ *                 device zero-copy kernel on registered device memory
+ *                 (AllReduce, Reduce-Scatter, AllGather, up to 8 ranks),
+ *                 neither elsewhere.
+ *   sched         the schedule itself (zc_sched.h), in this process: for
+ *                 n = 1..9 ranks, element sizes 1..32 bytes and counts
+ *                 around every alignment edge, the blocks are in order,
+ *                 disjoint, cover the buffer exactly, start on 64-byte
+ *                 boundaries and are as even as that allows; the order of
+ *                 peers starts at the rank itself, visits every rank once,
+ *                 and at each step the ranks visit n different ranks.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -47,6 +58,7 @@
 #include "harness.h"
 #include "netns.h"
 #include "registry.h"
+#include "zc_sched.h"
 
 #define REGION_BYTES ((size_t)24 << 20)
 #define MAX_RANKS 8
@@ -1079,6 +1091,80 @@ static struct rcc_candidate pick_of(int want, int coll, int n, double S,
   return (struct rcc_candidate){.alg = -1};
 }
 
+/* ---- sched: zc_sched.h ------------------------------------------------------- */
+
+Test(sched, blocks_cover_in_order_aligned) {
+  static const size_t esizes[] = {1, 2, 4, 8, 16, 32};
+  static const size_t counts[] = {0,  1,   2,   3,    7,     13,    63,
+                                  64, 65,  127, 128,  129,   1031,  4096,
+                                  65537, (size_t)1 << 30, ((size_t)1 << 30) + 17};
+  for (size_t e = 0; e < sizeof esizes / sizeof esizes[0]; e++)
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+      for (int n = 1; n <= 9; n++) {
+        size_t es = esizes[e], count = counts[i], next = 0, first_len = 0;
+        size_t align = es < RCC_ZC_ALIGN ? RCC_ZC_ALIGN / es : 1;
+        for (int b = 0; b < n; b++) {
+          size_t off, len;
+          rcc_zc_block(count, es, n, b, &off, &len);
+          cr_assert(off == next && len <= count - off,
+                    "esize %zu, count %zu, n %d: block %d is [%zu, +%zu), "
+                    "expected to start at %zu inside the buffer", es, count,
+                    n, b, off, len, next);
+          if (len > 0)
+            cr_assert(off % align == 0,
+                      "esize %zu, count %zu, n %d: block %d starts at "
+                      "element %zu, not on a %d-byte boundary", es, count, n,
+                      b, off, RCC_ZC_ALIGN);
+          if (b == 0)
+            first_len = len;
+          /* Every block but the last non-empty one is as long as the
+           * first: ceil(count / n) rounded up to the alignment. */
+          if (off + len < count)
+            cr_assert(len == first_len,
+                      "esize %zu, count %zu, n %d: block %d has %zu "
+                      "elements, block 0 %zu", es, count, n, b, len,
+                      first_len);
+          next = off + len;
+        }
+        cr_assert(next == count,
+                  "esize %zu, count %zu, n %d: the blocks cover %zu elements",
+                  es, count, n, next);
+        size_t per = (count + (size_t)n - 1) / (size_t)n;
+        /* As even as the alignment allows: at least an even share (or
+         * everything), less than one alignment unit more. */
+        cr_assert((first_len >= per || first_len == count) &&
+                      first_len < per + align,
+                  "esize %zu, count %zu, n %d: block 0 has %zu elements for "
+                  "%zu per rank", es, count, n, first_len, per);
+      }
+}
+
+Test(sched, peers_each_once_self_first) {
+  for (int n = 1; n <= 9; n++) {
+    for (int me = 0; me < n; me++) {
+      int seen[16] = {0};
+      cr_assert(rcc_zc_peer(me, 0, n) == me, "n %d: rank %d starts at %d", n,
+                me, rcc_zc_peer(me, 0, n));
+      for (int j = 0; j < n; j++) {
+        int q = rcc_zc_peer(me, j, n);
+        cr_assert(q >= 0 && q < n && !seen[q],
+                  "n %d: rank %d visits %d at step %d (out of range or twice)",
+                  n, me, q, j);
+        seen[q] = 1;
+      }
+    }
+    for (int j = 0; j < n; j++) {
+      int seen[16] = {0};
+      for (int me = 0; me < n; me++) {
+        int q = rcc_zc_peer(me, j, n);
+        cr_assert(!seen[q], "n %d, step %d: two ranks write rank %d's buffer",
+                  n, j, q);
+        seen[q] = 1;
+      }
+    }
+  }
+}
+
 /* The zero-copy candidate (one host). */
 static struct rcc_candidate pick(int coll, int n, double S, int link,
                                  int registered, int device, int *alg) {
@@ -1118,6 +1204,57 @@ Test(tuner, zero_copy_where_registered) {
   c = pick(RCC_COLL_ALLGATHER, 4, 64 << 20, RCC_LINK_TCP, 2, 0, &alg);
   cr_expect(alg != RCC_ALG_HIER && alg != RCC_ALG_ZEROCOPY && !c.runnable,
             "allgather on several hosts: %s", rcc_alg_name(alg));
+}
+
+/* Registered device memory: the device zero-copy kernel for AllReduce,
+ * Reduce-Scatter and AllGather, chosen from 1 MiB to 256 MiB (its P2P cost
+ * beats the FIFO ring's; at 8 bytes the one-exchange FIFO schedules may win
+ * on latency, but it can run); nowhere else. */
+Test(tuner, device_zero_copy_where_registered) {
+  static const int colls[] = {RCC_COLL_ALLREDUCE, RCC_COLL_REDUCE_SCATTER,
+                              RCC_COLL_ALLGATHER};
+  static const double sizes[] = {8, 1 << 20, 256 << 20};
+  int alg;
+  for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++)
+    for (int n = 2; n <= 8; n *= 2)
+      for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        struct rcc_candidate c = pick_of(RCC_ALG_ZEROCOPY_DEV, colls[i], n,
+                                         sizes[k], RCC_LINK_SHM, 1, 1, &alg);
+        cr_expect(c.runnable &&
+                      (sizes[k] < 1024 || alg == RCC_ALG_ZEROCOPY_DEV),
+                  "%s, n=%d, %.0f B, registered device memory: the tuner "
+                  "chose %s (device zero-copy %s)", rcc_coll_name(colls[i]), n,
+                  sizes[k], rcc_alg_name(alg),
+                  c.runnable ? "runnable" : "not runnable");
+        c = pick_of(RCC_ALG_ZEROCOPY_DEV, colls[i], n, sizes[k], RCC_LINK_SHM,
+                    0, 1, &alg);
+        cr_expect(!c.runnable && c.why_not &&
+                      strstr(c.why_not, "ringcc_comm_register"),
+                  "%s on unregistered device memory: device zero-copy %s",
+                  rcc_coll_name(colls[i]), c.runnable ? "runnable" : "not");
+        c = pick_of(RCC_ALG_ZEROCOPY_DEV, colls[i], n, sizes[k], RCC_LINK_SHM,
+                    1, 0, &alg);
+        cr_expect(!c.runnable && alg != RCC_ALG_ZEROCOPY_DEV,
+                  "%s on registered host memory: %s",
+                  rcc_coll_name(colls[i]), rcc_alg_name(alg));
+      }
+  /* More local ranks than the kernel takes. */
+  struct rcc_candidate c = pick_of(RCC_ALG_ZEROCOPY_DEV, RCC_COLL_ALLREDUCE,
+                                   RCC_ZC_DEV_MAX + 1, 1 << 20, RCC_LINK_SHM,
+                                   1, 1, &alg);
+  cr_expect(!c.runnable && alg != RCC_ALG_ZEROCOPY_DEV,
+            "allreduce, n=%d on registered device memory: %s",
+            RCC_ZC_DEV_MAX + 1, rcc_alg_name(alg));
+  /* The collectives it does not take: not it, nor the host zero-copy. */
+  static const int others[] = {RCC_COLL_BCAST, RCC_COLL_REDUCE,
+                               RCC_COLL_ALLTOALL};
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+    pick_of(RCC_ALG_ZEROCOPY_DEV, others[i], 4, 1 << 20, RCC_LINK_SHM, 1, 1,
+            &alg);
+    cr_expect(alg != RCC_ALG_ZEROCOPY_DEV && alg != RCC_ALG_ZEROCOPY,
+              "%s on registered device memory: %s", rcc_coll_name(others[i]),
+              rcc_alg_name(alg));
+  }
 }
 
 /* Ranks of one host that disagree about a call: they fail at once, and so

@@ -448,9 +448,9 @@ static int winner_on(double bytes, int n, int forced, double slot,
                                .forced = forced, .all_link_type = link_type,
                                .network_only = network_only};
   /* ring, one-shot, one-shot board, tree, recursive doubling, Rabenseifner,
-   * cross-memory attach, zero-copy, hierarchical zero-copy (the last two
-   * never runnable here: nothing is registered) */
-  cr_assert(rcc_model_choose(&in, cand, &winner) == 9);
+   * cross-memory attach, zero-copy, hierarchical zero-copy, device
+   * zero-copy (the last three never runnable here: nothing is registered) */
+  cr_assert(rcc_model_choose(&in, cand, &winner) == 10);
   return cand[winner].alg;
 }
 

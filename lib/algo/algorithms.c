@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "algorithms.h"
+#include "proto.h"
 
 #define REDUCING (RCC_COLL_BIT(RCC_COLL_ALLREDUCE))
 
@@ -93,6 +94,19 @@ static const char *zc_why_not(const struct rcc_alg_context *c) {
   return NULL;
 }
 
+/* Registered device memory read and written in place by the zero-copy
+ * kernel (exec_zc_cuda.cu). */
+static const char *zc_dev_why_not(const struct rcc_alg_context *c) {
+  if (!c->device)
+    return "device buffers only";
+  if (c->registered != 1)
+    return "registered device memory (ringcc_mem_alloc on a device, "
+           "ringcc_comm_register), every rank on one host";
+  if (c->nranks < 2 || c->nranks > RCC_ZC_DEV_MAX || c->bytes <= 0)
+    return "2 to 8 ranks and a non-empty message";
+  return NULL;
+}
+
 static const char *hier_why_not(const struct rcc_alg_context *c) {
   if (c->device)
     return "host buffers only";
@@ -153,6 +167,21 @@ void rcc_zc_terms(int coll, int n, double S, double C,
     break;
   }
   rcc_set_terms(t, n - 1, moved / per_sent, reduced, f * S);
+}
+
+/* The zero-copy kernel on registered device memory. Its P2P term: every
+ * rank loads its block of each peer's input and stores the result into each
+ * peer's output through the peer mappings (the same bytes cross between
+ * GPUs as the ring's slots carry), with no FIFO slot written and read on
+ * either side; so its bytes are memory traffic, priced as above in the
+ * units of the ring it replaces (2 S for an AllReduce against the ring's
+ * (6n-4)/n S). Its latency: two handshakes (arrival, end) with every peer,
+ * the peers' counters polled at once by the kernel: 2 alphas. */
+void rcc_zc_dev_terms(int coll, int n, double S, double C,
+                      struct rcc_cost_terms *t) {
+  rcc_zc_terms(coll, n, S, C, t);
+  if (n >= 2)
+    t->alpha_count = 2;
 }
 
 /* Several hosts, AllReduce: per host as above, then a ring over the network
@@ -359,6 +388,21 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .sched = RCC_SCHED_DIRECT, .terms = rcc_direct_terms,
         .formula = {[RCC_COLL_ALLTOALLV] = "(n-1)*alpha + max sent*beta"},
         .why_not = needs_ranks},
+    [RCC_ALG_ZEROCOPY_DEV] = {
+        .id = RCC_ALG_ZEROCOPY_DEV, .name = "device zero-copy",
+        .setting = RINGCC_ALGO_ZEROCOPY,
+        .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
+                 RCC_COLL_BIT(RCC_COLL_ALLGATHER),
+        .sched = RCC_SCHED_NONE, .exec = RCC_EXEC_ZC,
+        .flags = RCC_ALG_ALL_EDGES,
+        .terms = rcc_zc_dev_terms,
+        .formula = {[RCC_COLL_ALLREDUCE] = "2*alpha + 2S*(2n-2)/(6n-4)*beta "
+                                           "+ (n-1)/n*S*gamma",
+                    [RCC_COLL_REDUCE_SCATTER] = "2*alpha + (S+S/n)*(n-1)/"
+                                                "(3n-1)*beta + (n-1)/n*S*gamma",
+                    [RCC_COLL_ALLGATHER] = "2*alpha + (S+S/n)*(n-1)/(3n-1)"
+                                           "*beta"},
+        .why_not = zc_dev_why_not},
 };
 
 const char *rcc_alg_name(int alg) {

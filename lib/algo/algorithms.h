@@ -148,6 +148,8 @@ void rcc_cma_terms(int coll, int n, double S, double C,
                    struct rcc_cost_terms *t);
 void rcc_zc_terms(int coll, int n, double S, double C,
                   struct rcc_cost_terms *t);
+void rcc_zc_dev_terms(int coll, int n, double S, double C,
+                      struct rcc_cost_terms *t);
 void rcc_hier_terms(int coll, int n, double S, double C,
                     struct rcc_cost_terms *t);
 void rcc_direct_terms(int coll, int n, double S, double C,

@@ -96,6 +96,8 @@ enum rcc_alg {
   RCC_ALG_BINOMIAL,      /* gather, scatter: binomial tree (binomial.c) */
   RCC_ALG_PAIRWISE_V,    /* alltoallv: pairwise exchange of uneven blocks
                             (direct.c) */
+  RCC_ALG_ZEROCOPY_DEV,  /* registered device memory in place, one host
+                            (exec_zc.c, exec_zc_cuda.cu) */
   RCC_NUM_ALGS
 };
 

@@ -479,9 +479,15 @@ static ringcc_result_t execute(const struct call *c,
   if (a->exec == RCC_EXEC_ZC) {
     struct rcc_zc_call zc = {c->coll, src, c->recvbuf, c->count,
                              (ringcc_datatype_t)c->dt, op,
-                             (c->uses & USES_ROOT) ? c->root : -1};
+                             (c->uses & USES_ROOT) ? c->root : -1,
+                             (c->uses & ON_DEVICE) != 0, c->stream,
+                             tune.channels};
     int ran = 0;
-    ringcc_result_t r = rcc_exec_zc(comm, &zc, &ran);
+    struct rcc_zc_dev_args launch;
+    ringcc_result_t r =
+        rcc_exec_zc(comm, &zc, &ran, zc.device ? &launch : NULL);
+    if (r == RINGCC_SUCCESS && ran && zc.device)
+      return rcc_exec_cuda_zc(comm, &launch, tune.channels, c->stream);
     if (r != RINGCC_SUCCESS || ran)
       return r;
     /* Some rank's buffers are not registered: every rank saw that alike. */

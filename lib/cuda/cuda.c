@@ -752,7 +752,8 @@ static ringcc_result_t connect_status(struct ringcc_comm *comm) {
 static ringcc_result_t connect_kernels(struct ringcc_comm *comm) {
   char err[RCC_ERRLEN];
   int dev = comm->cuda->device, native = 0, pageable = 0;
-  if (rcc_cuda_preload(err, sizeof(err)) != 0) {
+  if (rcc_cuda_preload(err, sizeof(err)) != 0 ||
+      rcc_cuda_zc_preload(err, sizeof(err)) != 0) {
     cudaGetLastError();
     return rcc_comm_error(comm, RINGCC_ERR_CUDA, "init on rank %d (GPU %d): "
                           "loading the collective kernels failed: %s",
@@ -1120,7 +1121,9 @@ static ringcc_result_t enqueue(struct ringcc_comm *comm, int step,
       return cuda_error(comm, "cudaLaunchHostFunc (captured)", e);
     break;
   case RCC_CUDA_KERNEL:
-    if (rcc_cuda_launch(a, stream, err, sizeof(err)) != 0) {
+    if ((a->zc != NULL ? rcc_cuda_zc_launch(a->zc, (unsigned)a->plan.nchannels,
+                                           stream, err, sizeof(err))
+                       : rcc_cuda_launch(a, stream, err, sizeof(err))) != 0) {
       cudaGetLastError();
       return rcc_comm_error(comm, RINGCC_ERR_CUDA,
                             "%s (seq %llu) on rank %d (GPU %d): launching the "
@@ -1197,6 +1200,45 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
   return r;
 }
 
+ringcc_result_t rcc_exec_cuda_zc(struct ringcc_comm *comm,
+                                 struct rcc_zc_dev_args *z, int blocks,
+                                 void *stream) {
+  struct rcc_cuda *cu = comm->cuda;
+  struct rcc_gpu_scope scope;
+  int steps[RCC_CUDA_MAX_STEPS];
+  z->status = cu->status_dev;
+  z->blocks = cu->blocks_dev;
+  z->timeout_ns = comm->set.timeout_ms > 0
+                      ? (uint64_t)comm->set.timeout_ms * 1000000u
+                      : 0;
+  z->seq = comm->seq;
+  z->nranks = comm->nranks;
+  struct rcc_cuda_args a = {
+      .plan = {.coll = z->coll, .nranks = comm->nranks, .rank = comm->rank,
+               .nchannels = blocks > 1 ? blocks : 1, .nsteps = 3},
+      .status = cu->status_dev,
+      .blocks = cu->blocks_dev,
+      .timeout_ns = z->timeout_ns,
+      .seq = comm->seq,
+      .dt = z->dt,
+      .op = z->op,
+      .zc = z,
+  };
+  ringcc_result_t r = enter(comm, cu->device, &scope);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  int captured = capturing(comm, stream, &r);
+  a.captured = z->captured = (uint32_t)captured;
+  int nsteps = rcc_cuda_recipe(__atomic_load_n(&cu->have_last,
+                                               __ATOMIC_ACQUIRE),
+                               captured, 0, steps);
+  for (int i = 0; i < nsteps && r == RINGCC_SUCCESS; i++)
+    r = enqueue(comm, steps[i], &a, (cudaStream_t)stream, NULL, 0, NULL);
+  cudaGetLastError();
+  leave(&scope);
+  return r;
+}
+
 #else /* !RINGCC_HAVE_CUDA --------------------------------------------------- */
 
 static const char *cuda_error_text(int e) {
@@ -1255,6 +1297,14 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
   (void)stage_bytes;
   return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
                         "rcc_exec_cuda without CUDA support");
+}
+
+ringcc_result_t rcc_exec_cuda_zc(struct ringcc_comm *comm,
+                                 struct rcc_zc_dev_args *z, int blocks,
+                                 void *stream) {
+  (void)z, (void)blocks, (void)stream;
+  return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
+                        "rcc_exec_cuda_zc without CUDA support");
 }
 
 #endif /* RINGCC_HAVE_CUDA */

@@ -141,6 +141,14 @@ ringcc_result_t rcc_exec_cuda(struct ringcc_comm *comm,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op,
                               void *stream, size_t stage_bytes);
 
+/* Enqueues the zero-copy kernel (kernel.h, exec_zc_cuda.cu) with z's
+ * buffers and counters (exec_zc.c fills them; this fills the rest) on
+ * stream, blocks CUDA blocks, in the same recipe as rcc_exec_cuda's
+ * kernels (no staging). */
+ringcc_result_t rcc_exec_cuda_zc(struct ringcc_comm *comm,
+                                 struct rcc_zc_dev_args *z, int blocks,
+                                 void *stream);
+
 /* The CUDA work of one device collective, in stream order (both builds; the
  * tests check the order without a GPU). */
 enum rcc_cuda_step {

@@ -50,6 +50,7 @@
 #include "algorithms.h"
 #include "fold.h"
 #include "kernel.h"
+#include "launch.cuh"
 #include "reduce.cuh"
 
 /* ---- the schedules, compiled for the device ------------------------------- */
@@ -494,34 +495,11 @@ const kernel_fn kernels[RINGCC_NUM_DATATYPES][RINGCC_NUM_OPS] = {
 
 extern "C" int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream,
                                char *err, size_t errlen) {
-  if (a->dt < 0 || a->dt >= RINGCC_NUM_DATATYPES || a->op < 0 ||
-      a->op >= RINGCC_NUM_OPS || kernels[a->dt][a->op] == NULL) {
-    snprintf(err, errlen, "no kernel for datatype %d, op %d", a->dt, a->op);
-    return (int)cudaErrorInvalidValue;
-  }
-  void *args[] = {(void *)a};
   unsigned blocks = a->plan.nchannels > 1 ? (unsigned)a->plan.nchannels : 1;
-  cudaError_t e = cudaLaunchKernel((const void *)kernels[a->dt][a->op],
-                                   dim3(blocks), dim3(RCC_CUDA_THREADS), args,
-                                   0, (cudaStream_t)stream);
-  if (e != cudaSuccess)
-    snprintf(err, errlen, "cudaLaunchKernel: %s (%s)", cudaGetErrorString(e),
-             cudaGetErrorName(e));
-  return (int)e;
+  return rcc_launch_of(kernels, "kernel", a->dt, a->op, a, blocks, stream, err,
+                       errlen);
 }
 
 extern "C" int rcc_cuda_preload(char *err, size_t errlen) {
-  for (int dt = 0; dt < RINGCC_NUM_DATATYPES; dt++)
-    for (int op = 0; op < RINGCC_NUM_OPS; op++) {
-      struct cudaFuncAttributes attr;
-      if (kernels[dt][op] == NULL)
-        continue;
-      cudaError_t e = cudaFuncGetAttributes(&attr, (const void *)kernels[dt][op]);
-      if (e != cudaSuccess) {
-        snprintf(err, errlen, "cudaFuncGetAttributes (datatype %d, op %d): "
-                 "%s (%s)", dt, op, cudaGetErrorString(e), cudaGetErrorName(e));
-        return (int)e;
-      }
-    }
-  return 0;
+  return rcc_preload_of(kernels, "collective kernel", err, errlen);
 }

@@ -6,7 +6,8 @@
  *
  * With n ranks on one host (block b: the b-th of n nearly equal slices of
  * the buffer, cut at 64-byte boundaries so no two ranks write one cache
- * line), rank r
+ * line; rcc_zc_block and the order of peers, rcc_zc_peer, are zc_sched.h's),
+ * rank r
  *
  *   AllReduce      reduces block r of every input, in rank order, a
  *                  cache-sized chunk at a time, and writes the chunk into
@@ -85,6 +86,7 @@
 #include "reduce.h"
 #include "registry.h"
 #include "zc.h"
+#include "zc_sched.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <emmintrin.h>
@@ -112,6 +114,8 @@ struct zc {
   char *staged;     /* Reduce-Scatter: the result, copied after the end */
   const char *mine; /* AllToAll in place: the input, copied aside */
   int mismatch;     /* a peer makes another call */
+  int in_place;     /* some rank's call is in place (device calls) */
+  struct rcc_zc_dev_args *launch; /* a device call's kernel arguments */
 };
 
 /* ---- copies ------------------------------------------------------------------------ */
@@ -166,18 +170,6 @@ static void reduce_chunk(const struct zc *z, const char *const *in, size_t o,
     rcc_reduce_avg_finish(z->c->dt, out, out, k, z->comm->nranks);
 }
 
-/* Block b of parts nearly equal blocks of count elements, cut at 64-byte
- * boundaries: [*off, *off + *len). */
-static void block_of(size_t count, size_t esize, int parts, int b,
-                     size_t *off, size_t *len) {
-  size_t align = esize < 64 ? 64 / esize : 1;
-  size_t per = (count + (size_t)parts - 1) / (size_t)parts;
-  per = (per + align - 1) / align * align;
-  size_t start = per * (size_t)b < count ? per * (size_t)b : count;
-  *off = start;
-  *len = count - start < per ? count - start : per;
-}
-
 /* ---- the collectives, once every rank has arrived ---------------------------- */
 
 static void zc_allreduce(struct zc *z) {
@@ -186,13 +178,13 @@ static void zc_allreduce(struct zc *z) {
   char *const *out = z->reg->out;
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
   char *tmp = z->reg->tmp;
-  block_of(c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
     reduce_chunk(z, in, o, k, tmp, 1);
     for (int j = 0; j < z->n; j++)
-      put(z, out[(z->me + j) % z->n] + o, tmp, k * z->esize);
+      put(z, out[rcc_zc_peer(z->me, j, z->n)] + o, tmp, k * z->esize);
   }
 }
 
@@ -214,7 +206,8 @@ static void zc_allgather(struct zc *z) {
   for (size_t done = 0; done < c->count; done += chunk) {
     size_t k = c->count - done < chunk ? c->count - done : chunk;
     for (int j = 0; j < z->n; j++)
-      put(z, z->reg->out[(z->me + j) % z->n] + (base + done) * z->esize,
+      put(z,
+          z->reg->out[rcc_zc_peer(z->me, j, z->n)] + (base + done) * z->esize,
           mine + done * z->esize, k * z->esize);
   }
 }
@@ -222,12 +215,12 @@ static void zc_allgather(struct zc *z) {
 static void zc_bcast(struct zc *z) {
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
   const char *from = z->reg->in[z->root];
-  block_of(z->c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(z->c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
     for (int j = 0; j < z->n; j++) {
-      int q = (z->me + j) % z->n;
+      int q = rcc_zc_peer(z->me, j, z->n);
       if (q != z->root)
         put(z, z->reg->out[q] + o, from + o, k * z->esize);
     }
@@ -236,7 +229,7 @@ static void zc_bcast(struct zc *z) {
 
 static void zc_reduce(struct zc *z) {
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
-  block_of(z->c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(z->c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
@@ -249,7 +242,7 @@ static void zc_alltoall(struct zc *z) {
   size_t block = z->c->count * z->esize;
   const char *mine = z->mine != NULL ? z->mine : z->c->src;
   for (int j = 0; j < z->n; j++) {
-    int q = (z->me + j) % z->n;
+    int q = rcc_zc_peer(z->me, j, z->n);
     put(z, z->reg->out[q] + (size_t)z->me * block, mine + (size_t)q * block,
         block);
   }
@@ -291,7 +284,27 @@ static ringcc_result_t wait_flag(struct zc *z, int peer, struct rcc_zc_flag *f,
 
 static uint32_t what_of(const struct rcc_zc_call *c, int usable) {
   return (uint32_t)c->coll | (uint32_t)c->dt << 8 | (uint32_t)c->op << 16 |
-         (uint32_t)(usable != 0) << 24;
+         (uint32_t)(usable != 0) << 24 | (uint32_t)(c->src == c->dst) << 25;
+}
+
+/* An output over inputs peers read (MPI's in-place Reduce-Scatter on ranks
+ * other than 0): the result is staged (prepare). */
+static int output_over_inputs(const struct zc *z) {
+  const struct rcc_zc_call *c = z->c;
+  size_t b = c->count * z->esize;
+  const char *in = c->src, *out = c->dst;
+  return c->coll == RCC_COLL_REDUCE_SCATTER && out < in + b * (size_t)z->n &&
+         out + b > in && out != in + (size_t)z->me * b;
+}
+
+/* Whether the zero-copy kernel takes a device call on this rank: its
+ * collectives, up to RCC_ZC_DEV_MAX local ranks, every local rank's device
+ * counters mapped here, and no staging (which would be host memory). */
+static int device_usable(const struct zc *z) {
+  int coll = z->c->coll;
+  return (coll == RCC_COLL_ALLREDUCE || coll == RCC_COLL_REDUCE_SCATTER ||
+          coll == RCC_COLL_ALLGATHER) &&
+         z->n <= RCC_ZC_DEV_MAX && z->reg->dev_ready && !output_over_inputs(z);
 }
 
 /* Bytes of rank j's input and output (j: an index in local[]) that other
@@ -346,11 +359,14 @@ static void arrive(struct zc *z, struct rcc_zc_flag *f) {
   f->src_slot = f->dst_slot = RCC_ZC_NO_SLOT;
   f->src_off = f->dst_off = 0;
   if (in_bytes > 0)
-    f->src_slot = rcc_registry_find(z->reg, c->src, in_bytes, &f->src_off);
+    f->src_slot = rcc_registry_find(z->reg, c->src, in_bytes, c->device,
+                                    &f->src_off);
   if (out_bytes > 0)
-    f->dst_slot = rcc_registry_find(z->reg, c->dst, out_bytes, &f->dst_off);
+    f->dst_slot = rcc_registry_find(z->reg, c->dst, out_bytes, c->device,
+                                    &f->dst_off);
   int usable = (in_bytes == 0 || f->src_slot != RCC_ZC_NO_SLOT) &&
-               (out_bytes == 0 || f->dst_slot != RCC_ZC_NO_SLOT);
+               (out_bytes == 0 || f->dst_slot != RCC_ZC_NO_SLOT) &&
+               (!c->device || device_usable(z));
   f->what = what_of(c, usable);
   f->root = c->root;
   f->count = c->count;
@@ -387,7 +403,7 @@ static ringcc_result_t mismatch(struct zc *z, int peer,
  * registered. Then where each rank's buffers are, here. */
 static ringcc_result_t gather_arrivals(struct zc *z, int *all_usable) {
   struct rcc_registry *reg = z->reg;
-  uint32_t want = what_of(z->c, 0);
+  uint32_t want = what_of(z->c, 0) & 0xffffff;
   size_t in_bytes, out_bytes;
   *all_usable = 1;
   for (int j = 0; j < z->n; j++) {
@@ -401,7 +417,8 @@ static ringcc_result_t gather_arrivals(struct zc *z, int *all_usable) {
     if ((f->what & 0xffffff) != want || f->count != z->c->count ||
         f->root != z->c->root)
       return mismatch(z, p, f);
-    *all_usable &= (int)(f->what >> 24);
+    *all_usable &= (int)(f->what >> 24 & 1);
+    z->in_place |= (int)(f->what >> 25 & 1);
   }
   if (!*all_usable)
     return RINGCC_SUCCESS;
@@ -474,7 +491,7 @@ static ringcc_result_t run_per_host(struct zc *z) {
   const struct rcc_zc_call *c = z->c;
   char *mine = c->dst;
   size_t off, len, chunk = RCC_ZC_CHUNK / z->esize;
-  block_of(c->count, z->esize, z->n, z->me, &off, &len);
+  rcc_zc_block(c->count, z->esize, z->n, z->me, &off, &len);
   for (size_t done = 0; done < len; done += chunk) {
     size_t k = len - done < chunk ? len - done : chunk;
     size_t o = (off + done) * z->esize;
@@ -492,7 +509,7 @@ static ringcc_result_t run_per_host(struct zc *z) {
   if (c->op == RINGCC_AVG && len > 0)
     rcc_reduce_avg_finish(c->dt, block, block, len, z->comm->nranks);
   for (int j = 1; j < z->n; j++) {
-    int q = (z->me + j) % z->n;
+    int q = rcc_zc_peer(z->me, j, z->n);
     put(z, z->reg->out[q] + off * z->esize, block, len * z->esize);
   }
   return RINGCC_SUCCESS;
@@ -506,8 +523,9 @@ static ringcc_result_t prepare(struct zc *z) {
   struct rcc_registry *reg = z->reg;
   size_t b = c->count * z->esize, need = 0;
   const char *in = c->src, *out = c->dst;
-  if (c->coll == RCC_COLL_REDUCE_SCATTER && out < in + b * (size_t)z->n &&
-      out + b > in && out != in + (size_t)z->me * b)
+  if (c->device)
+    return RINGCC_SUCCESS; /* device_usable: no staging */
+  if (output_over_inputs(z))
     need = b; /* an output over inputs peers read (MPI's in-place form) */
   if (c->coll == RCC_COLL_ALLTOALL && in == out)
     need = b * (size_t)z->n; /* peers write where this rank reads */
@@ -573,6 +591,36 @@ static ringcc_result_t agree_hosts(struct zc *z, int *usable) {
   return r;
 }
 
+/* A device call, once every rank has arrived: the zero-copy kernel's
+ * arguments, on the buffers gather_arrivals found, for the caller to
+ * enqueue on the call's stream; the kernels take steps 4-5 over
+ * (exec_zc_cuda.cu). One-shot or two-phase is
+ * decided alike on every rank: from the count, and whether any rank's call
+ * is in place (one-shot reads every peer's input while that peer writes
+ * its output). */
+static void run_device(struct zc *z) {
+  const struct rcc_zc_call *c = z->c;
+  struct rcc_registry *reg = z->reg;
+  struct rcc_zc_dev_args *l = z->launch;
+  memset(l, 0, sizeof(*l));
+  l->n = z->n;
+  l->me = z->me;
+  l->coll = c->coll;
+  l->dt = c->dt;
+  l->op = c->op;
+  l->count = c->count;
+  l->one_shot = c->coll == RCC_COLL_ALLREDUCE && !z->in_place &&
+                c->count * z->esize <= RCC_ZC_DEV_ONESHOT_MAX;
+  for (int j = 0; j < z->n; j++) {
+    l->local[j] = reg->local[j];
+    l->in[j] = reg->in[j];
+    l->out[j] = reg->out[j];
+    l->flags[j] = rcc_registry_dev_flags(reg, reg->local[j]);
+  }
+  l->in[z->me] = c->src; /* exposed() leaves out what only this rank uses */
+  l->out[z->me] = c->dst;
+}
+
 static ringcc_result_t run(struct zc *z, int per_host, int *ran) {
   struct rcc_registry *reg = z->reg;
   int usable;
@@ -596,6 +644,10 @@ static ringcc_result_t run(struct zc *z, int per_host, int *ran) {
   *ran = 1;
   reg->ran++;
   RCC_PUT(z->comm->progress.step, 1);
+  if (z->c->device) {
+    run_device(z);
+    return RINGCC_SUCCESS;
+  }
   if (per_host)
     r = run_per_host(z);
   else
@@ -611,7 +663,8 @@ static ringcc_result_t run(struct zc *z, int per_host, int *ran) {
 }
 
 ringcc_result_t rcc_exec_zc(struct ringcc_comm *comm,
-                            const struct rcc_zc_call *call, int *ran) {
+                            const struct rcc_zc_call *call, int *ran,
+                            struct rcc_zc_dev_args *launch) {
   struct rcc_registry *reg = comm->registry;
   int per_host = rcc_registry_kind(comm) == RCC_ZC_PER_HOST;
   struct zc z = {
@@ -626,8 +679,14 @@ ringcc_result_t rcc_exec_zc(struct ringcc_comm *comm,
       .n = reg->nlocal,
       .me = reg->me_local,
       .root = -1,
+      .launch = launch,
   };
   *ran = 0;
+  if (call->device && (launch == NULL || per_host))
+    return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
+                          "%s on rank %d: a device zero-copy call %s",
+                          rcc_coll_name(call->coll), comm->rank,
+                          per_host ? "across hosts" : "without its launch");
   for (int j = 0; j < reg->nlocal && call->root >= 0; j++)
     if (reg->local[j] == call->root)
       z.root = j;
@@ -635,7 +694,9 @@ ringcc_result_t rcc_exec_zc(struct ringcc_comm *comm,
 
   struct rcc_progress *at = &comm->progress;
   RCC_PUT(at->coll, call->coll);
-  RCC_PUT(at->alg, per_host ? (int)RCC_ALG_HIER : (int)RCC_ALG_ZEROCOPY);
+  RCC_PUT(at->alg, per_host      ? (int)RCC_ALG_HIER
+                   : call->device ? (int)RCC_ALG_ZEROCOPY_DEV
+                                  : (int)RCC_ALG_ZEROCOPY);
   RCC_PUT(at->nsteps, (uint64_t)3);
   RCC_PUT(at->block, z.me);
   RCC_PUT(at->nelem, call->count);

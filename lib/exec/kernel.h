@@ -76,12 +76,48 @@ struct rcc_cuda_args {
   uint32_t captured;            /* launched into a CUDA graph capture */
   int32_t dt;                   /* ringcc_datatype_t */
   int32_t op;                   /* ringcc_op_t */
+  /* Host side only: where not NULL, the step that launches the kernel
+   * launches the zero-copy kernel with these arguments instead (cuda.c's
+   * rcc_exec_cuda_zc); the rest of the recipe is the same. */
+  const struct rcc_zc_dev_args *zc;
+};
+
+/* The zero-copy kernel (exec_zc_cuda.cu) on registered device memory:
+ * every local rank's buffers and counters as mapped on this GPU, by index
+ * among the ranks of this host (registry.h). */
+/* AllReduce out of place up to this many bytes runs one-shot: each rank
+ * reduces the whole of every input into its own output. */
+#define RCC_ZC_DEV_ONESHOT_MAX ((uint64_t)256 << 10)
+
+struct rcc_zc_dev_flags;
+
+struct rcc_zc_dev_args {
+  int32_t n, me;          /* local ranks, this one's index */
+  int32_t local[RCC_ZC_DEV_MAX]; /* their ranks (what a failure names) */
+  int32_t nranks;         /* AVG divides by it */
+  int32_t coll, dt, op;   /* AllReduce, Reduce-Scatter or AllGather */
+  int32_t one_shot;       /* AllReduce: one-shot, else two-phase */
+  uint64_t count;         /* as in the public call */
+  uint64_t seq;           /* the collective's sequence number (reports) */
+  uint64_t timeout_ns;    /* each wait; 0: none */
+  const void *in[RCC_ZC_DEV_MAX]; /* inputs (this rank's own: its src) */
+  void *out[RCC_ZC_DEV_MAX];      /* outputs (this rank's own: its dst) */
+  struct rcc_zc_dev_flags *flags[RCC_ZC_DEV_MAX]; /* counters, mapped here */
+  struct rcc_cuda_status *status;
+  struct rcc_cuda_blocks *blocks;
+  uint32_t captured;
 };
 
 /* exec_cuda.cu: launches the kernel of a->dt, a->op on stream (a
  * cudaStream_t). Returns 0, or a cudaError_t with err filled in. */
 int rcc_cuda_launch(const struct rcc_cuda_args *a, void *stream, char *err,
                     size_t errlen);
+/* exec_zc_cuda.cu: launches the zero-copy kernel of a->dt, a->op with
+ * blocks blocks on stream. 0, or a cudaError_t with err filled in. */
+int rcc_cuda_zc_launch(const struct rcc_zc_dev_args *a, unsigned blocks,
+                       void *stream, char *err, size_t errlen);
+/* exec_zc_cuda.cu: rcc_cuda_preload for the zero-copy kernels. */
+int rcc_cuda_zc_preload(char *err, size_t errlen);
 /* exec_cuda.cu: loads every kernel's module into the current context now
  * (cudaFuncGetAttributes), as NCCL does: with lazy loading (CUDA 12's
  * default) a first launch loads it, which waits for the device's running

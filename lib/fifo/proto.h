@@ -72,6 +72,20 @@ RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,
 #define RCC_META_LAST ((uint64_t)1 << 32) /* last piece of a p2p message */
 #define RCC_META_BYTES(m) ((uint32_t)((m) & 0xffffffffu))
 
+/* The zero-copy flags of device calls (exec_zc_cuda.cu, registry.h): two
+ * counters per rank in device memory of its own, mapped by its peers on
+ * their GPUs at registration. Only the owner's kernels write them (release,
+ * system scope), its peers' kernels read them (acquire) and spin until they
+ * reach the call's number v, compared with wrap-around arithmetic. Separate
+ * from the host board's records (exec_zc.c), which carry each call's
+ * buffers and are written and read by the host. */
+#define RCC_ZC_DEV_MAX 8 /* local ranks the zero-copy kernel takes */
+
+struct rcc_zc_dev_flags {
+  uint32_t arrive; /* device zero-copy calls whose inputs are ready */
+  uint32_t done;   /* ... that no longer touch peers' buffers */
+};
+
 struct rcc_conn_ops;
 
 /* One end of a connection, as seen by the process that uses it. */

@@ -51,6 +51,9 @@ struct reg_record {
   int32_t ctl_fd;  /* the owner's flags */
   int32_t slot;    /* deregistration: the slot */
   uint64_t ctl_addr;
+  int32_t dev_fd;     /* the owner's device counters (-1: none yet) */
+  uint64_t dev_bytes;
+  uint64_t dev_addr;
   char why[WHY_LEN];
 };
 
@@ -242,6 +245,39 @@ static ringcc_result_t create_flags(struct rcc_registry *reg, char *err,
   return RINGCC_SUCCESS;
 }
 
+/* This rank's device counters, on the GPU of its first registered device
+ * memory (zeroed by the allocation). */
+static ringcc_result_t create_dev_flags(struct rcc_registry *reg, int device,
+                                        char *err, size_t errlen) {
+  size_t bytes = sizeof(struct rcc_zc_dev_flags);
+  void *p = NULL;
+  ringcc_result_t r = rcc_cuda_mem_alloc(device, &bytes, &p, &reg->dev_fd,
+                                         &reg->dev_state, err, errlen);
+  if (r != RINGCC_SUCCESS) {
+    snprintf(err + strlen(err), errlen - strlen(err),
+             " (the device zero-copy counters)");
+    return r;
+  }
+  reg->dev_own = p;
+  reg->dev_bytes = bytes;
+  return RINGCC_SUCCESS;
+}
+
+/* Peer p's device counters, mapped on this rank's GPU once (where p has
+ * them: p registered device memory too). */
+static ringcc_result_t map_dev_flags(struct ringcc_comm *comm,
+                                     struct rcc_registry *reg, int p,
+                                     const struct reg_record *q, char *err,
+                                     size_t errlen) {
+  if (reg->dev_view[p].base != NULL || q->dev_fd < 0)
+    return RINGCC_SUCCESS;
+  struct reg_record counters = {.pid = q->pid, .fd = q->dev_fd, .device = 0,
+                                .offset = 0, .bytes = q->dev_bytes,
+                                .block_bytes = q->dev_bytes,
+                                .addr = q->dev_addr};
+  return map_view(comm, p, &counters, &reg->dev_view[p], err, errlen);
+}
+
 static ringcc_result_t map_flags(struct ringcc_comm *comm,
                                  struct rcc_registry *reg, int p,
                                  const struct reg_record *q, char *err,
@@ -279,11 +315,14 @@ static struct rcc_registry *registry_get(struct ringcc_comm *comm, char *err,
   if (reg == NULL)
     goto oom;
   reg->ctl_fd = -1;
+  reg->dev_fd = -1;
+  reg->dev_view = calloc(n, sizeof(*reg->dev_view));
   reg->ctl = calloc(n, sizeof(*reg->ctl));
   reg->ctl_map = calloc(n, sizeof(*reg->ctl_map));
   reg->in = calloc(n, sizeof(*reg->in));
   reg->out = calloc(n, sizeof(*reg->out));
   if (reg->ctl == NULL || reg->ctl_map == NULL || reg->in == NULL ||
+      reg->dev_view == NULL ||
       reg->out == NULL ||
       posix_memalign((void **)&reg->tmp, 64, RCC_ZC_CHUNK) != 0 ||
       find_groups(comm, reg) != RINGCC_SUCCESS)
@@ -292,6 +331,7 @@ static struct rcc_registry *registry_get(struct ringcc_comm *comm, char *err,
   return reg;
 oom:
   if (reg != NULL) {
+    free(reg->dev_view);
     free(reg->in);
     free(reg->out);
     free(reg->ctl);
@@ -328,6 +368,14 @@ void rcc_registry_free(struct ringcc_comm *comm) {
       munmap(reg->ctl_map[p], flags_bytes());
   if (reg->ctl_own != NULL)
     munmap(reg->ctl_own, flags_bytes());
+  for (int p = 0; p < comm->nranks; p++)
+    if (p != comm->rank)
+      unmap_view(&reg->dev_view[p], comm->forked);
+  if (reg->dev_own != NULL && !comm->forked)
+    rcc_cuda_mem_free(reg->dev_own, reg->dev_bytes, reg->dev_state);
+  if (reg->dev_fd >= 0)
+    close(reg->dev_fd);
+  free(reg->dev_view);
   if (reg->ctl_fd >= 0)
     close(reg->ctl_fd);
   free(reg->slots);
@@ -348,11 +396,12 @@ int rcc_registry_kind(const struct ringcc_comm *comm) {
 }
 
 uint32_t rcc_registry_find(const struct rcc_registry *reg, const void *p,
-                           size_t bytes, uint64_t *off) {
+                           size_t bytes, int device, uint64_t *off) {
   const char *c = p;
   for (uint32_t s = 0; s < reg->nslots; s++) {
     const struct ringcc_reg *h = reg->slots[s];
-    if (h == NULL || !rcc_mem_live(h->block) || h->block->device >= 0 ||
+    if (h == NULL || !rcc_mem_live(h->block) ||
+        (h->block->device >= 0) != (device != 0) ||
         c < h->base ||
         c > h->base + h->bytes || bytes > (size_t)(h->base + h->bytes - c))
       continue;
@@ -360,6 +409,11 @@ uint32_t rcc_registry_find(const struct rcc_registry *reg, const void *p,
     return s;
   }
   return RCC_ZC_NO_SLOT;
+}
+
+struct rcc_zc_dev_flags *rcc_registry_dev_flags(const struct rcc_registry *reg,
+                                                int peer) {
+  return (struct rcc_zc_dev_flags *)reg->dev_view[peer].base;
 }
 
 char *rcc_registry_peer(const struct rcc_registry *reg, int peer,
@@ -446,6 +500,15 @@ static ringcc_result_t describe_mine(struct ringcc_comm *comm,
   else if (reg->ctl_own == NULL &&
            (r = create_flags(reg, err, sizeof(err))) == RINGCC_SUCCESS)
     reg->ctl[comm->rank] = reg->ctl_own;
+  if (r == RINGCC_SUCCESS && (*block)->device >= 0 && reg->dev_own == NULL &&
+      (r = create_dev_flags(reg, (*block)->device, err, sizeof(err))) ==
+          RINGCC_SUCCESS) {
+    reg->dev_view[comm->rank].base = (char *)reg->dev_own;
+    reg->dev_view[comm->rank].bytes = reg->dev_bytes;
+  }
+  rec->dev_fd = reg != NULL ? reg->dev_fd : -1;
+  rec->dev_bytes = reg != NULL ? reg->dev_bytes : 0;
+  rec->dev_addr = reg != NULL ? (uint64_t)(uintptr_t)reg->dev_own : 0;
   if (r == RINGCC_SUCCESS) {
     rec->fd = (*block)->fd;
     rec->device = (*block)->device;
@@ -479,7 +542,13 @@ static ringcc_result_t map_peers(struct ringcc_comm *comm,
     r = map_flags(comm, reg, p, &all[p], err, sizeof(err));
     if (r == RINGCC_SUCCESS)
       r = map_view(comm, p, &all[p], &h->view[p], err, sizeof(err));
+    if (r == RINGCC_SUCCESS && comm->peers[comm->rank].gpu.device >= 0)
+      r = map_dev_flags(comm, reg, p, &all[p], err, sizeof(err));
   }
+  /* Device calls need every local rank's counters here. */
+  reg->dev_ready = r == RINGCC_SUCCESS;
+  for (int i = 0; i < reg->nlocal; i++)
+    reg->dev_ready &= reg->dev_view[reg->local[i]].base != NULL;
   if (r == RINGCC_SUCCESS)
     return r;
   snprintf(rec->why, WHY_LEN, "%s", err);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto.h"
 #include "ringcc.h"
 
 struct ringcc_comm;
@@ -100,16 +101,29 @@ struct rcc_registry {
   const char **in;
   char **out;
   char *tmp;                 /* RCC_ZC_CHUNK bytes, cache-line aligned */
+  /* Device counters: this rank's (its allocation and descriptor), and
+   * every local rank's as mapped on this rank's GPU ([nranks]; NULL until
+   * mapped). dev_ready: every local rank's are mapped here. */
+  struct rcc_zc_dev_flags *dev_own;
+  size_t dev_bytes;
+  int dev_fd;
+  void *dev_state;
+  struct rcc_reg_view *dev_view;
+  int dev_ready;
   void *stage;
   size_t stage_bytes;
 };
 
 /* The kind of zero-copy a call may take on comm (0 without registrations). */
 int rcc_registry_kind(const struct ringcc_comm *comm);
-/* The live registration slot of this rank that holds [p, p + bytes), and
- * p's offset in it; RCC_ZC_NO_SLOT where none does. */
+/* The live registration slot of this rank that holds [p, p + bytes) in
+ * device memory (device) or host memory (!device), and p's offset in it;
+ * RCC_ZC_NO_SLOT where none does. */
 uint32_t rcc_registry_find(const struct rcc_registry *reg, const void *p,
-                           size_t bytes, uint64_t *off);
+                           size_t bytes, int device, uint64_t *off);
+/* Rank peer's device counters as mapped on this rank's GPU (NULL: not). */
+struct rcc_zc_dev_flags *rcc_registry_dev_flags(const struct rcc_registry *reg,
+                                                int peer);
 /* Rank peer's buffer at (slot, off), bytes long, as mapped here; NULL when
  * that is not inside the peer's registered range. */
 char *rcc_registry_peer(const struct rcc_registry *reg, int peer,

@@ -24,7 +24,9 @@
  * Options: -b MIN -e MAX -f FACTOR (bytes, K/M/G suffixes; default 8 B to
  * 256 MiB, x8), --iters K (timed iterations; default by size), --copy-bw
  * (also the device's cudaMemcpy device-to-device rate, for one GPU shared by
- * the ranks), --timeout-ms MS (default RINGCC_TIMEOUT_MS, else 120000). Output: a table, and per size a line
+ * the ranks), --register (libringcc: the buffers from ringcc_mem_alloc,
+ * registered with ringcc_comm_register, so the tuner may take the device
+ * zero-copy kernel; RINGCC_ALGO=zerocopy forces it), --timeout-ms MS (default RINGCC_TIMEOUT_MS, else 120000). Output: a table, and per size a line
  *   ARPERF <backend> <nranks> <bytes> <time_us> <algbw_GBps> <busbw_GBps> <ok>
  * (and "ARPERF copy 1 <bytes> <time_us> <GBps>" with --copy-bw), which
  * gpu-check.sh reads. Exit status 0, 1 on a wrong result or a failed call,
@@ -48,7 +50,7 @@
 #define MAX_RANKS 64
 
 static struct {
-  bool nccl, spread, copy_bw;
+  bool nccl, spread, copy_bw, reg;
   int threads, iters;
   size_t min_bytes, max_bytes, factor;
   int64_t timeout_ms;
@@ -68,6 +70,7 @@ struct rank {
   cudaStream_t stream;
   float *send, *recv;
   ringcc_comm_t comm; /* the ringcc backend, or processes' bootstrap */
+  ringcc_reg_t reg_send, reg_recv; /* --register */
 #if RINGCC_HAVE_NCCL
   ncclComm_t nccl;
 #endif
@@ -253,15 +256,36 @@ static int make_comms(struct rank *k) {
 #endif
 }
 
+/* --register: the buffers from ringcc_mem_alloc (device memory of this
+ * rank's GPU, mappable by its peers), registered with the communicator. */
+static int alloc_registered(struct rank *k, size_t cap) {
+  if (ringcc_mem_alloc(k->comm, cap, (void **)&k->send) != RINGCC_SUCCESS ||
+      ringcc_mem_alloc(k->comm, cap, (void **)&k->recv) != RINGCC_SUCCESS)
+    return fail(k, "ringcc_mem_alloc", ringcc_comm_last_error(k->comm));
+  if (ringcc_comm_register(k->comm, k->send, cap, &k->reg_send) !=
+          RINGCC_SUCCESS ||
+      ringcc_comm_register(k->comm, k->recv, cap, &k->reg_recv) !=
+          RINGCC_SUCCESS)
+    return fail(k, "ringcc_comm_register", ringcc_comm_last_error(k->comm));
+  return 0;
+}
+
 static void run_rank(struct rank *k) {
   size_t cap = opt.max_bytes;
   k->device = device_of(k->rank);
   if (cuda(k, cudaSetDevice(k->device), "cudaSetDevice") ||
       cuda(k, cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking),
-           "cudaStreamCreate") ||
-      cuda(k, cudaMalloc((void **)&k->send, cap), "cudaMalloc") ||
-      cuda(k, cudaMalloc((void **)&k->recv, cap), "cudaMalloc"))
+           "cudaStreamCreate"))
     return;
+  if (opt.reg) { /* the communicator first: it allocates the buffers */
+    if (opt.threads)
+      pthread_barrier_wait(&barrier);
+    if (make_comms(k) != 0 || alloc_registered(k, cap) != 0)
+      return;
+  } else if (cuda(k, cudaMalloc((void **)&k->send, cap), "cudaMalloc") ||
+             cuda(k, cudaMalloc((void **)&k->recv, cap), "cudaMalloc")) {
+    return;
+  }
   float *host = malloc(cap);
   if (host == NULL) {
     fail(k, "malloc", "out of memory");
@@ -274,12 +298,13 @@ static void run_rank(struct rank *k) {
   free(host);
   if (opt.threads)
     pthread_barrier_wait(&barrier); /* allocations before any kernel */
-  if (make_comms(k) != 0)
+  if (!opt.reg && make_comms(k) != 0)
     return;
   if (k->rank == 0) {
-    printf("allreduce_perf: %s, %d rank%s as %s, float32 sum out of place\n",
+    printf("allreduce_perf: %s, %d rank%s as %s, float32 sum out of place%s\n",
            opt.nccl ? "NCCL" : "libringcc", k->nranks,
-           k->nranks == 1 ? "" : "s", opt.threads ? "threads" : "processes");
+           k->nranks == 1 ? "" : "s", opt.threads ? "threads" : "processes",
+           opt.reg ? ", registered buffers" : "");
     printf("  %12s %10s %9s %9s\n", "bytes", "time_us", "algbw", "busbw");
   }
   for (size_t b = opt.min_bytes; b <= opt.max_bytes && !k->failed;
@@ -301,12 +326,21 @@ static void run_rank(struct rank *k) {
   if (opt.nccl && k->nccl)
     ncclCommDestroy(k->nccl);
 #endif
+  if (k->reg_send)
+    ringcc_comm_deregister(k->comm, k->reg_send);
+  if (k->reg_recv)
+    ringcc_comm_deregister(k->comm, k->reg_recv);
   if (k->comm)
     ringcc_comm_destroy(k->comm);
   if (opt.threads)
     pthread_barrier_wait(&barrier);
-  cudaFree(k->send);
-  cudaFree(k->recv);
+  if (opt.reg) {
+    ringcc_mem_free(k->send);
+    ringcc_mem_free(k->recv);
+  } else {
+    cudaFree(k->send);
+    cudaFree(k->recv);
+  }
   cudaStreamDestroy(k->stream);
 }
 
@@ -342,6 +376,8 @@ int main(int argc, char **argv) {
       opt.threads = atoi(v), i++;
     } else if (strcmp(a, "--spread") == 0) {
       opt.spread = true;
+    } else if (strcmp(a, "--register") == 0) {
+      opt.reg = true;
     } else if (strcmp(a, "--copy-bw") == 0) {
       opt.copy_bw = true;
     } else if (strcmp(a, "-b") == 0 && v) {
@@ -359,8 +395,8 @@ int main(int argc, char **argv) {
     }
   }
   if (opt.factor < 2 || opt.min_bytes < 4 || opt.max_bytes < opt.min_bytes ||
-      opt.threads > MAX_RANKS)
-    goto usage;
+      opt.threads > MAX_RANKS || (opt.reg && opt.nccl))
+    goto usage; /* --register is libringcc's */
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     fprintf(stderr, "allreduce_perf: no GPU\n");
@@ -408,6 +444,6 @@ int main(int argc, char **argv) {
 usage:
   fprintf(stderr, "usage: allreduce_perf --backend ringcc|nccl [--threads N] "
                   "[--spread] [-b MIN] [-e MAX] [-f FACTOR] [--iters K] "
-                  "[--copy-bw] [--timeout-ms MS]\n");
+                  "[--copy-bw] [--register] [--timeout-ms MS]\n");
   return 2;
 }
