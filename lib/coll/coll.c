@@ -48,6 +48,20 @@ struct call {
 #define USES_ROOT 2u
 #define USES_PEER 4u
 #define ON_DEVICE 8u /* buffers in GPU memory: enqueued on stream (locate) */
+#define UP_TO 16u    /* ringcc_recv_from: a message of at most count, the
+                        call a struct recv_from_call's */
+
+struct recv_from_call {
+  struct call c; /* first: a call with UP_TO is one of these */
+  ringcc_recv_status_t *status; /* or NULL */
+};
+
+/* A receive that takes the executor's receive-from path: any source, or a
+ * message of at most count (rcc_exec_host_recv_from). */
+static int recv_from(const struct call *c) {
+  return c->coll == RCC_COLL_RECV &&
+         (c->peer == RINGCC_ANY_SOURCE || (c->uses & UP_TO));
+}
 
 /* How many elements of sendbuf and recvbuf a call touches (per rank). */
 static void buffer_elems(const struct call *c, size_t *send, size_t *recv) {
@@ -233,11 +247,18 @@ static ringcc_result_t locate(struct call *c) {
 }
 
 static ringcc_result_t validate_peer(struct ringcc_comm *comm, const char *fn,
-                                     int peer) {
+                                     int peer, int coll) {
+  if (coll == RCC_COLL_RECV && peer == RINGCC_ANY_SOURCE)
+    return comm->nranks > 1 ? RINGCC_SUCCESS
+           : rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                            "%s on rank %d: argument 'peer' is "
+                            "RINGCC_ANY_SOURCE on a communicator of one rank: "
+                            "no rank could send the message", fn, comm->rank);
   if (peer < 0 || peer >= comm->nranks)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "%s on rank %d: argument 'peer' is %d; it must be in "
-                          "[0, %d]", fn, comm->rank, peer, comm->nranks - 1);
+                          "[0, %d]%s", fn, comm->rank, peer, comm->nranks - 1,
+                          coll == RCC_COLL_RECV ? " or RINGCC_ANY_SOURCE" : "");
   if (peer == comm->rank)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "%s on rank %d: argument 'peer' is this rank; a "
@@ -364,6 +385,32 @@ static struct rcc_plan call_plan(struct ringcc_comm *comm,
   };
 }
 
+/* ringcc_recv_from, ringcc_recv from RINGCC_ANY_SOURCE (host buffers). */
+static ringcc_result_t execute_recv_from(const struct call *c, int *alg,
+                                         uint64_t *bytes) {
+  struct ringcc_comm *comm = c->comm;
+  size_t esize = ringcc_datatype_size(c->dt);
+  size_t chunk = comm->set.chunk_bytes / esize;
+  struct rcc_plan plan = call_plan(comm, &rcc_algorithms[RCC_ALG_P2P],
+                                   RCC_COLL_RECV, 1, esize, c->count,
+                                   chunk > 0 ? chunk : 1);
+  plan.nsteps = c->count == 0 ? 1 : rcc_div_up(c->count, plan.chunk_elems);
+  int source = -1;
+  size_t got = 0;
+  *alg = RCC_ALG_P2P;
+  ringcc_result_t r = rcc_exec_host_recv_from(
+      comm, &plan, c->peer, c->recvbuf, (ringcc_datatype_t)c->dt,
+      !(c->uses & UP_TO), &source, &got);
+  *bytes = (uint64_t)got * esize;
+  ringcc_recv_status_t *status =
+      (c->uses & UP_TO) ? ((const struct recv_from_call *)c)->status : NULL;
+  if (r == RINGCC_SUCCESS && status != NULL) {
+    status->source = source;
+    status->count = got;
+  }
+  return r;
+}
+
 /* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
  * convention (the statistics' and the trace's). */
 static ringcc_result_t execute(const struct call *c, int *alg,
@@ -374,6 +421,8 @@ static ringcc_result_t execute(const struct call *c, int *alg,
   ringcc_op_t op = (c->uses & USES_OP) ? (ringcc_op_t)c->op : RINGCC_SUM;
   struct rcc_tuning tune;
 
+  if (recv_from(c))
+    return execute_recv_from(c, alg, bytes);
   choose(c, &tune);
   *alg = tune.alg;
   *bytes = (uint64_t)c->count * esize *
@@ -533,10 +582,17 @@ static ringcc_result_t run_inside(struct call *c) {
     return code;
   }
   if (c->uses & USES_PEER)
-    if ((r = validate_peer(comm, c->fn, c->peer)) != RINGCC_SUCCESS)
+    if ((r = validate_peer(comm, c->fn, c->peer, c->coll)) != RINGCC_SUCCESS)
       return r;
   if ((r = validate(c)) != RINGCC_SUCCESS || (r = locate(c)) != RINGCC_SUCCESS)
     return r;
+  if (recv_from(c) && (c->uses & ON_DEVICE))
+    return rcc_comm_error(comm, RINGCC_ERR_UNSUPPORTED,
+                          "%s on rank %d: %s takes host buffers only; 'buf' "
+                          "is device memory", c->fn, comm->rank,
+                          c->peer == RINGCC_ANY_SOURCE
+                              ? "a receive from RINGCC_ANY_SOURCE"
+                              : "ringcc_recv_from");
   RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
@@ -682,6 +738,18 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
   struct call c = {"ringcc_recv", comm, RCC_COLL_RECV, NULL, buf, count, dt,
                    -1, -1, peer, stream, USES_PEER};
   return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_recv_from(void *buf, size_t count,
+                                            ringcc_datatype_t dt, int peer,
+                                            ringcc_comm_t comm,
+                                            ringcc_stream_t stream,
+                                            ringcc_recv_status_t *status) {
+  struct recv_from_call rc = {{"ringcc_recv_from", comm, RCC_COLL_RECV, NULL,
+                               buf, count, dt, -1, -1, peer, stream,
+                               USES_PEER | UP_TO},
+                              status};
+  return run(&rc.c);
 }
 
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
