@@ -370,7 +370,7 @@ bench:
 # scripts/check-layers.py).
 PYTHON      ?= python3
 PY_VENV     ?= build/venv
-PY_PACKAGES ?= numpy torch pytest ml_dtypes setuptools wheel
+PY_PACKAGES ?= numpy torch pytest ml_dtypes setuptools wheel expecttest
 PY_TEST_ARGS ?=
 PY_BENCH_ARGS ?=
 

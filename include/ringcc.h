@@ -380,7 +380,12 @@ RINGCC_API ringcc_result_t ringcc_alltoall(const void *sendbuf, void *recvbuf,
  * default) waits for its receiver, so two ranks that both send first
  * deadlock until the timeout; post such exchanges in a group (below).
  * Outside a group, peer must be another rank; inside one it may be this rank
- * (a copy, matched in order with this rank's receive from itself). */
+ * (a copy, matched in order with this rank's receive from itself).
+ * Outside a group, ringcc_recv's peer may be RINGCC_ANY_SOURCE (host
+ * buffers): the next message of whichever rank's comes first, of exactly
+ * count elements as any ringcc_recv (ringcc_recv_from also says which rank
+ * sent it). A receive from RINGCC_ANY_SOURCE inside a group is refused
+ * (RINGCC_ERR_INVALID_USAGE). */
 RINGCC_API ringcc_result_t ringcc_send(const void *buf, size_t count,
                                        ringcc_datatype_t dt, int peer,
                                        ringcc_comm_t comm,
@@ -389,6 +394,32 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
                                        ringcc_datatype_t dt, int peer,
                                        ringcc_comm_t comm,
                                        ringcc_stream_t stream);
+
+/* ringcc_recv's and ringcc_recv_from's peer: a message from any rank
+ * (MPI_ANY_SOURCE's counterpart). Messages of one sender are still received
+ * in the order it sent them; when messages of several senders are waiting,
+ * they are taken in turn, starting after the rank the previous any-source
+ * receive of the communicator took (no sender starves); the first piece of
+ * a message decides, and the receive then takes that whole message. */
+#define RINGCC_ANY_SOURCE (-2)
+
+/* What a ringcc_recv_from received. */
+typedef struct {
+  int source;   /* the sender's rank */
+  size_t count; /* elements received, at most the count asked for */
+} ringcc_recv_status_t;
+
+/* ringcc_recv (peer a rank or RINGCC_ANY_SOURCE) that accepts a message of
+ * at most count elements, as MPI_Recv, and fills *status (may be NULL) with
+ * its sender and length; a longer message fails the call
+ * (RINGCC_ERR_INVALID_USAGE) and leaves the communicator unusable, as any
+ * mismatched message does. Host buffers only (RINGCC_ERR_UNSUPPORTED for
+ * device buffers). Not in DESIGN.md's fixed set: an addition. */
+RINGCC_API ringcc_result_t ringcc_recv_from(void *buf, size_t count,
+                                            ringcc_datatype_t dt, int peer,
+                                            ringcc_comm_t comm,
+                                            ringcc_stream_t stream,
+                                            ringcc_recv_status_t *status);
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,
                                           ringcc_stream_t stream);
 

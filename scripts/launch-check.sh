@@ -13,6 +13,11 @@
 # root (slurmd runs jobs as their user) and Debian's slurm-wlm; without them
 # the srun tests are skipped and say so. A Slurm already configured on this
 # host is not touched (SLURM_CONF points at the temporary one).
+#
+# Nothing here waits unbounded: Slurm's start is given 20 s (each sinfo 5 s),
+# the tests RCC_LAUNCH_CHECK_S (default 480 s) in all; past either, what
+# Slurm logged and which launcher processes still run are printed, and the
+# exit status is 124.
 set -euo pipefail
 
 test_bin=${1:?usage: launch-check.sh TEST_BINARY [VENV]}
@@ -67,12 +72,20 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=$((cpus < 8 ? 8 : cpus)) State=UNKNOWN
 PartitionName=rcc Nodes=$host Default=YES MaxTime=10 State=UP OverSubscribe=FORCE:8
 CONF
   export SLURM_CONF=$work/slurm.conf
+  if command -v ss >/dev/null &&
+    ss -Hltn "( sport = :$port or sport = :$((port + 1)) )" | grep -q .; then
+    echo "launch-check: port $port or $((port + 1)) is taken (a slurmctld or" \
+      "slurmd of an earlier run?): set RCC_SLURM_PORT; holders:" >&2
+    ss -Hltnp "( sport = :$port or sport = :$((port + 1)) )" >&2 || true
+    exit 1
+  fi
   slurmctld -D -i >"$work/slurmctld.out" 2>&1 &
   ctld_pid=$!
   slurmd -D >"$work/slurmd.out" 2>&1 &
   slurmd_pid=$!
-  for _ in $(seq 1 100); do
-    if sinfo -h -o %t 2>/dev/null | grep -q idle; then
+  local end=$((SECONDS + 20))
+  while [ "$SECONDS" -lt "$end" ]; do
+    if timeout 5 sinfo -h -o %t 2>/dev/null | grep -q idle; then
       echo "launch-check: one-node Slurm up ($host, $SLURM_CONF)"
       return 0
     fi
@@ -88,5 +101,15 @@ if start_slurm; then
 fi
 export PY_VENV=$venv
 rc=0
-"$test_bin" --jobs=1 --filter='launch*/*' --verbose=0 </dev/null || rc=$?
+limit=${RCC_LAUNCH_CHECK_S:-480}
+timeout -k 10 "$limit" "$test_bin" --jobs=1 --filter='launch*/*' --verbose=0 \
+  </dev/null || rc=$?
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  echo "launch-check: the launcher tests ran past ${limit} s (RCC_LAUNCH_CHECK_S);" \
+    "the last test started is the last [RUN ] above. Still running:" >&2
+  ps -eo pid,ppid,etime,args | grep -E 'slurm|srun|torchrun|mpirun|mpiexec|hydra|test_launch' |
+    grep -v grep >&2 || true
+  [ -n "$ctld_pid" ] && tail -n 15 "$work"/slurm*.log >&2 || true
+  rc=124
+fi
 exit $rc

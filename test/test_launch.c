@@ -773,6 +773,9 @@ Test(launch_errors, hydra_on_several_hosts) {
   setenv("PMI_SIZE", "4", 1);
   setenv("MPI_LOCALNRANKS", "2", 1);
   expect_no_rendezvous("MPICH hydra");
+  cr_assert(strstr(ringcc_comm_last_error(NULL), "-genv RINGCC_ROOT"),
+            "the hydra error does not say how to pass RINGCC_ROOT: %s",
+            ringcc_comm_last_error(NULL));
 }
 
 Test(launch_errors, open_mpi_on_several_hosts) {

@@ -63,6 +63,20 @@ struct call {
 #define USES_ROOT 2u
 #define USES_PEER 4u
 #define ON_DEVICE 8u /* buffers in GPU memory: enqueued on stream (locate) */
+#define UP_TO 16u    /* ringcc_recv_from: a message of at most count, the
+                        call a struct recv_from_call's */
+
+struct recv_from_call {
+  struct call c; /* first: a call with UP_TO is one of these */
+  ringcc_recv_status_t *status; /* or NULL */
+};
+
+/* A receive that takes the executor's receive-from path: any source, or a
+ * message of at most count (rcc_exec_host_recv_from). */
+static int recv_from(const struct call *c) {
+  return c->coll == RCC_COLL_RECV &&
+         (c->peer == RINGCC_ANY_SOURCE || (c->uses & UP_TO));
+}
 
 /* The call as vcoll.c takes it. */
 static struct rcc_vcall vcall_of(const struct call *c) {
@@ -289,11 +303,18 @@ static ringcc_result_t locate(struct call *c) {
 }
 
 static ringcc_result_t validate_peer(struct ringcc_comm *comm, const char *fn,
-                                     int peer) {
+                                     int peer, int coll) {
+  if (coll == RCC_COLL_RECV && peer == RINGCC_ANY_SOURCE)
+    return comm->nranks > 1 ? RINGCC_SUCCESS
+           : rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                            "%s on rank %d: argument 'peer' is "
+                            "RINGCC_ANY_SOURCE on a communicator of one rank: "
+                            "no rank could send the message", fn, comm->rank);
   if (peer < 0 || peer >= comm->nranks)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "%s on rank %d: argument 'peer' is %d; it must be in "
-                          "[0, %d]", fn, comm->rank, peer, comm->nranks - 1);
+                          "[0, %d]%s", fn, comm->rank, peer, comm->nranks - 1,
+                          coll == RCC_COLL_RECV ? " or RINGCC_ANY_SOURCE" : "");
   if (peer == comm->rank)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
                           "%s on rank %d: argument 'peer' is this rank; a "
@@ -445,6 +466,32 @@ static ringcc_result_t premul_input(const struct call *c,
   return RINGCC_SUCCESS;
 }
 
+/* ringcc_recv_from, ringcc_recv from RINGCC_ANY_SOURCE (host buffers). */
+static ringcc_result_t execute_recv_from(const struct call *c, int *alg,
+                                         uint64_t *bytes) {
+  struct ringcc_comm *comm = c->comm;
+  size_t esize = ringcc_datatype_size(c->dt);
+  size_t chunk = comm->set.chunk_bytes / esize;
+  struct rcc_plan plan = call_plan(comm, &rcc_algorithms[RCC_ALG_P2P],
+                                   RCC_COLL_RECV, 1, esize, c->count,
+                                   chunk > 0 ? chunk : 1);
+  plan.nsteps = c->count == 0 ? 1 : rcc_div_up(c->count, plan.chunk_elems);
+  int source = -1;
+  size_t got = 0;
+  *alg = RCC_ALG_P2P;
+  ringcc_result_t r = rcc_exec_host_recv_from(
+      comm, &plan, c->peer, c->recvbuf, (ringcc_datatype_t)c->dt,
+      !(c->uses & UP_TO), &source, &got);
+  *bytes = (uint64_t)got * esize;
+  ringcc_recv_status_t *status =
+      (c->uses & UP_TO) ? ((const struct recv_from_call *)c)->status : NULL;
+  if (r == RINGCC_SUCCESS && status != NULL) {
+    status->source = source;
+    status->count = got;
+  }
+  return r;
+}
+
 /* *alg: the algorithm that ran (enum rcc_alg); *bytes: S in nccl-tests'
  * convention (the statistics' and the trace's). */
 static ringcc_result_t execute(const struct call *c,
@@ -467,6 +514,8 @@ static ringcc_result_t execute(const struct call *c,
     op = RINGCC_SUM;
   }
 
+  if (recv_from(c))
+    return execute_recv_from(c, alg, bytes);
   choose(c, &tune);
   *alg = tune.alg;
   *bytes = (uint64_t)c->count * esize *
@@ -635,12 +684,19 @@ static ringcc_result_t run_inside(struct call *c) {
     return code;
   }
   if (c->uses & USES_PEER)
-    if ((r = validate_peer(comm, c->fn, c->peer)) != RINGCC_SUCCESS)
+    if ((r = validate_peer(comm, c->fn, c->peer, c->coll)) != RINGCC_SUCCESS)
       return r;
   struct rcc_premul_op pm;
   if ((r = validate(c, &pm)) != RINGCC_SUCCESS ||
       (r = locate(c)) != RINGCC_SUCCESS)
     return r;
+  if (recv_from(c) && (c->uses & ON_DEVICE))
+    return rcc_comm_error(comm, RINGCC_ERR_UNSUPPORTED,
+                          "%s on rank %d: %s takes host buffers only; 'buf' "
+                          "is device memory", c->fn, comm->rank,
+                          c->peer == RINGCC_ANY_SOURCE
+                              ? "a receive from RINGCC_ANY_SOURCE"
+                              : "ringcc_recv_from");
   RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
   RCC_TRACE(comm->rank, "%s seq %llu count %zu datatype %s", c->fn,
             (unsigned long long)comm->seq, c->count,
@@ -723,8 +779,17 @@ static struct call *keep_call(const struct call *c) {
 static ringcc_result_t record_inside(struct call *c) {
   ringcc_result_t r = RINGCC_SUCCESS;
   struct rcc_premul_op pm; /* checked now; run_inside looks it up again */
+  if (recv_from(c))
+    return rcc_comm_error(c->comm, RINGCC_ERR_INVALID_USAGE,
+                          "%s on rank %d: %s inside a group is not supported "
+                          "(a group's receives name their peer and take "
+                          "exactly count elements): make it outside the "
+                          "group", c->fn, c->comm->rank,
+                          c->peer == RINGCC_ANY_SOURCE
+                              ? "a receive from RINGCC_ANY_SOURCE"
+                              : "ringcc_recv_from");
   if ((c->uses & USES_PEER) && c->peer != c->comm->rank)
-    r = validate_peer(c->comm, c->fn, c->peer);
+    r = validate_peer(c->comm, c->fn, c->peer, c->coll);
   if (r != RINGCC_SUCCESS || (r = validate(c, &pm)) != RINGCC_SUCCESS ||
       (r = locate(c)) != RINGCC_SUCCESS)
     return r;
@@ -861,6 +926,18 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
   struct call c = {"ringcc_recv", comm, RCC_COLL_RECV, NULL, buf, count, dt,
                    -1, -1, peer, stream, USES_PEER};
   return run(&c);
+}
+
+RINGCC_API ringcc_result_t ringcc_recv_from(void *buf, size_t count,
+                                            ringcc_datatype_t dt, int peer,
+                                            ringcc_comm_t comm,
+                                            ringcc_stream_t stream,
+                                            ringcc_recv_status_t *status) {
+  struct recv_from_call rc = {{"ringcc_recv_from", comm, RCC_COLL_RECV, NULL,
+                               buf, count, dt, -1, -1, peer, stream,
+                               USES_PEER | UP_TO},
+                              status};
+  return run(&rc.c);
 }
 
 RINGCC_API ringcc_result_t ringcc_barrier(ringcc_comm_t comm,

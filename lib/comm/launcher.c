@@ -294,14 +294,18 @@ ringcc_result_t rcc_launch_rendezvous(struct rcc_launch *l, char *err,
   } else if (strcmp(launcher, "Slurm srun") == 0) {
     return slurm_root(l, err, errlen);
   }
+  int hydra = strcmp(launcher, "MPICH hydra") == 0;
   return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
                   "no rendezvous address: launcher %s detected (%s), and it "
                   "says nothing that gives one%s: set RINGCC_ROOT=host:port "
-                  "(where rank 0 listens) or MASTER_ADDR and MASTER_PORT",
+                  "(where rank 0 listens) or MASTER_ADDR and MASTER_PORT%s",
                   launcher, l->why,
-                  strcmp(launcher, "Open MPI") == 0 ||
-                          strcmp(launcher, "MPICH hydra") == 0
-                      ? " for ranks on several hosts" : "");
+                  strcmp(launcher, "Open MPI") == 0 || hydra
+                      ? " for ranks on several hosts" : "",
+                  hydra ? " (hydra names no host in the ranks' environment: "
+                          "mpiexec -genv RINGCC_ROOT <first host>:<port>; "
+                          "docs/launch.md)"
+                        : "");
 }
 
 ringcc_result_t rcc_launch_secret(const struct rcc_launch *l,

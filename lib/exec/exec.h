@@ -39,6 +39,16 @@ ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
                                     const void *src, void *dst,
                                     ringcc_datatype_t dt, ringcc_op_t op);
 
+/* A point-to-point receive of at most plan->count elements into dst, from
+ * peer or (RINGCC_ANY_SOURCE) from the first peer whose message is there;
+ * exact: the message must have plan->count elements. *source, *count: its
+ * sender and its elements. */
+ringcc_result_t rcc_exec_host_recv_from(struct ringcc_comm *comm,
+                                        const struct rcc_plan *plan, int peer,
+                                        void *dst, ringcc_datatype_t dt,
+                                        int exact, int *source,
+                                        size_t *count);
+
 /* For executors that synchronise through flags of their own (exec_zc.c):
  * waits until *word is no longer old as a FIFO wait does (polls, yields,
  * then sleeps on word as a futex, counting itself in *waiters), with the

@@ -137,6 +137,8 @@ struct ringcc_comm {
   struct rcc_stats *stats; /* counters (stats.c); set from init's end */
   struct rcc_trace *trace; /* RINGCC_TRACE's steps (trace.c); NULL: off */
   int report_seen;         /* report signals handled (report.c) */
+  int any_source_next;     /* where an any-source receive starts looking
+                              (exec_host.c rcc_exec_host_recv_from) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
   /* Premul-sum ops (coll/premul.c): the live ones, under premul_lock (made

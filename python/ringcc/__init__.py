@@ -23,9 +23,8 @@ from ._buffers import datatype_of
 from ._lib import Algo, Datatype, Op, Result
 from ._memory import empty
 from ._requests import Request, group
-from .comm import (ANY_TAG, HOST, IN_PLACE, Comm, PremulSum, RingccError,
-                   UniqueId,
-                   get_unique_id, op_of)
+from .comm import (ANY_SOURCE, ANY_TAG, HOST, IN_PLACE, Comm, PremulSum,
+                   RingccError, UniqueId, get_unique_id, op_of)
 
 SUM, PROD, MIN, MAX, AVG = Op.SUM, Op.PROD, Op.MIN, Op.MAX, Op.AVG
 INT8, UINT8, INT32, UINT32, INT64, UINT64 = (
@@ -50,5 +49,5 @@ __all__ = [
     "Op", "Datatype", "Result", "Algo", "op_of", "datatype_of", "version",
     "library_path", "SUM", "PROD", "MIN", "MAX", "AVG", "INT8", "UINT8",
     "INT32", "UINT32", "INT64", "UINT64", "FLOAT16", "BFLOAT16", "FLOAT32",
-    "FLOAT64", "FLOAT8_E4M3", "FLOAT8_E5M2", "ANY_TAG",
+    "FLOAT64", "FLOAT8_E4M3", "FLOAT8_E5M2", "ANY_TAG", "ANY_SOURCE",
 ]

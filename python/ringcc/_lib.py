@@ -108,6 +108,14 @@ CUDA_DEVICE_NONE = -2         # RINGCC_CUDA_DEVICE_NONE
 CONFIG_MAGIC = 0x52434346     # RINGCC_CONFIG_MAGIC
 
 
+ANY_SOURCE = -2  # RINGCC_ANY_SOURCE
+
+
+class RecvStatusStruct(ctypes.Structure):
+    """ringcc_recv_status_t."""
+    _fields_ = [("source", ctypes.c_int), ("count", ctypes.c_size_t)]
+
+
 class UniqueIdStruct(ctypes.Structure):
     """ringcc_unique_id_t: 128 opaque bytes."""
 
@@ -198,6 +206,8 @@ _PROTOTYPES = {
     "ringcc_alltoall": (_R, [_P, _P, _Z, _I, _P, _P]),
     "ringcc_send": (_R, [_P, _Z, _I, _I, _P, _P]),
     "ringcc_recv": (_R, [_P, _Z, _I, _I, _P, _P]),
+    "ringcc_recv_from": (_R, [_P, _Z, _I, _I, _P, _P,
+                              ctypes.POINTER(RecvStatusStruct)]),
     "ringcc_barrier": (_R, [_P, _P]),
     "ringcc_op_create_premul_sum": (_R, [ctypes.POINTER(_I), _P, _I, _P]),
     "ringcc_op_destroy": (_R, [_I, _P]),

@@ -27,6 +27,7 @@ from ._requests import async_capable, in_group
 
 HOST = _lib.SPLIT_HOST
 ANY_TAG = -1  # Recv's tag: ringcc has no tags (mpi4py's MPI.ANY_TAG)
+ANY_SOURCE = _lib.ANY_SOURCE  # recv's peer: whichever rank's message is first
 
 
 class _InPlace:
@@ -697,13 +698,31 @@ class Comm:
                   handle, _stream_address(stream))
 
     @async_capable
-    def recv(self, buf, peer, *, stream=None):
-        """Receives into buf from rank peer; the sizes must match."""
-        handle, peer = self._live(), self._peer(peer)
+    def recv(self, buf, peer=ANY_SOURCE, *, stream=None):
+        """Receives into buf from rank peer, or (ANY_SOURCE or None) from
+        whichever rank's message comes first (host buffers); the sizes must
+        match. recv_from also says who sent it."""
+        handle, peer = self._live(), self._source(peer)
         b = describe(buf, "buf", True)
         self._run("ringcc_recv", b.address or None, b.count, b.dtype, peer,
                   handle, _stream_address(stream))
         return b.obj
+
+    def recv_from(self, buf, peer=ANY_SOURCE):
+        """Receives a message of at most buf's size from rank peer or (the
+        default, ANY_SOURCE or None) from whichever rank's comes first
+        (ringcc_recv_from; host buffers). Returns (source, count): the
+        sender's rank and the elements received, at the start of buf."""
+        handle, peer = self._live(), self._source(peer)
+        b = describe(buf, "buf", True)
+        st = _lib.RecvStatusStruct(-1, 0)
+        self._run("ringcc_recv_from", b.address or None, b.count, b.dtype,
+                  peer, handle, None, ctypes.byref(st))
+        return st.source, st.count
+
+    def _source(self, peer):
+        return ANY_SOURCE if peer is None or peer == ANY_SOURCE \
+            else self._peer(peer)
 
     @async_capable
     def barrier(self, *, stream=None):
@@ -716,8 +735,9 @@ class Comm:
     # mpi4py's buffer specification [buf, datatype] / [buf, count, datatype]
     # (the datatype a ringcc Datatype, its name or a NumPy dtype; it and the
     # count must be the buffer's own: ringcc does not convert), None
-    # returned. What MPI has and ringcc does not (tags, ANY_SOURCE, uneven
-    # Reduce_scatter counts) raises ValueError before anything is sent.
+    # returned. What MPI has and ringcc does not (tags, a status object,
+    # uneven Reduce_scatter counts) raises ValueError before anything is
+    # sent; Recv's source may be ringcc.ANY_SOURCE.
 
     def Get_rank(self):
         return self.rank

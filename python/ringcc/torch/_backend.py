@@ -1053,7 +1053,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("ringcc: recv from any source is not supported "
-                           "(libringcc has no probe); pass src=")
+                           "by the torch backend yet (each sender's messages "
+                           "travel on a communicator of their own; "
+                           "docs/python.md); pass src=")
 
     recvAnysource = recv_anysource
 

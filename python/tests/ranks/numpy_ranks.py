@@ -237,6 +237,18 @@ def check_send_recv(comm, dtype, count):
                 expect_equal(ret, payload, case_name("send/recv", dtype, "-",
                                                      "-", count,
                                                      f" {a}->{b}"))
+    # Any source: every other rank sends rank 0 a message of its own length
+    # (recv_from into one buffer of count: source and count reported), then
+    # one of count (recv with peer None: the data tells whose it is).
+    # A barrier closes each step: no sender's second message meets the first
+    # step's receives.
+    for step in ("recv_from", "recv"):
+        if r != 0:
+            size = max(count - r, 0) if step == "recv_from" else count
+            comm.send(data(dtype, "sum", r, n, size, salt=11), 0)
+        else:
+            any_source_step(comm, dtype, count, step)
+        comm.barrier()
     if n == 1:
         try:
             comm.send(np.zeros(1, dtype), 0)
@@ -244,6 +256,34 @@ def check_send_recv(comm, dtype, count):
         except ValueError as e:
             if "peer" not in str(e):
                 fail(f"send to oneself: message does not name 'peer': {e}")
+
+
+def any_source_step(comm, dtype, count, step):
+    """Rank 0: n-1 messages from any source, each sender's once."""
+    n = comm.size
+    seen = set()
+    for _ in range(n - 1):
+        buf = np.full(count, 99, dtype)
+        if step == "recv_from":
+            src, got = comm.recv_from(buf)
+            size = max(count - src, 0)
+            if src in seen or not 0 < src < n or got != size:
+                fail(f"recv_from(ANY_SOURCE): source {src}, count {got}; "
+                     f"expected a new rank of 1..{n - 1}, count {size}")
+            expect_equal(buf[:got], data(dtype, "sum", src, n, size,
+                                         salt=11),
+                         case_name("recv_from any", dtype, "-", "-",
+                                   count, f" {src}->0"))
+            if (buf[got:] != 99).any():
+                fail(f"recv_from wrote past the {got} elements it got")
+        else:
+            comm.recv(buf, None)
+            src = next((s for s in range(1, n) if s not in seen and
+                        np.array_equal(buf, data(dtype, "sum", s, n,
+                                                 count, salt=11))), None)
+            if src is None:
+                fail("recv(None): the data is no sender's message")
+        seen.add(src)
 
 
 def check_barrier(comm):
