@@ -777,9 +777,13 @@ GPU_CHECK_ARGS ?=
 gpu-check:
 	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh $(GPU_CHECK_ARGS)
 
-$(GPU_OUT)/gpu_suite: $(OBJ)/test/gpu/gpu_suite.o $(STATIC_LIB)
+# gpu_suite is two sources (issue 25): gpu_sections.c has the sections that
+# run only when asked for (--streams, --graph, --kill, --contexts).
+GPU_SUITE_OBJ := $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/gpu_sections.o
+
+$(GPU_OUT)/gpu_suite: $(GPU_SUITE_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(LDLIBS)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $(GPU_SUITE_OBJ) $(STATIC_LIB) $(LIB_LIBS) $(LDLIBS)
 
 $(GPU_OUT)/reduce_bw: test/gpu/reduce_bw.cu lib/exec/reduce.cuh $(FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -791,8 +795,8 @@ $(GPU_OUT)/allreduce_perf: $(OBJ)/test/gpu/allreduce_perf.o $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(NCCL_LIBS) $(LDLIBS)
 
-.SECONDARY: $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/allreduce_perf.o
--include $(OBJ)/test/gpu/gpu_suite.d $(OBJ)/test/gpu/allreduce_perf.d $(GPU_OUT)/reduce_bw.d
+.SECONDARY: $(GPU_SUITE_OBJ) $(OBJ)/test/gpu/allreduce_perf.o
+-include $(GPU_SUITE_OBJ:.o=.d) $(OBJ)/test/gpu/allreduce_perf.d $(GPU_OUT)/reduce_bw.d
 
 # ---- install -------------------------------------------------------------------
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
