@@ -14,6 +14,9 @@
  *
  * The kill tests repeat for a fixed time budget and print how many runs they
  * made and how long the survivors took to see the failure (median and max).
+ *
+ * One program, two sources: from RINGCC_CHECK on, the tests are in
+ * test/parts/faults_calls.c; the helpers both use are in test_faults.h.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>

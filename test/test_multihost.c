@@ -44,6 +44,10 @@
  * Needs root; otherwise (or when namespaces cannot be made) every test is
  * skipped with the reason. Each test deletes its namespaces when it ends
  * (.fini) and first deletes any that a killed run left behind.
+ *
+ * One program, two sources: from the errors on (errors, vanishing, measure,
+ * the secret), the tests are in test/parts/multihost_failures.c; the
+ * helpers both use are in test_multihost.h.
  */
 #include <arpa/inet.h>
 #include <ctype.h>

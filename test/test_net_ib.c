@@ -25,6 +25,10 @@
  * The data-path tests run both ends of a connection in one process: the
  * plugin's connect() and accept() never wait for each other, and ready()
  * completes the exchange (net.h).
+ *
+ * One program, two sources: from ib_fake's error paths on (ib_fake, ib_coll
+ * and the library's choices), the tests are in test/parts/net_ib_errors.c;
+ * the helpers both use are in test_net_ib.h.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>

@@ -47,6 +47,10 @@
  *                as it was and makes none on GPU 0; a thread without a
  *                context that asks for the async error has none after
  * Exit status: 0 all right, 1 a failure (the first ones are printed).
+ *
+ * One program, two sources: the sections (--streams, --graph, --kill,
+ * --contexts) are in test/gpu/gpu_sections.c; what both use is in
+ * gpu_suite.h.
  */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
