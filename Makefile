@@ -778,8 +778,10 @@ gpu-check:
 	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh $(GPU_CHECK_ARGS)
 
 # gpu_suite is two sources (issue 25): gpu_sections.c has the sections that
-# run only when asked for (--streams, --graph, --kill, --contexts).
-GPU_SUITE_OBJ := $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/gpu_sections.o
+# run only when asked for (--streams, --graph, --kill, --contexts);
+# gpu_common.c what both use.
+GPU_SUITE_OBJ := $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/gpu_sections.o \
+                 $(OBJ)/test/gpu/gpu_common.o
 
 $(GPU_OUT)/gpu_suite: $(GPU_SUITE_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)

@@ -81,31 +81,7 @@
 
 /* ---- options and shared state ------------------------------------------------ */
 
-struct gpu_suite_opt opt = {.timeout_ms = 120000};
-
-static pthread_barrier_t thread_barrier;
 static ringcc_unique_id_t thread_ids[8];
-static int failures_reported;
-static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void report(int rank, const char *fmt, ...) {
-  va_list ap;
-  pthread_mutex_lock(&report_lock);
-  if (failures_reported++ < 40) {
-    fprintf(stderr, "gpu_suite: rank %d: ", rank);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-  }
-  pthread_mutex_unlock(&report_lock);
-}
-
-double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- datatypes: exact values on the host ---------------------------------------- */
 
@@ -287,13 +263,6 @@ static const char *const coll_names[NUM_COLLS] = {
     "sendrecv", "barrier"};
 /* In-place forms: 0 out of place, 1 NCCL's pointer form, 2 RINGCC_IN_PLACE. */
 #define NUM_PLACES 3
-
-bool cuda_ok(struct rank *k, cudaError_t e, const char *what) {
-  if (e == cudaSuccess)
-    return true;
-  report(k->rank, "%s: %s", what, cudaGetErrorString(e));
-  return false;
-}
 
 /* Buffer moves: CUDA, or plain memory with --host. */
 static bool copy_to(struct rank *k, void *dst, const void *src, size_t bytes,
@@ -743,13 +712,6 @@ static ringcc_result_t make_comm(struct rank *k, int algo, int idx,
   ringcc_result_t r = ringcc_comm_split(base, 0, k->rank, &k->comm);
   (void)base;
   return r;
-}
-
-void sync_ranks(struct rank *k) {
-  if (opt.threads)
-    pthread_barrier_wait(&thread_barrier);
-  else
-    ringcc_barrier(k->comm, NULL);
 }
 
 /* A collective only rank 0 calls: its kernel times out; the error comes

@@ -1,12 +1,13 @@
 /*
  * gpu_suite.h - what the two sources of gpu_suite (test/gpu/gpu_suite.c and
- * test/gpu/gpu_sections.c) share: the options, one rank, and the helpers
- * each defines for the other.
+ * test/gpu/gpu_sections.c) share: the options, one rank, the helpers of
+ * test/gpu/gpu_common.c, and the sections gpu_sections.c defines.
  */
 #ifndef GPU_SUITE_H
 #define GPU_SUITE_H
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,8 @@ struct gpu_suite_opt {
   int64_t timeout_ms;
 };
 extern struct gpu_suite_opt opt;
+/* The thread ranks' barrier (--threads). */
+extern pthread_barrier_t thread_barrier;
 
 struct rank {
   int rank, nranks, device;
@@ -38,6 +41,7 @@ struct rank {
   const char *label;
 };
 
+/* gpu_common.c */
 void report(int rank, const char *fmt, ...);
 double now_s(void);
 bool cuda_ok(struct rank *k, cudaError_t e, const char *what);
