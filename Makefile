@@ -97,6 +97,11 @@ TOOL_SCRIPT_SRC := $(sort $(filter-out %.c %.h,$(wildcard tools/*)))
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard test/test_*.c))
 TEST_HELPER_SRC := $(sort $(filter-out $(TEST_SRC),$(wildcard test/*.c)))
+# A test program too long for one file (issue 25: no source over ~1,500 lines)
+# is cut in two: its second source test/parts/<name>_*.c links into
+# build/test/test_<name> only (rules under "Tests link"), sharing its
+# helpers through test/test_<name>.h.
+TEST_PART_SRC := $(sort $(wildcard test/parts/*.c))
 
 # ---- CUDA -------------------------------------------------------------------
 # CUDA=auto (the default) is 1 where nvcc is found ($(CUDA_HOME)/bin/nvcc, or
@@ -215,12 +220,13 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
 TEST_SRC    := $(if $(NCCL_H_DIR),$(TEST_SRC),$(filter-out test/test_nccl.c,$(TEST_SRC)))
 TEST_BIN    := $(TEST_SRC:test/%.c=$(TESTOUT)/%)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(OBJ)/%.o)
+TEST_PART_OBJ := $(TEST_PART_SRC:%.c=$(OBJ)/%.o)
 # ringcc-bench is one backend of bench/bench_common.c, the measurement that
 # bench/mpi_bench.c and bench/gloo_bench.cc (make bench-compare) share.
 BENCH_COMMON_OBJ := $(OBJ)/bench/bench_common.o
 ALL_OBJ     := $(LIB_OBJ) $(TOOL_SRC:%.c=$(OBJ)/%.o) \
                $(EXAMPLE_SRC:%.c=$(OBJ)/%.o) $(TEST_SRC:%.c=$(OBJ)/%.o) \
-               $(TEST_HELPER_OBJ) $(BENCH_COMMON_OBJ)
+               $(TEST_HELPER_OBJ) $(TEST_PART_OBJ) $(BENCH_COMMON_OBJ)
 
 # T=reduce, T=test_reduce or T="reduce bcast": the test binaries to run.
 T_NAMES     := $(patsubst test_%,%,$(basename $(notdir $(T))))
@@ -511,10 +517,16 @@ $(EXOUT)/%: $(OBJ)/examples/%.o $(SO_REAL) $(SO_DEV)
 	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< -L$(LIBOUT) -lringcc $(RPATH) $(LDLIBS) -lm
 
 # Tests link the static library (they call internal rcc_* functions) plus
-# every test/*.c that is not test_*.c (shared helpers such as harness.c).
+# every test/*.c that is not test_*.c (shared helpers such as harness.c),
+# and its own second half from test/parts/ where it was cut in two.
+$(TESTOUT)/test_faults: $(OBJ)/test/parts/faults_calls.o
+$(TESTOUT)/test_multihost: $(OBJ)/test/parts/multihost_failures.o
+$(TESTOUT)/test_net_ib: $(OBJ)/test/parts/net_ib_errors.o
+
 $(TESTOUT)/%: $(OBJ)/test/%.o $(TEST_HELPER_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(TEST_HELPER_OBJ) $(STATIC_LIB) \
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(filter $(TEST_PART_OBJ),$^) \
+	  $(TEST_HELPER_OBJ) $(STATIC_LIB) \
 	  $(LIB_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 # ---- objects -------------------------------------------------------------------
@@ -765,9 +777,15 @@ GPU_CHECK_ARGS ?=
 gpu-check:
 	@BUILD=$(BUILD) MAKE="$(MAKE)" scripts/gpu-check.sh $(GPU_CHECK_ARGS)
 
-$(GPU_OUT)/gpu_suite: $(OBJ)/test/gpu/gpu_suite.o $(STATIC_LIB)
+# gpu_suite is two sources (issue 25): gpu_sections.c has the sections that
+# run only when asked for (--streams, --graph, --kill, --contexts);
+# gpu_common.c what both use.
+GPU_SUITE_OBJ := $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/gpu_sections.o \
+                 $(OBJ)/test/gpu/gpu_common.o
+
+$(GPU_OUT)/gpu_suite: $(GPU_SUITE_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(LDLIBS)
+	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $(GPU_SUITE_OBJ) $(STATIC_LIB) $(LIB_LIBS) $(LDLIBS)
 
 $(GPU_OUT)/reduce_bw: test/gpu/reduce_bw.cu lib/exec/reduce.cuh $(FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -779,8 +797,8 @@ $(GPU_OUT)/allreduce_perf: $(OBJ)/test/gpu/allreduce_perf.o $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LINK_FLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIB_LIBS) $(NCCL_LIBS) $(LDLIBS)
 
-.SECONDARY: $(OBJ)/test/gpu/gpu_suite.o $(OBJ)/test/gpu/allreduce_perf.o
--include $(OBJ)/test/gpu/gpu_suite.d $(OBJ)/test/gpu/allreduce_perf.d $(GPU_OUT)/reduce_bw.d
+.SECONDARY: $(GPU_SUITE_OBJ) $(OBJ)/test/gpu/allreduce_perf.o
+-include $(GPU_SUITE_OBJ:.o=.d) $(OBJ)/test/gpu/allreduce_perf.d $(GPU_OUT)/reduce_bw.d
 
 # ---- install -------------------------------------------------------------------
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
