@@ -54,7 +54,7 @@ raw=$out/times.tsv
 : > "$raw"
 
 # One run: prints the out-of-place time(us) of the one size, or "fail".
-run() { # build transport size
+run() { # build transport size failure-log
   local shm=0 log
   [ "$2" = tcp ] && shm=1
   local reg=()
@@ -66,7 +66,7 @@ run() { # build transport size
   case $3 in *M|*G) ;; *) extra+=("$min_time" 0.2) ;; esac
   log=$(RINGCC_SHM_DISABLE=$shm timeout 300 "$1/bin/ringcc-run" -np "$np" \
         "$1/bin/ringcc-bench" "$coll_flag" "$coll" -b "$3" -e "$3" "${extra[@]}" "${reg[@]}" 2>&1) ||
-    { echo fail; return; }
+    { printf '%s\n' "$log" > "$4"; echo fail; return; }
   printf '%s\n' "$log" | awk '/^\[0\] +[0-9]/ { print $7; exit }'
 }
 
@@ -79,7 +79,7 @@ for r in $(seq 1 "$reps"); do
     for s in "${size_list[@]}"; do
       for v in A B; do
         d=$a; [ $v = B ] && d=$b
-        printf '%s\t%s\t%s\t%s\t%s\n' "$v" "$t" "$s" "$r" "$(run "$d" "$t" "$s")" >> "$raw"
+        printf '%s\t%s\t%s\t%s\t%s\n' "$v" "$t" "$s" "$r" "$(run "$d" "$t" "$s" "$out/fail-$v-$t-$s-$r.log")" >> "$raw"
       done
     done
   done
@@ -105,7 +105,7 @@ for (tr, s), d in t.items():
                  f'{min(d["A"]):.2f}-{max(d["A"]):.2f} | '
                  f'{min(d["B"]):.2f}-{max(d["B"]):.2f} |')
 if fails:
-    lines.append(f'\n{fails} run(s) failed: see the logs')
+    lines.append(f'\n{fails} run(s) failed: see fail-*.log beside the table')
 open(sys.argv[2], 'w').write('\n'.join(lines) + '\n')
 print('\n'.join(lines))
 PY
