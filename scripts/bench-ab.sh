@@ -60,7 +60,10 @@ run() { # build transport size failure-log
   local reg=()
   [ "$2" = shm-reg ] && reg=(--register)
   local extra=(-n 20 -w 5) coll_flag=--coll min_time=--min-time
-  if ! "$1/bin/ringcc-bench" --help 2>/dev/null | grep -q -- --min-time; then
+  local help # read whole: grep -q in a pipe may close it early, and under
+  # pipefail the bench's SIGPIPE would read as the old spelling
+  help=$("$1/bin/ringcc-bench" --help 2>/dev/null || true)
+  if ! grep -q -- --min-time <<< "$help"; then
     coll_flag=-c min_time=-m # the spelling of older builds
   fi
   case $3 in *M|*G) ;; *) extra+=("$min_time" 0.2) ;; esac
