@@ -416,21 +416,8 @@ static struct rcc_plan call_plan(struct ringcc_comm *comm,
                                  const struct rcc_algorithm *a, int coll,
                                  int channels, size_t esize, size_t count,
                                  size_t chunk_elems) {
-  return (struct rcc_plan){
-      .alg = a->id,
-      .sched = a->sched,
-      .coll = coll,
-      .nranks = comm->nranks,
-      .rank = comm->rank,
-      .pos = comm->ring_pos,
-      .ring = comm->ring,
-      .nchannels = channels,
-      .granule = rcc_plan_granule(esize),
-      .ring_rev = comm->ring_rev,
-      .pos_rev = comm->ring_pos_rev,
-      .count = count,
-      .chunk_elems = chunk_elems,
-  };
+  return rcc_exec_plan(comm, a->id, a->sched, coll, channels, esize, count,
+                       chunk_elems, 0);
 }
 
 /*

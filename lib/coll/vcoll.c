@@ -299,22 +299,8 @@ static struct rcc_plan plan_of(struct ringcc_comm *comm, int alg, int coll,
                                size_t esize, size_t count, size_t chunk_bytes,
                                int root) {
   size_t chunk = chunk_bytes / esize;
-  return (struct rcc_plan){
-      .alg = alg,
-      .sched = rcc_algorithms[alg].sched,
-      .coll = coll,
-      .nranks = comm->nranks,
-      .rank = comm->rank,
-      .pos = comm->ring_pos,
-      .ring = comm->ring,
-      .nchannels = 1,
-      .granule = rcc_plan_granule(esize),
-      .ring_rev = comm->ring_rev,
-      .pos_rev = comm->ring_pos_rev,
-      .count = count,
-      .chunk_elems = chunk > 0 ? chunk : 1,
-      .root = root,
-  };
+  return rcc_exec_plan(comm, alg, rcc_algorithms[alg].sched, coll, 1, esize,
+                       count, chunk > 0 ? chunk : 1, root);
 }
 
 /* The ring's AllGather of uneven blocks (ring.c), on the communicator's

@@ -5,10 +5,34 @@
 #ifndef RCC_EXEC_H
 #define RCC_EXEC_H
 
+#include "comm.h"
 #include "ringcc.h"
 #include "schedule.h"
 
-struct ringcc_comm;
+/* A call's plan on comm before rcc_plan_build: the ranks and both rings from
+ * the communicator, the rest as given (chunk_elems: elements per step). */
+static inline struct rcc_plan rcc_exec_plan(const struct ringcc_comm *comm,
+                                            int alg, int sched, int coll,
+                                            int nchannels, size_t esize,
+                                            size_t count, size_t chunk_elems,
+                                            int root) {
+  return (struct rcc_plan){
+      .alg = alg,
+      .sched = sched,
+      .coll = coll,
+      .nranks = comm->nranks,
+      .rank = comm->rank,
+      .pos = comm->ring_pos,
+      .ring = comm->ring,
+      .nchannels = nchannels,
+      .granule = rcc_plan_granule(esize),
+      .ring_rev = comm->ring_rev,
+      .pos_rev = comm->ring_pos_rev,
+      .count = count,
+      .chunk_elems = chunk_elems,
+      .root = root,
+  };
+}
 
 ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
                               const struct rcc_plan *plan, const void *src,

@@ -1090,22 +1090,10 @@ static void p2p_plan(struct ringcc_comm *comm, const struct rcc_p2p_op *op,
                      struct rcc_plan *out) {
   size_t esize = ringcc_datatype_size(op->dt);
   size_t slot = rcc_send_conn(comm, RCC_CONN_P2P, 0, op->peer)->slot_bytes;
-  struct rcc_plan call = {
-      .alg = RCC_ALG_P2P,
-      .sched = RCC_SCHED_PAIRWISE,
-      .coll = op->send ? RCC_COLL_SEND : RCC_COLL_RECV,
-      .nranks = comm->nranks,
-      .rank = comm->rank,
-      .pos = comm->ring_pos,
-      .ring = comm->ring,
-      .nchannels = 1,
-      .granule = rcc_plan_granule(esize),
-      .ring_rev = comm->ring_rev,
-      .pos_rev = comm->ring_pos_rev,
-      .count = op->count,
-      .chunk_elems = slot / esize,
-      .root = op->peer,
-  };
+  struct rcc_plan call =
+      rcc_exec_plan(comm, RCC_ALG_P2P, RCC_SCHED_PAIRWISE,
+                    op->send ? RCC_COLL_SEND : RCC_COLL_RECV, 1, esize,
+                    op->count, slot / esize, op->peer);
   rcc_plan_channel(&call, 0, out);
   rcc_plan_build(out);
 }
