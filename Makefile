@@ -208,11 +208,6 @@ NCCL_SRC    := $(sort $(wildcard lib/nccl/*.c))
 NCCL_OBJ    := $(NCCL_SRC:lib/nccl/%.c=$(OBJ)/nccl/%.o)
 NCCL_SO     := $(LIBOUT)/libnccl.so.2
 NCCL_LIBS   := $(if $(NCCL_H_DIR),$(NCCL_SO) $(LIBOUT)/libnccl.so)
-# What this ringcc has of the calls other branches add (names fixed in
-# DESIGN.md): the NCCL layer uses them where present, its interim otherwise.
-NCCL_DEFS   := $(if $(shell grep -lw ringcc_gather include/ringcc.h),-DRCC_NCCL_HAVE_GATHER) \
-               $(if $(shell grep -lw ringcc_group_start include/ringcc.h),-DRCC_NCCL_HAVE_GROUPS) \
-               $(if $(shell grep -lw ringcc_comm_shrink include/ringcc.h),-DRCC_NCCL_HAVE_SHRINK)
 TOOL_BIN    := $(TOOL_SRC:tools/%.c=$(BINOUT)/%) \
                $(TOOL_SCRIPT_SRC:tools/%=$(BINOUT)/%)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(EXOUT)/%)
@@ -480,13 +475,13 @@ $(LIBOUT)/libnccl.so: $(NCCL_SO)
 $(OBJ)/nccl/%.o: lib/nccl/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) -Iinclude -iquote lib/nccl -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include \
-	  -D_GNU_SOURCE $(NCCL_DEFS) $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) -fvisibility=default \
+	  -D_GNU_SOURCE $(CPPFLAGS) $(RCC_CFLAGS) $(CFLAGS) -fvisibility=default \
 	  -MMD -MP -c -o $@ $<
 
 # test_nccl: an NCCL program (nccl.h, no ringcc header), linked to the
 # built libnccl.so.2 by path; scripts/nccl-check.sh builds it again against
 # the torch wheel's nccl.h.
-NCCL_TEST_FLAGS = -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include $(NCCL_DEFS) \
+NCCL_TEST_FLAGS = -isystem $(NCCL_H_DIR) -isystem $(CUDA_HOME)/include \
                   -DRCC_NCCL_SO_PATH='"$(abspath $(NCCL_SO))"'
 $(OBJ)/test/test_nccl.o: RCC_CPPFLAGS += $(NCCL_TEST_FLAGS)
 $(TESTOUT)/test_nccl: $(OBJ)/test/test_nccl.o $(NCCL_SO)

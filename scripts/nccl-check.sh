@@ -54,9 +54,7 @@ python3 "$here/scripts/nccl_symbols.py" "$lib" "$cuda/include/nccl.h" \
 # 2. test_nccl against the wheel's header
 out=$build/test/test_nccl_wheel
 mkdir -p "$(dirname "$out")"
-defs=()   # what the library was built with (the Makefile's NCCL_DEFS)
-grep -qw ringcc_comm_shrink "$here/include/ringcc.h" && defs+=(-DRCC_NCCL_HAVE_SHRINK)
-${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE "${defs[@]}" -isystem "$wheel_inc" \
+${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -isystem "$wheel_inc" \
   -isystem "$cuda/include" -DRCC_NCCL_SO_PATH="\"$lib\"" \
   -o "$out" "$here/test/test_nccl.c" "$lib" -Wl,-rpath,"$build/lib" \
   -lcriterion -ldl -lm -lpthread || bad "test_nccl does not build against $wheel_inc/nccl.h"

@@ -541,13 +541,8 @@ static int body_errors(ncclComm_t comm, int rank, int n, void *arg) {
                       ncclInvalidArgument, "'root'", "root 42");
   bad |= expect_error(rank, ncclGroupEnd(), ncclInvalidUsage, "without ncclGroupStart",
                       "ncclGroupEnd alone");
-#ifdef RCC_NCCL_HAVE_SHRINK /* the Makefile: ringcc has ringcc_comm_shrink */
   bad |= expect_error(rank, ncclCommShrink(comm, NULL, 0, NULL, NULL, 0), ncclInvalidArgument,
                       "newcomm", "ncclCommShrink without newcomm");
-#else
-  bad |= expect_error(rank, ncclCommShrink(comm, NULL, 0, NULL, NULL, 0), ncclInvalidUsage,
-                      "ncclCommShrink", "ncclCommShrink");
-#endif
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0) /* the wheel's header */
   bad |= expect_error(rank, ncclCommSuspend(comm, 0), ncclInvalidUsage,
                       "not supported", "ncclCommSuspend");
@@ -666,7 +661,6 @@ Test(nccl, simulate_n3, .timeout = 60) {
   cr_assert_eq(run_ranks(3, body_simulate, NULL, 1, 50), 0);
 }
 
-#ifdef RCC_NCCL_HAVE_SHRINK
 /* ---- ncclCommShrink: the last rank left out, the others go on ------------- */
 
 static int body_shrink(ncclComm_t comm, int rank, int n, void *arg) {
@@ -697,4 +691,3 @@ Test(nccl, shrink_n4, .timeout = 120) {
   check_library();
   cr_assert_eq(run_ranks(4, body_shrink, NULL, 1, 100), 0);
 }
-#endif

@@ -569,7 +569,6 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList,
   ncclResult_t r = rcc_nccl_ready(fn, comm);
   if (r != ncclSuccess || (r = rcc_nccl_check_config(fn, config)) != ncclSuccess)
     return r;
-#ifdef RCC_NCCL_HAVE_SHRINK
   if (newcomm == NULL || excludeRanksCount < 0 ||
       (excludeRanksCount > 0 && excludeRanksList == NULL))
     return rcc_nccl_fail(ncclInvalidArgument, "%s: newcomm %p, "
@@ -586,12 +585,6 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList,
   if (rr != RINGCC_SUCCESS)
     return rcc_nccl_from(rr, comm->rc, fn);
   return adopt(fn, out, config, newcomm); /* NULL: this rank was excluded */
-#else
-  (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm,
-      (void)shrinkFlags;
-  return rcc_nccl_fail(ncclInvalidUsage, "ncclCommShrink is not supported "
-                       "yet: it waits for ringcc_comm_shrink (docs/nccl.md)");
-#endif
 }
 NCCL_ALIAS(ncclCommShrink)
 

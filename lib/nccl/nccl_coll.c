@@ -101,10 +101,6 @@ ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm,
                          cudaStream_t stream) {
   CALL(RCC_NCCL_GATHER, "ncclGather", sendbuff, recvbuff, count, root);
-  if (comm != NULL && (root < 0 || root >= comm->nranks))
-    return rcc_nccl_fail(ncclInvalidArgument, "ncclGather: argument 'root' "
-                         "is %d; it must be in [0, %d]", root,
-                         comm->nranks - 1);
   return submit(&c, datatype, NULL);
 }
 NCCL_ALIAS(ncclGather)
@@ -113,10 +109,6 @@ ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                           ncclDataType_t datatype, int root, ncclComm_t comm,
                           cudaStream_t stream) {
   CALL(RCC_NCCL_SCATTER, "ncclScatter", sendbuff, recvbuff, count, root);
-  if (comm != NULL && (root < 0 || root >= comm->nranks))
-    return rcc_nccl_fail(ncclInvalidArgument, "ncclScatter: argument 'root' "
-                         "is %d; it must be in [0, %d]", root,
-                         comm->nranks - 1);
   return submit(&c, datatype, NULL);
 }
 NCCL_ALIAS(ncclScatter)
