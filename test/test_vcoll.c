@@ -3,7 +3,10 @@
  *
  * Every call x every datatype, n = 1..8, over shared memory and TCP, with
  * the tuner's choice and each of Gather's and Scatter's algorithms forced
- * (binomial tree, direct), on tiny FIFO slots too (many pieces per block).
+ * (binomial tree, direct, cross-memory attach), on tiny FIFO slots too
+ * (many pieces per block); cross-memory attach around the tuner's
+ * threshold (the algorithm each call ran checked in the statistics) and
+ * with a rank killed.
  * Layouts are random but the same on every rank (drawn from one seed, which
  * every failure prints; VCOLL_SEED=... reruns one): counts with zeros (some
  * calls all zero), blocks in a shuffled order with gaps between them, in
