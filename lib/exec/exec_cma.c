@@ -22,15 +22,17 @@
  * written once), with 3 latencies instead of the ring's 2(n-1) per chunk.
  * Each block is reduced by one rank only, so every rank gets the same bits.
  *
- * Eligibility is decided once per communicator, alike on every rank: the
- * algorithm forced (RINGCC_ALGO=cma or direct: the tuner never picks it on
- * its own), all ranks on one host and in one pid namespace, shared memory not
+ * Eligibility is decided once per communicator, alike on every rank:
+ * RINGCC_ALGO auto, cma or direct (for these collectives the tuner never
+ * picks it on its own; for Gather and Scatter, exec_cma_rooted.c, it does),
+ * all ranks on one host and in one pid namespace, shared memory not
  * disabled, and a probe read of every peer at init succeeded. The probe needs
  * ptrace permission: where Yama restricts ptrace to ancestors, the ranks
- * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then,
- * and the exception is withdrawn (PR_SET_PTRACER 0) when the last
+ * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then.
+ * Forced, the exception is withdrawn (PR_SET_PTRACER 0) when the last
  * communicator that needed it is destroyed, or at once when the probe
- * failed. Linux has no way to read the setting back, so a program that set
+ * failed; under auto right after the probe, and the root of each Gather or
+ * Scatter by cross-memory attach holds it for the call. Linux has no way to read the setting back, so a program that set
  * its own exception finds it cleared then. Ranks that are threads of one
  * process read each other's memory directly.
  */
