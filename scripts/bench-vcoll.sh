@@ -6,17 +6,22 @@
 #
 #   scripts/bench-vcoll.sh [--n "4 8"] [--reps 3] [--colls "alltoallv gather
 #                          scatter"] [--max "4:64M 8:16M"] [--configs "..."]
-#                          [--out DIR]
+#                          [--factor 16] [--out DIR]
 #
-# Configurations (--configs, default all but ringcc-cma): ringcc-shm,
-# ringcc-cma (the same with RINGCC_ALGO=cma: AllToAllv by cross-memory
-# attach), ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl self,vader),
-# mpi-tcp (btl self,tcp on lo).
+# Configurations (--configs, default all but ringcc-cma and ringcc-fifo):
+# ringcc-shm (the tuner's choice: Gather and Scatter by cross-memory attach
+# from 64 KiB a block), ringcc-cma (the same with RINGCC_ALGO=cma:
+# AllToAllv, Gather and Scatter by cross-memory attach at every size),
+# ringcc-fifo (RINGCC_ALGO=direct: Gather and Scatter by the FIFOs' direct
+# schedule at every size; with ringcc-cma, the tuner's threshold),
+# ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl self,vader), mpi-tcp
+# (btl self,tcp on lo).
 #
 # Sizes: per-rank blocks of 1 KiB to the --max of each n (default 64 MiB at
 # n = 4, 16 MiB at n = 8: the buffers of 8 ranks at 64 MiB a block are 8 GiB,
-# more than a machine shared with other jobs should give one run), by x16;
-# ringcc-bench and mpi-bench's size is n blocks (-b 1K*n -e MAX*n -f 16),
+# more than a machine shared with other jobs should give one run), by x16
+# (--factor F: by xF); ringcc-bench and mpi-bench's size is n blocks
+# (-b 1K*n -e MAX*n -f F),
 # float32, out of place, -n 3 -w 1 --min-time 0.2 (small sizes get more
 # iterations), -c 1 (every element checked once per size). AllToAllv's
 # blocks are uneven by ringcc-bench's rule (--help: rank i sends rank j
@@ -30,7 +35,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-configs="ringcc-shm mpi-vader ringcc-tcp mpi-tcp" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M"
+configs="ringcc-shm mpi-vader ringcc-tcp mpi-tcp" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=16
 out=build/bench-results/vcoll-$(date -u +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +45,7 @@ while [ $# -gt 0 ]; do
     --max) maxes=$2; shift ;;
     --out) out=$2; shift ;;
     --configs) configs=$2; shift ;;
+    --factor) factor=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "bench-vcoll.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
@@ -57,13 +63,13 @@ NC=${#CONFIGS[@]}
 bytes() { numfmt --from=iec "$1"; }
 printf 'rep\tcoll\tconfig\tn\tload1\trc\twall_s\n' > "$out/runs.tsv"
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "commit: $(git rev-parse --short HEAD)"
-  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --max \"$maxes\" --configs \"$configs\""
+  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --max \"$maxes\" --configs \"$configs\" --factor $factor"
   echo "mpirun: $(mpirun --version 2>&1 | head -1)"; nproc; } > "$out/versions.txt"
 for rep in $(seq 1 "$reps"); do
   for n in $ns; do
     max=$(for m in $maxes; do [ "${m%%:*}" = "$n" ] && echo "${m#*:}"; done)
     max=${max:-16M}
-    args=(-b $((1024 * n)) -e $(($(bytes "$max") * n)) -f 16 -n 3 -w 1 --min-time 0.2 -c 1 -d float32)
+    args=(-b $((1024 * n)) -e $(($(bytes "$max") * n)) -f "$factor" -n 3 -w 1 --min-time 0.2 -c 1 -d float32)
     for coll in $colls; do
       for k in $(seq 0 $((NC - 1))); do
         cfg=${CONFIGS[$(((k + rep) % NC))]}
@@ -71,6 +77,7 @@ for rep in $(seq 1 "$reps"); do
         case $cfg in
           ringcc-shm) cmd=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-cma) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=cma "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
+          ringcc-fifo) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=direct "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-tcp) cmd=(env RINGCC_SHM_DISABLE=1 RINGCC_SOCKET_IFNAME==lo "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           mpi-vader) cmd=("${MPIRUN[@]}" --mca btl self,vader -np "$n" "$BB/mpi-bench" --coll "$coll" "${args[@]}" --in-place 0) ;;
           mpi-tcp) cmd=("${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np "$n" "$BB/mpi-bench" --coll "$coll" "${args[@]}" --in-place 0) ;;
@@ -99,15 +106,17 @@ for path in glob.glob(os.path.join(out, "logs", "*.log")):
         if len(f) >= 9 and f[0].isdigit() and f[2] == "float32":
             rows.setdefault((coll, n, int(f[0]) // n), {}).setdefault(cfg, []).append(float(f[5]))
             wrong += int(f[8]) if f[8].isdigit() else 0
-order = ["ringcc-shm", "ringcc-cma", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
+order = ["ringcc-shm", "ringcc-cma", "ringcc-fifo", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
 present = [c for c in order if any(c in v for v in rows.values())]
 ratios = [(m, r) for m, r in (("mpi-vader", "ringcc-shm"), ("mpi-vader", "ringcc-cma"),
-                               ("mpi-tcp", "ringcc-tcp")) if m in present and r in present]
+                               ("mpi-tcp", "ringcc-tcp"), ("ringcc-fifo", "ringcc-cma"))
+          if m in present and r in present]
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 with open(os.path.join(out, "table.md"), "w") as t:
     t.write(f"median time per call (us) over the repetitions; block = bytes per rank; "
-            f"ratio = Open MPI / ringcc (> 1: ringcc faster); wrong elements: {wrong}\n\n")
+            f"ratio = Open MPI / ringcc (> 1: ringcc faster; ringcc-fifo/ringcc-cma > 1: "
+            f"cross-memory attach faster); wrong elements: {wrong}\n\n")
     t.write("| coll | n | block | " + " | ".join(present) + " | "
             + " | ".join(f"{m}/{r}" for m, r in ratios) + " |\n")
     t.write("|---" * (3 + len(present) + len(ratios)) + "|\n")

@@ -703,7 +703,10 @@ static void ptracer_case(int shm_disable, int algo, int want_set) {
 }
 
 /* Shared memory disabled, or the algorithm not forced: no rank may read
- * another's memory, so none allows it (before: every rank, always). */
+ * another's memory outside a call, so none allows it past init (before:
+ * every rank, always; under auto the ranks allow it while they probe each
+ * other at init, for Gather and Scatter, and withdraw it before init
+ * returns). */
 Test(ptracer, not_set_without_shared_memory, .timeout = 40) {
   ptracer_case(1, RINGCC_ALGO_CMA, 0);
 }
@@ -714,6 +717,57 @@ Test(ptracer, not_set_when_cma_is_not_forced, .timeout = 40) {
  * destroy (before: never withdrawn). */
 Test(ptracer, set_for_cma_and_withdrawn_at_destroy, .timeout = 40) {
   ptracer_case(0, RINGCC_ALGO_CMA, 1);
+}
+
+/* Under the tuner, a Gather and a Scatter by cross-memory attach (1 MiB
+ * blocks, one host): the root allows its peers for the call and withdraws
+ * it before returning; a peer never allows anything. */
+static int ptracer_call_body(h_ctx_t *ctx) {
+  size_t block = 1 << 20, n = (size_t)ctx->nranks;
+  char *one = h_xmalloc(block), *many = h_xmalloc(block * n);
+  memset(one, ctx->rank + 1, block);
+  int before = h_ptracer_calls();
+  ringcc_result_t r = ringcc_gather(one, many, block, RINGCC_UINT8, 0,
+                                    ctx->comm, NULL);
+  if (r == RINGCC_SUCCESS)
+    r = ringcc_scatter(many, one, block, RINGCC_UINT8, 0, ctx->comm, NULL);
+  int calls = h_ptracer_calls() - before;
+  int bad = 0;
+  for (size_t i = 0; r == RINGCC_SUCCESS && ctx->rank == 0 && i < n * block;
+       i += 4093)
+    bad |= many[i] != (char)(i / block + 1);
+  for (size_t i = 0; r == RINGCC_SUCCESS && i < block; i += 4093)
+    bad |= one[i] != (char)(ctx->rank + 1);
+  free(one);
+  free(many);
+  if (r != RINGCC_SUCCESS || bad)
+    return h_fail(ctx, "gather/scatter: %s%s", ringcc_strerror(r),
+                  bad ? " (wrong bytes)" : "");
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = 0; /* 2, 3: peers cannot read each other; the FIFOs run */
+  if (f != NULL) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = 3;
+    fclose(f);
+  }
+  if (ctx->rank == 0 && calls != (scope < 2 ? 4 : 0))
+    return h_fail(ctx, "the root made %d prctl calls in a gather and a "
+                  "scatter, expected %d (allow, withdraw, each)", calls,
+                  scope < 2 ? 4 : 0);
+  if (ctx->rank != 0 && calls != 0)
+    return h_fail(ctx, "a peer made %d prctl calls, expected none", calls);
+  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
+    return h_fail(ctx, "PR_SET_PTRACER is %lu after the calls (not "
+                  "withdrawn)", h_ptracer_last());
+  return 0;
+}
+
+Test(ptracer, held_by_the_root_for_a_cma_gather, .timeout = 40) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = RINGCC_ALGO_AUTO;
+  h_run_opts_t o = {.nranks = 2, .body = ptracer_call_body, .config = &cfg,
+                    .timeout_s = 30, .name = "ptracer per call"};
+  cr_assert(h_run(&o));
 }
 
 /* ---- /dev/shm: segments of dead creators are swept ---------------------- */

@@ -3,7 +3,10 @@
  *
  * Every call x every datatype, n = 1..8, over shared memory and TCP, with
  * the tuner's choice and each of Gather's and Scatter's algorithms forced
- * (binomial tree, direct), on tiny FIFO slots too (many pieces per block).
+ * (binomial tree, direct, cross-memory attach), on tiny FIFO slots too
+ * (many pieces per block); cross-memory attach around the tuner's
+ * threshold (the algorithm each call ran checked in the statistics) and
+ * with a rank killed.
  * Layouts are random but the same on every rank (drawn from one seed, which
  * every failure prints; VCOLL_SEED=... reruns one): counts with zeros (some
  * calls all zero), blocks in a shuffled order with gaps between them, in
@@ -14,6 +17,8 @@
  * argument, and the communicator keeps working.
  */
 #include <criterion/criterion.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,12 +102,13 @@ static size_t draw_displs(uint64_t salt, int n, const size_t *counts,
 
 /* ---- the four calls, each one layout, every byte checked ---------------- */
 
-static int check_rooted(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt,
-                        int gather) {
+/* count elements a block (the root and the in-place form drawn from salt). */
+static int check_rooted_count(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt,
+                              int gather, size_t count) {
   int n = h->nranks, me = h->rank;
   int root = (int)(h_hash3(salt, 1, 0) % (uint64_t)n);
   int in_place = h_hash3(salt, 2, 0) % 3 == 0;
-  size_t es = h_dt_size(dt), count = draw_count(salt, 3, 0);
+  size_t es = h_dt_size(dt);
   size_t block = count * es, all = block * (size_t)n;
   const char *name = gather ? "gather" : "scatter";
   uint8_t *one = h_xmalloc(block + 8), *many = NULL;
@@ -150,6 +156,11 @@ static int check_rooted(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt,
   free(one);
   free(many);
   return bad;
+}
+
+static int check_rooted(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt,
+                        int gather) {
+  return check_rooted_count(h, dt, salt, gather, draw_count(salt, 3, 0));
 }
 
 static int check_allgatherv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
@@ -294,12 +305,161 @@ Test(shm, direct_tiny_slots, .timeout = 300) {
   run_all(7, &cfg, "shm, direct, 1 KiB slots");
 }
 
-/* RINGCC_ALGO=cma: AllToAllv by cross-memory attach where every pair can
- * (the others as the tuner picks; where ptrace is refused, the FIFOs). */
-Test(shm, cma, .timeout = 300) {
+/* RINGCC_ALGO=cma: AllToAllv, Gather and Scatter (any non-empty block) by
+ * cross-memory attach where every pair can (the others as the tuner picks;
+ * where ptrace is refused, the FIFOs). */
+Test(shm, cma, .timeout = 600) {
   ringcc_config_t cfg = config(RINGCC_ALGO_CMA, 0, 0);
-  run_all(2, &cfg, "shm, RINGCC_ALGO=cma");
-  run_all(5, &cfg, "shm, RINGCC_ALGO=cma");
+  for (int n = 1; n <= MAXN; n++)
+    run_all(n, &cfg, "shm, RINGCC_ALGO=cma");
+}
+
+/* ---- Gather and Scatter by cross-memory attach: the tuner's threshold --- */
+
+/* Where this machine lets a rank read a sibling's memory (Yama's
+ * ptrace_scope absent, 0 or 1: the library sets PR_SET_PTRACER_ANY), the
+ * path must be taken; with scope 2 or 3 it cannot be. */
+static int cma_expected(void) {
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = 3;
+    fclose(f);
+  }
+  return scope < 2;
+}
+
+/* Calls of coll that this communicator ran by alg (its statistics). */
+static uint64_t calls_by(ringcc_comm_t c, const char *coll, const char *alg) {
+  ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
+  if (ringcc_comm_stats(c, &st) != RINGCC_SUCCESS)
+    return UINT64_MAX;
+  for (int i = 0; i < st.nrows; i++)
+    if (strcmp(st.rows[i].collective, coll) == 0 &&
+        strcmp(st.rows[i].algorithm, alg) == 0)
+      return st.rows[i].calls;
+  return 0;
+}
+
+#define CMA_BLOCK (64 << 10) /* lib/algo/algorithms.c, docs/tuning.md */
+
+/* Blocks under, at and over the threshold (odd sizes too), every byte
+ * checked, each call's algorithm checked in the statistics: cross-memory
+ * attach from CMA_BLOCK on under the tuner, for any block when forced. */
+static int body_threshold(h_ctx_t *h) {
+  static const size_t blocks[] = {CMA_BLOCK - 8, CMA_BLOCK, CMA_BLOCK + 24,
+                                  300001, 1 << 20, 8, 0};
+  static const ringcc_datatype_t dts[] = {RINGCC_UINT8, RINGCC_FLOAT64};
+  const int *forced = h->arg;
+  const char *cma = "cross-memory attach";
+  int want_cma = h->nranks > 1 && cma_expected();
+  for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++)
+    for (int d = 0; d < 2; d++)
+      for (int gather = 0; gather < 2; gather++) {
+        const char *name = gather ? "gather" : "scatter";
+        size_t es = h_dt_size(dts[d]), count = blocks[b] / es;
+        uint64_t before = calls_by(h->comm, name, cma);
+        uint64_t salt = h_hash3(0xc3a, b * 4 + (uint64_t)d * 2 +
+                                           (uint64_t)gather, (uint64_t)h->nranks);
+        if (check_rooted_count(h, dts[d], salt, gather, count))
+          return h_fail(h, "%s of %zu-byte blocks (%s)", name, count * es,
+                        *forced ? "RINGCC_ALGO=cma" : "the tuner's choice");
+        int ran = calls_by(h->comm, name, cma) == before + 1;
+        int want = want_cma && count > 0 &&
+                   (*forced || count * es >= CMA_BLOCK);
+        if (ran != want)
+          return h_fail(h, "%s of %zu-byte blocks at n=%d (%s): ran %s cross-"
+                        "memory attach, expected %s", name, count * es,
+                        h->nranks, *forced ? "forced" : "tuned",
+                        ran ? "by" : "without", want ? "by it" : "without");
+      }
+  return 0;
+}
+
+static void run_threshold(int n, int forced) {
+  int arg = forced;
+  ringcc_config_t cfg = config(forced ? RINGCC_ALGO_CMA : RINGCC_ALGO_AUTO, 0,
+                               0);
+  h_run_opts_t o = {.nranks = n, .body = body_threshold, .arg = &arg,
+                    .config = &cfg, .timeout_s = 120,
+                    .name = forced ? "cma threshold, forced" : "cma threshold"};
+  cr_assert(h_run(&o), "n=%d, %s: failed (above)", n,
+            forced ? "RINGCC_ALGO=cma" : "the tuner's choice");
+}
+
+Test(cma_rooted, threshold_tuned, .timeout = 600) {
+  for (int n = 1; n <= MAXN; n++)
+    run_threshold(n, 0);
+}
+
+Test(cma_rooted, threshold_forced, .timeout = 600) {
+  for (int n = 2; n <= MAXN; n += 3)
+    run_threshold(n, 1);
+}
+
+/* A rank killed (SIGKILL) as the others enter a Gather or Scatter by
+ * cross-memory attach (4 MiB blocks): the root and every rank that waits
+ * for the dead one fail with RINGCC_ERR_PEER_FAILED within seconds; no
+ * rank hangs. victim: the root (Scatter: its peers wait for addresses) or
+ * a peer (Gather: the root waits for its status word). */
+struct killed_arg {
+  int gather, victim;
+  int code[MAXN];
+};
+
+static int killed_body(h_ctx_t *h) {
+  struct killed_arg *a = h->arg;
+  int n = h->nranks, me = h->rank, root = 0;
+  size_t block = 4 << 20;
+  uint8_t *one = h_xmalloc(block), *many = h_xmalloc(block * (size_t)n);
+  memset(one, me, block);
+  memset(many, me, block * (size_t)n);
+  if (me == a->victim)
+    raise(SIGKILL);
+  ringcc_result_t r =
+      a->gather ? ringcc_gather(one, many, block, RINGCC_UINT8, root, h->comm,
+                                NULL)
+                : ringcc_scatter(many, one, block, RINGCC_UINT8, root, h->comm,
+                                 NULL);
+  a->code[me] = r == RINGCC_SUCCESS ? -1 : (int)r;
+  free(one);
+  free(many);
+  return 0;
+}
+
+static void killed_run(int n, int gather, int victim) {
+  struct killed_arg *a = h_shared_alloc(sizeof *a);
+  ringcc_config_t cfg = config(RINGCC_ALGO_CMA, 0, 0);
+  a->gather = gather;
+  a->victim = victim;
+  h_run_opts_t o = {.nranks = n, .body = killed_body, .arg = a, .config = &cfg,
+                    .timeout_s = 30, .name = "rank killed"};
+  double t0 = h_now_s();
+  cr_assert_not(h_run(&o), "the victim's death was not seen");
+  double took = h_now_s() - t0;
+  for (int r = 0; r < n; r++) {
+    if (r == victim)
+      continue;
+    int must = r == 0 || victim == 0; /* the root, or the root died */
+    cr_expect(a->code[r] == RINGCC_ERR_PEER_FAILED ||
+                  (!must && a->code[r] == -1),
+              "%s, rank %d killed: rank %d's call ended with %d, expected "
+              "RINGCC_ERR_PEER_FAILED%s", gather ? "gather" : "scatter",
+              victim, r, a->code[r], must ? "" : " or success");
+  }
+  cr_expect_lt(took, 20, "the survivors took %.1f s", took);
+  h_shared_free(a, sizeof *a);
+}
+
+Test(cma_rooted, peer_killed, .timeout = 120) {
+  killed_run(3, 1, 2);
+  killed_run(4, 0, 3);
+}
+
+Test(cma_rooted, root_killed, .timeout = 120) {
+  killed_run(3, 0, 0);
+  killed_run(3, 1, 0);
 }
 
 Test(tcp, every, .timeout = 400) {

@@ -60,14 +60,30 @@ static const char *rabenseifner_why_not(const struct rcc_alg_context *c) {
  * saves. */
 #define CMA_MIN_BYTES (256 << 10)
 
-/* Chosen only when forced: here it has not yet been measured faster than
- * the ring (docs/performance.md). */
+/* Gather and Scatter: from this block size per rank the tuner may pick it
+ * (measured: docs/tuning.md); forced, any non-empty block. */
+#define CMA_ROOTED_MIN_BLOCK (64 << 10)
+
+static const char *cma_rooted_why_not(const struct rcc_alg_context *c) {
+  if (c->nranks < 2 || c->bytes <= 0)
+    return "needs 2 ranks and a non-empty message";
+  if (c->forced == RINGCC_ALGO_DIRECT)
+    return "RINGCC_ALGO=direct runs the FIFO schedule (cma forces this)";
+  if (c->forced != RINGCC_ALGO_CMA && c->bytes / c->nranks < CMA_ROOTED_MIN_BLOCK)
+    return "blocks from 64 KiB (RINGCC_ALGO=cma: any)";
+  return NULL;
+}
+
+/* AllReduce, Reduce-Scatter, AllGather: chosen only when forced; here it
+ * has not yet been measured faster than the ring (docs/performance.md). */
 static const char *cma_why_not(const struct rcc_alg_context *c) {
   if (c->device)
     return "host buffers only";
   if (!c->cma)
     return "cross-memory attach does not work between every pair of ranks "
            "(one host, one pid namespace, ptrace allowed)";
+  if (c->coll == RCC_COLL_GATHER || c->coll == RCC_COLL_SCATTER)
+    return cma_rooted_why_not(c);
   if (c->bytes < CMA_MIN_BYTES)
     return "messages from 256 KiB";
   if (c->forced != RINGCC_ALGO_CMA && c->forced != RINGCC_ALGO_DIRECT)
@@ -202,12 +218,17 @@ void rcc_hier_terms(int coll, int n, double S, double C,
  * runs two dissemination barriers (2 ceil(log2 n)); in between each rank
  * reads, in place, the (n-1)/n of the data it reduces (reduce-scatter) or
  * copies (allgather) from its peers: an allreduce does both. */
+/* Gather and Scatter (exec_cma_rooted.c): two direct exchanges of one word
+ * at the root (2(n-1) steps); each block copied once where the FIFO
+ * schedule copies it twice, so (n-1)/n*S/2 in that schedule's beta. */
 void rcc_cma_terms(int coll, int n, double S, double C,
                    struct rcc_cost_terms *t) {
   double f = n > 0 ? (n - 1.0) / n : 0;
   double steps = (n - 1) + 2 * rcc_ceil_log2(n);
   (void)C;
-  if (coll == RCC_COLL_ALLREDUCE)
+  if (coll == RCC_COLL_GATHER || coll == RCC_COLL_SCATTER)
+    rcc_set_terms(t, n > 1 ? 2 * (n - 1) : 0, f * S / 2, 0, f * S);
+  else if (coll == RCC_COLL_ALLREDUCE)
     rcc_set_terms(t, steps, 2 * f * S, f * S, 2 * f * S);
   else
     rcc_set_terms(t, steps, f * S, coll == RCC_COLL_REDUCE_SCATTER ? f * S : 0,
@@ -319,7 +340,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .id = RCC_ALG_CMA, .name = "cross-memory attach",
         .setting = RINGCC_ALGO_CMA,
         .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
-                 RCC_COLL_BIT(RCC_COLL_ALLGATHER),
+                 RCC_COLL_BIT(RCC_COLL_ALLGATHER) |
+                 RCC_COLL_BIT(RCC_COLL_GATHER) | RCC_COLL_BIT(RCC_COLL_SCATTER),
         .sched = RCC_SCHED_NONE, .exec = RCC_EXEC_CMA,
         .flags = RCC_ALG_ALL_EDGES,
         .terms = rcc_cma_terms,
@@ -329,7 +351,9 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
                                                 "(n-1)/n*S*beta + "
                                                 "(n-1)/n*S*gamma",
                     [RCC_COLL_ALLGATHER] = "(n-1+2*ceil(log2 n))*alpha + "
-                                           "(n-1)/n*S*beta"},
+                                           "(n-1)/n*S*beta",
+                    [RCC_COLL_GATHER] = "2(n-1)*alpha + (n-1)/n*S/2*beta",
+                    [RCC_COLL_SCATTER] = "2(n-1)*alpha + (n-1)/n*S/2*beta"},
         .why_not = cma_why_not},
     [RCC_ALG_ZEROCOPY] = {
         .id = RCC_ALG_ZEROCOPY, .name = "zero-copy",

@@ -337,8 +337,9 @@ static ringcc_result_t unsupported_on_device(struct ringcc_comm *comm,
                         comm->rank);
 }
 
-/* Gather and Scatter: the tuner picks direct or binomial; a rank inside
- * the binomial tree (not the root, not a leaf) works in scratch. */
+/* Gather and Scatter: the tuner picks direct, binomial or (one host, large
+ * blocks) cross-memory attach; a rank inside the binomial tree (not the
+ * root, not a leaf) works in scratch. */
 static ringcc_result_t run_rooted(struct ringcc_comm *comm,
                                   const struct rcc_vcall *v, int *alg) {
   int n = comm->nranks, gather = v->coll == RCC_COLL_GATHER;
@@ -360,6 +361,10 @@ static ringcc_result_t run_rooted(struct ringcc_comm *comm,
     src = (const char *)v->recvbuf + (size_t)v->root * block;
   if (root && !gather && dst == RINGCC_IN_PLACE)
     dst = (char *)(uintptr_t)v->sendbuf + (size_t)v->root * block;
+  if (tune.alg == RCC_ALG_CMA) { /* one host, non-empty blocks */
+    struct rcc_cma_rooted cr = {gather, v->root, src, dst, block};
+    return rcc_cma_rooted(comm, &cr);
+  }
   if (v->device)
     return rcc_exec_cuda(comm, &plan, src, dst, (ringcc_datatype_t)v->dt,
                          RINGCC_SUM, v->stream, 0);

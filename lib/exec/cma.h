@@ -51,4 +51,37 @@ struct rcc_cma_v {
 ringcc_result_t rcc_cma_alltoallv(struct ringcc_comm *comm,
                                   const struct rcc_cma_v *v);
 
+/* Gather and Scatter by cross-memory attach (exec_cma_rooted.c), where the
+ * tuner picks it (one host, from a block size on: algorithms.c) or
+ * RINGCC_ALGO=cma forces it. The root tells each peer where its block is
+ * (a direct scatter of one address over the FIFOs); every peer then moves
+ * its own block at once, in parallel, by the kernel (Scatter: reads it out
+ * of the root's sendbuf; Gather: writes it into the root's recvbuf); the
+ * root copies its own block meanwhile and returns only once every peer
+ * said it is done (a direct gather of one status word), so that no peer
+ * touches its buffers after the call. block: bytes per rank (> 0); src,
+ * dst: this rank's own, in-place forms resolved by the caller (the root's
+ * own block may be where it belongs already). */
+struct rcc_cma_rooted {
+  int gather;      /* 1: Gather, 0: Scatter */
+  int root;
+  const void *src; /* Gather: the block sent; Scatter root: n blocks */
+  void *dst;       /* Gather root: n blocks; Scatter: the block received */
+  size_t block;
+};
+ringcc_result_t rcc_cma_rooted(struct ringcc_comm *comm,
+                               const struct rcc_cma_rooted *c);
+
+/* What exec_cma_rooted.c uses of exec_cma.c. Copies bytes between local
+ * memory and a peer's address (to_peer: local -> peer); 0 or an errno. */
+int rcc_cma_peer_copy(const struct ringcc_comm *comm, int peer, void *local,
+                      uint64_t remote, size_t bytes, int to_peer);
+/* Runs a FIFO plan of bytes (RINGCC_UINT8) ordering peers' access. */
+struct rcc_plan;
+ringcc_result_t rcc_cma_exchange(struct ringcc_comm *comm,
+                                 const struct rcc_plan *plan, const void *src,
+                                 void *dst);
+/* A call's root allows (1) and then forbids (0) peers to access it. */
+void rcc_cma_allow_peers(struct ringcc_comm *comm, int allow);
+
 #endif /* RCC_CMA_H */

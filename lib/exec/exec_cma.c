@@ -22,15 +22,17 @@
  * written once), with 3 latencies instead of the ring's 2(n-1) per chunk.
  * Each block is reduced by one rank only, so every rank gets the same bits.
  *
- * Eligibility is decided once per communicator, alike on every rank: the
- * algorithm forced (RINGCC_ALGO=cma or direct: the tuner never picks it on
- * its own), all ranks on one host and in one pid namespace, shared memory not
+ * Eligibility is decided once per communicator, alike on every rank:
+ * RINGCC_ALGO auto, cma or direct (for these collectives the tuner never
+ * picks it on its own; for Gather and Scatter, exec_cma_rooted.c, it does),
+ * all ranks on one host and in one pid namespace, shared memory not
  * disabled, and a probe read of every peer at init succeeded. The probe needs
  * ptrace permission: where Yama restricts ptrace to ancestors, the ranks
- * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then,
- * and the exception is withdrawn (PR_SET_PTRACER 0) when the last
+ * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then.
+ * Forced, the exception is withdrawn (PR_SET_PTRACER 0) when the last
  * communicator that needed it is destroyed, or at once when the probe
- * failed. Linux has no way to read the setting back, so a program that set
+ * failed; under auto right after the probe, and the root of each Gather or
+ * Scatter by cross-memory attach holds it for the call. Linux has no way to read the setting back, so a program that set
  * its own exception finds it cleared then. Ranks that are threads of one
  * process read each other's memory directly.
  */
@@ -86,21 +88,27 @@ struct call_info {
   uint64_t pad;
 };
 
-/* Reads bytes at a peer's address into local memory; 0 or an errno. The
- * bytes count as received from the peer (stats.h); what peers read from
- * this rank, this rank does not see. */
-static int peer_read(const struct ringcc_comm *comm, int peer, void *local,
-                     uint64_t remote, size_t bytes) {
+/* Moves bytes between local memory and a peer's address (to_peer: local ->
+ * peer, process_vm_writev; else peer -> local, process_vm_readv); 0 or an
+ * errno. The bytes count as sent to or received from the peer (stats.h);
+ * what peers move in this rank's memory, this rank does not see. */
+int rcc_cma_peer_copy(const struct ringcc_comm *comm, int peer, void *local,
+                      uint64_t remote, size_t bytes, int to_peer) {
   pid_t pid = comm->peers[peer].pid;
-  rcc_stats_received(comm->stats, peer, bytes);
+  if (to_peer)
+    rcc_stats_sent(comm->stats, peer, bytes);
+  else
+    rcc_stats_received(comm->stats, peer, bytes);
   if (pid == getpid()) { /* ranks as threads: one address space */
-    memcpy(local, (const void *)(uintptr_t)remote, bytes);
+    void *there = (void *)(uintptr_t)remote;
+    memcpy(to_peer ? there : local, to_peer ? local : there, bytes);
     return 0;
   }
   while (bytes > 0) {
     struct iovec l = {local, bytes};
     struct iovec r = {(void *)(uintptr_t)remote, bytes};
-    ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    ssize_t got = to_peer ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (got < 0 && errno == EINTR)
       continue;
     if (got <= 0)
@@ -110,6 +118,11 @@ static int peer_read(const struct ringcc_comm *comm, int peer, void *local,
     bytes -= (size_t)got;
   }
   return 0;
+}
+
+static int peer_read(const struct ringcc_comm *comm, int peer, void *local,
+                     uint64_t remote, size_t bytes) {
+  return rcc_cma_peer_copy(comm, peer, local, remote, bytes, 0);
 }
 
 /* The process-wide ptrace exception (PR_SET_PTRACER_ANY): set while at least
@@ -159,14 +172,32 @@ int rcc_cma_usable(const struct ringcc_comm *comm) {
   return comm->cma != NULL && comm->cma->ok;
 }
 
+/* While a Gather or Scatter by cross-memory attach runs at its root: peers
+ * write into or read from the root's buffers, so the root allows them
+ * (a share of the exception, withdrawn at the end of the call unless the
+ * communicator holds one: RINGCC_ALGO=cma or direct). */
+void rcc_cma_allow_peers(struct ringcc_comm *comm, int allow) {
+  if (comm->cma == NULL || comm->cma->ptracer)
+    return; /* held for the communicator's life, or no path */
+  pthread_mutex_lock(&ptracer_lock);
+  if (allow && ptracer_users++ == 0)
+    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  else if (!allow && --ptracer_users == 0)
+    (void)prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+  pthread_mutex_unlock(&ptracer_lock);
+}
+
 /* Init: where cross-memory attach could run at all, allow peers to read us,
  * then try to read every peer's probe word and agree through the bootstrap;
- * comm->cma->ok is the same on every rank. */
+ * comm->cma->ok is the same on every rank. Forced (RINGCC_ALGO=cma or
+ * direct), the exception stays for the communicator's life; under the
+ * tuner (RINGCC_ALGO=auto: Gather and Scatter from a size on) it is
+ * withdrawn after the probe and taken again by the root of each call. */
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
   int forced = comm->set.algo == RINGCC_ALGO_CMA ||
                comm->set.algo == RINGCC_ALGO_DIRECT;
-  int may = comm->nranks > 1 && forced;
+  int may = comm->nranks > 1 && (forced || comm->set.algo == RINGCC_ALGO_AUTO);
   for (int p = 0; p < comm->nranks && may; p++) {
     const struct rcc_peer_info *q = &comm->peers[p];
     may = q->host_hash == me->host_hash && q->pid_space == me->pid_space &&
@@ -189,17 +220,17 @@ ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
   r = rcc_all_agree(comm, ok, &agreed, deadline);
   if (comm->cma != NULL)
     comm->cma->ok = agreed;
-  if (!agreed)
-    ptracer_release(comm); /* nobody reads us: no exception */
+  if (!agreed || !forced) /* nobody reads us outside a call's root */
+    ptracer_release(comm);
   if (r != RINGCC_SUCCESS)
     return r;
   RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s",
-           agreed ? "available"
-                        : forced ? "not available (ranks on several hosts, "
-                                   "shm disabled, or peers' memory not "
-                                   "readable)"
-                                 : "not used (only when forced: RINGCC_ALGO="
-                                   "cma)");
+           agreed && forced ? "available"
+           : agreed ? "available to the tuner for Gather and Scatter (the "
+                      "others only when forced: RINGCC_ALGO=cma)"
+           : may ? "not available (peers' memory not readable)"
+                 : "not available (one rank, ranks on several hosts, shm "
+                   "disabled, or RINGCC_ALGO names another algorithm)");
   return RINGCC_SUCCESS;
 }
 
@@ -229,6 +260,18 @@ static ringcc_result_t fifo_coll(struct ringcc_comm *comm, int coll,
   TSAN_RELEASE();
   ringcc_result_t r =
       rcc_exec_host(comm, &plan, src, dst, RINGCC_UINT8, RINGCC_SUM);
+  TSAN_ACQUIRE();
+  return r;
+}
+
+/* A FIFO plan of the caller's (Gather, Scatter: exec_cma_rooted.c), with
+ * what it orders told to ThreadSanitizer as fifo_coll does. */
+ringcc_result_t rcc_cma_exchange(struct ringcc_comm *comm,
+                                 const struct rcc_plan *plan, const void *src,
+                                 void *dst) {
+  TSAN_RELEASE();
+  ringcc_result_t r = rcc_exec_host_channels(comm, plan, src, dst,
+                                             RINGCC_UINT8, RINGCC_SUM);
   TSAN_ACQUIRE();
   return r;
 }

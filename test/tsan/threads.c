@@ -208,6 +208,27 @@ static int round_of(struct worker *w, int iter, size_t count, int32_t *a,
         return wrong(w, "alltoall", j * count + i, b[j * count + i],
                      j * 1000 + me * 10 + (int32_t)(i % 10));
 
+  /* gather to the root, then scatter the same blocks back (70000 elements,
+   * 273 KiB a block: by cross-memory attach on one host, where peers write
+   * into and read from the root's buffers, ordered by FIFO exchanges that
+   * exec_cma.c annotates for TSan) */
+  for (size_t i = 0; i < count; i++)
+    a[i] = me * 1000 + (int32_t)(i % 1000) + iter;
+  CALL(w, "gather", ringcc_gather(a, b, count, RINGCC_INT32, root, w->comm,
+                                  NULL));
+  if (me == root)
+    for (int j = 0; j < n; j++)
+      for (size_t i = 0; i < count; i++)
+        if (b[j * count + i] != j * 1000 + (int32_t)(i % 1000) + iter)
+          return wrong(w, "gather", j * count + i, b[j * count + i],
+                       j * 1000 + (int32_t)(i % 1000) + iter);
+  memset(a, 0, count * sizeof(*a));
+  CALL(w, "scatter", ringcc_scatter(b, a, count, RINGCC_INT32, root, w->comm,
+                                    NULL));
+  for (size_t i = 0; i < count; i++)
+    if (a[i] != me * 1000 + (int32_t)(i % 1000) + iter)
+      return wrong(w, "scatter", i, a[i], me * 1000 + (int32_t)(i % 1000) + iter);
+
   /* a group: every rank sends to both neighbours first, then receives */
   for (size_t i = 0; i < count; i++)
     a[i] = me * 31 + (int32_t)(i % 1000) + iter;
