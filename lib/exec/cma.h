@@ -36,19 +36,9 @@ void rcc_cma_free(struct ringcc_comm *comm);
 ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
                             const struct rcc_cma_call *call);
 
-/* AllToAllv (vcoll.c, where RINGCC_ALGO=cma and the path is usable): every
- * rank tells each peer where its block for that peer starts (an alltoall
- * of one address over the FIFOs), reads its blocks from the peers' send
- * buffers straight into recv (one copy, by the kernel), then a barrier.
- * Counts and displacements in elements of esize bytes. */
-struct rcc_cma_v {
-  const void *src;
-  const size_t *sendcounts, *sdispls;
-  void *dst;
-  const size_t *recvcounts, *rdispls;
-  size_t esize;
-};
-ringcc_result_t rcc_cma_alltoallv(struct ringcc_comm *comm,
-                                  const struct rcc_cma_v *v);
+/* Reads bytes at a peer's address into local memory (the AllToAllv
+ * executor, exec_a2av.c); 0 or an errno. */
+int rcc_cma_peer_read(const struct ringcc_comm *comm, int peer, void *local,
+                      uint64_t remote, size_t bytes);
 
 #endif /* RCC_CMA_H */

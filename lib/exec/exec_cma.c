@@ -22,10 +22,12 @@
  * written once), with 3 latencies instead of the ring's 2(n-1) per chunk.
  * Each block is reduced by one rank only, so every rank gets the same bits.
  *
- * Eligibility is decided once per communicator, alike on every rank: the
- * algorithm forced (RINGCC_ALGO=cma or direct: the tuner never picks it on
- * its own), all ranks on one host and in one pid namespace, shared memory not
- * disabled, and a probe read of every peer at init succeeded. The probe needs
+ * Eligibility is decided once per communicator, alike on every rank:
+ * RINGCC_ALGO unset (auto), cma or direct (for the AllReduce family the
+ * tuner picks this path only when forced; AllToAllv's reads, exec_a2av.c,
+ * it picks by default), all ranks on one host and in one pid namespace,
+ * shared memory not disabled, and a probe read of every peer at init
+ * succeeded. The probe needs
  * ptrace permission: where Yama restricts ptrace to ancestors, the ranks
  * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then,
  * and the exception is withdrawn (PR_SET_PTRACER 0) when the last
@@ -51,30 +53,7 @@
 #include "reduce.h"
 #include "stats.h"
 #include "topo.h"
-
-/* Under ThreadSanitizer (make tsan-check runs ranks as threads of one
- * process): the FIFOs that order our reads of peers' buffers are mapped at a
- * different address in each rank, so TSan cannot see that synchronization.
- * Every rank releases this object before each FIFO exchange and acquires it
- * after, which tells TSan what the exchange guarantees: whatever a rank did
- * before entering it happens before what any rank does after leaving it. */
-#if defined(__SANITIZE_THREAD__)
-#define RCC_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RCC_TSAN 1
-#endif
-#endif
-#ifdef RCC_TSAN
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-static char tsan_exchange;
-#define TSAN_RELEASE() __tsan_release(&tsan_exchange)
-#define TSAN_ACQUIRE() __tsan_acquire(&tsan_exchange)
-#else
-#define TSAN_RELEASE() ((void)0)
-#define TSAN_ACQUIRE() ((void)0)
-#endif
+#include "tsan_sync.h"
 
 #define CHUNK_BYTES (256 << 10) /* local staging: fits L2 with the output */
 #define PROBE_MAGIC 0x52434d41ull  /* "RCMA" */
@@ -164,9 +143,10 @@ int rcc_cma_usable(const struct ringcc_comm *comm) {
  * comm->cma->ok is the same on every rank. */
 ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
   const struct rcc_peer_info *me = &comm->peers[comm->rank];
-  int forced = comm->set.algo == RINGCC_ALGO_CMA ||
+  int wanted = comm->set.algo == RINGCC_ALGO_AUTO ||
+               comm->set.algo == RINGCC_ALGO_CMA ||
                comm->set.algo == RINGCC_ALGO_DIRECT;
-  int may = comm->nranks > 1 && forced;
+  int may = comm->nranks > 1 && wanted;
   for (int p = 0; p < comm->nranks && may; p++) {
     const struct rcc_peer_info *q = &comm->peers[p];
     may = q->host_hash == me->host_hash && q->pid_space == me->pid_space &&
@@ -195,11 +175,11 @@ ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
     return r;
   RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s",
            agreed ? "available"
-                        : forced ? "not available (ranks on several hosts, "
+                        : wanted ? "not available (ranks on several hosts, "
                                    "shm disabled, or peers' memory not "
                                    "readable)"
-                                 : "not used (only when forced: RINGCC_ALGO="
-                                   "cma)");
+                                 : "not used (RINGCC_ALGO forces another "
+                                   "algorithm)");
   return RINGCC_SUCCESS;
 }
 
@@ -352,37 +332,8 @@ out:
   return r;
 }
 
-ringcc_result_t rcc_cma_alltoallv(struct ringcc_comm *comm,
-                                  const struct rcc_cma_v *v) {
-  int n = comm->nranks, me = comm->rank;
-  uint64_t *mine = calloc((size_t)n, sizeof(*mine));
-  uint64_t *theirs = calloc((size_t)n, sizeof(*theirs));
-  ringcc_result_t r = RINGCC_ERR_OUT_OF_MEMORY;
-  if (mine == NULL || theirs == NULL) {
-    rcc_comm_error(comm, r, "direct path on rank %d: out of memory", me);
-    goto out;
-  }
-  for (int p = 0; p < n; p++) /* where rank p's block starts here */
-    mine[p] = (uint64_t)(uintptr_t)v->src + v->sdispls[p] * v->esize;
-  r = fifo_coll(comm, RCC_COLL_ALLTOALL, mine, theirs, sizeof(*mine));
-  if (r == RINGCC_SUCCESS && v->recvcounts[me] > 0 &&
-      (char *)v->dst + v->rdispls[me] * v->esize !=
-          (const char *)(uintptr_t)mine[me])
-    memcpy((char *)v->dst + v->rdispls[me] * v->esize,
-           (const void *)(uintptr_t)mine[me], v->recvcounts[me] * v->esize);
-  for (int k = 1; k < n && r == RINGCC_SUCCESS; k++) {
-    int p = (me + k) % n; /* each rank starts at another peer */
-    if (v->recvcounts[p] == 0)
-      continue;
-    int e = peer_read(comm, p, (char *)v->dst + v->rdispls[p] * v->esize,
-                      theirs[p], v->recvcounts[p] * v->esize);
-    if (e != 0)
-      r = read_failed(comm, p, e);
-  }
-  if (r == RINGCC_SUCCESS) /* no rank reuses its input while peers read */
-    r = fifo_coll(comm, RCC_COLL_BARRIER, NULL, NULL, 0);
-out:
-  free(mine);
-  free(theirs);
-  return r;
+/* peer_read for the AllToAllv executor (exec_a2av.c). */
+int rcc_cma_peer_read(const struct ringcc_comm *comm, int peer, void *local,
+                      uint64_t remote, size_t bytes) {
+  return peer_read(comm, peer, local, remote, bytes);
 }
