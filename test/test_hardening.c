@@ -702,18 +702,22 @@ static void ptracer_case(int shm_disable, int algo, int want_set) {
   cr_assert(h_run(&o));
 }
 
-/* Shared memory disabled, or the algorithm not forced: no rank may read
+/* Shared memory disabled, or another algorithm forced: no rank may read
  * another's memory, so none allows it (before: every rank, always). */
 Test(ptracer, not_set_without_shared_memory, .timeout = 40) {
   ptracer_case(1, RINGCC_ALGO_CMA, 0);
 }
-Test(ptracer, not_set_when_cma_is_not_forced, .timeout = 40) {
-  ptracer_case(0, -1, 0);
+Test(ptracer, not_set_when_another_algorithm_is_forced, .timeout = 40) {
+  ptracer_case(0, RINGCC_ALGO_RING, 0);
 }
-/* Forced on one host: set while the communicator lives, withdrawn at
- * destroy (before: never withdrawn). */
+/* Forced, or by default (AllToAllv reads large blocks in place), on one
+ * host: set while the communicator lives, withdrawn at destroy (before:
+ * never withdrawn). */
 Test(ptracer, set_for_cma_and_withdrawn_at_destroy, .timeout = 40) {
   ptracer_case(0, RINGCC_ALGO_CMA, 1);
+}
+Test(ptracer, set_by_default_and_withdrawn_at_destroy, .timeout = 40) {
+  ptracer_case(0, -1, 1);
 }
 
 /* ---- /dev/shm: segments of dead creators are swept ---------------------- */
