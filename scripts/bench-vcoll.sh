@@ -9,8 +9,8 @@
 #                          [--out DIR]
 #
 # Configurations (--configs, default all but ringcc-cma): ringcc-shm,
-# ringcc-cma (the same with RINGCC_ALGO=cma: AllToAllv by cross-memory
-# attach), ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl self,vader),
+# ringcc-cma (the same with RINGCC_ALGO=cma; AllToAllv reads its large
+# blocks by cross-memory attach in ringcc-shm too, by default), ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl self,vader),
 # mpi-tcp (btl self,tcp on lo).
 #
 # Sizes: per-rank blocks of 1 KiB to the --max of each n (default 64 MiB at
