@@ -113,7 +113,8 @@ typedef enum {
   RINGCC_ALGO_ONESHOT = 6, /* "oneshot": one-shot AllReduce (over the FIFOs,
                               or the shared board where it runs) */
   RINGCC_ALGO_CMA = 7, /* "cma": cross-memory attach (one host, from
-                          256 KiB) */
+                          256 KiB; AllToAllv at any size, where it is
+                          also the default) */
   RINGCC_ALGO_ZEROCOPY = 8, /* "zerocopy": registered buffers read and
                                written in place (ringcc_comm_register; one
                                host, or per host with a ring between hosts

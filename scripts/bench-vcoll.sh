@@ -10,12 +10,13 @@
 #
 # Configurations (--configs, default all but ringcc-cma and ringcc-fifo):
 # ringcc-shm (the tuner's choice: Gather and Scatter by cross-memory attach
-# from 64 KiB a block), ringcc-cma (the same with RINGCC_ALGO=cma:
-# AllToAllv, Gather and Scatter by cross-memory attach at every size),
-# ringcc-fifo (RINGCC_ALGO=direct: Gather and Scatter by the FIFOs' direct
-# schedule at every size; with ringcc-cma, the tuner's threshold),
-# ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl self,vader), mpi-tcp
-# (btl self,tcp on lo).
+# from 64 KiB a block, AllToAllv's blocks over 8 KiB read in place),
+# ringcc-cma (the same with RINGCC_ALGO=cma: AllToAllv, Gather and Scatter
+# by cross-memory attach at every size), ringcc-fifo (RINGCC_ALGO=direct:
+# Gather and Scatter by the FIFOs' direct schedule, AllToAllv by the
+# pairwise exchange, at every size; with ringcc-cma, the tuner's
+# threshold), ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl
+# self,vader), mpi-tcp (btl self,tcp on lo).
 #
 # Sizes: per-rank blocks of 1 KiB to the --max of each n (default 64 MiB at
 # n = 4, 16 MiB at n = 8: the buffers of 8 ranks at 64 MiB a block are 8 GiB,

@@ -710,13 +710,29 @@ static void ptracer_case(int shm_disable, int algo, int want_set) {
 Test(ptracer, not_set_without_shared_memory, .timeout = 40) {
   ptracer_case(1, RINGCC_ALGO_CMA, 0);
 }
-Test(ptracer, not_set_when_cma_is_not_forced, .timeout = 40) {
+Test(ptracer, not_set_when_another_algorithm_is_forced, .timeout = 40) {
+  ptracer_case(0, RINGCC_ALGO_RING, 0);
+}
+Test(ptracer, not_set_past_init_by_default, .timeout = 40) {
   ptracer_case(0, -1, 0);
 }
 /* Forced on one host: set while the communicator lives, withdrawn at
  * destroy (before: never withdrawn). */
 Test(ptracer, set_for_cma_and_withdrawn_at_destroy, .timeout = 40) {
   ptracer_case(0, RINGCC_ALGO_CMA, 1);
+}
+
+/* Yama's ptrace_scope (0 without Yama); 2, 3: peers cannot read each
+ * other, and the FIFOs run instead. */
+static int yama_scope(void) {
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = 3;
+    fclose(f);
+  }
+  return scope;
 }
 
 /* Under the tuner, a Gather and a Scatter by cross-memory attach (1 MiB
@@ -743,13 +759,7 @@ static int ptracer_call_body(h_ctx_t *ctx) {
   if (r != RINGCC_SUCCESS || bad)
     return h_fail(ctx, "gather/scatter: %s%s", ringcc_strerror(r),
                   bad ? " (wrong bytes)" : "");
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = 0; /* 2, 3: peers cannot read each other; the FIFOs run */
-  if (f != NULL) {
-    if (fscanf(f, "%d", &scope) != 1)
-      scope = 3;
-    fclose(f);
-  }
+  int scope = yama_scope();
   if (ctx->rank == 0 && calls != (scope < 2 ? 4 : 0))
     return h_fail(ctx, "the root made %d prctl calls in a gather and a "
                   "scatter, expected %d (allow, withdraw, each)", calls,
@@ -760,6 +770,51 @@ static int ptracer_call_body(h_ctx_t *ctx) {
     return h_fail(ctx, "PR_SET_PTRACER is %lu after the calls (not "
                   "withdrawn)", h_ptracer_last());
   return 0;
+}
+
+/* Under the tuner, an AllToAllv with 1 MiB blocks reads them in place:
+ * every rank is a sender whose buffer its peers read, so every rank allows
+ * them for the call (allow, withdraw) and withdraws before returning. */
+static int ptracer_a2av_body(h_ctx_t *ctx) {
+  size_t block = 1 << 20, n = (size_t)ctx->nranks;
+  char *src = h_xmalloc(block * n), *dst = h_xmalloc(block * n);
+  size_t *counts = h_xmalloc(n * sizeof(size_t));
+  size_t *displs = h_xmalloc(n * sizeof(size_t));
+  for (size_t p = 0; p < n; p++) {
+    counts[p] = block;
+    displs[p] = p * block;
+    memset(src + p * block, (int)(ctx->rank * n + p + 1), block);
+  }
+  int before = h_ptracer_calls();
+  ringcc_result_t r = ringcc_alltoallv(src, counts, displs, dst, counts,
+                                       displs, RINGCC_UINT8, ctx->comm, NULL);
+  int calls = h_ptracer_calls() - before, bad = 0;
+  for (size_t i = 0; r == RINGCC_SUCCESS && i < n * block; i += 4093)
+    bad |= dst[i] != (char)((i / block) * n + (size_t)ctx->rank + 1);
+  free(src);
+  free(dst);
+  free(counts);
+  free(displs);
+  if (r != RINGCC_SUCCESS || bad)
+    return h_fail(ctx, "alltoallv: %s%s", ringcc_strerror(r),
+                  bad ? " (wrong bytes)" : "");
+  int want = yama_scope() < 2 ? 2 : 0;
+  if (calls != want)
+    return h_fail(ctx, "rank %d made %d prctl calls in an alltoallv of "
+                  "large blocks, expected %d (allow, withdraw)", ctx->rank,
+                  calls, want);
+  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
+    return h_fail(ctx, "PR_SET_PTRACER is %lu after the call (not "
+                  "withdrawn)", h_ptracer_last());
+  return 0;
+}
+
+Test(ptracer, held_by_every_sender_for_an_alltoallv, .timeout = 40) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = RINGCC_ALGO_AUTO;
+  h_run_opts_t o = {.nranks = 3, .body = ptracer_a2av_body, .config = &cfg,
+                    .timeout_s = 30, .name = "ptracer alltoallv"};
+  cr_assert(h_run(&o));
 }
 
 Test(ptracer, held_by_the_root_for_a_cma_gather, .timeout = 40) {

@@ -31,6 +31,7 @@
 
 struct spec {
   uint64_t seed;
+  int reg; /* AllToAllv's large-block tests: A2A_REG_* */
 };
 
 static uint64_t seed_base(void) {
@@ -201,11 +202,51 @@ static int check_allgatherv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
   return bad;
 }
 
-/* The counts rank i sends rank j; symmetric for in place. */
+/* AllToAllv's large-block tests (set in the rank before its calls): blocks
+ * mostly past RCC_A2AV_INLINE_MAX, read in place (exec_a2av.c); and the
+ * buffers from ringcc_mem_alloc, registered (A2A_REG_BOTH), or only the
+ * receive buffer (A2A_REG_RECV: the sends are not readable in place where
+ * cross-memory attach is not used, so they follow through the FIFOs). */
+enum { A2A_REG_NONE, A2A_REG_BOTH, A2A_REG_RECV };
+static int a2a_large, a2a_reg;
+
+/* The counts rank i sends rank j; symmetric for in place. Large: 0 one
+ * time in five, small (up to 300) three in ten, else 3000 to 40000. */
 static size_t a2a_count(uint64_t salt, int i, int j, int symmetric) {
   if (symmetric && j < i)
     return a2a_count(salt, j, i, symmetric);
-  return draw_count(salt, 9, (uint64_t)i * MAXN + (uint64_t)j);
+  uint64_t h = h_hash3(salt, 9, (uint64_t)i * MAXN + (uint64_t)j);
+  if (!a2a_large)
+    return draw_count(salt, 9, (uint64_t)i * MAXN + (uint64_t)j);
+  return h % 10 < 2 ? 0 : h % 10 < 5 ? 1 + (h >> 8) % 300
+                                     : 3000 + (h >> 8) % 37001;
+}
+
+/* A buffer of the AllToAllv tests: malloc, or registered memory (*reg). */
+static uint8_t *a2a_alloc(h_ctx_t *h, size_t bytes, int registered,
+                          ringcc_reg_t *reg) {
+  void *p = NULL;
+  *reg = NULL;
+  if (!registered)
+    return h_xmalloc(bytes);
+  if (!h_ok(h, ringcc_mem_alloc(NULL, bytes, &p), "ringcc_mem_alloc"))
+    return NULL;
+  if (!h_ok(h, ringcc_comm_register(h->comm, p, bytes, reg),
+            "ringcc_comm_register")) {
+    ringcc_mem_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+static int a2a_free(h_ctx_t *h, uint8_t *p, ringcc_reg_t reg) {
+  if (reg == NULL) {
+    free(p);
+    return 0;
+  }
+  int bad = !h_ok(h, ringcc_comm_deregister(h->comm, reg),
+                  "ringcc_comm_deregister");
+  return !h_ok(h, ringcc_mem_free(p), "ringcc_mem_free") || bad;
 }
 
 static int check_alltoallv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
@@ -219,7 +260,12 @@ static int check_alltoallv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
   }
   size_t sext = draw_displs(h_hash3(salt, 12, (uint64_t)me), n, sc, sd);
   size_t rext = draw_displs(h_hash3(salt, 13, (uint64_t)me), n, rc, rd);
-  uint8_t *in = h_xmalloc(sext * es), *out = h_xmalloc(rext * es);
+  ringcc_reg_t in_reg, out_reg; /* registered in this order on every rank */
+  uint8_t *in = a2a_alloc(h, sext * es + 1, a2a_reg == A2A_REG_BOTH, &in_reg);
+  uint8_t *out = a2a_alloc(h, rext * es + 1, a2a_reg != A2A_REG_NONE,
+                           &out_reg);
+  if (in == NULL || out == NULL)
+    return 1;
   memset(out, GUARD, rext * es);
   for (int j = 0; j < n; j++) {
     fill(in + sd[j] * es, salt, me, j, sc[j] * es);
@@ -245,9 +291,28 @@ static int check_alltoallv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
       bad = h_fail(h, "alltoallv salt %#llx: gap element %zu written",
                    (unsigned long long)salt, e);
   }
-  free(in);
-  free(out);
+  bad |= a2a_free(h, out, out_reg);
+  bad |= a2a_free(h, in, in_reg);
   return bad;
+}
+
+/* The algorithm AllToAllv ran as (ringcc_comm_stats): with registered
+ * buffers on one host zero-copy, else (n > 1) by the tuner's choice, which
+ * the test does not know; so it checks only what registration implies. */
+static int check_a2a_algorithm(h_ctx_t *h, int reg) {
+  ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
+  if (!h_ok(h, ringcc_comm_stats(h->comm, &st), "ringcc_comm_stats"))
+    return 1;
+  for (int i = 0; i < st.nrows; i++) {
+    const ringcc_stats_row_t *row = &st.rows[i];
+    if (strcmp(row->collective, "alltoallv") != 0 || h->nranks == 1)
+      continue;
+    if (reg != A2A_REG_NONE && strcmp(row->algorithm, "zero-copy") != 0)
+      return h_fail(h, "alltoallv on registered buffers ran as '%s' (%llu "
+                    "calls), not zero-copy", row->algorithm,
+                    (unsigned long long)row->calls);
+  }
+  return 0;
 }
 
 /* Every call x every datatype x REPS layouts. */
@@ -269,7 +334,8 @@ static int body_all(h_ctx_t *h) {
 static void run_all(int n, const ringcc_config_t *cfg, const char *what) {
   struct spec s = {seed_base() ^ ((uint64_t)n << 32) ^
                    h_hash3(0, (uint64_t)(cfg ? cfg->algo : 0),
-                           (uint64_t)(cfg ? cfg->shm_disable : 0))};
+                           (uint64_t)(cfg ? cfg->shm_disable : 0)),
+                   A2A_REG_NONE};
   h_run_opts_t o = {.nranks = n, .body = body_all, .arg = &s, .config = cfg,
                     .timeout_s = 120, .name = what};
   cr_assert(h_run(&o), "%s, n=%d, seed %#llx: failed (above)", what, n,
@@ -460,6 +526,66 @@ Test(cma_rooted, peer_killed, .timeout = 120) {
 Test(cma_rooted, root_killed, .timeout = 120) {
   killed_run(3, 0, 0);
   killed_run(3, 1, 0);
+}
+
+/* AllToAllv with large blocks, read in place (exec_a2av.c): 1-, 2-, 4- and
+ * 8-byte elements, several layouts each, every byte checked. */
+static int body_a2a_large(h_ctx_t *h) {
+  static const ringcc_datatype_t dts[] = {RINGCC_UINT8, RINGCC_FLOAT16,
+                                          RINGCC_FLOAT32, RINGCC_FLOAT64};
+  const struct spec *s = h->arg;
+  a2a_large = 1;
+  a2a_reg = s->reg;
+  for (int d = 0; d < 4; d++)
+    for (int rep = 0; rep < 3; rep++) {
+      uint64_t salt = h_hash3(s->seed, (uint64_t)d, (uint64_t)rep);
+      if (check_alltoallv(h, dts[d], salt))
+        return h_fail(h, "(seed %#llx: rerun with VCOLL_SEED=%#llx)",
+                      (unsigned long long)s->seed,
+                      (unsigned long long)s->seed);
+    }
+  return check_a2a_algorithm(h, s->reg);
+}
+
+static void run_a2a_large(int n, const ringcc_config_t *cfg, int reg,
+                          const char *what) {
+  struct spec s = {seed_base() ^ ((uint64_t)n << 32) ^ 0xa2a, reg};
+  h_run_opts_t o = {.nranks = n, .body = body_a2a_large, .arg = &s,
+                    .config = cfg, .timeout_s = 120, .name = what};
+  cr_assert(h_run(&o), "%s, n=%d, seed %#llx: failed (above)", what, n,
+            (unsigned long long)s.seed);
+}
+
+Test(a2av, large_blocks_n_1_to_8, .timeout = 400) {
+  for (int n = 1; n <= MAXN; n++)
+    run_a2a_large(n, NULL, A2A_REG_NONE, "alltoallv large blocks, the tuner's "
+                  "choice");
+}
+
+/* Forced: the pairwise exchange over the FIFOs (any other RINGCC_ALGO). */
+Test(a2av, large_blocks_pairwise, .timeout = 300) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_RING, 0, 0);
+  run_a2a_large(3, &cfg, A2A_REG_NONE, "alltoallv large blocks, pairwise");
+  run_a2a_large(8, &cfg, A2A_REG_NONE, "alltoallv large blocks, pairwise");
+}
+
+/* Registered memory: large blocks copied from the mapped peer buffer. */
+Test(a2av, registered_n_1_to_8, .timeout = 400) {
+  for (int n = 1; n <= MAXN; n++)
+    run_a2a_large(n, NULL, A2A_REG_BOTH, "alltoallv registered buffers");
+}
+
+/* RINGCC_ALGO=zerocopy (no cross-memory attach): registered sends read in
+ * place; with only the receive buffer registered, the large blocks follow
+ * through the FIFOs after the places. */
+Test(a2av, zerocopy_forced, .timeout = 400) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_ZEROCOPY, 0, 0);
+  run_a2a_large(4, &cfg, A2A_REG_BOTH, "alltoallv RINGCC_ALGO=zerocopy");
+  run_a2a_large(7, &cfg, A2A_REG_BOTH, "alltoallv RINGCC_ALGO=zerocopy");
+  run_a2a_large(2, &cfg, A2A_REG_RECV,
+                "alltoallv RINGCC_ALGO=zerocopy, sends not registered");
+  run_a2a_large(5, &cfg, A2A_REG_RECV,
+                "alltoallv RINGCC_ALGO=zerocopy, sends not registered");
 }
 
 Test(tcp, every, .timeout = 400) {

@@ -74,8 +74,20 @@ static const char *cma_rooted_why_not(const struct rcc_alg_context *c) {
   return NULL;
 }
 
-/* AllReduce, Reduce-Scatter, AllGather: chosen only when forced; here it
- * has not yet been measured faster than the ring (docs/performance.md). */
+/* AllToAllv read in place (exec_a2av.c), by cross-memory attach or from
+ * registered memory: wherever it runs, by default. Whether it runs must not
+ * depend on the size (ranks send different sums, yet must all choose
+ * alike): its terms never exceed the pairwise exchange's, and each block
+ * picks its own way (small ones through the FIFOs). Any other RINGCC_ALGO
+ * forces the pairwise exchange. */
+static const char *a2av_why_not(const struct rcc_alg_context *c, int setting) {
+  if (c->forced != RINGCC_ALGO_AUTO && c->forced != setting)
+    return "RINGCC_ALGO forces another algorithm (the pairwise exchange)";
+  return NULL;
+}
+
+/* Chosen only when forced, but for Gather, Scatter and AllToAllv: here it has not yet been
+ * measured faster than the ring (docs/performance.md). */
 static const char *cma_why_not(const struct rcc_alg_context *c) {
   if (c->device)
     return "host buffers only";
@@ -84,6 +96,11 @@ static const char *cma_why_not(const struct rcc_alg_context *c) {
            "(one host, one pid namespace, ptrace allowed)";
   if (c->coll == RCC_COLL_GATHER || c->coll == RCC_COLL_SCATTER)
     return cma_rooted_why_not(c);
+  if (c->coll == RCC_COLL_ALLTOALLV) {
+    if (c->registered == 1 && c->forced == RINGCC_ALGO_AUTO)
+      return "registered memory: zero-copy reads it";
+    return a2av_why_not(c, RINGCC_ALGO_CMA);
+  }
   if (c->bytes < CMA_MIN_BYTES)
     return "messages from 256 KiB";
   if (c->forced != RINGCC_ALGO_CMA && c->forced != RINGCC_ALGO_DIRECT)
@@ -105,6 +122,9 @@ static const char *zc_why_not(const struct rcc_alg_context *c) {
     return "host buffers only";
   if (c->registered != 1)
     return "registered buffers, every rank on one host (ringcc_comm_register)";
+  if (c->coll == RCC_COLL_ALLTOALLV)
+    return c->nranks < 2 ? "needs 2 ranks"
+                         : a2av_why_not(c, RINGCC_ALGO_ZEROCOPY);
   if (c->nranks < 2 || c->bytes <= 0)
     return "needs 2 ranks and a non-empty message";
   return NULL;
@@ -178,6 +198,9 @@ void rcc_zc_terms(int coll, int n, double S, double C,
   case RCC_COLL_BCAST:
     moved = S;
     break;
+  case RCC_COLL_ALLTOALLV:
+    rcc_a2av_terms(coll, n, S, C, t);
+    return;
   default: /* alltoall */
     per_sent = (4.0 * n - 2) / (n - 1.0);
     break;
@@ -212,6 +235,20 @@ void rcc_hier_terms(int coll, int n, double S, double C,
   rcc_set_terms(t, 4 * (h - 1) + 1, ring, S / 2 + ring / 2, ring);
 }
 
+/* ---- AllToAllv read in place: its cost (its executor is exec_a2av.c) ------ */
+
+/* The pairwise exchange's n-1 rounds carry the small blocks and the large
+ * blocks' places; each large block is then copied once (read in place)
+ * instead of twice (into a slot and out of it): S/2 in the pairwise
+ * exchange's units. The acknowledgements of large blocks are not counted:
+ * the terms must never exceed the pairwise exchange's (a2av_why_not). */
+void rcc_a2av_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t) {
+  double f = n > 0 ? (n - 1.0) / n : 0;
+  (void)coll, (void)C;
+  rcc_set_terms(t, n > 1 ? n - 1 : 0, f * S / 2, 0, f * S);
+}
+
 /* ---- cross-memory attach: its cost (its executor is exec_cma.c) ---------- */
 
 /* A call all-gathers its buffers' addresses along the ring (n-1 steps) and
@@ -228,6 +265,8 @@ void rcc_cma_terms(int coll, int n, double S, double C,
   (void)C;
   if (coll == RCC_COLL_GATHER || coll == RCC_COLL_SCATTER)
     rcc_set_terms(t, n > 1 ? 2 * (n - 1) : 0, f * S / 2, 0, f * S);
+  else if (coll == RCC_COLL_ALLTOALLV) /* exec_a2av.c */
+    rcc_a2av_terms(coll, n, S, C, t);
   else if (coll == RCC_COLL_ALLREDUCE)
     rcc_set_terms(t, steps, 2 * f * S, f * S, 2 * f * S);
   else
@@ -341,7 +380,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .setting = RINGCC_ALGO_CMA,
         .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
                  RCC_COLL_BIT(RCC_COLL_ALLGATHER) |
-                 RCC_COLL_BIT(RCC_COLL_GATHER) | RCC_COLL_BIT(RCC_COLL_SCATTER),
+                 RCC_COLL_BIT(RCC_COLL_GATHER) | RCC_COLL_BIT(RCC_COLL_SCATTER) |
+                 RCC_COLL_BIT(RCC_COLL_ALLTOALLV),
         .sched = RCC_SCHED_NONE, .exec = RCC_EXEC_CMA,
         .flags = RCC_ALG_ALL_EDGES,
         .terms = rcc_cma_terms,
@@ -353,7 +393,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
                     [RCC_COLL_ALLGATHER] = "(n-1+2*ceil(log2 n))*alpha + "
                                            "(n-1)/n*S*beta",
                     [RCC_COLL_GATHER] = "2(n-1)*alpha + (n-1)/n*S/2*beta",
-                    [RCC_COLL_SCATTER] = "2(n-1)*alpha + (n-1)/n*S/2*beta"},
+                    [RCC_COLL_SCATTER] = "2(n-1)*alpha + (n-1)/n*S/2*beta",
+                    [RCC_COLL_ALLTOALLV] = "(n-1)*alpha + (n-1)/n*S/2*beta"},
         .why_not = cma_why_not},
     [RCC_ALG_ZEROCOPY] = {
         .id = RCC_ALG_ZEROCOPY, .name = "zero-copy",
@@ -361,7 +402,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
         .colls = REDUCING | RCC_COLL_BIT(RCC_COLL_REDUCE_SCATTER) |
                  RCC_COLL_BIT(RCC_COLL_ALLGATHER) |
                  RCC_COLL_BIT(RCC_COLL_BCAST) | RCC_COLL_BIT(RCC_COLL_REDUCE) |
-                 RCC_COLL_BIT(RCC_COLL_ALLTOALL),
+                 RCC_COLL_BIT(RCC_COLL_ALLTOALL) |
+                 RCC_COLL_BIT(RCC_COLL_ALLTOALLV),
         .sched = RCC_SCHED_NONE, .exec = RCC_EXEC_ZC,
         .flags = RCC_ALG_ALL_EDGES,
         .terms = rcc_zc_terms,
@@ -374,7 +416,8 @@ const struct rcc_algorithm rcc_algorithms[RCC_NUM_ALGS] = {
                     [RCC_COLL_BCAST] = "(n-1)*alpha + S/3*beta",
                     [RCC_COLL_REDUCE] = "(n-1)*alpha + (S+S/n)/3*beta + "
                                         "(n-1)/n*S*gamma",
-                    [RCC_COLL_ALLTOALL] = "(n-1)*alpha + 2S*(n-1)/(4n-2)*beta"},
+                    [RCC_COLL_ALLTOALL] = "(n-1)*alpha + 2S*(n-1)/(4n-2)*beta",
+                    [RCC_COLL_ALLTOALLV] = "(n-1)*alpha + (n-1)/n*S/2*beta"},
         .why_not = zc_why_not},
     [RCC_ALG_HIER] = {
         .id = RCC_ALG_HIER, .name = "hierarchical zero-copy",

@@ -144,6 +144,8 @@ void rcc_recdoubling_terms(int coll, int n, double S, double C,
 void rcc_recdoubling_link_terms(int link, int n, struct rcc_cost_terms *t);
 void rcc_rabenseifner_terms(int coll, int n, double S, double C,
                             struct rcc_cost_terms *t);
+void rcc_a2av_terms(int coll, int n, double S, double C,
+                    struct rcc_cost_terms *t);
 void rcc_cma_terms(int coll, int n, double S, double C,
                    struct rcc_cost_terms *t);
 void rcc_zc_terms(int coll, int n, double S, double C,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "a2av.h"
 #include "algorithms.h"
 #include "cma.h"
 #include "coll.h"
@@ -20,6 +21,7 @@
 #include "error.h"
 #include "exec.h"
 #include "log.h"
+#include "registry.h"
 #include "tuner.h"
 #include "vcoll.h"
 
@@ -402,8 +404,10 @@ static ringcc_result_t run_allgatherv(struct ringcc_comm *comm,
                                  v->rdispls, (ringcc_datatype_t)v->dt);
 }
 
-/* AllToAllv: the pairwise schedule, or where RINGCC_ALGO=cma and every
- * pair can (alike on every rank) cross-memory attach (exec_cma.c). */
+/* AllToAllv: the pairwise schedule, or, where the tuner picks it (alike on
+ * every rank: all ranks on one host, and cross-memory attach works between
+ * every pair or the memory is registered), large blocks read in place
+ * (exec_a2av.c). */
 static ringcc_result_t run_alltoallv(struct ringcc_comm *comm,
                                      const struct rcc_vcall *v, int *alg) {
   size_t esize = ringcc_datatype_size((ringcc_datatype_t)v->dt);
@@ -428,10 +432,13 @@ static ringcc_result_t run_alltoallv(struct ringcc_comm *comm,
     plan.counts = v->recvcounts;
     plan.displs = v->rdispls;
   }
-  if (*alg == RCC_ALG_CMA) {
-    struct rcc_cma_v cv = {src, plan.counts, plan.displs, v->recvbuf,
-                           v->recvcounts, v->rdispls, esize};
-    return rcc_cma_alltoallv(comm, &cv);
+  if (*alg == RCC_ALG_CMA || *alg == RCC_ALG_ZEROCOPY) {
+    struct rcc_a2av av = {src, plan.counts, plan.displs, v->recvbuf,
+                          v->recvcounts, v->rdispls, esize};
+    ringcc_result_t r = rcc_a2av_run(comm, &av);
+    if (r == RINGCC_SUCCESS && *alg == RCC_ALG_ZEROCOPY)
+      comm->registry->ran++; /* as exec_zc.c counts its calls */
+    return r;
   }
   return rcc_exec_host_channels(comm, &plan, src, v->recvbuf,
                                 (ringcc_datatype_t)v->dt, RINGCC_SUM);
@@ -459,13 +466,15 @@ ringcc_result_t rcc_vcoll_execute(struct ringcc_comm *comm,
     *bytes = sum_of(n, v->recvcounts) * esize;
     return run_allgatherv(comm, v);
   default:
-    *alg = comm->set.algo == RINGCC_ALGO_CMA && rcc_cma_usable(comm) &&
-                   n > 1
-               ? RCC_ALG_CMA
-               : RCC_ALG_PAIRWISE_V;
+    *alg = RCC_ALG_PAIRWISE_V;
     *bytes = sum_of(n, v->sendbuf == RINGCC_IN_PLACE ? v->recvcounts
                                                      : v->sendcounts) *
              esize;
+    if (n > 1 && !v->device) { /* the choice cannot depend on the sum */
+      struct rcc_tuning tune;
+      rcc_tuner_choose(comm, RCC_COLL_ALLTOALLV, (size_t)*bytes, 0, &tune);
+      *alg = tune.alg;
+    }
     return run_alltoallv(comm, v, alg);
   }
 }

@@ -36,21 +36,6 @@ void rcc_cma_free(struct ringcc_comm *comm);
 ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
                             const struct rcc_cma_call *call);
 
-/* AllToAllv (vcoll.c, where RINGCC_ALGO=cma and the path is usable): every
- * rank tells each peer where its block for that peer starts (an alltoall
- * of one address over the FIFOs), reads its blocks from the peers' send
- * buffers straight into recv (one copy, by the kernel), then a barrier.
- * Counts and displacements in elements of esize bytes. */
-struct rcc_cma_v {
-  const void *src;
-  const size_t *sendcounts, *sdispls;
-  void *dst;
-  const size_t *recvcounts, *rdispls;
-  size_t esize;
-};
-ringcc_result_t rcc_cma_alltoallv(struct ringcc_comm *comm,
-                                  const struct rcc_cma_v *v);
-
 /* Gather and Scatter by cross-memory attach (exec_cma_rooted.c), where the
  * tuner picks it (one host, from a block size on: algorithms.c) or
  * RINGCC_ALGO=cma forces it. The root tells each peer where its block is
@@ -72,7 +57,7 @@ struct rcc_cma_rooted {
 ringcc_result_t rcc_cma_rooted(struct ringcc_comm *comm,
                                const struct rcc_cma_rooted *c);
 
-/* What exec_cma_rooted.c uses of exec_cma.c. Copies bytes between local
+/* What exec_cma_rooted.c and exec_a2av.c use of exec_cma.c. Copies bytes between local
  * memory and a peer's address (to_peer: local -> peer); 0 or an errno. */
 int rcc_cma_peer_copy(const struct ringcc_comm *comm, int peer, void *local,
                       uint64_t remote, size_t bytes, int to_peer);
@@ -81,7 +66,8 @@ struct rcc_plan;
 ringcc_result_t rcc_cma_exchange(struct ringcc_comm *comm,
                                  const struct rcc_plan *plan, const void *src,
                                  void *dst);
-/* A call's root allows (1) and then forbids (0) peers to access it. */
+/* A rank whose buffers peers access in a call (a Gather or Scatter's root,
+ * an AllToAllv sender) allows (1) and then forbids (0) it. */
 void rcc_cma_allow_peers(struct ringcc_comm *comm, int allow);
 
 #endif /* RCC_CMA_H */

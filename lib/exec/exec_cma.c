@@ -24,15 +24,17 @@
  *
  * Eligibility is decided once per communicator, alike on every rank:
  * RINGCC_ALGO auto, cma or direct (for these collectives the tuner never
- * picks it on its own; for Gather and Scatter, exec_cma_rooted.c, it does),
- * all ranks on one host and in one pid namespace, shared memory not
- * disabled, and a probe read of every peer at init succeeded. The probe needs
- * ptrace permission: where Yama restricts ptrace to ancestors, the ranks
- * allow it with prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then.
- * Forced, the exception is withdrawn (PR_SET_PTRACER 0) when the last
- * communicator that needed it is destroyed, or at once when the probe
- * failed; under auto right after the probe, and the root of each Gather or
- * Scatter by cross-memory attach holds it for the call. Linux has no way to read the setting back, so a program that set
+ * picks it on its own; for Gather and Scatter, exec_cma_rooted.c, and for
+ * AllToAllv's large blocks, exec_a2av.c, it does), all ranks on one host and
+ * in one pid namespace, shared memory not disabled, and a probe read of
+ * every peer at init succeeded. The probe needs ptrace permission: where
+ * Yama restricts ptrace to ancestors, the ranks allow it with
+ * prctl(PR_SET_PTRACER_ANY), as Open MPI does, but only then. Forced, the
+ * exception is withdrawn (PR_SET_PTRACER 0) when the last communicator that
+ * needed it is destroyed, or at once when the probe failed; under auto right
+ * after the probe, and a rank whose buffer peers read in a call (the root of
+ * a Gather or Scatter, a sender of AllToAllv's large blocks) holds it for
+ * that call. Linux has no way to read the setting back, so a program that set
  * its own exception finds it cleared then. Ranks that are threads of one
  * process read each other's memory directly.
  */
@@ -53,30 +55,7 @@
 #include "reduce.h"
 #include "stats.h"
 #include "topo.h"
-
-/* Under ThreadSanitizer (make tsan-check runs ranks as threads of one
- * process): the FIFOs that order our reads of peers' buffers are mapped at a
- * different address in each rank, so TSan cannot see that synchronization.
- * Every rank releases this object before each FIFO exchange and acquires it
- * after, which tells TSan what the exchange guarantees: whatever a rank did
- * before entering it happens before what any rank does after leaving it. */
-#if defined(__SANITIZE_THREAD__)
-#define RCC_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RCC_TSAN 1
-#endif
-#endif
-#ifdef RCC_TSAN
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-static char tsan_exchange;
-#define TSAN_RELEASE() __tsan_release(&tsan_exchange)
-#define TSAN_ACQUIRE() __tsan_acquire(&tsan_exchange)
-#else
-#define TSAN_RELEASE() ((void)0)
-#define TSAN_ACQUIRE() ((void)0)
-#endif
+#include "tsan_sync.h"
 
 #define CHUNK_BYTES (256 << 10) /* local staging: fits L2 with the output */
 #define PROBE_MAGIC 0x52434d41ull  /* "RCMA" */
@@ -172,9 +151,9 @@ int rcc_cma_usable(const struct ringcc_comm *comm) {
   return comm->cma != NULL && comm->cma->ok;
 }
 
-/* While a Gather or Scatter by cross-memory attach runs at its root: peers
- * write into or read from the root's buffers, so the root allows them
- * (a share of the exception, withdrawn at the end of the call unless the
+/* While a call lets peers write into or read from this rank's buffers (the
+ * root of a Gather or Scatter by cross-memory attach, a sender of
+ * AllToAllv's large blocks), the rank allows them (a share of the exception, withdrawn at the end of the call unless the
  * communicator holds one: RINGCC_ALGO=cma or direct). */
 void rcc_cma_allow_peers(struct ringcc_comm *comm, int allow) {
   if (comm->cma == NULL || comm->cma->ptracer)
@@ -226,8 +205,9 @@ ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
     return r;
   RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s",
            agreed && forced ? "available"
-           : agreed ? "available to the tuner for Gather and Scatter (the "
-                      "others only when forced: RINGCC_ALGO=cma)"
+           : agreed ? "available to the tuner for Gather, Scatter and "
+                      "AllToAllv's large blocks (the AllReduce family only "
+                      "when forced: RINGCC_ALGO=cma)"
            : may ? "not available (peers' memory not readable)"
                  : "not available (one rank, ranks on several hosts, shm "
                    "disabled, or RINGCC_ALGO names another algorithm)");
@@ -392,40 +372,5 @@ ringcc_result_t rcc_cma_run(struct ringcc_comm *comm,
 out:
   free(ci);
   free(buf);
-  return r;
-}
-
-ringcc_result_t rcc_cma_alltoallv(struct ringcc_comm *comm,
-                                  const struct rcc_cma_v *v) {
-  int n = comm->nranks, me = comm->rank;
-  uint64_t *mine = calloc((size_t)n, sizeof(*mine));
-  uint64_t *theirs = calloc((size_t)n, sizeof(*theirs));
-  ringcc_result_t r = RINGCC_ERR_OUT_OF_MEMORY;
-  if (mine == NULL || theirs == NULL) {
-    rcc_comm_error(comm, r, "direct path on rank %d: out of memory", me);
-    goto out;
-  }
-  for (int p = 0; p < n; p++) /* where rank p's block starts here */
-    mine[p] = (uint64_t)(uintptr_t)v->src + v->sdispls[p] * v->esize;
-  r = fifo_coll(comm, RCC_COLL_ALLTOALL, mine, theirs, sizeof(*mine));
-  if (r == RINGCC_SUCCESS && v->recvcounts[me] > 0 &&
-      (char *)v->dst + v->rdispls[me] * v->esize !=
-          (const char *)(uintptr_t)mine[me])
-    memcpy((char *)v->dst + v->rdispls[me] * v->esize,
-           (const void *)(uintptr_t)mine[me], v->recvcounts[me] * v->esize);
-  for (int k = 1; k < n && r == RINGCC_SUCCESS; k++) {
-    int p = (me + k) % n; /* each rank starts at another peer */
-    if (v->recvcounts[p] == 0)
-      continue;
-    int e = peer_read(comm, p, (char *)v->dst + v->rdispls[p] * v->esize,
-                      theirs[p], v->recvcounts[p] * v->esize);
-    if (e != 0)
-      r = read_failed(comm, p, e);
-  }
-  if (r == RINGCC_SUCCESS) /* no rank reuses its input while peers read */
-    r = fifo_coll(comm, RCC_COLL_BARRIER, NULL, NULL, 0);
-out:
-  free(mine);
-  free(theirs);
   return r;
 }

@@ -12,8 +12,11 @@ proportion ((i + j) mod n) (ringcc-bench's uneven rule: some splits empty,
 the largest about 2 S/n). It times batches of dist.all_to_all_single,
 alternating the two backends batch by batch (--reps batches each), and
 reports the median batch's time per call (the slowest rank's) and the
-ratio gloo / ringcc. Results: a table on stdout and DIR/alltoallv.json
-(default build/python-bench/).
+ratio gloo / ringcc. A third column, "direct", times the same exchange on
+the ringcc group's own communicator through the Python binding
+(Comm.alltoallv, no torch.distributed, no worker thread): ringcc/direct is
+what the torch layer adds. Results: a table on stdout and
+DIR/alltoallv.json (default build/python-bench/).
 """
 
 import argparse
@@ -30,6 +33,7 @@ sys.path.insert(0, HERE)
 from torch_allreduce import ROOT, free_port, parse_size  # noqa: E402
 
 ROW = 256  # floats per row
+KINDS = ("ringcc", "gloo", "direct")
 
 
 def splits(n, rows, i):
@@ -56,18 +60,26 @@ def worker(args):
         send = splits(n, rows, rank)
         recv = [splits(n, rows, i)[rank] for i in range(n)]
         inp = torch.arange(sum(send) * ROW, dtype=torch.float32).view(-1, ROW)
-        outs = {k: torch.empty(sum(recv), ROW) for k in groups}
+        outs = {k: torch.empty(sum(recv), ROW) for k in KINDS}
+        comm = groups["ringcc"]._comm  # the group's communicator
+        sc, rc = [c * ROW for c in send], [c * ROW for c in recv]
 
         def call(k):
-            dist.all_to_all_single(outs[k], inp, recv, send, group=groups[k])
-        for k in groups:  # warm-up, and the two agree
+            if k == "direct":
+                comm.alltoallv(inp, outs[k], sc, rc)
+            else:
+                dist.all_to_all_single(outs[k], inp, recv, send,
+                                       group=groups[k])
+        for k in KINDS:  # warm-up, and all agree
             call(k)
-        if not torch.equal(outs["ringcc"], outs["gloo"]):
-            raise SystemExit(f"rank {rank}: ringcc and gloo differ at {size}")
+        for k in KINDS[1:]:
+            if not torch.equal(outs["ringcc"], outs[k]):
+                raise SystemExit(f"rank {rank}: ringcc and {k} differ at "
+                                 f"{size}")
         iters = max(3, min(50, (64 << 20) // max(size, 1)))
-        samples = {k: [] for k in groups}
+        samples = {k: [] for k in KINDS}
         for rep in range(args.reps):
-            for k in (("ringcc", "gloo") if rep % 2 else ("gloo", "ringcc")):
+            for k in (KINDS if rep % 2 else KINDS[::-1]):
                 dist.barrier(group=groups["gloo"])
                 t0 = time.perf_counter()
                 for _ in range(iters):
@@ -87,11 +99,14 @@ def worker(args):
             json.dump({"n": n, "results": results}, f, indent=1)
         print(f"torch all_to_all_single with splits, n = {n}, CPU float32, "
               f"median of {args.reps} batches (load {os.getloadavg()[0]:.1f})")
-        print("| bytes sent per rank | ringcc (ms) | gloo (ms) | gloo/ringcc |")
-        print("|---|---|---|---|")
+        print("| bytes sent per rank | ringcc (ms) | gloo (ms) | gloo/ringcc "
+              "| direct (ms) | ringcc/direct |")
+        print("|---|---|---|---|---|---|")
         for r in results:
             print(f"| {r['bytes']} | {r['ringcc'] * 1e3:.2f} | "
-                  f"{r['gloo'] * 1e3:.2f} | {r['gloo'] / r['ringcc']:.2f} |")
+                  f"{r['gloo'] * 1e3:.2f} | {r['gloo'] / r['ringcc']:.2f} | "
+                  f"{r['direct'] * 1e3:.2f} | "
+                  f"{r['ringcc'] / r['direct']:.2f} |")
     dist.destroy_process_group()
 
 
