@@ -43,7 +43,7 @@ done
 
 QUICK_TESTS=test_all_reduce_sum,test_all_reduce_sum_async,test_broadcast,\
 test_all_gather,test_all_gather_coalesced_simple,test_all_to_all_single_equal_split,\
-test_reduce_sum,test_send_recv,test_isend,\
+test_reduce_sum,test_send_recv,test_isend,test_send_recv_any_source,\
 test_monitored_barrier_gloo,test_barrier_timeout_arg,test_all_reduce_coalesced_sum,\
 test_sparse_all_reduce_sum
 

@@ -20,7 +20,8 @@ def test_ops_against_gloo(n):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("what", ["p2p", "subgroups", "async", "errors"])
+@pytest.mark.parametrize("what", ["p2p", "anysource", "subgroups", "async",
+                                  "errors"])
 def test_backend(what, n):
     job = run_ranks(n, "torch_ranks.py", what, timeout=240)
     assert int(job.lines(0, "CHECKED")[0]) > 0

@@ -349,10 +349,10 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                     f"timeout is {self._timeout_ms} ms): {e}") from e
         return timed
 
-    def _work(self, future, worker=None, task=None):
+    def _work(self, future, worker=None, task=None, source=None):
         if self._coalesced is not None:
             self._coalesced.append(future)
-        return work_for(future, worker, task)
+        return work_for(future, worker, task, source)
 
     # ---- coalescing (torch's _coalescing_manager) ---------------------------
     # Operations issued between start and end run as they are issued (in
@@ -970,13 +970,29 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             key = (kind, peer)
             ch = self._channels.get(key)
             if ch is None:
-                src, dst = (self.rank(), peer) if kind == "send" else \
-                    (peer, self.rank())
-                cls = _p2p.SendChannel if kind == "send" else _p2p.RecvChannel
-                ch = cls(self._store, f"ringcc/p2p/{src}->{dst}", peer,
-                         self._timeout_ms)
+                if kind == "send":
+                    ch = _p2p.SendChannel(
+                        self._store, f"ringcc/p2p/{self.rank()}->{peer}",
+                        peer, self._timeout_ms)
+                else:
+                    ch = _p2p.RecvChannel(
+                        self._inbox(), self._store,
+                        f"ringcc/p2p/{peer}->{self.rank()}", peer,
+                        self._timeout_ms)
                 self._channels[key] = ch
             return ch
+
+    _p2p_inbox = None
+
+    def _inbox(self):
+        """The group's _p2p.Inbox (made at its first receive; called with
+        _channels_lock held)."""
+        if self._p2p_inbox is None:
+            me = self.rank()
+            self._p2p_inbox = _p2p.Inbox(
+                lambda peer: self._channel("recv", peer),
+                [p for p in range(self.size()) if p != me])
+        return self._p2p_inbox
 
     def _p2p_tensor(self, tensors, name):
         t = _one_list([tensors] if isinstance(tensors, torch.Tensor)
@@ -999,9 +1015,37 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         t = self._p2p_tensor(tensors, "tensors")
         if self._batch is not None:
             return self._batched("recv", t, srcRank)
-        ch = self._channel("recv", srcRank)
-        record = self._record("recv", [t])
-        return self._work(self._recorded(ch.recv(t, tag), record))
+        return self._received(t, srcRank, tag, "recv")
+
+    def recv_anysource(self, tensors, tag=0):
+        """recv from whichever rank's message with `tag` comes first
+        (dist.recv/irecv without src); the Work's source_rank() says who
+        sent it."""
+        t = self._p2p_tensor(tensors, "tensors")
+        if self._batch is not None:
+            raise ValueError("ringcc: a receive from any source cannot be "
+                             "part of batch_isend_irecv (name its src)")
+        if self.size() == 1:
+            raise ValueError("ringcc: recv from any source in a group of "
+                             "one rank: there is no other rank to send")
+        return self._received(t, None, tag, "recvAnySource")
+
+    recvAnysource = recv_anysource
+
+    def _received(self, t, src, tag, title):
+        inbox = self._p2p_inbox
+        if inbox is None:
+            with self._channels_lock:
+                inbox = self._inbox()
+        record = self._record(title, [t])
+        try:
+            req = inbox.recv(t, tag, src)  # a bad src raises here
+        except BaseException:
+            if record is not None:
+                _record_exit(record)
+            raise
+        return self._work(self._recorded(req.done.future, record),
+                          source=lambda: req.source)
 
     # batch_isend_irecv (between start_ and end_coalescing): its sends and
     # receives are kept, then run as one ringcc group on the group's
@@ -1045,19 +1089,23 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     @staticmethod
     def _recorded(future, record):
-        """Ends the profiler record when future completes (on the channel's
-        thread, which completes it)."""
+        """Ends the profiler record when future completes, on the channel's
+        thread that completes it; a receive that a kept message completed
+        at once, in the calling thread, ends it on a thread of its own, so
+        that the profiler lists every send and recv as asynchronous, as it
+        lists Gloo's."""
         if record is not None:
-            future.add_done_callback(lambda _: _record_exit(record))
+            caller = threading.get_ident()
+
+            def end(_):
+                if threading.get_ident() != caller:
+                    _record_exit(record)
+                    return
+                t = threading.Thread(target=_record_exit, args=(record,))
+                t.start()
+                t.join()
+            future.add_done_callback(end)
         return future
-
-    def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("ringcc: recv from any source is not supported "
-                           "by the torch backend yet (each sender's messages "
-                           "travel on a communicator of their own; "
-                           "docs/python.md); pass src=")
-
-    recvAnysource = recv_anysource
 
     # ---- teardown -------------------------------------------------------------------------
 

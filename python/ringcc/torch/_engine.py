@@ -170,10 +170,24 @@ class RingccWork(Work):
     after a failure, so errors would only reach those who read the
     future.)"""
 
-    def __init__(self, future, worker=None, task=None):
+    def __init__(self, future, worker=None, task=None, source=None):
         super().__init__()
         self._future = future
         self._worker, self._task = worker, task
+        self._source = source
+
+    def source_rank(self):
+        """A receive's sender (c10d's Work::sourceRank, which torch's
+        dist.recv(src=None) reads as _source_rank()), once it completed."""
+        if self._source is None:
+            raise RuntimeError("ringcc: source_rank() may only be called on "
+                               "the Work of a recv")
+        if not self._future.done():
+            raise RuntimeError("ringcc: source_rank() of a recv that has not "
+                               "completed (wait() first)")
+        return self._source()
+
+    _source_rank = source_rank
 
     def wait(self, timeout=None):
         if self._task is not None and not self._future.done():
@@ -213,10 +227,11 @@ class RingccWork(Work):
         self._future.wait()
 
 
-def work_for(future, worker=None, task=None):
+def work_for(future, worker=None, task=None, source=None):
     """A Work whose wait()/is_completed()/get_future() follow `future`;
-    with the worker and task that complete it, wait() may run the task."""
-    return RingccWork(future, worker, task)
+    with the worker and task that complete it, wait() may run the task;
+    source() gives a receive's sender (Work.source_rank())."""
+    return RingccWork(future, worker, task, source)
 
 
 def completed_work(outputs):

@@ -5,6 +5,9 @@
                               same ranks, with integer-valued data (exact)
     torch_ranks.py p2p        send/recv with tags, out of order, both ways
                               at once, batch_isend_irecv, vs gloo
+    torch_ranks.py anysource  recv without src from several senders: every
+                              element, each sender's order, source_rank,
+                              tags
     torch_ranks.py subgroups  new_group subgroups vs gloo subgroups
     torch_ranks.py async      async_op=True returns at once and overlaps;
                               futures complete with the outputs
@@ -502,12 +505,90 @@ def p2p(groups, n, r):
             except RuntimeError as e:
                 if "16 bytes" not in str(e) or "20" not in str(e):
                     fail(f"size mismatch message: {e}")
+
+
+def any_source(groups, n, r):
+    """Each rank in turn receives from any source: three tag-5 messages of
+    every other rank (every element names sender and sequence number, so
+    a message from the wrong sender or out of its sender's order shows),
+    half with dist.recv(src=None), half with irecv and _source_rank(); the
+    first receive is posted before any rank sent to it (its channels open
+    on the way). A tag-6 message each sender sent first must wait for a
+    tag-6 receive, and an any-source receive of tag 7 takes a message from
+    a rank that also has a receive from it by name posted earlier with
+    another tag."""
+    if n == 1:
+        return
+    g = groups["ringcc"]
+
+    def msg(src, k, count=1000):
+        return torch.arange(count, dtype=torch.int64) * 1000 + 100 * src + k
+
+    for rcv in range(n):
+        peers = [p for p in range(n) if p != rcv]
+        if r == rcv:
+            t = torch.empty(1000, dtype=torch.int64)
+            first = dist.irecv(t, group=g, tag=5)  # before anything is sent
+            dist.barrier(group=groups["gloo"])
+            seen = dict.fromkeys(peers, 0)
+            for i in range(3 * len(peers)):
+                if i == 0:
+                    first.wait()
+                    src = first._source_rank()
+                elif i % 2:
+                    t = torch.empty(1000, dtype=torch.int64)
+                    src = dist.recv(t, group=g, tag=5)
+                else:
+                    t = torch.empty(1000, dtype=torch.int64)
+                    w = dist.irecv(t, group=g, tag=5)
+                    w.wait()
+                    src = w._source_rank()
+                if src not in seen:
+                    fail(f"any source: message {i} names sender {src}")
+                    continue
+                same(t, msg(src, seen[src]), f"any source: message {i} "
+                     f"(number {seen[src]} of rank {src})")
+                seen[src] += 1
+            same(torch.tensor(list(seen.values())),
+                 torch.full((len(peers),), 3), "any source: messages per "
+                 "sender")
+            for p in peers:  # the tag-6 messages waited
+                t = torch.empty(7, dtype=torch.int64)
+                dist.recv(t, p, group=g, tag=6)
+                same(t, msg(p, 60, 7), f"tag 6 from {p} after any source")
+            # By name, tag 8, from the first peer (posted first), then any
+            # source, tag 7: the first peer's tag-7 message goes to the
+            # any-source receive even though a receive from it waits.
+            t8 = torch.empty(5, dtype=torch.int64)
+            w8 = dist.irecv(t8, peers[0], group=g, tag=8)
+            t7 = torch.empty(5, dtype=torch.int64)
+            w7 = dist.irecv(t7, group=g, tag=7)
+            dist.barrier(group=groups["gloo"])
+            w7.wait()
+            if w7._source_rank() != peers[0]:
+                fail(f"any source tag 7: sender {w7._source_rank()}")
+            same(t7, msg(peers[0], 70, 5), "any source tag 7")
+            w8.wait()
+            same(t8, msg(peers[0], 80, 5), "tag 8 by name")
+        else:
+            ws = [dist.isend(msg(r, 60, 7), rcv, group=g, tag=6)]
+            dist.barrier(group=groups["gloo"])
+            ws += [dist.isend(msg(r, k), rcv, group=g, tag=5)
+                   for k in range(3)]
+            dist.barrier(group=groups["gloo"])
+            if r == peers[0]:
+                ws.append(dist.isend(msg(r, 70, 5), rcv, group=g, tag=7))
+                ws.append(dist.isend(msg(r, 80, 5), rcv, group=g, tag=8))
+            for w in ws:
+                w.wait()
+        dist.barrier(group=groups["gloo"])
+    # source_rank() belongs to receives.
     try:
-        dist.recv(torch.zeros(1), group=g)
-        fail("recv from any source did not raise")
-    except (RuntimeError, ValueError) as e:
-        if "any source" not in str(e):
-            fail(f"recv from any source: {e}")
+        dist.all_reduce(torch.ones(1), group=g, async_op=True)._source_rank()
+        fail("source_rank() of an all_reduce did not raise")
+    except RuntimeError as e:
+        if "recv" not in str(e):
+            fail(f"source_rank() of an all_reduce: {e}")
 
 
 # ---- subgroups ------------------------------------------------------------------------
@@ -653,7 +734,8 @@ def main():
     n, r = dist.get_world_size(), dist.get_rank()
     groups = {"ringcc": dist.group.WORLD,
               "gloo": dist.new_group(list(range(n)), backend="gloo")}
-    {"ops": ops, "p2p": p2p, "subgroups": subgroups, "async": async_ops,
+    {"ops": ops, "p2p": p2p, "anysource": any_source,
+     "subgroups": subgroups, "async": async_ops,
      "errors": errors}[what](groups, n, r)
     dist.barrier()
     dist.destroy_process_group()
