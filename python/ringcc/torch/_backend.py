@@ -262,7 +262,10 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     # ---- identity ------------------------------------------------------------
 
     def getBackendName(self):
-        return "ringcc"
+        # the name it was registered under: "ringcc", or "gloo" where it
+        # stands in for gloo (DDP's logging data compares it with
+        # dist.get_backend())
+        return self._name
 
     def getRank(self):
         return self._comm.rank
