@@ -327,16 +327,21 @@ static void links_before(links_seen_t *l) {
   l->sockets = count_sockets();
 }
 
-/* After a shrink over shared memory: no new mapping as large as one that
- * holds FIFOs (the parent's smallest), i.e. the shrunk communicator made no
- * FIFO segment of its own (its own segment holds the board only). 0 when
- * so; else prints what was mapped. */
-static int links_after(const links_seen_t *l, int rank, const char *what) {
+/* After a shrink of a communicator of n ranks over shared memory: the
+ * shrunk communicator made no FIFO segment of its own (its own segment
+ * holds the board's two regions only). A parent's segment holds 2 sets of
+ * n FIFOs of F bytes and the board's room B (about 2 slots, under 2 F):
+ * bytes P = 2 n F + B. A new FIFO segment for m >= 2 ranks has at least
+ * 4 F + B > P / n; the board's room alone B < 2 F < P / n. 0 when so; else
+ * prints what was mapped. */
+static int links_after(const links_seen_t *l, int n, int rank,
+                       const char *what) {
   static links_seen_t now;
   now.n = shm_maps(now.start, now.bytes, MAX_MAPS);
   size_t smallest = (size_t)-1;
   for (int i = 0; i < l->n; i++)
     smallest = l->bytes[i] < smallest ? l->bytes[i] : smallest;
+  smallest /= (size_t)n;
   int bad = 0, fresh = 0;
   for (int i = 0; i < now.n; i++) {
     int old = 0;
@@ -345,8 +350,9 @@ static int links_after(const links_seen_t *l, int rank, const char *what) {
     fresh += !old;
     if (!old && now.bytes[i] >= smallest)
       bad = fprintf(stderr, "rank %d (%s): the shrink mapped a new segment of "
-                    "%zu bytes, as large as a FIFO segment of the parent "
-                    "(%zu): it made FIFOs instead of reusing them\n", rank,
+                    "%zu bytes, as large as FIFOs (%zu: a parent's segment "
+                    "over its ranks): it made FIFOs instead of reusing "
+                    "them\n", rank,
                     what, now.bytes[i], smallest) > 0;
   }
   if (l->n == 0)
@@ -539,7 +545,7 @@ static int body_kill_shrink(area_t *a, int rank) {
   a->shrink_s[rank] = h_now_s() - t0;
   a->new_sockets[rank] = count_sockets() - seen.sockets;
   if (r == RINGCC_SUCCESS && !a->tcp &&
-      links_after(&seen, rank, "kill, then shrink"))
+      links_after(&seen, a->n, rank, "kill, then shrink"))
     rc = 1;
   if (r != RINGCC_SUCCESS) {
     fprintf(stderr, "rank %d: shrink: %s: %s\n", rank, ringcc_strerror(r),
@@ -662,7 +668,7 @@ static int body_exclude(area_t *a, int rank) {
     static links_seen_t seen;
     links_before(&seen);
     ringcc_result_t r = ringcc_comm_shrink(comm, ex, 1, &s);
-    if (r == RINGCC_SUCCESS && links_after(&seen, rank, "exclude list"))
+    if (r == RINGCC_SUCCESS && links_after(&seen, a->n, rank, "exclude list"))
       rc = 1;
     if (r != RINGCC_SUCCESS) {
       fprintf(stderr, "rank %d: shrink: %s\n", rank,
@@ -726,7 +732,7 @@ static int body_algos(area_t *a, int rank) {
         break;
       }
       unsetenv("RINGCC_ALGO");
-      if (!a->tcp && links_after(&seen, rank, g_algos[i]))
+      if (!a->tcp && links_after(&seen, n, rank, g_algos[i]))
         rc = 1;
       if (rc == 0 && collectives_on(s, rank, n - 1))
         rc = fprintf(stderr, "rank %d: on the shrunk comm with RINGCC_ALGO="
