@@ -656,11 +656,19 @@ Test(shrink, kill2_of_16_tcp, .timeout = 120) { kill_shrink(16, 1, 0, 9); }
 
 /* A healthy communicator shrunk by an exclude list: rank 1 leaves
  * (destroys its communicator, no shrink), the others exclude it. */
+/* This rank's communicator of a (timeout 30 s): 0, or -1 (printed). */
+static int comm_of(area_t *a, int rank, ringcc_comm_t *comm) {
+  ringcc_config_t cfg = cfg_of(a, 30000);
+  if (ringcc_comm_init(comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) == RINGCC_SUCCESS)
+    return 0;
+  fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+  return -1;
+}
+
 static int body_exclude(area_t *a, int rank) {
   ringcc_comm_t comm, s = NULL;
-  ringcc_config_t cfg = cfg_of(a, 30000);
-  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
-                       &cfg) != RINGCC_SUCCESS)
+  if (comm_of(a, rank, &comm) != 0)
     return 1;
   int rc = 0;
   if (rank != 1) {
@@ -711,9 +719,7 @@ static const char *const g_algos[] = {"ring", "tree", "oneshot",
 
 static int body_algos(area_t *a, int rank) {
   ringcc_comm_t comm, s = NULL;
-  ringcc_config_t cfg = cfg_of(a, 30000);
-  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
-                       &cfg) != RINGCC_SUCCESS)
+  if (comm_of(a, rank, &comm) != 0)
     return 1;
   int rc = 0, n = a->n, last = n - 1;
   int32_t *buf = h_xmalloc(70000 * sizeof(int32_t));

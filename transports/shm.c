@@ -283,12 +283,9 @@ static void shm_destroy(struct ringcc_comm *comm, void *state) {
 static struct shm_state *parent_fifos(const struct ringcc_comm *comm,
                                       const int *peers, int npeers) {
   const struct ringcc_comm *pc = comm->parent;
-  struct shm_state *ps = NULL;
+  struct shm_state *ps = comm->parent_state; /* (this transport's) */
   if (pc == NULL || comm->parent_rank == NULL)
     return NULL;
-  for (int t = 0; t < rcc_num_transports; t++)
-    if (rcc_transports[t] == &rcc_transport_shm)
-      ps = pc->transport_state[t];
   if (ps == NULL || ps->fifos == NULL || !ps->extra ||
       ps->nkinds != comm->nkinds || pc->set.nslots != comm->set.nslots ||
       pc->set.chunk_bytes != comm->set.chunk_bytes)

@@ -164,6 +164,8 @@ struct ringcc_comm {
    * (shm.c). NULL otherwise. */
   const struct ringcc_comm *parent;
   const int *parent_rank;
+  void *parent_state;      /* the parent's state of the transport being set
+                              up (transport.c), NULL without a parent */
   int links_reused;        /* of the parent's, by the transports at init */
   struct rcc_links *links; /* FIFOs shared with a shrunk communicator or
                               its parent (links.h); NULL: none */
