@@ -19,8 +19,13 @@
  *                                   (shared memory and TCP), then
  *                                   ringcc_comm_shrink(NULL) on the
  *                                   survivors and exact collectives on the
- *                                   new communicator; a healthy one shrunk
- *                                   by an exclude list;
+ *                                   new communicator, which maps no FIFO
+ *                                   segment of its own over shared memory
+ *                                   (it reuses the parent's); a healthy one
+ *                                   shrunk by an exclude list; every
+ *                                   algorithm forced on a shrunk healthy
+ *                                   one, the parent used in between;
+ *   teardown/...                    64 TCP ranks destroy in order: no WARN;
  *   scale/tcp_ranks_defaults        RINGCC_SCALE_N (make scale-check: 128)
  *                                   TCP ranks on this host with default
  *                                   settings; skipped unless that is set.
