@@ -233,7 +233,11 @@ RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
  * RINGCC_ERR_PEER_FAILED). exclude NULL (nexclude 0): the ranks known to
  * have failed, agreed among the survivors (every survivor gets the same
  * communicator, or an error). A failure during the shrink is an error,
- * never a hang (docs/reliability.md). */
+ * never a hang. The new communicator reuses the survivors' shared-memory
+ * FIFOs. Afterwards comm, if it had failed or exclude was NULL, is only fit
+ * for destroy or abort; a healthy comm shrunk with an exclude list stays
+ * usable, but never at the same time as the new one (docs/reliability.md).
+ * Either may be destroyed first. */
 RINGCC_API ringcc_result_t ringcc_comm_shrink(ringcc_comm_t comm,
                                               const int *exclude, int nexclude,
                                               ringcc_comm_t *out);

@@ -19,14 +19,20 @@
  *                                   (shared memory and TCP), then
  *                                   ringcc_comm_shrink(NULL) on the
  *                                   survivors and exact collectives on the
- *                                   new communicator; a healthy one shrunk
- *                                   by an exclude list;
+ *                                   new communicator, which maps no FIFO
+ *                                   segment of its own over shared memory
+ *                                   (it reuses the parent's); a healthy one
+ *                                   shrunk by an exclude list; every
+ *                                   algorithm forced on a shrunk healthy
+ *                                   one, the parent used in between;
+ *   teardown/...                    64 TCP ranks destroy in order: no WARN;
  *   scale/tcp_ranks_defaults        RINGCC_SCALE_N (make scale-check: 128)
  *                                   TCP ranks on this host with default
  *                                   settings; skipped unless that is set.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +57,9 @@ typedef struct {
   int late[4]; /* victim i dies 0.5 s into the others' shrink instead (1),
                   or 0.7 s into its own shrink (2) */
   int delay_ms[8]; /* rank r calls shrink this much later */
+  volatile double shrink_s[MAX_N]; /* how long each survivor's shrink took */
+  volatile int new_sockets[MAX_N]; /* sockets the shrink left open more */
+  char logdir[64]; /* teardown: where each rank's stderr goes */
 } area_t;
 
 static area_t *g_a;
@@ -276,7 +285,134 @@ Test(scale, tcp_ranks_defaults, .timeout = 900) {
   h_shared_free(a, sizeof(*a));
 }
 
+/* An orderly destroy at scale logs nothing: each rank's stderr goes to a
+ * file of its own, every rank streams allreduces and destroys; no WARN
+ * may appear. (A rank that closed its links before its peers' goodbyes
+ * came had its kernel reset them, and the peers warned "... failed on
+ * socket 0 of 2: Broken pipe" while everybody left in order.) */
+static int body_quiet(area_t *a, int rank) {
+  char path[128];
+  snprintf(path, sizeof(path), "%s/rank%d.log", a->logdir, rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || dup2(fd, 2) < 0)
+    return 1;
+  close(fd);
+  return body_stream(a, rank);
+}
+
+Test(teardown, destroy_of_64_tcp_ranks_warns_nothing, .timeout = 300) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = 64;
+  a->tcp = 1;
+  a->stop_rank = -1;
+  a->iters = 3;
+  snprintf(a->logdir, sizeof(a->logdir), "/tmp/ringcc-teardown-XXXXXX");
+  cr_assert_not_null(mkdtemp(a->logdir), "mkdtemp: %s", strerror(errno));
+  double t0 = h_now_s();
+  int bad = run(a, body_quiet, 240), warned = 0;
+  for (int r = 0; r < a->n; r++) {
+    char path[128], line[1024];
+    snprintf(path, sizeof(path), "%s/rank%d.log", a->logdir, r);
+    FILE *f = fopen(path, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+      if (bad || strstr(line, " WARN ") != NULL)
+        warned += fprintf(stderr, "rank %d: %s", r, line) > 0;
+    if (f != NULL)
+      fclose(f);
+    unlink(path);
+  }
+  rmdir(a->logdir);
+  fprintf(stderr, "teardown: %d TCP ranks, allreduces then destroy: %s, %d "
+          "warnings (%.1f s)\n", a->n, bad ? "FAILED" : "exact", warned,
+          h_now_s() - t0);
+  cr_assert_eq(bad, 0, "%d of %d ranks failed (see above)", bad, a->n);
+  cr_assert_eq(warned, 0, "an orderly destroy logged warnings (above)");
+  h_shared_free(a, sizeof(*a));
+}
+
 /* ---- shrink ------------------------------------------------------------ */
+
+/* This process's mappings of ringcc shared-memory segments: start address
+ * and bytes of each (at most max), from /proc/self/maps. */
+static int shm_maps(unsigned long *start, size_t *bytes, int max) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int k = 0;
+  if (f == NULL)
+    return 0;
+  while (fgets(line, sizeof(line), f) != NULL && k < max) {
+    unsigned long a, b;
+    if (strstr(line, "/dev/shm/ringcc-") == NULL ||
+        sscanf(line, "%lx-%lx", &a, &b) != 2)
+      continue;
+    start[k] = a;
+    bytes[k++] = b - a;
+  }
+  fclose(f);
+  return k;
+}
+
+/* Sockets this process has open (/proc/self/fd). */
+static int count_sockets(void) {
+  int k = 0;
+  char path[64], target[64];
+  for (int fd = 0; fd < 4096; fd++) {
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t l = readlink(path, target, sizeof(target) - 1);
+    if (l > 0) {
+      target[l] = '\0';
+      k += strncmp(target, "socket:", 7) == 0;
+    }
+  }
+  return k;
+}
+
+#define MAX_MAPS 1024
+typedef struct {
+  unsigned long start[MAX_MAPS];
+  size_t bytes[MAX_MAPS];
+  int n, sockets;
+} links_seen_t;
+
+static void links_before(links_seen_t *l) {
+  l->n = shm_maps(l->start, l->bytes, MAX_MAPS);
+  l->sockets = count_sockets();
+}
+
+/* After a shrink of a communicator of n ranks over shared memory: the
+ * shrunk communicator made no FIFO segment of its own (its own segment
+ * holds the board's two regions only). A parent's segment holds 2 sets of
+ * n FIFOs of F bytes and the board's room B (about 2 slots, under 2 F):
+ * bytes P = 2 n F + B. A new FIFO segment for m >= 2 ranks has at least
+ * 4 F + B > P / n; the board's room alone B < 2 F < P / n. 0 when so; else
+ * prints what was mapped. */
+static int links_after(const links_seen_t *l, int n, int rank,
+                       const char *what) {
+  static links_seen_t now;
+  now.n = shm_maps(now.start, now.bytes, MAX_MAPS);
+  size_t smallest = (size_t)-1;
+  for (int i = 0; i < l->n; i++)
+    smallest = l->bytes[i] < smallest ? l->bytes[i] : smallest;
+  smallest /= (size_t)n;
+  int bad = 0, fresh = 0;
+  for (int i = 0; i < now.n; i++) {
+    int old = 0;
+    for (int j = 0; j < l->n && !old; j++)
+      old = l->start[j] == now.start[i];
+    fresh += !old;
+    if (!old && now.bytes[i] >= smallest)
+      bad = fprintf(stderr, "rank %d (%s): the shrink mapped a new segment of "
+                    "%zu bytes, as large as FIFOs (%zu: a parent's segment "
+                    "over its ranks): it made FIFOs instead of reusing "
+                    "them\n", rank,
+                    what, now.bytes[i], smallest) > 0;
+  }
+  if (l->n == 0)
+    bad = fprintf(stderr, "rank %d (%s): no shared-memory segment mapped "
+                  "before the shrink\n", rank, what) > 0;
+  (void)fresh;
+  return bad;
+}
 
 static int is_victim(const area_t *a, int r) {
   for (int i = 0; i < a->nvictims; i++)
@@ -332,6 +468,65 @@ static int collectives_on(ringcc_comm_t s, int me, int m) {
   for (int q = 0; q < m && rc == 0; q++)
     if (out[(size_t)q * count] != q * 1000 + me)
       rc = fprintf(stderr, "rank %d: alltoall block %d wrong\n", me, q) > 0;
+  /* reduce_scatter: rank q's block k is sum over ranks of (rank + q + k) */
+  for (int q = 0; q < m && rc == 0; q++)
+    for (size_t k = 0; k < count; k++)
+      buf[(size_t)q * count + k] = me + q + (int)k;
+  if (rc == 0 && ringcc_reduce_scatter(buf, out, count, RINGCC_INT32,
+                                       RINGCC_SUM, s, NULL) != RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: reduce_scatter: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (size_t k = 0; k < count && rc == 0; k++)
+    if (out[k] != m * (m - 1) / 2 + m * (me + (int)k))
+      rc = fprintf(stderr, "rank %d: reduce_scatter element %zu wrong\n", me,
+                   k) > 0;
+  for (size_t k = 0; k < count; k++)
+    buf[k] = me + 3 * (int)k;
+  if (rc == 0 && ringcc_reduce(buf, out, count, RINGCC_INT32, RINGCC_SUM, 0,
+                               s, NULL) != RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: reduce: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (size_t k = 0; k < count && rc == 0 && me == 0; k++)
+    if (out[k] != m * (m - 1) / 2 + 3 * m * (int)k)
+      rc = fprintf(stderr, "rank %d: reduce element %zu wrong\n", me, k) > 0;
+  for (size_t k = 0; k < count; k++)
+    buf[k] = me * 100000 + (int)k;
+  if (rc == 0 && ringcc_gather(buf, out, count, RINGCC_INT32, m - 1, s,
+                               NULL) != RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: gather: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (int q = 0; q < m && rc == 0 && me == m - 1; q++)
+    for (size_t k = 0; k < count && rc == 0; k++)
+      if (out[(size_t)q * count + k] != q * 100000 + (int)k)
+        rc = fprintf(stderr, "rank %d: gather block %d element %zu wrong\n",
+                     me, q, k) > 0;
+  for (int q = 0; q < m; q++)
+    for (size_t k = 0; k < count; k++)
+      buf[(size_t)q * count + k] = me == 0 ? q * 1000 + (int)k : -1;
+  if (rc == 0 && ringcc_scatter(buf, out, count, RINGCC_INT32, 0, s, NULL) !=
+                     RINGCC_SUCCESS)
+    rc = fprintf(stderr, "rank %d: scatter: %s\n", me,
+                 ringcc_comm_last_error(s)) > 0;
+  for (size_t k = 0; k < count && rc == 0; k++)
+    if (out[k] != me * 1000 + (int)k)
+      rc = fprintf(stderr, "rank %d: scatter element %zu wrong\n", me, k) > 0;
+  /* send/recv round the ring (even ranks send first) */
+  int right = (me + 1) % m, left = (me + m - 1) % m;
+  for (size_t k = 0; k < count; k++)
+    buf[k] = me * 7 + (int)k;
+  for (int turn = 0; turn < 2 && rc == 0 && m > 1; turn++) {
+    ringcc_result_t e = (turn == 0) == (me % 2 == 0)
+                            ? ringcc_send(buf, count, RINGCC_INT32, right, s,
+                                          NULL)
+                            : ringcc_recv(out, count, RINGCC_INT32, left, s,
+                                          NULL);
+    if (e != RINGCC_SUCCESS)
+      rc = fprintf(stderr, "rank %d: send/recv: %s\n", me,
+                   ringcc_comm_last_error(s)) > 0;
+  }
+  for (size_t k = 0; k < count && rc == 0 && m > 1; k++)
+    if (out[k] != left * 7 + (int)k)
+      rc = fprintf(stderr, "rank %d: recv element %zu wrong\n", me, k) > 0;
   if (rc == 0 && ringcc_barrier(s, NULL) != RINGCC_SUCCESS)
     rc = fprintf(stderr, "rank %d: barrier: %s\n", me,
                  ringcc_comm_last_error(s)) > 0;
@@ -395,7 +590,15 @@ static int body_kill_shrink(area_t *a, int rank) {
   }
   if (rank < 8 && a->delay_ms[rank] > 0)
     h_sleep_ms(a->delay_ms[rank]);
+  static links_seen_t seen;
+  links_before(&seen);
+  double t0 = h_now_s();
   r = ringcc_comm_shrink(comm, NULL, 0, &s);
+  a->shrink_s[rank] = h_now_s() - t0;
+  a->new_sockets[rank] = count_sockets() - seen.sockets;
+  if (r == RINGCC_SUCCESS && !a->tcp &&
+      links_after(&seen, a->n, rank, "kill, then shrink"))
+    rc = 1;
   if (r != RINGCC_SUCCESS) {
     fprintf(stderr, "rank %d: shrink: %s: %s\n", rank, ringcc_strerror(r),
             ringcc_comm_last_error(comm));
@@ -429,17 +632,24 @@ static void kill_shrink(int n, int tcp, int v0, int v1) {
   a->nvictims = v1 >= 0 ? 2 : 1;
   double t0 = h_now_s();
   int bad = run(a, body_kill_shrink, 100);
-  double worst = 0;
+  double worst = 0, slowest = 0;
+  int sockets = 0;
   for (int r = 0; r < n; r++)
-    if (!is_victim(a, r) && a->detect_s[r] - a->kill_s > worst)
-      worst = a->detect_s[r] - a->kill_s;
+    if (!is_victim(a, r)) {
+      if (a->detect_s[r] - a->kill_s > worst)
+        worst = a->detect_s[r] - a->kill_s;
+      if (a->shrink_s[r] > slowest)
+        slowest = a->shrink_s[r];
+      sockets = a->new_sockets[r] > sockets ? a->new_sockets[r] : sockets;
+    }
   char killed[32];
   snprintf(killed, sizeof(killed), v1 >= 0 ? "ranks %d and %d" : "rank %d",
            v0, v1);
   fprintf(stderr, "shrink: n=%d %s, killed %s: every survivor saw it within "
-          "%.3f s; shrink and collectives on %d ranks: %s (%.1f s in all)\n",
-          n, tcp ? "TCP" : "shm", killed, worst, n - a->nvictims,
-          bad ? "FAILED" : "exact", h_now_s() - t0);
+          "%.3f s; shrink took %.3f s at most (%d sockets more after it on a "
+          "rank); collectives on %d ranks: %s (%.1f s in all)\n",
+          n, tcp ? "TCP" : "shm", killed, worst, slowest, sockets,
+          n - a->nvictims, bad ? "FAILED" : "exact", h_now_s() - t0);
   cr_assert_eq(bad, 0, "kill -9 then shrink at n=%d failed (see above)", n);
   h_shared_free(a, sizeof(*a));
 }
@@ -491,21 +701,35 @@ Test(shrink, leader_dies_during_the_shrink_tcp, .timeout = 120) {
 
 Test(shrink, kill1_of_3_shm, .timeout = 120) { kill_shrink(3, 0, 0, -1); }
 Test(shrink, kill2_of_8_shm, .timeout = 120) { kill_shrink(8, 0, 2, 5); }
+Test(shrink, kill1_of_16_shm, .timeout = 120) { kill_shrink(16, 0, 7, -1); }
 Test(shrink, kill1_of_4_tcp, .timeout = 120) { kill_shrink(4, 1, 3, -1); }
+Test(shrink, kill1_of_8_tcp, .timeout = 120) { kill_shrink(8, 1, 5, -1); }
 Test(shrink, kill2_of_16_tcp, .timeout = 120) { kill_shrink(16, 1, 0, 9); }
 
 /* A healthy communicator shrunk by an exclude list: rank 1 leaves
  * (destroys its communicator, no shrink), the others exclude it. */
+/* This rank's communicator of a (timeout 30 s): 0, or -1 (printed). */
+static int comm_of(area_t *a, int rank, ringcc_comm_t *comm) {
+  ringcc_config_t cfg = cfg_of(a, 30000);
+  if (ringcc_comm_init(comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
+                       &cfg) == RINGCC_SUCCESS)
+    return 0;
+  fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
+  return -1;
+}
+
 static int body_exclude(area_t *a, int rank) {
   ringcc_comm_t comm, s = NULL;
-  ringcc_config_t cfg = cfg_of(a, 30000);
-  if (ringcc_comm_init(&comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
-                       &cfg) != RINGCC_SUCCESS)
+  if (comm_of(a, rank, &comm) != 0)
     return 1;
   int rc = 0;
   if (rank != 1) {
     int ex[1] = {1};
+    static links_seen_t seen;
+    links_before(&seen);
     ringcc_result_t r = ringcc_comm_shrink(comm, ex, 1, &s);
+    if (r == RINGCC_SUCCESS && links_after(&seen, a->n, rank, "exclude list"))
+      rc = 1;
     if (r != RINGCC_SUCCESS) {
       fprintf(stderr, "rank %d: shrink: %s\n", rank,
               ringcc_comm_last_error(comm));
@@ -514,7 +738,7 @@ static int body_exclude(area_t *a, int rank) {
       int me, m;
       ringcc_comm_rank(s, &me);
       ringcc_comm_size(s, &m);
-      rc = me != (rank == 0 ? 0 : rank - 1) || m != a->n - 1 ||
+      rc |= me != (rank == 0 ? 0 : rank - 1) || m != a->n - 1 ||
            collectives_on(s, me, m);
       ringcc_comm_destroy(s);
     }
@@ -532,6 +756,87 @@ Test(shrink, healthy_by_exclude_list_shm, .timeout = 60) {
   a->stop_rank = -1;
   cr_assert_eq(run(a, body_exclude, 50), 0, "see above");
   h_shared_free(a, sizeof(*a));
+}
+
+/* Every algorithm forced on a shrunk communicator of a healthy parent, and
+ * the parent used in between: ranks 0 .. n-2 shrink it by excluding rank
+ * n-1 once per algorithm (RINGCC_ALGO, read by the new communicator's
+ * init), run every collective exact on the child, then every rank runs an
+ * allreduce on the parent, then the child runs one more: parent and child
+ * share their FIFOs (shm), one after the other. */
+static const char *const g_algos[] = {"ring", "tree", "oneshot",
+                                      "recdoubling", "rabenseifner", "cma",
+                                      "direct"};
+#define NALGOS (int)(sizeof(g_algos) / sizeof(g_algos[0]))
+
+static int body_algos(area_t *a, int rank) {
+  ringcc_comm_t comm, s = NULL;
+  if (comm_of(a, rank, &comm) != 0)
+    return 1;
+  int rc = 0, n = a->n, last = n - 1;
+  int32_t *buf = h_xmalloc(70000 * sizeof(int32_t));
+  ringcc_result_t r;
+  for (int i = 0; i < NALGOS && rc == 0; i++) {
+    if (a->tcp && strcmp(g_algos[i], "cma") == 0)
+      continue; /* one host, shared memory only */
+    if (rank != last) {
+      setenv("RINGCC_ALGO", g_algos[i], 1);
+      static links_seen_t seen;
+      links_before(&seen);
+      if (ringcc_comm_shrink(comm, &last, 1, &s) != RINGCC_SUCCESS) {
+        fprintf(stderr, "rank %d: shrink (%s): %s\n", rank, g_algos[i],
+                ringcc_comm_last_error(comm));
+        rc = 1;
+        break;
+      }
+      unsetenv("RINGCC_ALGO");
+      if (!a->tcp && links_after(&seen, n, rank, g_algos[i]))
+        rc = 1;
+      if (rc == 0 && collectives_on(s, rank, n - 1))
+        rc = fprintf(stderr, "rank %d: on the shrunk comm with RINGCC_ALGO="
+                     "%s (above)\n", rank, g_algos[i]) > 0;
+    }
+    /* the parent, after its child ran (all n ranks) */
+    if (rc == 0 && exact_allreduce(comm, rank, n, 70000, i, buf, &r) != 0)
+      rc = fprintf(stderr, "rank %d: allreduce on the parent after the child "
+                   "(%s): %s\n", rank, g_algos[i],
+                   ringcc_comm_last_error(comm)) > 0;
+    if (rank != last) {
+      /* and the child again, after the parent ran */
+      if (rc == 0 && exact_allreduce(s, rank, n - 1, 1000, 50 + i, buf, &r) !=
+                         0)
+        rc = fprintf(stderr, "rank %d: allreduce on the child after the "
+                     "parent (%s): %s\n", rank, g_algos[i],
+                     ringcc_comm_last_error(s)) > 0;
+      ringcc_comm_destroy(s);
+      s = NULL;
+    }
+  }
+  free(buf);
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+static void algos_run(int n, int tcp) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = n;
+  a->tcp = tcp;
+  a->stop_rank = -1;
+  double t0 = h_now_s();
+  int bad = run(a, body_algos, 200);
+  fprintf(stderr, "shrink: every algorithm forced on a shrunk healthy "
+          "communicator (n=%d %s), the parent used in between: %s in %.1f "
+          "s\n", n, tcp ? "TCP" : "shm", bad ? "FAILED" : "exact",
+          h_now_s() - t0);
+  cr_assert_eq(bad, 0, "see above");
+  h_shared_free(a, sizeof(*a));
+}
+
+Test(shrink, every_algorithm_child_and_parent_shm, .timeout = 240) {
+  algos_run(4, 0);
+}
+Test(shrink, every_algorithm_child_and_parent_tcp, .timeout = 240) {
+  algos_run(4, 1);
 }
 
 /* ---- the second look: a fresh connect to a silent peer's host ---------- */

@@ -74,6 +74,9 @@
 /* How long a rank that knows of a dead peer tries to pass it on before it
  * lets destroy or abort go on. */
 #define TELL_MS 300
+/* How long an orderly destroy waits, after its own goodbyes went out, for
+ * its peers' goodbyes before it closes the links (progress_goodbye). */
+#define BYE_WAIT_MS 3000
 #define POLL_MS 100
 #define MAX_POLL_FDS 1024
 /* An executor waiting on the network sleeps in poll() this long at most
@@ -88,7 +91,10 @@ struct rcc_proxy {
   int doorbell;
   volatile int stop;
   volatile int closing;    /* destroy: send goodbyes once drained */
-  volatile int bye_done;   /* every goodbye went out */
+  volatile int bye_done;   /* every goodbye went out, and every peer's
+                              came in (or BYE_WAIT_MS passed) */
+  int64_t bye_wait_until;  /* progress_goodbye: for the peers' goodbyes */
+  volatile int byes_out;   /* this rank's goodbyes went out */
   volatile int told;       /* every FAIL message went out, or TELL_MS passed */
   int64_t tell_deadline;
   /* The first connection that failed, published after the round that saw
@@ -350,8 +356,10 @@ static void idle_sleep(struct rcc_proxy *px) {
     }
     return;
   }
-  if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done)
-    changed = 1; /* the goodbye needs progress, not sleep */
+  if (__atomic_load_n(&px->closing, __ATOMIC_ACQUIRE) && !px->bye_done &&
+      !__atomic_load_n(&px->byes_out, __ATOMIC_ACQUIRE))
+    changed = 1; /* the goodbye needs progress, not sleep (the peers' come
+                    through the sockets polled below) */
   /* The connections' state is shared with executors that run rounds. */
   pthread_mutex_lock(&px->lock);
   if (rcc_dead_rank(px->comm, NULL) >= 0 && !px->told)
@@ -450,8 +458,25 @@ static int progress_tell(struct rcc_proxy *px) {
   return moved;
 }
 
+/* A receive connection whose peer's goodbye may still come: it has not
+ * come, the link did not fail, and a receive is posted or can be (a FIFO
+ * full of messages nobody consumed takes nothing more: a peer that sent
+ * what this rank never received). */
+static int bye_awaited(const struct rcc_proxy_conn *c) {
+  uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
+  return !c->is_send && !c->failed && !c->bye &&
+         (c->done != c->posted || (uint32_t)(c->posted - head) < c->nslots);
+}
+
 /* Once every send FIFO is empty, post a goodbye on each; bye_done when all
- * went out. Returns progress. */
+ * went out and every peer's goodbye came in. The goodbye is the last thing
+ * a rank sends, so a rank that closed its links only after its peers' came
+ * in never has bytes arrive on a closed socket: closed first, the kernel
+ * answers them with a reset, and the peer, whose own goodbye was then still
+ * on its way, saw its link fail (EPIPE) while it left in order. A peer that
+ * does not destroy within BYE_WAIT_MS (a program that destroys its
+ * communicators in another order on different ranks) is not waited for
+ * longer. Returns progress. */
 static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   char err[RCC_ERRLEN];
   int moved = 0, pending = 0;
@@ -488,7 +513,14 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
     }
     pending |= c->bye != 2;
   }
-  if (!pending)
+  if (pending)
+    return moved;
+  __atomic_store_n(&px->byes_out, 1, __ATOMIC_RELEASE);
+  if (px->bye_wait_until == 0)
+    px->bye_wait_until = rcc_now_ns() + BYE_WAIT_MS * 1000000LL;
+  for (int i = 0; i < px->nconns && !pending; i++)
+    pending = bye_awaited(&px->conns[i]);
+  if (!pending || rcc_now_ns() >= px->bye_wait_until)
     __atomic_store_n(&px->bye_done, 1, __ATOMIC_RELEASE);
   return moved;
 }
@@ -1001,7 +1033,10 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
     return;
   __atomic_store_n(&px->closing, 1, __ATOMIC_RELEASE);
   ring(px->doorbell);
-  while (!__atomic_load_n(&px->bye_done, __ATOMIC_ACQUIRE)) {
+  /* The peers' goodbyes may take a while (they come when each destroys):
+   * short sleeps first, then longer ones, which leave the CPU to them. */
+  for (int waits = 0; !__atomic_load_n(&px->bye_done, __ATOMIC_ACQUIRE);
+       waits++) {
     if (px->comm->aborted ||
         __atomic_load_n(&px->comm->async_error, __ATOMIC_ACQUIRE) != 0)
       return;
@@ -1010,7 +1045,7 @@ void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
                                "take the last messages of this rank");
       return;
     }
-    usleep(100);
+    usleep(waits < 50 ? 100 : 2000);
   }
 }
 

@@ -19,6 +19,17 @@
  * its segment: the name says who made it (shmname.h), and the next init on
  * the host (shm_sweep, through the table) or ringcc-run removes it once its
  * creator is gone.
+ *
+ * A communicator shrunk from another (ringcc_comm_shrink) makes no FIFOs of
+ * its own where it can take the parent's: its connections point into the
+ * parent's segments, at the FIFOs between the same two processes, with the
+ * steps the FIFOs' counters say (links.h), and its own segment holds only
+ * the extra room (the board's state is each communicator's own). The
+ * mappings are counted (refs): the parent's destroy leaves them to the
+ * last communicator that uses them. Every rank decides alike (the
+ * configuration is the parent's, the parent served the same edges) and the
+ * blobs say so: a rank that could not is an error naming it, never a
+ * silent mix.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -47,6 +58,8 @@ struct shm_blob {
   char name[RCC_SHM_NAME_MAX];
   uint64_t bytes;
   uint64_t fifo_bytes;
+  uint32_t reuse; /* 1: the parent's FIFOs (a shrink); the segment is the
+                     extra room only */
 };
 /* p2p.c puts its own part after this one, at offset 128. */
 _Static_assert(sizeof(struct shm_blob) <= 128, "shm blob too large for p2p");
@@ -62,6 +75,16 @@ struct shm_state {
                           kinds only under p2p.c (rcc_shm_setup_host) */
   int extra;           /* the segments end with comm->shm_extra_bytes (not
                           under p2p.c) */
+  int nranks;          /* of the communicator that made it */
+  int refs;            /* this communicator's, and one per communicator
+                          shrunk from it that uses its FIFOs */
+  /* Where this communicator's FIFOs are: this state, or (a shrunk
+   * communicator's) the first one's whose FIFOs it uses, with each rank's
+   * number there (fifo_rank, NULL where the same) and its layout. */
+  struct shm_state *fifos;
+  int *fifo_rank;
+  size_t layout_fifo_bytes;
+  int layout_nranks;
 };
 
 static size_t shm_slot_bytes(const struct ringcc_comm *comm) {
@@ -82,10 +105,13 @@ static size_t fifo_offset(const struct ringcc_comm *comm, int set,
          fifo_bytes(comm);
 }
 
-/* Where the extra room starts: after the FIFOs. */
+/* Where the extra room starts: after the FIFOs (at 0 in a segment that
+ * holds no FIFOs: a shrunk communicator's). */
 static size_t extra_offset(const struct ringcc_comm *comm,
                            const struct shm_state *st) {
-  return fifo_offset(comm, rcc_fifo_sets(comm, st->nkinds), 0);
+  return st->fifos != st ? 0
+                         : fifo_offset(comm, rcc_fifo_sets(comm, st->nkinds),
+                                       0);
 }
 
 static int shm_can_connect(const struct ringcc_comm *comm,
@@ -191,7 +217,7 @@ static ringcc_result_t create_segment(struct ringcc_comm *comm,
   ringcc_result_t r = random_name(comm, st->name, sizeof(st->name));
   if (r != RINGCC_SUCCESS)
     return r;
-  st->own_bytes = fifo_offset(comm, rcc_fifo_sets(comm, st->nkinds), 0);
+  st->own_bytes = extra_offset(comm, st);
   if (st->extra)
     st->own_bytes += (comm->shm_extra_bytes + 4095) & ~(size_t)4095;
   int fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -217,20 +243,83 @@ static ringcc_result_t create_segment(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
-static void shm_destroy(struct ringcc_comm *comm, void *state) {
-  struct shm_state *st = state;
-  if (st == NULL)
-    return;
-  if (!st->unlinked && st->name[0] && !comm->forked)
-    shm_unlink(st->name); /* (a forked child's copy leaves it to the parent) */
-  for (int p = 0; st->peer_map && p < comm->nranks; p++)
+/* Unmaps what st mapped and frees it. */
+static void release(struct shm_state *st) {
+  for (int p = 0; st->peer_map && p < st->nranks; p++)
     if (st->peer_map[p])
       munmap(st->peer_map[p], st->peer_bytes[p]);
   if (st->own)
     munmap(st->own, st->own_bytes);
   free(st->peer_map);
   free(st->peer_bytes);
+  free(st->fifo_rank);
   free(st);
+}
+
+/* One reference less to a state whose FIFOs are in use; the last goes. */
+static void unref(struct shm_state *st) {
+  if (__atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) == 0)
+    release(st);
+}
+
+static void shm_destroy(struct ringcc_comm *comm, void *state) {
+  struct shm_state *st = state;
+  if (st == NULL)
+    return;
+  if (!st->unlinked && st->name[0] && !comm->forked)
+    shm_unlink(st->name); /* (a forked child's copy leaves it to the parent) */
+  struct shm_state *fifos = st->fifos;
+  if (fifos != NULL && fifos != st) {
+    release(st); /* its own room; the FIFOs are another's */
+    unref(fifos);
+  } else {
+    unref(st); /* the communicators shrunk from this one may still use it */
+  }
+}
+
+/* The parent's state of this transport, if comm is a shrunk communicator
+ * whose every edge of this transport the parent's FIFOs can carry (the
+ * same layout, the parent served the edge): NULL where it cannot. */
+static struct shm_state *parent_fifos(const struct ringcc_comm *comm,
+                                      const int *peers, int npeers) {
+  const struct ringcc_comm *pc = comm->parent;
+  struct shm_state *ps = comm->parent_state; /* (this transport's) */
+  if (pc == NULL || comm->parent_rank == NULL)
+    return NULL;
+  if (ps == NULL || ps->fifos == NULL || !ps->extra ||
+      ps->nkinds != comm->nkinds || pc->set.nslots != comm->set.nslots ||
+      pc->set.chunk_bytes != comm->set.chunk_bytes)
+    return NULL;
+  for (int k = 0; k < comm->nkinds; k++)
+    if (pc->kind_channels[k] != comm->kind_channels[k])
+      return NULL;
+  for (int i = 0; i < npeers; i++) {
+    int pp = comm->parent_rank[peers[i]];
+    int rp = ps->fifo_rank != NULL ? ps->fifo_rank[pp] : pp;
+    if (pc->edge_transport[pp] != &rcc_transport_shm ||
+        ps->fifos->peer_map[rp] == NULL)
+      return NULL;
+  }
+  return ps;
+}
+
+/* This shrunk communicator's FIFOs are the parent's (ps): where, and one
+ * more reference to them. */
+static int adopt(const struct ringcc_comm *comm, struct shm_state *st,
+                 struct shm_state *ps) {
+  struct shm_state *root = ps->fifos;
+  st->fifo_rank = calloc((size_t)comm->nranks, sizeof(int));
+  if (st->fifo_rank == NULL)
+    return -1;
+  for (int q = 0; q < comm->nranks; q++) {
+    int pq = comm->parent_rank[q];
+    st->fifo_rank[q] = ps->fifo_rank != NULL ? ps->fifo_rank[pq] : pq;
+  }
+  st->fifos = root;
+  st->layout_fifo_bytes = root->layout_fifo_bytes;
+  st->layout_nranks = root->layout_nranks;
+  __atomic_add_fetch(&root->refs, 1, __ATOMIC_ACQ_REL);
+  return 0;
 }
 
 static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
@@ -243,15 +332,26 @@ static ringcc_result_t setup_kinds(struct ringcc_comm *comm, int nkinds,
                           "shm on rank %d: out of memory", comm->rank);
   st->nkinds = nkinds;
   st->extra = extra && comm->shm_extra_bytes > 0;
+  st->nranks = comm->nranks;
+  st->refs = 1;
+  st->fifos = st;
+  st->layout_fifo_bytes = fifo_bytes(comm);
+  st->layout_nranks = comm->nranks;
   st->peer_map = calloc((size_t)comm->nranks, sizeof(void *));
   st->peer_bytes = calloc((size_t)comm->nranks, sizeof(size_t));
   *state = st;
-  (void)peers;
   if (st->peer_map == NULL || st->peer_bytes == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "shm on rank %d: out of memory", comm->rank);
   if (npeers == 0)
     return RINGCC_SUCCESS;
+  struct shm_state *ps = extra ? parent_fifos(comm, peers, npeers) : NULL;
+  if (ps != NULL && adopt(comm, st, ps) != 0)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "shm on rank %d: out of memory", comm->rank);
+  b->reuse = ps != NULL;
+  if (ps != NULL && !st->extra)
+    return RINGCC_SUCCESS; /* no room to make either */
   ringcc_result_t r = create_segment(comm, st);
   if (r != RINGCC_SUCCESS)
     return r;
@@ -311,6 +411,42 @@ static ringcc_result_t map_peer(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
+/* A FIFO of the first communicator's layout (root's segments) for this
+ * shrunk one: set, sender rank and receiver's segment, in root's numbers. */
+static char *root_fifo(const struct shm_state *st, char *segment, int set,
+                       int sender) {
+  return segment + ((size_t)set * (size_t)st->layout_nranks + (size_t)sender) *
+                       st->layout_fifo_bytes;
+}
+
+/* The connections of a shrunk communicator to peer p: the parent's FIFOs
+ * between the two processes. Every survivor's parent is quiet by now (it
+ * returned from its last call before the shrink; the setup's agreement is
+ * behind us), so each counter is final: a sender goes on from its tail,
+ * and a receiver from there too, dropping what a call the parent's failure
+ * cut short published and never consumed (head = tail: those slots are
+ * free). The receiver clears the dead word of its receive FIFOs: the
+ * failure the parent learned of is not this communicator's (the parent,
+ * once shrunk after a failure, no longer marks them: shrink.c). */
+static void connect_reused(struct ringcc_comm *comm, struct shm_state *st,
+                           int p) {
+  struct shm_state *root = st->fifos;
+  int me = st->fifo_rank[comm->rank], them = st->fifo_rank[p];
+  for (int k = 0; k < st->nkinds; k++)
+    for (int ch = 0; ch < comm->kind_channels[k]; ch++) {
+      int set = rcc_fifo_set(comm, k, ch);
+      struct rcc_conn *s = rcc_send_conn(comm, k, ch, p);
+      struct rcc_conn *r = rcc_recv_conn(comm, k, ch, p);
+      init_conn(s, root_fifo(st, root->peer_map[them], set, me), comm, p);
+      init_conn(r, root_fifo(st, root->own, set, them), comm, p);
+      __atomic_store_n(&r->fifo->dead, 0, __ATOMIC_RELEASE);
+      s->step = __atomic_load_n(&s->fifo->tail, __ATOMIC_ACQUIRE);
+      r->step = __atomic_load_n(&r->fifo->tail, __ATOMIC_ACQUIRE);
+      __atomic_store_n(&r->fifo->head, r->step, __ATOMIC_RELEASE);
+      comm->links_reused++;
+    }
+}
+
 static ringcc_result_t shm_connect(struct ringcc_comm *comm, void *state,
                                    const int *peers, int npeers,
                                    const char *all_blobs) {
@@ -319,9 +455,23 @@ static ringcc_result_t shm_connect(struct ringcc_comm *comm, void *state,
     int p = peers[i];
     const struct shm_blob *b =
         (const void *)(all_blobs + (size_t)p * RCC_TRANSPORT_BLOB_BYTES);
-    ringcc_result_t r = map_peer(comm, st, p, b);
+    int reuse = st->fifos != st;
+    if ((int)b->reuse != reuse)
+      return rcc_comm_error(comm, RINGCC_ERR_INTERNAL,
+                            "shm on rank %d: rank %d %s the parent's FIFOs "
+                            "and this rank %s (a shrunk communicator's ranks "
+                            "must agree)", comm->rank, p,
+                            b->reuse ? "reuses" : "does not reuse",
+                            reuse ? "does" : "does not");
+    ringcc_result_t r =
+        b->name[0] == '\0' && reuse ? RINGCC_SUCCESS
+                                    : map_peer(comm, st, p, b);
     if (r != RINGCC_SUCCESS)
       return r;
+    if (reuse) {
+      connect_reused(comm, st, p);
+      continue;
+    }
     for (int k = 0; k < st->nkinds; k++)
       for (int ch = 0; ch < comm->kind_channels[k]; ch++) {
         int set = rcc_fifo_set(comm, k, ch);

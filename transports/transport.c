@@ -82,8 +82,11 @@ static ringcc_result_t connect_one(struct ringcc_comm *comm, int t,
       peers[npeers++] = p;
 
   memset(all, 0, (size_t)comm->nranks * sizeof(*all));
+  /* A shrunk communicator's transport may take over the parent's links. */
+  comm->parent_state = comm->parent ? comm->parent->transport_state[t] : NULL;
   ringcc_result_t r = tr->setup(comm, peers, npeers, all[comm->rank].blob,
                                 &comm->transport_state[t]);
+  comm->parent_state = NULL;
   if ((r = agree(comm, r, all, tr->name, deadline)) != RINGCC_SUCCESS)
     return r;
 

@@ -23,6 +23,7 @@
 #include "exec.h"
 #include "fifo.h"
 #include "group.h"
+#include "links.h"
 #include "live.h"
 #include "log.h"
 #include "premul.h"
@@ -806,6 +807,8 @@ static ringcc_result_t entered(struct call *c, int kind,
   ringcc_result_t r = rcc_comm_enter(c->comm, c->fn, kind);
   if (r != RINGCC_SUCCESS)
     return r;
+  if (kind == RCC_ENTER_CALL)
+    rcc_links_use(c->comm); /* after a shrunk one (or its parent) ran */
   r = body(c);
   rcc_comm_leave(c->comm, kind);
   return r;
@@ -826,6 +829,7 @@ ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
   ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_CALL);
   if (r != RINGCC_SUCCESS)
     return r;
+  rcc_links_use(comm);
   size_t esize = ringcc_datatype_size(dt);
   if (esize == 0 || counts == NULL || displs == NULL) {
     rcc_comm_leave(comm, RCC_ENTER_CALL);

@@ -34,6 +34,7 @@
 #include "error.h"
 #include "exec.h"
 #include "group.h"
+#include "links.h"
 #include "live.h"
 #include "log.h"
 
@@ -187,6 +188,7 @@ static ringcc_result_t batch_run(struct batch *b, const char *fn) {
   ringcc_result_t r = rcc_comm_enter(b->comm, fn, RCC_ENTER_CALL);
   if (r != RINGCC_SUCCESS)
     return r;
+  rcc_links_use(b->comm);
   for (int i = 0; i < b->ncolls && r == RINGCC_SUCCESS; i++)
     r = b->colls[i].run(b->colls[i].call);
   if (r == RINGCC_SUCCESS && b->np2p > 0)

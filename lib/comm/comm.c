@@ -31,8 +31,10 @@
 #include "env.h"
 #include "error.h"
 #include "graph.h"
+#include "init.h"
 #include "group.h"
 #include "launcher.h"
+#include "links.h"
 #include "live.h"
 #include "log.h"
 #include "registry.h"
@@ -358,6 +360,7 @@ static void comm_free(struct ringcc_comm *comm) {
   rcc_registry_free(comm);
   rcc_board_free(comm); /* before the segments it lives in go */
   rcc_transports_destroy(comm);
+  rcc_links_drop(comm);
   rcc_cma_free(comm);
   rcc_tuner_free(comm);
   rcc_cuda_free(comm);
@@ -499,6 +502,14 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
                                             const ringcc_unique_id_t *id,
                                             int rank,
                                             const ringcc_config_t *config) {
+  return rcc_comm_init_from(out, nranks, id, rank, config, NULL, NULL);
+}
+
+ringcc_result_t rcc_comm_init_from(ringcc_comm_t *out, int nranks,
+                                   const ringcc_unique_id_t *id, int rank,
+                                   const ringcc_config_t *config,
+                                   const struct ringcc_comm *parent,
+                                   const int *parent_rank) {
   static const ringcc_config_t defaults = RINGCC_CONFIG_INIT;
   char err[RCC_ERRLEN];
   ringcc_result_t r;
@@ -546,7 +557,12 @@ RINGCC_API ringcc_result_t ringcc_comm_init(ringcc_comm_t *out, int nranks,
     free(comm);
     return rcc_thread_error(r, "ringcc_comm_init on rank %d: %s", rank, err);
   }
-  if ((r = comm_setup(comm, id)) != RINGCC_SUCCESS) {
+  comm->parent = parent; /* for the transports' setup only */
+  comm->parent_rank = parent_rank;
+  r = comm_setup(comm, id);
+  comm->parent = NULL;
+  comm->parent_rank = NULL;
+  if (r != RINGCC_SUCCESS) {
     rcc_thread_error(r, "%s", comm->last_error);
     comm_free(comm);
     return r;

@@ -21,9 +21,26 @@
  * its process gone (same host) or the deadline passes; the leader's death
  * closes every survivor's connection to it (RINGCC_ERR_PEER_FAILED).
  *
- * The new communicator is made by ringcc_comm_init over that rendezvous,
- * with the parent's configuration, like a split's: its transports, shared
- * memory, board and tuner are built for the survivors.
+ * The new communicator is made over that rendezvous (rcc_comm_init_from)
+ * with the parent's configuration, like a split's, but its transports may
+ * take over the parent's intact links between the same two processes:
+ * shared memory does (shm.c: the child's connections point at the parent's
+ * FIFOs, no new FIFO is made), the network makes new connections to the
+ * survivors (its proxy belongs to the parent and its links' goodbyes close
+ * them at the parent's destroy). A link to an excluded rank is never
+ * taken. The board and tuner are built for the survivors.
+ *
+ * Parent and child after the shrink (docs/reliability.md):
+ * - a parent that knows of a failure (a dead rank, a sticky error) or was
+ *   shrunk with exclude NULL ("the ranks known to have failed") is only fit
+ *   for destroy or abort: its calls return its failure, and it lets go of
+ *   the shared FIFOs, so that a failure it learns of later (its network
+ *   proxy still hears its peers) never marks the child's links;
+ * - a healthy parent shrunk with an explicit exclude list stays usable,
+ *   but parent and child must not run calls at the same time: they share
+ *   FIFOs, and the one that starts a call after the other ran takes its
+ *   steps from the FIFOs' counters (links.h).
+ * Either may be destroyed first: the mappings go with the last.
  */
 #include <errno.h>
 #include <poll.h>
@@ -38,11 +55,15 @@
 #include "comm.h"
 #include "error.h"
 #include "failure.h"
+#include "fifo.h"
+#include "init.h"
+#include "links.h"
 #include "live.h"
 #include "log.h"
 #include "sha256.h"
 #include "socket.h"
 #include "topo.h"
+#include "transport.h"
 
 #define SHRINK_MAGIC 0x52434353u /* "RCCS" */
 #define SHRINK_HDR 16            /* magic, rank, nranks, shrink number */
@@ -341,6 +362,25 @@ out:
   return r;
 }
 
+/* The parent after a failure lets go of its shared-memory FIFOs before the
+ * child takes them: nothing of the parent (its executor refuses calls from
+ * now on; its network proxy may still hear of a failure and mark every
+ * FIFO it has, failure.c) touches them again. */
+static void retire_links(struct ringcc_comm *comm) {
+  if (rcc_comm_fatal(comm) == RINGCC_SUCCESS)
+    rcc_comm_set_fatal(comm, RINGCC_ERR_PEER_FAILED);
+  for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
+    for (int ch = 0; ch < comm->kind_channels[k]; ch++)
+      for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank || comm->edge_transport[p] != &rcc_transport_shm)
+          continue;
+        struct rcc_conn *c[2] = {rcc_send_conn(comm, k, ch, p),
+                                 rcc_recv_conn(comm, k, ch, p)};
+        for (int i = 0; i < 2; i++)
+          __atomic_store_n(&c[i]->fifo, NULL, __ATOMIC_RELEASE);
+      }
+}
+
 static ringcc_result_t shrink(struct ringcc_comm *comm, const int *exclude,
                               int nexclude, ringcc_comm_t *out) {
   char err[RCC_ERRLEN] = "";
@@ -388,10 +428,13 @@ static ringcc_result_t shrink(struct ringcc_comm *comm, const int *exclude,
                           comm->rank, err);
   }
   int m = 0, me = 0, nexcl = 0;
+  int *parent_rank = calloc((size_t)n, sizeof(int));
   char list[160] = "";
   for (int q = 0; q < n; q++) {
     if (!GONE(gone, q)) {
       me += q < comm->rank;
+      if (parent_rank != NULL)
+        parent_rank[m] = q;
       m++;
     } else if (nexcl++ < 16) {
       size_t l = strlen(list);
@@ -399,15 +442,45 @@ static ringcc_result_t shrink(struct ringcc_comm *comm, const int *exclude,
     }
   }
   free(gone);
+  if (parent_rank == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "ringcc_comm_shrink: out of memory");
   RCC_INFO(comm->rank, "ringcc_comm_shrink: %d of %d ranks remain (excluded: "
            "%s; led by rank %d); this rank becomes rank %d", m, n,
            nexcl ? list : "none", leader, me);
+  int retire = exclude == NULL || rcc_dead_rank(comm, NULL) >= 0 ||
+               rcc_comm_fatal(comm) != RINGCC_SUCCESS;
+  if (retire)
+    retire_links(comm);
   ringcc_config_t cfg = comm->config;
-  r = ringcc_comm_init(out, m, &id, me, &cfg);
+  int64_t t0 = rcc_now_ns();
+  r = rcc_comm_init_from(out, m, &id, me, &cfg, comm, parent_rank);
   memset(&id, 0, sizeof(id));
+  free(parent_rank);
   if (r != RINGCC_SUCCESS)
     return rcc_comm_error(comm, r, "ringcc_comm_shrink on rank %d: %s",
                           comm->rank, ringcc_comm_last_error(NULL));
+  struct ringcc_comm *child = *out;
+  if (!retire && child->links_reused > 0 &&
+      rcc_links_share(comm, child) != 0) {
+    ringcc_comm_destroy(child);
+    *out = NULL;
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "ringcc_comm_shrink: out of memory");
+  }
+  int shm_peers = 0, net_peers = 0;
+  for (int q = 0; q < m; q++)
+    if (q != me && (rcc_edge_flags(child, q) & RCC_TRANSPORT_NETWORK))
+      net_peers++;
+    else if (q != me)
+      shm_peers++;
+  RCC_INFO(comm->rank, "ringcc_comm_shrink: reused %d links of the parent "
+           "(shared-memory FIFOs to %d peers, no new FIFO); %d network peers "
+           "connected anew; the new communicator in %.3f s; the parent is %s",
+           child->links_reused, child->links_reused > 0 ? shm_peers : 0,
+           net_peers, (double)(rcc_now_ns() - t0) / 1e9,
+           retire ? "only fit for destroy or abort now"
+                  : "usable (not at the same time as the new one)");
   return RINGCC_SUCCESS;
 }
 

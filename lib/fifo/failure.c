@@ -52,15 +52,19 @@ static void wake(uint32_t *word) {
 
 /* Marks one host FIFO and wakes whoever sleeps on it (either end). */
 static void poison(struct rcc_conn *c, uint32_t word, struct rcc_conn **engine) {
-  if (c == NULL || c->fifo == NULL)
+  /* (read once: a communicator shrunk after a failure lets go of its
+   * shared-memory FIFOs, shrink.c, while its proxy may run this) */
+  struct rcc_fifo *f = c != NULL ? __atomic_load_n(&c->fifo, __ATOMIC_ACQUIRE)
+                                 : NULL;
+  if (f == NULL)
     return;
   if (c->ops != NULL) { /* an engine's FIFO: the engine tells the peer */
     *engine = c;
     return;
   }
-  __atomic_store_n(&c->fifo->dead, word, __ATOMIC_RELEASE);
-  wake(&c->fifo->tail);
-  wake(&c->fifo->head);
+  __atomic_store_n(&f->dead, word, __ATOMIC_RELEASE);
+  wake(&f->tail);
+  wake(&f->head);
 }
 
 int rcc_peer_alive(const struct ringcc_comm *comm, int peer) {

@@ -28,6 +28,7 @@ struct rcc_bootstrap;
 struct rcc_cma;
 struct rcc_conn;
 struct rcc_cuda;
+struct rcc_links;
 struct rcc_peer_info; /* topo.h */
 struct rcc_registry;
 struct rcc_stats;
@@ -157,6 +158,17 @@ struct ringcc_comm {
   uint8_t key[32];
   uint64_t splits;         /* ringcc_comm_split calls so far (alike on all) */
   uint64_t shrinks;        /* ringcc_comm_shrink calls so far (shrink.c) */
+  /* During the init of a shrunk communicator only (shrink.c): the one it
+   * was shrunk from, and each rank's number there ([nranks]); the
+   * transports that can take over the parent's intact links read them
+   * (shm.c). NULL otherwise. */
+  const struct ringcc_comm *parent;
+  const int *parent_rank;
+  void *parent_state;      /* the parent's state of the transport being set
+                              up (transport.c), NULL without a parent */
+  int links_reused;        /* of the parent's, by the transports at init */
+  struct rcc_links *links; /* FIFOs shared with a shrunk communicator or
+                              its parent (links.h); NULL: none */
   int64_t init_deadline;   /* for transports' connect phase */
   struct rcc_cma *cma;     /* cross-memory attach (exec_cma.c); NULL until
                               init prepares it */
