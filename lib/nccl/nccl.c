@@ -299,7 +299,6 @@ struct ncclComm *rcc_nccl_comm_new(int nranks, int rank,
     return NULL;
   c->rank = rank;
   c->nranks = nranks;
-  c->device = -1;
   ringcc_config_t defaults = RINGCC_CONFIG_INIT;
   c->config = defaults;
   if (config != NULL) {
@@ -319,8 +318,9 @@ static void *init_thread(void *arg) {
   return NULL;
 }
 
-/* device: the GPU (ringcc_config_t.cuda_device), or -1 for ringcc's choice;
- * RINGCC_CUDA_DEVICE, where set, wins. */
+/* device: the GPU (ringcc_config_t.cuda_device), or -1 for ringcc's choice
+ * (the device current in the thread that calls init); RINGCC_CUDA_DEVICE,
+ * where set, wins. */
 static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
                               const ncclUniqueId *id, int rank,
                               const ncclConfig_t *config, int device) {
@@ -341,6 +341,12 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
     c->config.cuda_device = device;
   *comm = c;
   if (c->nonblocking) { /* init runs in a thread; GetAsyncError polls it */
+    /* ... which has no CUDA context: ringcc's choice there would be host
+     * buffers only, so it gets the device current here, as NCCL's. */
+    int current = -1;
+    if (c->config.cuda_device < 0 && getenv("RINGCC_CUDA_DEVICE") == NULL &&
+        ringcc_cuda_current_device(&current) == RINGCC_SUCCESS && current >= 0)
+      c->config.cuda_device = current;
     c->init_state = ncclInProgress;
     if (pthread_create(&c->init_thread, NULL, init_thread, c) != 0) {
       free(c);
@@ -457,6 +463,14 @@ ncclResult_t rcc_nccl_ready(const char *fn, ncclComm_t comm) {
   return ncclSuccess;
 }
 
+ncclResult_t rcc_nccl_usable(const char *fn, ncclComm_t comm) {
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
+  if (r == ncclSuccess && __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE))
+    r = rcc_nccl_fail(ncclInvalidUsage, "%s: the communicator was revoked "
+                      "(ncclCommRevoke): shrink, split or destroy it", fn);
+  return r;
+}
+
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   if (comm == NULL || asyncError == NULL)
     return rcc_nccl_fail(ncclInvalidArgument, "ncclCommGetAsyncError: argument '%s' "
@@ -469,6 +483,10 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   ncclResult_t r = rcc_nccl_ready("ncclCommGetAsyncError", comm);
   if (r != ncclSuccess)
     return r;
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+    *asyncError = ncclSuccess; /* revoked and quiescent, as NCCL says */
+    return ncclSuccess;
+  }
   ringcc_result_t async = RINGCC_SUCCESS;
   ringcc_result_t q = ringcc_comm_get_async_error(comm->rc, &async);
   if (q != RINGCC_SUCCESS)
@@ -504,21 +522,31 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
 }
 NCCL_ALIAS(ncclCommAbort)
 
-/* Host collectives are complete when they return: nothing to flush. */
+/* Host collectives are complete when they return: nothing to flush. After
+ * ncclCommRevoke it is invalid, as NCCL says. */
 ncclResult_t pncclCommFinalize(ncclComm_t comm) {
-  return rcc_nccl_ready("ncclCommFinalize", comm);
+  return rcc_nccl_usable("ncclCommFinalize", comm);
 }
 NCCL_ALIAS(ncclCommFinalize)
 
+/* ringcc_comm_revoke: local; what is in flight ends with an error, later
+ * operations are ncclInvalidUsage, and it returns once the communicator is
+ * quiescent, for blocking and non-blocking communicators alike (the latter
+ * then see ncclSuccess from ncclCommGetAsyncError, as NCCL's do once
+ * quiescent). Shrink, split and destroy follow. */
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  ncclResult_t r = rcc_nccl_ready("ncclCommRevoke", comm);
+  static const char fn[] = "ncclCommRevoke";
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
   if (r != ncclSuccess)
     return r;
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
-    return rcc_nccl_fail(ncclInvalidArgument, "ncclCommRevoke: argument 'revokeFlags' "
-                "is %d; it must be NCCL_REVOKE_DEFAULT (0)", revokeFlags);
-  return rcc_nccl_fail(ncclInvalidUsage, "ncclCommRevoke is not supported by ringcc "
-              "(use ncclCommAbort; docs/nccl.md)");
+    return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'revokeFlags' is "
+                         "%d; it must be NCCL_REVOKE_DEFAULT (0)", fn,
+                         revokeFlags);
+  if (__atomic_exchange_n(&comm->revoked, 1, __ATOMIC_ACQ_REL))
+    return rcc_nccl_fail(ncclInvalidArgument, "%s: the communicator was "
+                         "revoked already", fn);
+  return rcc_nccl_from(ringcc_comm_revoke(comm->rc), comm->rc, fn);
 }
 NCCL_ALIAS(ncclCommRevoke)
 
@@ -579,6 +607,13 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList,
     return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'shrinkFlags' is "
                          "%d, not NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT",
                          fn, shrinkFlags);
+  /* NCCL_SHRINK_ABORT: what is in flight on comm is stopped first */
+  if (shrinkFlags == NCCL_SHRINK_ABORT &&
+      !__atomic_exchange_n(&comm->revoked, 1, __ATOMIC_ACQ_REL)) {
+    ringcc_result_t rv = ringcc_comm_revoke(comm->rc);
+    if (rv != RINGCC_SUCCESS)
+      return rcc_nccl_from(rv, comm->rc, fn);
+  }
   ringcc_comm_t out = NULL;
   ringcc_result_t rr = ringcc_comm_shrink(comm->rc, excludeRanksList,
                                           excludeRanksCount, &out);
@@ -595,7 +630,7 @@ static ncclResult_t comm_int(const char *fn, ncclComm_t comm, int *out,
   if (r == ncclSuccess && out == NULL)
     r = rcc_nccl_fail(ncclInvalidArgument, "%s: argument '%s' is NULL", fn, arg);
   if (r == ncclSuccess)
-    *out = which == 0 ? comm->nranks : which == 1 ? comm->rank : comm->device;
+    *out = which == 0 ? comm->nranks : comm->rank;
   return r;
 }
 
@@ -609,9 +644,16 @@ ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank) {
 }
 NCCL_ALIAS(ncclCommUserRank)
 
-/* -1: which GPU ringcc chose is not in its public API (docs/nccl.md). */
+/* The GPU the communicator uses (the device current at init, as NCCL's),
+ * or -1 where it carries host buffers only (docs/nccl.md). */
 ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device) {
-  return comm_int("ncclCommCuDevice", comm, device, "device", 2);
+  static const char fn[] = "ncclCommCuDevice";
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
+  if (r == ncclSuccess && device == NULL)
+    r = rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'device' is NULL", fn);
+  if (r == ncclSuccess)
+    r = rcc_nccl_from(ringcc_comm_cuda_device(comm->rc, device), comm->rc, fn);
+  return r;
 }
 NCCL_ALIAS(ncclCommCuDevice)
 
