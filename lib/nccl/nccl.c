@@ -483,8 +483,9 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   ncclResult_t r = rcc_nccl_ready("ncclCommGetAsyncError", comm);
   if (r != ncclSuccess)
     return r;
-  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
-    *asyncError = ncclSuccess; /* revoked and quiescent, as NCCL says */
+  int revoked = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE);
+  if (revoked) { /* as NCCL: in progress until quiescent, then success */
+    *asyncError = revoked == 1 ? ncclInProgress : ncclSuccess;
     return ncclSuccess;
   }
   ringcc_result_t async = RINGCC_SUCCESS;
@@ -534,6 +535,21 @@ NCCL_ALIAS(ncclCommFinalize)
  * quiescent, for blocking and non-blocking communicators alike (the latter
  * then see ncclSuccess from ncclCommGetAsyncError, as NCCL's do once
  * quiescent). Shrink, split and destroy follow. */
+/* 1: comm->revoked went from 0 to 1 for this caller, who revokes. */
+static int start_revoke(ncclComm_t comm) {
+  int none = 0;
+  return __atomic_compare_exchange_n(&comm->revoked, &none, 1, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* comm's revoke, once start_revoke said so: quiescent (2) when ringcc's
+ * returns. */
+static ncclResult_t revoke(ncclComm_t comm, const char *fn) {
+  ringcc_result_t r = ringcc_comm_revoke(comm->rc);
+  __atomic_store_n(&comm->revoked, 2, __ATOMIC_RELEASE);
+  return rcc_nccl_from(r, comm->rc, fn);
+}
+
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   static const char fn[] = "ncclCommRevoke";
   ncclResult_t r = rcc_nccl_ready(fn, comm);
@@ -543,10 +559,10 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'revokeFlags' is "
                          "%d; it must be NCCL_REVOKE_DEFAULT (0)", fn,
                          revokeFlags);
-  if (__atomic_exchange_n(&comm->revoked, 1, __ATOMIC_ACQ_REL))
+  if (!start_revoke(comm))
     return rcc_nccl_fail(ncclInvalidArgument, "%s: the communicator was "
                          "revoked already", fn);
-  return rcc_nccl_from(ringcc_comm_revoke(comm->rc), comm->rc, fn);
+  return revoke(comm, fn);
 }
 NCCL_ALIAS(ncclCommRevoke)
 
@@ -609,11 +625,9 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList,
                          fn, shrinkFlags);
   /* NCCL_SHRINK_ABORT: what is in flight on comm is stopped first */
   if (shrinkFlags == NCCL_SHRINK_ABORT &&
-      !__atomic_exchange_n(&comm->revoked, 1, __ATOMIC_ACQ_REL)) {
-    ringcc_result_t rv = ringcc_comm_revoke(comm->rc);
-    if (rv != RINGCC_SUCCESS)
-      return rcc_nccl_from(rv, comm->rc, fn);
-  }
+      start_revoke(comm) &&
+      (r = revoke(comm, fn)) != ncclSuccess)
+    return r;
   ringcc_comm_t out = NULL;
   ringcc_result_t rr = ringcc_comm_shrink(comm->rc, excludeRanksList,
                                           excludeRanksCount, &out);

@@ -24,7 +24,9 @@
 struct ncclComm {
   ringcc_comm_t rc;
   int rank, nranks;
-  int revoked;               /* ncclCommRevoke was called (atomic) */
+  int revoked;               /* atomic: 0, or ncclCommRevoke (or a shrink
+                                with NCCL_SHRINK_ABORT) under way (1) and
+                                returned, the communicator quiescent (2) */
   int nonblocking;           /* config blocking = 0 */
   volatile int init_state;   /* ncclInProgress while the init thread runs */
   pthread_t init_thread;
