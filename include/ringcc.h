@@ -245,6 +245,46 @@ RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank);
 RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size);
 RINGCC_API ringcc_result_t ringcc_comm_destroy(ringcc_comm_t comm);
 RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm);
+/* Stops this rank's work on comm without freeing it (NCCL's ncclCommRevoke;
+ * the local half of ULFM's MPIX_Comm_revoke). comm: a live communicator;
+ * any thread may call this, also while another thread is inside a call on
+ * comm (that is what it is for: a watchdog stopping a call stuck on a peer
+ * that does not come). Local: not collective, nothing is sent.
+ *   - What is in flight on this rank ends with RINGCC_ERR_ABORTED: a
+ *     blocking call of another thread (at its next wait, within 20 ms), the
+ *     requests of ringcc_group_end_async (queued or running; ringcc_wait and
+ *     ringcc_test return the error), device kernels (they leave their
+ *     waits). Their output buffers hold undefined data.
+ *   - It returns once comm is quiescent: no call of another thread inside,
+ *     no request in flight, no kernel running. A call that does not leave
+ *     within timeout_ms + 1 s (one blocked outside the FIFOs: a split's or
+ *     shrink's socket wait) makes it return RINGCC_ERR_TIMEOUT, comm
+ *     revoked nonetheless.
+ *   - From then on every collective, send, receive, group and registration
+ *     on comm fails with RINGCC_ERR_ABORTED, and ringcc_comm_get_async_error
+ *     says RINGCC_ERR_ABORTED (or the failure recorded before). What still
+ *     works: ringcc_comm_shrink (its survivors may be revoked or not),
+ *     ringcc_comm_split (when every rank calls it: it runs on the
+ *     bootstrap's sockets, not the FIFOs), ringcc_comm_destroy, _abort, and
+ *     the queries (rank, size, report, stats, last error).
+ *   - Peers are not told: a peer waiting for this rank goes on waiting
+ *     until it revokes too, its deadline passes, or this rank destroys comm.
+ * RINGCC_ERR_INVALID_USAGE when comm was revoked already;
+ * RINGCC_ERR_INVALID_ARGUMENT when it is NULL or not a live communicator
+ * (destroyed, aborted). */
+RINGCC_API ringcc_result_t ringcc_comm_revoke(ringcc_comm_t comm);
+/* The CUDA device (a CUDA runtime index in this process) that comm's rank
+ * uses for device buffers, into *device; -1 where it carries host buffers
+ * only: a build without CUDA, RINGCC_CUDA_DEVICE=none (config cuda_device
+ * RINGCC_CUDA_DEVICE_NONE), no usable GPU, or no current CUDA context in
+ * the thread that made comm (with cuda_device unset, ringcc uses the
+ * device of that context: the current device at init, as NCCL). */
+RINGCC_API ringcc_result_t ringcc_comm_cuda_device(ringcc_comm_t comm,
+                                                   int *device);
+/* The device of the calling thread's current CUDA context, into *device
+ * (what cudaGetDevice says), or -1 where the thread has no current context
+ * or this build has no CUDA. Creates no context. */
+RINGCC_API ringcc_result_t ringcc_cuda_current_device(int *device);
 RINGCC_API ringcc_result_t ringcc_comm_get_async_error(ringcc_comm_t comm,
                                                        ringcc_result_t *result);
 /* Where this rank stands: the collective, its sequence number, the step, the
@@ -619,10 +659,18 @@ typedef struct ringcc_reg *ringcc_reg_t;
  * collective. */
 RINGCC_API ringcc_result_t ringcc_mem_alloc(ringcc_comm_t comm, size_t size,
                                             void **ptr);
-/* Frees memory of ringcc_mem_alloc (ptr as it returned). Memory that is
- * still registered may be freed: its registrations no longer count (calls
- * on those addresses take the unregistered path) and their handles stay
- * valid for ringcc_comm_deregister. */
+/* size bytes (zeroed) of device memory on CUDA device `device` (>= 0),
+ * which ranks on this host can map, as ringcc_mem_alloc gives to a
+ * communicator whose rank has that GPU: for memory made before the
+ * communicator, as NCCL's ncclMemAlloc (on the current device). Not
+ * collective. RINGCC_ERR_UNSUPPORTED in a build without CUDA; the CUDA
+ * error where device is not a usable GPU. Free it with ringcc_mem_free. */
+RINGCC_API ringcc_result_t ringcc_mem_alloc_device(int device, size_t size,
+                                                   void **ptr);
+/* Frees memory of ringcc_mem_alloc or _alloc_device (ptr as it returned).
+ * Memory that is still registered may be freed: its registrations no
+ * longer count (calls on those addresses take the unregistered path) and
+ * their handles stay valid for ringcc_comm_deregister. */
 RINGCC_API ringcc_result_t ringcc_mem_free(void *ptr);
 /* Collective over comm: every rank registers size bytes at ptr, inside
  * memory of ringcc_mem_alloc, and maps the ranges of the peers on its host,

@@ -449,6 +449,8 @@ Test(misuse, use_after_destroy, .timeout = 30) {
         {"ringcc_mem_alloc", ringcc_mem_alloc(c, 4096, &got)},
         {"ringcc_comm_register", ringcc_comm_register(c, mem, 4096, &reg)},
         {"ringcc_comm_deregister", ringcc_comm_deregister(c, reg)},
+        {"ringcc_comm_cuda_device", ringcc_comm_cuda_device(c, &x)},
+        {"ringcc_comm_revoke", ringcc_comm_revoke(c)},
         {"ringcc_comm_abort", ringcc_comm_abort(c)},
         {"ringcc_comm_destroy", ringcc_comm_destroy(c)},
     };

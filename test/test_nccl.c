@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <math.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -474,6 +475,12 @@ static int body_nonblocking(ncclComm_t unused, int rank, int n, void *arg) {
   int bad = !ok(rank, ncclAllReduce(&x, &y, 1, ncclInt64, ncclSum, comm, NULL), "allreduce");
   if (!bad && y != (int64_t)n * (n + 1) / 2)
     bad = fail(rank, "allreduce gave %lld", (long long)y);
+  /* revoke on a non-blocking communicator: quiescent when it returns */
+  state = ncclInProgress;
+  bad = bad || !ok(rank, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), "ncclCommRevoke") ||
+        !ok(rank, ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+  if (!bad && state != ncclSuccess)
+    bad = fail(rank, "after ncclCommRevoke the async state is %d", (int)state);
   return bad | !ok(rank, ncclCommDestroy(comm), "ncclCommDestroy");
 }
 
@@ -691,3 +698,140 @@ Test(nccl, shrink_n4, .timeout = 120) {
   check_library();
   cr_assert_eq(run_ranks(4, body_shrink, NULL, 1, 100), 0);
 }
+
+/* ---- ncclCommRevoke: stuck calls return, then shrink and destroy ----------- */
+
+/* Rank n-1 stays away from the allreduce that ranks 0..n-2 are blocked in;
+ * a second thread of each of them revokes (or, with shrink_abort, shrinks
+ * with NCCL_SHRINK_ABORT) 300 ms later. */
+struct revoke_area {
+  int shrink_abort;
+  volatile int returned;  /* ranks whose stuck call came back */
+  double stuck_s[16];     /* how long it took */
+};
+
+struct revoker {
+  ncclComm_t comm;
+  int rank, n, shrink_abort;
+  ncclComm_t small;
+  ncclResult_t r;
+  char msg[256];
+};
+
+static void *revoker_main(void *p) {
+  struct revoker *v = p;
+  usleep(300 * 1000);
+  int out_rank = v->n - 1;
+  v->r = v->shrink_abort
+             ? ncclCommShrink(v->comm, &out_rank, 1, &v->small, NULL, NCCL_SHRINK_ABORT)
+             : ncclCommRevoke(v->comm, NCCL_REVOKE_DEFAULT);
+  snprintf(v->msg, sizeof v->msg, "%s", ncclGetLastError(NULL));
+  return NULL;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* The survivors' new communicator: an exact allreduce, then destroyed. */
+static int check_small(ncclComm_t small, int rank, int n) {
+  int size = 0, me = -1;
+  if (small == NULL)
+    return fail(rank, "the shrink gave no communicator to a survivor");
+  int bad = !ok(rank, ncclCommCount(small, &size), "ncclCommCount") ||
+            !ok(rank, ncclCommUserRank(small, &me), "ncclCommUserRank");
+  if (!bad && (size != n - 1 || me != rank))
+    bad = fail(rank, "shrunk communicator: rank %d of %d", me, size);
+  int64_t x[1000], y[1000];
+  for (int i = 0; i < 1000; i++)
+    x[i] = (rank + 1) * (int64_t)(i + 1);
+  bad = bad || !ok(rank, ncclAllReduce(x, y, 1000, ncclInt64, ncclSum, small, NULL),
+                   "allreduce after the shrink");
+  for (int i = 0; i < 1000 && !bad; i++)
+    if (y[i] != (int64_t)(n - 1) * n / 2 * (i + 1))
+      bad = fail(rank, "allreduce after the shrink: element %d is %lld", i, (long long)y[i]);
+  return bad | !ok(rank, ncclCommDestroy(small), "destroy the shrunk communicator");
+}
+
+/* The away rank: bad arguments first (nothing is revoked by them), then
+ * once the others' calls came back, a revoke with nothing in flight. */
+static int revoke_away(ncclComm_t comm, int rank, int n, struct revoke_area *a) {
+  int bad = expect_error(rank, ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT),
+                         ncclInvalidArgument, "'comm'", "ncclCommRevoke(NULL)");
+  bad |= expect_error(rank, ncclCommRevoke(comm, 1), ncclInvalidArgument,
+                      "'revokeFlags'", "ncclCommRevoke with flags 1");
+  int dev = 7;
+  bad |= expect_error(rank, ncclCommCuDevice(comm, NULL), ncclInvalidArgument, "'device'",
+                      "ncclCommCuDevice(NULL)");
+  bad = bad || !ok(rank, ncclCommCuDevice(comm, &dev), "ncclCommCuDevice");
+  if (!bad && dev != -1) /* no CUDA context in this process: host buffers */
+    bad = fail(rank, "ncclCommCuDevice gave %d on a host-only communicator", dev);
+  for (int i = 0; i < 30000 && __atomic_load_n(&a->returned, __ATOMIC_ACQUIRE) < n - 1; i++)
+    usleep(1000);
+  if (!a->shrink_abort)
+    bad = bad || !ok(rank, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), "idle ncclCommRevoke");
+  return bad;
+}
+
+static int body_revoke(ncclComm_t comm, int rank, int n, void *arg) {
+  struct revoke_area *a = arg;
+  if (rank == n - 1)
+    return revoke_away(comm, rank, n, a);
+  struct revoker v = {.comm = comm, .rank = rank, .n = n, .shrink_abort = a->shrink_abort};
+  pthread_t t;
+  double t0 = now_s(); /* the revoke comes 0.3 s after this, or later */
+  if (pthread_create(&t, NULL, revoker_main, &v) != 0)
+    return fail(rank, "pthread_create failed");
+  size_t count = 1 << 18;
+  float *x = calloc(count, sizeof *x);
+  ncclResult_t r = ncclAllReduce(x, x, count, ncclFloat32, ncclSum, comm, NULL);
+  a->stuck_s[rank] = now_s() - t0;
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s", ncclGetLastError(NULL));
+  __atomic_fetch_add(&a->returned, 1, __ATOMIC_ACQ_REL);
+  pthread_join(t, NULL);
+  free(x);
+  int bad = 0;
+  if (r != ncclInvalidUsage || strstr(msg, "revoked") == NULL)
+    bad = fail(rank, "the stuck allreduce returned %d (%s) after %.2f s, expected "
+               "ncclInvalidUsage saying 'revoked'", (int)r, msg, a->stuck_s[rank]);
+  if (v.r != ncclSuccess)
+    return fail(rank, "%s returned %d: %s", a->shrink_abort ? "ncclCommShrink(ABORT)"
+                : "ncclCommRevoke", (int)v.r, v.msg);
+  if (!a->shrink_abort) {
+    int32_t one = 1, out = 0;
+    ncclResult_t async = ncclInProgress;
+    bad |= expect_error(rank, ncclAllReduce(&one, &out, 1, ncclInt32, ncclSum, comm, NULL),
+                        ncclInvalidUsage, "revoked", "allreduce after the revoke");
+    bad |= expect_error(rank, ncclCommFinalize(comm), ncclInvalidUsage, "revoked",
+                        "ncclCommFinalize after the revoke");
+    bad |= expect_error(rank, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidArgument,
+                        "revoked already", "a second ncclCommRevoke");
+    if (!ok(rank, ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError") ||
+        async != ncclSuccess)
+      bad = fail(rank, "after the revoke ncclCommGetAsyncError says %d, not ncclSuccess "
+                 "(quiescent)", (int)async);
+    int out_rank = n - 1;
+    bad = bad || !ok(rank, ncclCommShrink(comm, &out_rank, 1, &v.small, NULL,
+                                          NCCL_SHRINK_DEFAULT), "ncclCommShrink");
+  }
+  return bad || check_small(v.small, rank, n);
+}
+
+static void revoke_run(int n, int shrink_abort) {
+  check_library();
+  struct revoke_area *a = mmap(NULL, sizeof *a, PROT_READ | PROT_WRITE,
+                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  cr_assert(a != MAP_FAILED);
+  a->shrink_abort = shrink_abort;
+  cr_assert_eq(run_ranks(n, body_revoke, a, 1, 100), 0);
+  for (int r = 0; r < n - 1; r++) /* the revoke came at 0.3 s */
+    cr_expect(a->stuck_s[r] >= 0.3 && a->stuck_s[r] < 10,
+              "rank %d: the stuck allreduce returned after %.2f s", r, a->stuck_s[r]);
+  munmap(a, sizeof *a);
+}
+
+Test(nccl, revoke_stuck_then_shrink_n3, .timeout = 120) { revoke_run(3, 0); }
+Test(nccl, shrink_abort_stuck_n4, .timeout = 120) { revoke_run(4, 1); }

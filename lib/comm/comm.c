@@ -708,32 +708,37 @@ RINGCC_API ringcc_result_t ringcc_unique_id_release(
 
 /* ---- queries, destroy, abort ----------------------------------------- */
 
-RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank) {
-  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_rank",
-                                     RCC_ENTER_QUERY);
+enum query { QUERY_RANK, QUERY_SIZE, QUERY_CUDA_DEVICE };
+
+/* One int of comm into *out (fn's argument arg). */
+static ringcc_result_t query_int(ringcc_comm_t comm, const char *fn,
+                                 const char *arg, int *out, enum query q) {
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_QUERY);
   if (r != RINGCC_SUCCESS)
     return r;
-  if (rank == NULL)
+  if (out == NULL)
     r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                       "ringcc_comm_rank: argument 'rank' is NULL");
+                       "%s: argument '%s' is NULL", fn, arg);
   else
-    *rank = comm->rank;
+    *out = q == QUERY_RANK   ? comm->rank
+           : q == QUERY_SIZE ? comm->nranks
+                             : comm->peers[comm->rank].gpu.device;
   rcc_comm_leave(comm, RCC_ENTER_QUERY);
   return r;
 }
 
+RINGCC_API ringcc_result_t ringcc_comm_rank(ringcc_comm_t comm, int *rank) {
+  return query_int(comm, "ringcc_comm_rank", "rank", rank, QUERY_RANK);
+}
+
 RINGCC_API ringcc_result_t ringcc_comm_size(ringcc_comm_t comm, int *size) {
-  ringcc_result_t r = rcc_comm_enter(comm, "ringcc_comm_size",
-                                     RCC_ENTER_QUERY);
-  if (r != RINGCC_SUCCESS)
-    return r;
-  if (size == NULL)
-    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
-                       "ringcc_comm_size: argument 'size' is NULL");
-  else
-    *size = comm->nranks;
-  rcc_comm_leave(comm, RCC_ENTER_QUERY);
-  return r;
+  return query_int(comm, "ringcc_comm_size", "size", size, QUERY_SIZE);
+}
+
+RINGCC_API ringcc_result_t ringcc_comm_cuda_device(ringcc_comm_t comm,
+                                                   int *device) {
+  return query_int(comm, "ringcc_comm_cuda_device", "device", device,
+                   QUERY_CUDA_DEVICE);
 }
 
 /* Destroy and abort: comm is out of the table of live communicators (no
@@ -787,6 +792,45 @@ RINGCC_API ringcc_result_t ringcc_comm_abort(ringcc_comm_t comm) {
   }
   comm_free(comm);
   return RINGCC_SUCCESS;
+}
+
+/* Revoke: the calls in flight end (a blocking call of another thread leaves
+ * its wait within one sleep slice, exec_host.c; requests fail; kernels
+ * leave), nothing new runs (the communicator is fatal from now on), and it
+ * returns once nothing is inside. Unlike abort nothing is freed: shrink,
+ * split and destroy still work (they use the bootstrap's sockets and the
+ * communicator's key, not the FIFOs, whose state a stopped call left
+ * unknown). */
+RINGCC_API ringcc_result_t ringcc_comm_revoke(ringcc_comm_t comm) {
+  static const char fn[] = "ringcc_comm_revoke";
+  ringcc_result_t r = rcc_comm_enter(comm, fn, RCC_ENTER_QUERY);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  if (__atomic_exchange_n(&comm->revoked, 1, __ATOMIC_ACQ_REL)) {
+    r = rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE, "%s on rank %d: the "
+                       "communicator was revoked already (shrink, split or "
+                       "destroy it)", fn, comm->rank);
+    rcc_comm_leave(comm, RCC_ENTER_QUERY);
+    return r;
+  }
+  rcc_comm_set_fatal(comm, RINGCC_ERR_ABORTED);
+  rcc_comm_error(comm, RINGCC_ERR_ABORTED, "%s on rank %d: revoked; calls "
+                 "in flight end with RINGCC_ERR_ABORTED and so do later ones "
+                 "(shrink, split or destroy the communicator)", fn,
+                 comm->rank);
+  rcc_cuda_abort(comm);  /* kernels waiting in a FIFO leave */
+  rcc_group_drain(comm); /* requests: each fails at its next wait, or at once */
+  int64_t ms = comm->set.timeout_ms > 0 ? comm->set.timeout_ms + 1000
+                                        : INT64_MAX;
+  const char *inside = NULL;
+  if (!rcc_live_wait_idle(comm, ms, &inside))
+    r = rcc_comm_error(comm, RINGCC_ERR_TIMEOUT, "%s on rank %d: another "
+                       "thread's %s did not leave within %lld ms; the "
+                       "communicator is revoked nonetheless", fn, comm->rank,
+                       inside ? inside : "call", (long long)ms);
+  rcc_cuda_quiesce(comm); /* and the last kernel ended */
+  rcc_comm_leave(comm, RCC_ENTER_QUERY);
+  return r;
 }
 
 /* ---- split ------------------------------------------------------------ */

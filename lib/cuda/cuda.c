@@ -898,6 +898,37 @@ void rcc_cuda_abort(struct ringcc_comm *comm) {
     __atomic_store_n(&cu->status->abort, 1, __ATOMIC_RELEASE);
 }
 
+RINGCC_API ringcc_result_t ringcc_cuda_current_device(int *device) {
+  if (device == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_cuda_current_device: argument 'device' "
+                            "is NULL");
+  *device = -1;
+  if (!rcc_gpu_thread_has_context())
+    return RINGCC_SUCCESS; /* looked at without creating one */
+  cudaError_t e = cudaGetDevice(device);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *device = -1;
+    return rcc_thread_error(RINGCC_ERR_CUDA, "ringcc_cuda_current_device: "
+                            "cudaGetDevice failed: %s (%s)",
+                            cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  return RINGCC_SUCCESS;
+}
+
+void rcc_cuda_quiesce(struct ringcc_comm *comm) {
+  struct rcc_cuda *cu = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+  struct rcc_gpu_scope scope;
+  char why[256];
+  rcc_cuda_abort(comm);
+  if (cu == NULL || cu->last == NULL ||
+      rcc_gpu_enter(cu->device, &scope, why, sizeof(why)) != 0)
+    return;
+  wait_kernels(comm);
+  leave(&scope);
+}
+
 /* The first failure of the device side, as a code and one sentence, or
  * RINGCC_SUCCESS: a kernel's report, a failure told to the kernels after
  * they all ended, or a CUDA error of the last kernel. Under cu->lock. */
@@ -1273,6 +1304,16 @@ ringcc_result_t rcc_cuda_connect(struct ringcc_comm *comm) {
 void rcc_cuda_destroy(struct ringcc_comm *comm) { (void)comm; }
 void rcc_cuda_free(struct ringcc_comm *comm) { (void)comm; }
 void rcc_cuda_abort(struct ringcc_comm *comm) { (void)comm; }
+void rcc_cuda_quiesce(struct ringcc_comm *comm) { (void)comm; }
+
+RINGCC_API ringcc_result_t ringcc_cuda_current_device(int *device) {
+  if (device == NULL)
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_cuda_current_device: argument 'device' "
+                            "is NULL");
+  *device = -1; /* a build without CUDA uses no device */
+  return RINGCC_SUCCESS;
+}
 void rcc_cuda_poll(struct ringcc_comm *comm) { (void)comm; }
 
 ringcc_result_t rcc_cuda_locate(struct ringcc_comm *comm, const char *fn,

@@ -62,6 +62,9 @@ void rcc_cuda_destroy(struct ringcc_comm *comm);
 void rcc_cuda_free(struct ringcc_comm *comm);
 /* ringcc_comm_abort: makes every waiting kernel of comm leave. */
 void rcc_cuda_abort(struct ringcc_comm *comm);
+/* ringcc_comm_revoke: as abort, then waits until comm's kernels ended
+ * (the communicator's memory stays: destroy or shrink follows). */
+void rcc_cuda_quiesce(struct ringcc_comm *comm);
 /* Picks up failures of device collectives (a timeout, a dead peer, a
  * network error, a mismatch, a CUDA error): the first becomes the
  * communicator's sticky failure and last error. Any thread, at any time

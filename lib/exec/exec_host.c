@@ -174,12 +174,15 @@ static const char *timeout_hint(const struct exec *x) {
 
 static int wait_failed(struct exec *x) {
   struct ringcc_comm *comm = x->comm;
-  if (comm->aborted)
+  int revoked = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE);
+  if (comm->aborted || revoked)
     return rcc_comm_error(comm, RINGCC_ERR_ABORTED,
-                          "%s (seq %llu) on rank %d: aborted while waiting "
+                          "%s (seq %llu) on rank %d: %s while waiting "
                           "for %s rank %d",
                           rcc_coll_name(x->plan->coll),
                           (unsigned long long)comm->seq, comm->rank,
+                          revoked ? "revoked (ringcc_comm_revoke)"
+                                  : "aborted",
                           x->at->waiting_for, x->at->peer);
   if (x->at->conn && !x->at->waiting_send &&
       __atomic_load_n(&x->at->conn->fifo->closed, __ATOMIC_ACQUIRE))

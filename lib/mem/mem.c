@@ -83,11 +83,11 @@ static void unlink_block(struct rcc_mem_block *b) {
     }
 }
 
-static ringcc_result_t mem_alloc(struct ringcc_comm *comm, size_t size,
-                                 void **ptr) {
+/* On device (-1: host memory); comm, where given, gets the messages. */
+static ringcc_result_t mem_alloc(struct ringcc_comm *comm, int device,
+                                 size_t size, void **ptr) {
   char err[RCC_ERRLEN];
   ringcc_result_t r;
-  int device = comm != NULL ? comm->peers[comm->rank].gpu.device : -1;
 
   if (ptr == NULL)
     return comm ? rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
@@ -138,14 +138,27 @@ static ringcc_result_t mem_alloc(struct ringcc_comm *comm, size_t size,
 RINGCC_API ringcc_result_t ringcc_mem_alloc(ringcc_comm_t comm, size_t size,
                                             void **ptr) {
   if (comm == NULL)
-    return mem_alloc(NULL, size, ptr);
+    return mem_alloc(NULL, -1, size, ptr);
   /* A live communicator (live.c); it only tells which memory. */
   ringcc_result_t r = rcc_comm_enter(comm, "ringcc_mem_alloc", RCC_ENTER_QUERY);
   if (r != RINGCC_SUCCESS)
     return r;
-  r = mem_alloc(comm, size, ptr);
+  r = mem_alloc(comm, comm->peers[comm->rank].gpu.device, size, ptr);
   rcc_comm_leave(comm, RCC_ENTER_QUERY);
   return r;
+}
+
+RINGCC_API ringcc_result_t ringcc_mem_alloc_device(int device, size_t size,
+                                                   void **ptr) {
+  if (device < 0) {
+    if (ptr != NULL)
+      *ptr = NULL;
+    return rcc_thread_error(RINGCC_ERR_INVALID_ARGUMENT,
+                            "ringcc_mem_alloc_device: argument 'device' is "
+                            "%d; it must be a CUDA device index (>= 0)",
+                            device);
+  }
+  return mem_alloc(NULL, device, size, ptr);
 }
 
 RINGCC_API ringcc_result_t ringcc_mem_free(void *ptr) {

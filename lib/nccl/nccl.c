@@ -299,7 +299,6 @@ struct ncclComm *rcc_nccl_comm_new(int nranks, int rank,
     return NULL;
   c->rank = rank;
   c->nranks = nranks;
-  c->device = -1;
   ringcc_config_t defaults = RINGCC_CONFIG_INIT;
   c->config = defaults;
   if (config != NULL) {
@@ -319,8 +318,9 @@ static void *init_thread(void *arg) {
   return NULL;
 }
 
-/* device: the GPU (ringcc_config_t.cuda_device), or -1 for ringcc's choice;
- * RINGCC_CUDA_DEVICE, where set, wins. */
+/* device: the GPU (ringcc_config_t.cuda_device), or -1 for ringcc's choice
+ * (the device current in the thread that calls init); RINGCC_CUDA_DEVICE,
+ * where set, wins. */
 static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
                               const ncclUniqueId *id, int rank,
                               const ncclConfig_t *config, int device) {
@@ -341,6 +341,12 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
     c->config.cuda_device = device;
   *comm = c;
   if (c->nonblocking) { /* init runs in a thread; GetAsyncError polls it */
+    /* ... which has no CUDA context: ringcc's choice there would be host
+     * buffers only, so it gets the device current here, as NCCL's. */
+    int current = -1;
+    if (c->config.cuda_device < 0 && getenv("RINGCC_CUDA_DEVICE") == NULL &&
+        ringcc_cuda_current_device(&current) == RINGCC_SUCCESS && current >= 0)
+      c->config.cuda_device = current;
     c->init_state = ncclInProgress;
     if (pthread_create(&c->init_thread, NULL, init_thread, c) != 0) {
       free(c);
@@ -457,6 +463,14 @@ ncclResult_t rcc_nccl_ready(const char *fn, ncclComm_t comm) {
   return ncclSuccess;
 }
 
+ncclResult_t rcc_nccl_usable(const char *fn, ncclComm_t comm) {
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
+  if (r == ncclSuccess && __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE))
+    r = rcc_nccl_fail(ncclInvalidUsage, "%s: the communicator was revoked "
+                      "(ncclCommRevoke): shrink, split or destroy it", fn);
+  return r;
+}
+
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   if (comm == NULL || asyncError == NULL)
     return rcc_nccl_fail(ncclInvalidArgument, "ncclCommGetAsyncError: argument '%s' "
@@ -469,6 +483,11 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   ncclResult_t r = rcc_nccl_ready("ncclCommGetAsyncError", comm);
   if (r != ncclSuccess)
     return r;
+  int revoked = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE);
+  if (revoked) { /* as NCCL: in progress until quiescent, then success */
+    *asyncError = revoked == 1 ? ncclInProgress : ncclSuccess;
+    return ncclSuccess;
+  }
   ringcc_result_t async = RINGCC_SUCCESS;
   ringcc_result_t q = ringcc_comm_get_async_error(comm->rc, &async);
   if (q != RINGCC_SUCCESS)
@@ -504,21 +523,46 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
 }
 NCCL_ALIAS(ncclCommAbort)
 
-/* Host collectives are complete when they return: nothing to flush. */
+/* Host collectives are complete when they return: nothing to flush. After
+ * ncclCommRevoke it is invalid, as NCCL says. */
 ncclResult_t pncclCommFinalize(ncclComm_t comm) {
-  return rcc_nccl_ready("ncclCommFinalize", comm);
+  return rcc_nccl_usable("ncclCommFinalize", comm);
 }
 NCCL_ALIAS(ncclCommFinalize)
 
+/* ringcc_comm_revoke: local; what is in flight ends with an error, later
+ * operations are ncclInvalidUsage, and it returns once the communicator is
+ * quiescent, for blocking and non-blocking communicators alike (the latter
+ * then see ncclSuccess from ncclCommGetAsyncError, as NCCL's do once
+ * quiescent). Shrink, split and destroy follow. */
+/* 1: comm->revoked went from 0 to 1 for this caller, who revokes. */
+static int start_revoke(ncclComm_t comm) {
+  int none = 0;
+  return __atomic_compare_exchange_n(&comm->revoked, &none, 1, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* comm's revoke, once start_revoke said so: quiescent (2) when ringcc's
+ * returns. */
+static ncclResult_t revoke(ncclComm_t comm, const char *fn) {
+  ringcc_result_t r = ringcc_comm_revoke(comm->rc);
+  __atomic_store_n(&comm->revoked, 2, __ATOMIC_RELEASE);
+  return rcc_nccl_from(r, comm->rc, fn);
+}
+
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  ncclResult_t r = rcc_nccl_ready("ncclCommRevoke", comm);
+  static const char fn[] = "ncclCommRevoke";
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
   if (r != ncclSuccess)
     return r;
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
-    return rcc_nccl_fail(ncclInvalidArgument, "ncclCommRevoke: argument 'revokeFlags' "
-                "is %d; it must be NCCL_REVOKE_DEFAULT (0)", revokeFlags);
-  return rcc_nccl_fail(ncclInvalidUsage, "ncclCommRevoke is not supported by ringcc "
-              "(use ncclCommAbort; docs/nccl.md)");
+    return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'revokeFlags' is "
+                         "%d; it must be NCCL_REVOKE_DEFAULT (0)", fn,
+                         revokeFlags);
+  if (!start_revoke(comm))
+    return rcc_nccl_fail(ncclInvalidArgument, "%s: the communicator was "
+                         "revoked already", fn);
+  return revoke(comm, fn);
 }
 NCCL_ALIAS(ncclCommRevoke)
 
@@ -579,6 +623,11 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList,
     return rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'shrinkFlags' is "
                          "%d, not NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT",
                          fn, shrinkFlags);
+  /* NCCL_SHRINK_ABORT: what is in flight on comm is stopped first */
+  if (shrinkFlags == NCCL_SHRINK_ABORT &&
+      start_revoke(comm) &&
+      (r = revoke(comm, fn)) != ncclSuccess)
+    return r;
   ringcc_comm_t out = NULL;
   ringcc_result_t rr = ringcc_comm_shrink(comm->rc, excludeRanksList,
                                           excludeRanksCount, &out);
@@ -595,7 +644,7 @@ static ncclResult_t comm_int(const char *fn, ncclComm_t comm, int *out,
   if (r == ncclSuccess && out == NULL)
     r = rcc_nccl_fail(ncclInvalidArgument, "%s: argument '%s' is NULL", fn, arg);
   if (r == ncclSuccess)
-    *out = which == 0 ? comm->nranks : which == 1 ? comm->rank : comm->device;
+    *out = which == 0 ? comm->nranks : comm->rank;
   return r;
 }
 
@@ -609,9 +658,16 @@ ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank) {
 }
 NCCL_ALIAS(ncclCommUserRank)
 
-/* -1: which GPU ringcc chose is not in its public API (docs/nccl.md). */
+/* The GPU the communicator uses (the device current at init, as NCCL's),
+ * or -1 where it carries host buffers only (docs/nccl.md). */
 ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device) {
-  return comm_int("ncclCommCuDevice", comm, device, "device", 2);
+  static const char fn[] = "ncclCommCuDevice";
+  ncclResult_t r = rcc_nccl_ready(fn, comm);
+  if (r == ncclSuccess && device == NULL)
+    r = rcc_nccl_fail(ncclInvalidArgument, "%s: argument 'device' is NULL", fn);
+  if (r == ncclSuccess)
+    r = rcc_nccl_from(ringcc_comm_cuda_device(comm->rc, device), comm->rc, fn);
+  return r;
 }
 NCCL_ALIAS(ncclCommCuDevice)
 

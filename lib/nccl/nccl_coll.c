@@ -14,7 +14,7 @@
 /* Checks what every call takes and hands it on. */
 static ncclResult_t submit(struct rcc_nccl_call *c, ncclDataType_t dt,
                            const ncclRedOp_t *op) {
-  ncclResult_t r = rcc_nccl_ready(c->fn, c->comm);
+  ncclResult_t r = rcc_nccl_usable(c->fn, c->comm);
   if (r == ncclSuccess)
     r = rcc_nccl_dt(c->fn, dt, &c->dt);
   if (r == ncclSuccess && op != NULL)

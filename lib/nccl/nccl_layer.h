@@ -24,7 +24,9 @@
 struct ncclComm {
   ringcc_comm_t rc;
   int rank, nranks;
-  int device;                /* ncclCommCuDevice's answer: -1 (not public) */
+  int revoked;               /* atomic: 0, or ncclCommRevoke (or a shrink
+                                with NCCL_SHRINK_ABORT) under way (1) and
+                                returned, the communicator quiescent (2) */
   int nonblocking;           /* config blocking = 0 */
   volatile int init_state;   /* ncclInProgress while the init thread runs */
   pthread_t init_thread;
@@ -71,6 +73,8 @@ ncclResult_t rcc_nccl_dt(const char *fn, ncclDataType_t dt,
 ncclResult_t rcc_nccl_op(const char *fn, ncclRedOp_t op, ringcc_op_t *out);
 /* comm usable by fn: not NULL, its non-blocking init done and successful. */
 ncclResult_t rcc_nccl_ready(const char *fn, ncclComm_t comm);
+/* As ready, and not revoked: what an operation on comm needs. */
+ncclResult_t rcc_nccl_usable(const char *fn, ncclComm_t comm);
 ncclResult_t rcc_nccl_check_config(const char *fn, const ncclConfig_t *config);
 struct ncclComm *rcc_nccl_comm_new(int nranks, int rank,
                                    const ncclConfig_t *config);

@@ -58,13 +58,19 @@ NCCL_ALIAS(ncclRedOpDestroy)
 
 /* ---- memory and registration --------------------------------------------- */
 
-/* ringcc_mem_alloc without a communicator: host memory that ranks of one
- * host can map (docs/nccl.md: NCCL gives device memory here). */
+/* Memory that ranks of one host can map: device memory of the calling
+ * thread's current GPU, as NCCL's; host memory where the thread uses no
+ * CUDA (no current context, or a build without CUDA: docs/nccl.md). */
 ncclResult_t pncclMemAlloc(void **ptr, size_t size) {
   if (ptr == NULL)
     return rcc_nccl_fail(ncclInvalidArgument, "ncclMemAlloc: argument 'ptr' "
                          "is NULL");
-  return rcc_nccl_from(ringcc_mem_alloc(NULL, size, ptr), NULL, "ncclMemAlloc");
+  int device = -1;
+  ringcc_result_t r = ringcc_cuda_current_device(&device);
+  if (r == RINGCC_SUCCESS)
+    r = device >= 0 ? ringcc_mem_alloc_device(device, size, ptr)
+                    : ringcc_mem_alloc(NULL, size, ptr);
+  return rcc_nccl_from(r, NULL, "ncclMemAlloc");
 }
 NCCL_ALIAS(ncclMemAlloc)
 

@@ -187,6 +187,9 @@ struct ringcc_comm {
    * first ringcc_comm_register. */
   struct rcc_registry *registry;
   volatile int aborted;
+  /* Set once by ringcc_comm_revoke (any thread): every wait checks it, as
+   * aborted, and the communicator is fatal from then on (comm.c). */
+  volatile int revoked;
   /* Set once by a proxy thread when the network fails under a collective;
    * every wait checks it. */
   volatile int async_error;

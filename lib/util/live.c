@@ -259,6 +259,22 @@ int rcc_live_end_close(struct ringcc_comm *comm, int wait_ms) {
   }
 }
 
+int rcc_live_wait_idle(struct ringcc_comm *comm, int64_t wait_ms,
+                       const char **inside) {
+  struct timespec tick = {0, 1000000}; /* 1 ms */
+  for (int64_t waited = 0;; waited++) {
+    pthread_mutex_lock(&g_lock);
+    int busy = comm->busy;
+    *inside = busy ? comm->inside : NULL;
+    pthread_mutex_unlock(&g_lock);
+    if (!busy)
+      return 1;
+    if (waited >= wait_ms)
+      return 0;
+    nanosleep(&tick, NULL);
+  }
+}
+
 RINGCC_API const char *ringcc_comm_last_error(ringcc_comm_t comm) {
   static const char msg[] = "ringcc_comm_last_error: argument 'comm' is not "
                             "a live communicator (destroyed already, never "

@@ -7,6 +7,8 @@
 #ifndef RCC_LIVE_H
 #define RCC_LIVE_H
 
+#include <stdint.h>
+
 #include "ringcc.h"
 
 struct ringcc_comm;
@@ -46,5 +48,11 @@ int rcc_live_begin_close(struct ringcc_comm *comm, const char *fn,
  * comm out of the table. 1 when none is inside (free it), 0 when one still
  * is (its memory must be kept: leaked). */
 int rcc_live_end_close(struct ringcc_comm *comm, int wait_ms);
+
+/* ringcc_comm_revoke: waits up to wait_ms for the call that moves data on
+ * comm (another thread's, kind CALL) to leave. 1 when none is inside; 0
+ * past wait_ms, with *inside the name of the call still there. */
+int rcc_live_wait_idle(struct ringcc_comm *comm, int64_t wait_ms,
+                       const char **inside);
 
 #endif /* RCC_LIVE_H */

@@ -196,6 +196,8 @@ _PROTOTYPES = {
     "ringcc_comm_size": (_R, [_P, ctypes.POINTER(_I)]),
     "ringcc_comm_destroy": (_R, [_P]),
     "ringcc_comm_abort": (_R, [_P]),
+    "ringcc_comm_revoke": (_R, [_P]),
+    "ringcc_comm_cuda_device": (_R, [_P, ctypes.POINTER(_I)]),
     "ringcc_comm_get_async_error": (_R, [_P, ctypes.POINTER(_I)]),
     "ringcc_comm_report": (_R, [_P, ctypes.c_char_p, _Z]),
     "ringcc_allreduce": (_R, [_P, _P, _Z, _I, _I, _P, _P]),

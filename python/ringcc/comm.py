@@ -312,6 +312,24 @@ class Comm:
         if handle is not None:
             _check(lib.ringcc_comm_abort(handle), "ringcc_comm_abort")
 
+    def revoke(self):
+        """ringcc_comm_revoke (NCCL's ncclCommRevoke): what is in flight on
+        this rank (a call blocked in another thread, requests) ends with
+        RINGCC_ERR_ABORTED and so do later calls; returns once nothing runs.
+        Local (peers are not told). The communicator stays for shrink(),
+        split() and destroy()."""
+        _check(lib.ringcc_comm_revoke(self._live()), "ringcc_comm_revoke",
+               self._handle)
+
+    @property
+    def cuda_device(self):
+        """The CUDA device this rank uses for device buffers, or -1 (host
+        buffers only)."""
+        value = ctypes.c_int(-1)
+        _check(lib.ringcc_comm_cuda_device(self._live(), ctypes.byref(value)),
+               "ringcc_comm_cuda_device", self._handle)
+        return value.value
+
     def __enter__(self):
         return self
 

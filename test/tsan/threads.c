@@ -23,6 +23,13 @@
  *              communicator (as PyTorch's watchdog does): the failing calls
  *              write the sticky error and the message while it reads them
  *
+ *   revoke     as async-error, but the deadline is far: once the others
+ *              are in the withheld allreduce, the monitor thread revokes
+ *              every communicator (ringcc_comm_revoke) while it goes on
+ *              asking for reports and async errors; the withheld calls
+ *              return RINGCC_ERR_ABORTED, and the revoked communicators
+ *              are destroyed
+ *
  *   trace      as shm with RINGCC_TRACE (a small ring buffer, so it wraps)
  *              and RINGCC_STATS=time; the monitor also reads
  *              ringcc_comm_stats and sends the process RINGCC_REPORT_SIGNAL
@@ -72,6 +79,7 @@ struct phase {
                       ringcc_comm_get_async_error meanwhile */
   int registered;  /* the buffers are registered (ringcc_mem_alloc) */
   int withhold;    /* 1 + the rank that skips the last allreduce; 0: none */
+  int revoke;      /* the monitor revokes the communicators (withhold) */
   int64_t timeout_ms; /* 0: TIMEOUT_MS */
   int iters;          /* rounds; 0: ITERS */
   int trace;       /* RINGCC_TRACE, RINGCC_STATS=time; the monitor also
@@ -80,6 +88,7 @@ struct phase {
   ringcc_unique_id_t ids[MAX_COMMS];
   ringcc_comm_t comms[MAX_COMMS][NRANKS]; /* published for the monitor */
   atomic_int ready, done;
+  atomic_int withheld; /* ranks about to make the withheld call */
 };
 
 struct worker {
@@ -271,16 +280,19 @@ static int round_of(struct worker *w, int iter, size_t count, int32_t *a,
 /* The allreduce one rank withholds: it must time out, and the async error
  * (read by the monitor meanwhile) must say so afterwards. */
 static void withheld_call(struct worker *w, int32_t *a, int32_t *b) {
+  atomic_fetch_add(&w->ph->withheld, 1);
   ringcc_result_t r = ringcc_allreduce(a, b, 16, RINGCC_INT32, RINGCC_SUM,
                                        w->comm, NULL);
   ringcc_result_t async = RINGCC_SUCCESS;
   ringcc_result_t q = ringcc_comm_get_async_error(w->comm, &async);
-  if (r != RINGCC_ERR_TIMEOUT || q != RINGCC_SUCCESS ||
-      async != RINGCC_ERR_TIMEOUT) {
+  ringcc_result_t want = w->ph->revoke ? RINGCC_ERR_ABORTED
+                                       : RINGCC_ERR_TIMEOUT;
+  if (r != want || q != RINGCC_SUCCESS || async != want) {
     snprintf(w->msg, sizeof(w->msg), "%s rank %d: the withheld allreduce "
-             "returned %s, then the async error %s (want RINGCC_ERR_TIMEOUT "
-             "twice): %s", w->ph->name, w->rank, ringcc_strerror(r),
-             ringcc_strerror(async), ringcc_comm_last_error(w->comm));
+             "returned %s, then the async error %s (want %s twice): %s",
+             w->ph->name, w->rank, ringcc_strerror(r),
+             ringcc_strerror(async), ringcc_strerror(want),
+             ringcc_comm_last_error(w->comm));
     w->failed = 1;
   }
 }
@@ -350,7 +362,17 @@ static void *monitor_main(void *p) {
   while (atomic_load(&ph->ready) < nworkers)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
   unsigned long reports = 0, asks = 0, errors = 0, stats = 0, signals = 0;
+  int revoked = 0;
   while (!atomic_load(&ph->done)) {
+    if (ph->revoke && !revoked &&
+        atomic_load(&ph->withheld) == NRANKS - 1) {
+      nanosleep(&(struct timespec){0, 100000000}, NULL); /* into the wait */
+      for (int r = 0; r < NRANKS; r++)
+        if (ringcc_comm_revoke(ph->comms[0][r]) != RINGCC_SUCCESS)
+          printf("  monitor: ringcc_comm_revoke of rank %d: %s\n", r,
+                 ringcc_comm_last_error(ph->comms[0][r]));
+      revoked = 1;
+    }
     for (int c = 0; c < ph->ncomms; c++)
       for (int r = 0; r < NRANKS; r++) {
         ringcc_comm_t comm = ph->comms[c][r];
@@ -370,7 +392,8 @@ static void *monitor_main(void *p) {
         if (async != RINGCC_SUCCESS) {
           errors++;
           /* The message is complete before the code is visible. */
-          if (strstr(ringcc_comm_last_error(comm), "timed out") == NULL)
+          if (strstr(ringcc_comm_last_error(comm),
+                     ph->revoke ? "revoked" : "timed out") == NULL)
             printf("  monitor: async %s with the message \"%s\"\n",
                    ringcc_strerror(async), ringcc_comm_last_error(comm));
         }
@@ -487,6 +510,14 @@ int main(void) {
        .monitor = 1,
        .withhold = NRANKS, /* rank 3 */
        .timeout_ms = 3000,
+       .iters = 2},
+      {.name = "revoke",
+       .ncomms = 1,
+       .shm_disable = 0,
+       .monitor = 1,
+       .withhold = NRANKS,
+       .revoke = 1,
+       .timeout_ms = 120000,
        .iters = 2},
       {.name = "trace", .ncomms = 1, .shm_disable = 0, .monitor = 1,
        .trace = 1},

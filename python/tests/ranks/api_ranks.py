@@ -257,6 +257,23 @@ def comms(comm):
         fail(f"repr: {comm!r}")
     if not isinstance(comm.report(), str):
         fail("report() did not return text")
+    # revoke: later calls fail, the communicator still splits and destroys
+    rv = comm.split(0, key=r)
+    if rv.cuda_device < -1:
+        fail(f"cuda_device is {rv.cuda_device}")
+    rv.revoke()
+    e = expect_raises(ringcc.RingccError, ["revoked"],
+                      lambda: rv.allreduce(x), "allreduce after revoke")
+    if e is not None and e.code != ringcc.Result.ERR_ABORTED:
+        fail(f"allreduce after revoke: {e.code!r}, expected ERR_ABORTED")
+    expect_raises(ringcc.RingccError, ["revoked already"], rv.revoke,
+                  "a second revoke")
+    with rv.split(0, key=-r) as again:
+        y = np.full(4, r + 1, np.int64)
+        again.allreduce(y)
+        expect_equal(y, np.full(4, n * (n + 1) // 2),
+                     "allreduce on a split of a revoked communicator")
+    rv.destroy()
 
 
 def buffers(comm):
