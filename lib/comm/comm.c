@@ -344,7 +344,6 @@ static void adapt_waiting(struct ringcc_comm *comm) {
                                         : 0;
   comm->spin.yields = comm->set.yields >= 0 ? comm->set.yields : DEFAULT_YIELDS;
   comm->spin.now = comm->spin.spin;
-  comm->spin.yields_now = comm->spin.yields;
   RCC_INFO(comm->rank, "waiting: %d ranks on this host, %d CPUs: %s", local,
            ncpus,
            roomy ? "polls briefly before yielding"

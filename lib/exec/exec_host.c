@@ -291,16 +291,10 @@ wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
     cpu_relax();
   }
   spin->now = budget / 2;
-  int yields = rcc_yield_budget(spin);
-  for (int i = 0; i < yields; i++) {
-    int lost = rcc_yield(spin, yields);
-    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
-      if (!lost)
-        spin->yields_now = yields;
+  for (int i = 0; i < spin->yields; i++) {
+    sched_yield();
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
       return 0;
-    }
-    if (lost)
-      break; /* other work has the CPUs: the futex wakes us sooner */
   }
   for (;;) {
     struct timespec slice = {0, SLEEP_SLICE_NS};
@@ -928,7 +922,7 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
   struct rcc_conn *conn;
   struct rcc_step s;
   int send;
-  for (int i = 0; i < spin->now + spin->yields_now; i++) {
+  for (int i = 0; i < spin->now + spin->yields; i++) {
     if (any_ready(w))
       return RINGCC_SUCCESS;
     if (i < spin->now)
@@ -1208,7 +1202,7 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
       cpu_relax();
       continue;
     }
-    if (i < spin->now + spin->yields_now) {
+    if (i < spin->now + spin->yields) {
       sched_yield();
       continue;
     }
