@@ -262,10 +262,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
     # ---- identity ------------------------------------------------------------
 
     def getBackendName(self):
-        # the name it was registered under: "ringcc", or "gloo" where it
-        # stands in for gloo (DDP's logging data compares it with
-        # dist.get_backend())
-        return self._name
+        return "ringcc"
 
     def getRank(self):
         return self._comm.rank
