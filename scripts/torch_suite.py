@@ -1,7 +1,7 @@
 """torch_suite.py - PyTorch's own distributed test body on one backend.
 
     python scripts/torch_suite.py --backend gloo|ringcc --world-size N
-                                  [--tests NAME,...] [--json FILE]
+                                  [--own-name] [--tests NAME,...] [--json FILE]
 
 Runs DistributedTest._DistTestBase from the installed wheel
 (torch/testing/_internal/distributed/distributed_test.py, never copied) the
@@ -10,7 +10,10 @@ WORLD_SIZE, TEMP_DIR, INIT_METHOD=env://, one spawned process per rank and
 test. With --backend ringcc, ringcc stands in for gloo: the creator
 registered for "gloo" is ringcc's (Backend._plugins["GLOO"]), with profiler
 events named "gloo:..." as the suite expects; this is set at import, so the
-spawned ranks (which import this file again) get it too. Prints one line per
+spawned ranks (which import this file again) get it too. With --own-name
+(ringcc only) the suite runs with BACKEND=ringcc, the name ringcc registers
+itself under: most tests gate on backend names and skip, but those that
+check the backend's own name run as a user of that name would see them. Prints one line per
 test (PASS, FAIL, SKIP) and a summary; --json writes {test: outcome}.
 """
 
@@ -30,17 +33,24 @@ if __name__ == "__main__":
     p.add_argument("--tests", default="",
                    help="comma-separated test names (test_...); default all")
     p.add_argument("--json", default=None)
+    p.add_argument("--own-name", action="store_true",
+                   help="ringcc under its own name (BACKEND=ringcc), not "
+                        "standing in for gloo")
     ARGS = p.parse_args()
-    os.environ["RINGCC_SUITE_BACKEND"] = ARGS.backend
-    os.environ["BACKEND"] = "gloo"
+    if ARGS.own_name and ARGS.backend != "ringcc":
+        p.error("--own-name is for --backend ringcc")
+    os.environ["RINGCC_SUITE_BACKEND"] = ARGS.backend + (
+        "-own" if ARGS.own_name else "")
+    os.environ["BACKEND"] = "ringcc" if ARGS.own_name else "gloo"
     os.environ["WORLD_SIZE"] = str(ARGS.world_size)
     os.environ.setdefault("INIT_METHOD", "env://")
     os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="rcc-torch-suite-")
 
 import torch.distributed as dist  # noqa: E402
 
+if os.environ.get("RINGCC_SUITE_BACKEND", "").startswith("ringcc"):
+    import ringcc.torch  # noqa: E402,F401  (registers "ringcc")
 if os.environ.get("RINGCC_SUITE_BACKEND") == "ringcc":
-    import ringcc.torch  # noqa: E402
     dist.Backend._plugins["GLOO"] = dist.Backend._BackendPlugin(
         functools.partial(ringcc.torch.create, name="gloo"), False)
 
