@@ -1082,3 +1082,14 @@ bool h_buf_scribble_ok(const h_ctx_t *ctx, const char *what, const h_buf_t *b,
   }
   return true;
 }
+
+int h_yama_scope(void) {
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = 3;
+    fclose(f);
+  }
+  return scope;
+}

@@ -170,4 +170,8 @@ bool h_buf_guards_ok(const h_ctx_t *ctx, const char *what, const h_buf_t *b);
 bool h_buf_scribble_ok(const h_ctx_t *ctx, const char *what, const h_buf_t *b,
                        uint64_t tag, size_t off, size_t len);
 
+/* Yama's ptrace_scope: 0 without Yama; 2 or 3 (or unreadable: 3) where a
+ * rank cannot read a sibling's memory, so cross-memory attach cannot run. */
+int h_yama_scope(void);
+
 #endif /* RCC_TEST_HARNESS_H */

@@ -724,19 +724,6 @@ Test(ptracer, set_for_cma_and_withdrawn_at_destroy, .timeout = 40) {
   ptracer_case(0, RINGCC_ALGO_CMA, 1);
 }
 
-/* Yama's ptrace_scope (0 without Yama); 2, 3: peers cannot read each
- * other, and the FIFOs run instead. */
-static int yama_scope(void) {
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = 0;
-  if (f != NULL) {
-    if (fscanf(f, "%d", &scope) != 1)
-      scope = 3;
-    fclose(f);
-  }
-  return scope;
-}
-
 /* Under the tuner, a Gather and a Scatter by cross-memory attach (1 MiB
  * blocks, one host): the root allows its peers for the call and withdraws
  * it before returning; a peer never allows anything. */
@@ -761,7 +748,7 @@ static int ptracer_call_body(h_ctx_t *ctx) {
   if (r != RINGCC_SUCCESS || bad)
     return h_fail(ctx, "gather/scatter: %s%s", ringcc_strerror(r),
                   bad ? " (wrong bytes)" : "");
-  int scope = yama_scope();
+  int scope = h_yama_scope();
   if (ctx->rank == 0 && calls != (scope < 2 ? 4 : 0))
     return h_fail(ctx, "the root made %d prctl calls in a gather and a "
                   "scatter, expected %d (allow, withdraw, each)", calls,
@@ -800,7 +787,7 @@ static int ptracer_a2av_body(h_ctx_t *ctx) {
   if (r != RINGCC_SUCCESS || bad)
     return h_fail(ctx, "alltoallv: %s%s", ringcc_strerror(r),
                   bad ? " (wrong bytes)" : "");
-  int want = yama_scope() < 2 ? 2 : 0;
+  int want = h_yama_scope() < 2 ? 2 : 0;
   if (calls != want)
     return h_fail(ctx, "rank %d made %d prctl calls in an alltoallv of "
                   "large blocks, expected %d (allow, withdraw)", ctx->rank,

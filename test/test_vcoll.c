@@ -385,16 +385,7 @@ Test(shm, cma, .timeout = 600) {
 /* Where this machine lets a rank read a sibling's memory (Yama's
  * ptrace_scope absent, 0 or 1: the library sets PR_SET_PTRACER_ANY), the
  * path must be taken; with scope 2 or 3 it cannot be. */
-static int cma_expected(void) {
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = 0;
-  if (f != NULL) {
-    if (fscanf(f, "%d", &scope) != 1)
-      scope = 3;
-    fclose(f);
-  }
-  return scope < 2;
-}
+static int cma_expected(void) { return h_yama_scope() < 2; }
 
 /* Calls of coll that this communicator ran by alg (its statistics). */
 static uint64_t calls_by(ringcc_comm_t c, const char *coll, const char *alg) {
