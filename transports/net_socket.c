@@ -46,10 +46,13 @@
  * k % N at both ends, so each socket carries its messages in order and both
  * ends agree where message k is. A request is a small state machine (bytes
  * moved, header included): a send leaves with one sendmsg() of header +
- * payload straight from the caller's buffer + zeros from a static block; a
+ * payload straight from the caller's buffer + zeros from a static block,
+ * together with the messages queued behind it on its socket (SEND_BATCH); a
  * receive reads the header, then the payload straight into the caller's
  * buffer, and drops the zeros (a header, and a short payload, through a
- * 4 KiB read buffer, so a small message takes one recv()). test() moves the
+ * 4 KiB read buffer, so a small message takes one recv(); a long payload's
+ * recvmsg() fills the read buffer with what follows it, the next header
+ * included, so a large message takes one call too). test() moves the
  * request's own socket and, while that request is not done, every other
  * socket of the connection as far as it goes without blocking, so a proxy
  * that tests requests in posting order keeps all N sockets busy.
@@ -116,6 +119,8 @@
  * than this, through a buffer of this size: one recv() then takes a small
  * message whole, with the headers (and small messages) that follow it. */
 #define RBUF_BYTES 4096
+/* Queued messages of a socket that one sendmsg() takes, at most. */
+#define SEND_BATCH 8
 /* A stranger gets this long to send its preamble, and a connection this long
  * (from its first socket) to bring the others. Both are counted from when
  * accept() took the socket from the kernel, so a late accept() is no fault. */
@@ -543,37 +548,60 @@ static void request_finish(struct sock_queue *s, struct net_request *r) {
   s->count--;
 }
 
-/* Sends the queued messages of one socket until it would block. */
+/* What is left of a send request on the wire (header, payload, zeros from
+ * r->moved on) as iovecs at iov (3 at most); returns how many. */
+static int send_iov(const struct net_request *r, struct iovec *iov) {
+  int n = 0;
+  size_t end = MSG_HEADER_BYTES + r->bytes, total = wire_bytes(r->bytes);
+  if (r->moved < MSG_HEADER_BYTES)
+    iov[n++] = (struct iovec){.iov_base = (void *)(r->header + r->moved),
+                              .iov_len = MSG_HEADER_BYTES - r->moved};
+  size_t off = r->moved > MSG_HEADER_BYTES ? r->moved - MSG_HEADER_BYTES : 0;
+  if (r->bytes > off)
+    iov[n++] = (struct iovec){.iov_base = (char *)r->data + off,
+                              .iov_len = r->bytes - off};
+  size_t pad = r->moved > end ? r->moved - end : 0;
+  if (total > end + pad)
+    iov[n++] = (struct iovec){.iov_base = (void *)(zeros + pad),
+                              .iov_len = total - end - pad};
+  return n;
+}
+
+/* Sends the queued messages of one socket until it would block: up to
+ * SEND_BATCH of them per sendmsg(), so that a queue of messages becomes one
+ * stream of full segments, not one short segment (and its ACK) at the end
+ * of every message (docs/performance.md). */
 static void progress_send(struct net_conn *c, int sock) {
   struct sock_queue *s = &c->socks[sock];
   while (s->count > 0 && c->error == RINGCC_SUCCESS) {
-    struct net_request *r = s->q[s->head];
-    struct iovec iov[3];
+    struct iovec iov[3 * SEND_BATCH];
     int n = 0;
-    size_t end = MSG_HEADER_BYTES + r->bytes, total = wire_bytes(r->bytes);
-    if (r->moved < MSG_HEADER_BYTES)
-      iov[n++] = (struct iovec){.iov_base = r->header + r->moved,
-                                .iov_len = MSG_HEADER_BYTES - r->moved};
-    size_t off = r->moved > MSG_HEADER_BYTES ? r->moved - MSG_HEADER_BYTES : 0;
-    if (r->bytes > off)
-      iov[n++] = (struct iovec){.iov_base = (char *)r->data + off,
-                                .iov_len = r->bytes - off};
-    size_t pad = r->moved > end ? r->moved - end : 0;
-    if (total > end + pad)
-      iov[n++] = (struct iovec){.iov_base = (void *)(zeros + pad),
-                                .iov_len = total - end - pad};
+    size_t ask = 0;
+    for (unsigned k = 0; k < s->count && k < SEND_BATCH; k++)
+      n += send_iov(s->q[(s->head + k) % RCC_NET_MAX_REQUESTS], iov + n);
+    for (int i = 0; i < n; i++)
+      ask += iov[i].iov_len;
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
     ssize_t sent = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EINTR)
         continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        conn_fail_io(c, sock, errno, r);
+        conn_fail_io(c, sock, errno, s->q[s->head]);
       return;
     }
-    r->moved += (size_t)sent;
-    if (r->moved == total)
-      request_finish(s, r);
+    /* The bytes that left, to the requests in order. */
+    for (size_t left = (size_t)sent; left > 0;) {
+      struct net_request *r = s->q[s->head];
+      size_t rest = wire_bytes(r->bytes) - r->moved;
+      size_t take = left < rest ? left : rest;
+      r->moved += take;
+      left -= take;
+      if (r->moved == wire_bytes(r->bytes))
+        request_finish(s, r);
+    }
+    if ((size_t)sent < ask)
+      return; /* the socket is full: poll() says when it has room */
   }
 }
 
@@ -707,9 +735,16 @@ static void progress_recv(struct net_conn *c, int sock) {
       if (drained || (c->hinted && s->idle && r->moved == 0))
         return;
       int buffered = want < RBUF_BYTES;
-      size_t ask = buffered ? RBUF_BYTES : want;
-      ssize_t n = recv(s->fd, buffered ? (void *)s->rbuf : to, ask,
-                       MSG_DONTWAIT);
+      /* A long remainder goes straight to the caller's memory, and what
+       * follows it (the next header, a short message) into the empty read
+       * buffer in the same recvmsg(): one call per message, not two. */
+      struct iovec iov[2] = {
+          {.iov_base = buffered ? (void *)s->rbuf : to,
+           .iov_len = buffered ? RBUF_BYTES : want},
+          {.iov_base = s->rbuf, .iov_len = RBUF_BYTES}};
+      size_t ask = buffered ? RBUF_BYTES : want + RBUF_BYTES;
+      struct msghdr msg = {.msg_iov = iov, .msg_iovlen = buffered ? 1 : 2};
+      ssize_t n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR)
           continue;
@@ -740,7 +775,9 @@ static void progress_recv(struct net_conn *c, int sock) {
         s->rlen = (unsigned)n;
         continue; /* taken from the buffer above */
       }
-      got = (size_t)n;
+      got = (size_t)n < want ? (size_t)n : want;
+      s->roff = 0;
+      s->rlen = (unsigned)((size_t)n - got); /* read ahead, in rbuf */
     }
     if (c->checksum && !in_header && r->moved < end)
       r->crc = rcc_crc32c(r->crc, to, got); /* payload, just copied in */
