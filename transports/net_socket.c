@@ -548,23 +548,21 @@ static void request_finish(struct sock_queue *s, struct net_request *r) {
   s->count--;
 }
 
-/* What is left of a send request on the wire (header, payload, zeros from
- * r->moved on) as iovecs at iov (3 at most); returns how many. */
-static int send_iov(const struct net_request *r, struct iovec *iov) {
-  int n = 0;
+/* What is left of send request r on the wire (header, payload, zeros from
+ * r->moved on) as iovecs at iov[*n] on (3 at most); returns its bytes. */
+static size_t send_iov(const struct net_request *r, struct iovec *iov,
+                       int *n) {
   size_t end = MSG_HEADER_BYTES + r->bytes, total = wire_bytes(r->bytes);
-  if (r->moved < MSG_HEADER_BYTES)
-    iov[n++] = (struct iovec){.iov_base = (void *)(r->header + r->moved),
-                              .iov_len = MSG_HEADER_BYTES - r->moved};
   size_t off = r->moved > MSG_HEADER_BYTES ? r->moved - MSG_HEADER_BYTES : 0;
-  if (r->bytes > off)
-    iov[n++] = (struct iovec){.iov_base = (char *)r->data + off,
-                              .iov_len = r->bytes - off};
   size_t pad = r->moved > end ? r->moved - end : 0;
+  if (r->moved < MSG_HEADER_BYTES)
+    iov[(*n)++] = (struct iovec){(void *)(r->header + r->moved),
+                                 MSG_HEADER_BYTES - r->moved};
+  if (r->bytes > off)
+    iov[(*n)++] = (struct iovec){(char *)r->data + off, r->bytes - off};
   if (total > end + pad)
-    iov[n++] = (struct iovec){.iov_base = (void *)(zeros + pad),
-                              .iov_len = total - end - pad};
-  return n;
+    iov[(*n)++] = (struct iovec){(void *)(zeros + pad), total - end - pad};
+  return total - r->moved;
 }
 
 /* Sends the queued messages of one socket until it would block: up to
@@ -578,9 +576,7 @@ static void progress_send(struct net_conn *c, int sock) {
     int n = 0;
     size_t ask = 0;
     for (unsigned k = 0; k < s->count && k < SEND_BATCH; k++)
-      n += send_iov(s->q[(s->head + k) % RCC_NET_MAX_REQUESTS], iov + n);
-    for (int i = 0; i < n; i++)
-      ask += iov[i].iov_len;
+      ask += send_iov(s->q[(s->head + k) % RCC_NET_MAX_REQUESTS], iov, &n);
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
     ssize_t sent = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
@@ -590,14 +586,11 @@ static void progress_send(struct net_conn *c, int sock) {
         conn_fail_io(c, sock, errno, s->q[s->head]);
       return;
     }
-    /* The bytes that left, to the requests in order. */
-    for (size_t left = (size_t)sent; left > 0;) {
-      struct net_request *r = s->q[s->head];
-      size_t rest = wire_bytes(r->bytes) - r->moved;
-      size_t take = left < rest ? left : rest;
-      r->moved += take;
-      left -= take;
-      if (r->moved == wire_bytes(r->bytes))
+    for (size_t left = (size_t)sent, take; left > 0; left -= take) {
+      struct net_request *r = s->q[s->head]; /* the bytes, in order */
+      take = wire_bytes(r->bytes) - r->moved;
+      take = left < take ? left : take;
+      if ((r->moved += take) == wire_bytes(r->bytes))
         request_finish(s, r);
     }
     if ((size_t)sent < ask)
@@ -735,13 +728,11 @@ static void progress_recv(struct net_conn *c, int sock) {
       if (drained || (c->hinted && s->idle && r->moved == 0))
         return;
       int buffered = want < RBUF_BYTES;
-      /* A long remainder goes straight to the caller's memory, and what
-       * follows it (the next header, a short message) into the empty read
-       * buffer in the same recvmsg(): one call per message, not two. */
-      struct iovec iov[2] = {
-          {.iov_base = buffered ? (void *)s->rbuf : to,
-           .iov_len = buffered ? RBUF_BYTES : want},
-          {.iov_base = s->rbuf, .iov_len = RBUF_BYTES}};
+      /* A long remainder, and what follows it (the next header) into the
+       * empty read buffer: one recvmsg() per message, not two. */
+      struct iovec iov[2] = {{buffered ? (void *)s->rbuf : to,
+                              buffered ? RBUF_BYTES : want},
+                             {s->rbuf, RBUF_BYTES}};
       size_t ask = buffered ? RBUF_BYTES : want + RBUF_BYTES;
       struct msghdr msg = {.msg_iov = iov, .msg_iovlen = buffered ? 1 : 2};
       ssize_t n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
