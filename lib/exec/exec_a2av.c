@@ -66,6 +66,7 @@
  */
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,10 +330,14 @@ static int arrived(const struct ringcc_comm *comm, int p, uint32_t seq,
 }
 
 /* 2: every peer's block for this rank, in the order they arrive. A size
- * that does not agree fails the call but not the reading of the others. */
+ * that does not agree fails the call but not the reading of the others.
+ * Where none has arrived, the rank yields and looks at them all again (as
+ * many times as a FIFO wait yields: RINGCC_YIELDS) before it waits for one
+ * as the FIFOs wait, so that a peer that is not running does not keep it
+ * from the blocks of those that are. */
 static ringcc_result_t read_all(struct a2av *a, uint32_t seq) {
   struct ringcc_comm *comm = a->comm;
-  int n = a->n, left = n - 1;
+  int n = a->n, left = n - 1, yields = comm->spin.yields;
   uint8_t *seen = a->ack_out;
   ringcc_result_t first = RINGCC_SUCCESS;
   memset(seen, 0, (size_t)n);
@@ -348,6 +353,10 @@ static ringcc_result_t read_all(struct a2av *a, uint32_t seq) {
       else if (wait < 0)
         wait = q, wait_now = now;
     }
+    if (p < 0 && yields-- > 0) {
+      sched_yield();
+      continue;
+    }
     if (p < 0) {
       ringcc_result_t r =
           wait_change(a, wait, rcc_board_region(comm, wait, seq), wait_now,
@@ -358,6 +367,7 @@ static ringcc_result_t read_all(struct a2av *a, uint32_t seq) {
     }
     seen[p] = 1;
     left--;
+    yields = comm->spin.yields;
     TSAN_ACQUIRE();
     RCC_PUT(comm->progress.step, (uint64_t)(n - left));
     ringcc_result_t r = take(a, p, seq);
