@@ -75,6 +75,7 @@
 
 #include "a2av.h"
 #include "board.h"
+#include "clock.h"
 #include "cma.h"
 #include "comm.h"
 #include "error.h"
@@ -83,6 +84,7 @@
 #include "registry.h"
 #include "stats.h"
 #include "topo.h"
+#include "trace.h"
 #include "tsan_sync.h"
 
 /* How a block comes to its receiver. */
@@ -322,6 +324,30 @@ static ringcc_result_t take(struct a2av *a, int p, uint32_t seq) {
   return RINGCC_SUCCESS;
 }
 
+/* Step k of the board round (rank p's block taken), for the trace: from
+ * the end of the step before (t_wait), waiting until t0. */
+static void traced(struct a2av *a, int k, int p, int64_t t_wait, int64_t t0) {
+  struct rcc_trace_event e;
+  memset(&e, 0, sizeof(e));
+  e.type = RCC_TRACE_STEP;
+  e.kind = RCC_STEP_RECV;
+  e.coll = RCC_COLL_ALLTOALLV;
+  e.alg = (uint8_t)(a->cma ? RCC_ALG_CMA : RCC_ALG_ZEROCOPY);
+  e.seq = a->comm->seq;
+  e.step = (uint64_t)k;
+  e.nsteps = (uint64_t)a->n - 1;
+  e.bytes = a->v->recvcounts[p] * a->v->esize;
+  e.nelem = a->v->recvcounts[p];
+  e.block = p;
+  e.send_peer = -1;
+  e.recv_peer = p;
+  e.send_msg = e.recv_msg = UINT32_MAX; /* no FIFO: no message numbers */
+  e.start_ns = t_wait;
+  e.wait_recv_ns = t0 - t_wait;
+  e.end_ns = rcc_now_ns();
+  rcc_trace_record(a->comm, &e);
+}
+
 static int arrived(const struct ringcc_comm *comm, int p, uint32_t seq,
                    uint32_t *now) {
   *now = __atomic_load_n(&rcc_board_region(comm, p, seq)->seq,
@@ -340,6 +366,8 @@ static ringcc_result_t read_all(struct a2av *a, uint32_t seq) {
   int n = a->n, left = n - 1, yields = comm->spin.yields;
   uint8_t *seen = a->ack_out;
   ringcc_result_t first = RINGCC_SUCCESS;
+  int traced_here = comm->trace != NULL;
+  int64_t t_wait = traced_here ? rcc_now_ns() : 0;
   memset(seen, 0, (size_t)n);
   while (left > 0) {
     int p = -1, wait = -1;
@@ -370,7 +398,12 @@ static ringcc_result_t read_all(struct a2av *a, uint32_t seq) {
     yields = comm->spin.yields;
     TSAN_ACQUIRE();
     RCC_PUT(comm->progress.step, (uint64_t)(n - left));
+    int64_t t0 = traced_here ? rcc_now_ns() : 0;
     ringcc_result_t r = take(a, p, seq);
+    if (traced_here) {
+      traced(a, n - 1 - left, p, t_wait, t0);
+      t_wait = rcc_now_ns();
+    }
     if (r != RINGCC_SUCCESS && first == RINGCC_SUCCESS)
       first = r;
     if (r != RINGCC_SUCCESS && r != RINGCC_ERR_INVALID_USAGE)
