@@ -19,8 +19,9 @@
  *      sender of addresses holds a share of the ptrace exception from here
  *      (rcc_cma_allow_peers) to the end of the call;
  *   2. read: it copies its own block, then takes each peer's place for it
- *      in the order the peers arrive (polling them all, sleeping on one
- *      only where none has arrived): checks that the sizes agree both ways
+ *      in the order the peers arrive (polling them all, yielding between
+ *      looks where none has arrived, then sleeping on one): checks that the
+ *      sizes agree both ways
  *      (both ends of the pair see the same two numbers, so both fail alike
  *      and neither touches that block), and copies the block out of the
  *      region, from the sender's registered memory as mapped here
@@ -40,8 +41,10 @@
  * s+2; a peer's done word is not overwritten before the rank has seen it
  * (the peer needs this rank's arrival at s+1 to start s+2). Each wait is
  * the FIFOs' (rcc_exec_host_wait): bounded by the deadline, ended by abort,
- * a dead peer noticed by its pid or the FIFO from it, and a peer asleep on
- * a dead rank's board is woken (comm->lost_wake). Per call a rank hands its
+ * a dead peer noticed by its pid (at the latest one sleep slice after it
+ * died) or by the news in the FIFO from the peer waited for, whose board
+ * words a survivor that learns of a death wakes (comm->lost_wake). Per
+ * call a rank hands its
  * peers two words and takes 2(n-1) at most, where the pairwise exchange
  * below takes 2(n-1) sequential hand-offs, each of which may wait for a
  * descheduled peer where ranks outnumber cores.
