@@ -21,12 +21,11 @@
  *   2. read: it copies its own block, then takes each peer's place for it
  *      in the order the peers arrive (polling them all, yielding between
  *      looks where none has arrived, then sleeping on one): checks that the
- *      sizes agree both ways
- *      (both ends of the pair see the same two numbers, so both fail alike
- *      and neither touches that block), and copies the block out of the
- *      region, from the sender's registered memory as mapped here
- *      (registry.h; memcpy, no page pinned), or through cross-memory attach
- *      (process_vm_readv, exec_cma.c);
+ *      sizes agree both ways (both ends of the pair see the same two
+ *      numbers, so both fail alike and neither touches that block), and
+ *      copies the block out of the region, from the sender's registered
+ *      memory as mapped here (registry.h; memcpy, no page pinned), or
+ *      through cross-memory attach (process_vm_readv, exec_cma.c);
  *   3. done: s ^ RCC_A2AV_DONE in its seq word, whatever happened in 2;
  *   4. blocks readable neither way (the sender's memory not registered
  *      where cross-memory attach is not allowed) follow through the FIFOs'
