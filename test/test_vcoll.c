@@ -585,11 +585,15 @@ Test(a2av, registered_n_1_to_8, .timeout = 400) {
  * places of 4 ranks with hardly room for a small block (the others are read
  * in place), not those of 8 (the pairwise exchanges over the FIFOs). */
 Test(a2av, small_board, .timeout = 400) {
+  static const struct {
+    int n, reg;
+    const char *what;
+  } cases[] = {{4, A2A_REG_NONE, "alltoallv, 256-byte board regions"},
+               {8, A2A_REG_NONE, "alltoallv, 256-byte slots, no board"},
+               {5, A2A_REG_BOTH, "alltoallv registered, 256-byte regions"}};
   ringcc_config_t cfg = config(RINGCC_ALGO_AUTO, 256, 0);
-  run_a2a_large(4, &cfg, A2A_REG_NONE, "alltoallv, 256-byte board regions");
-  run_a2a_large(8, &cfg, A2A_REG_NONE, "alltoallv, 256-byte slots, no board");
-  run_a2a_large(5, &cfg, A2A_REG_BOTH,
-                "alltoallv registered, 256-byte board regions");
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    run_a2a_large(cases[i].n, &cfg, cases[i].reg, cases[i].what);
 }
 
 /* Counts that do not agree between ranks 0 and 1 (rank 0 expects two more
