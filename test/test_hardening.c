@@ -806,6 +806,53 @@ Test(ptracer, held_by_every_sender_for_an_alltoallv, .timeout = 40) {
   cr_assert(h_run(&o));
 }
 
+/* Under the tuner, a 1 MiB send (past the FIFO's capacity: read in place,
+ * lib/exec/exec_p2p_place.c), plain and in a group: the sender allows its
+ * receiver for the call and withdraws before returning; the receiver and a
+ * send that fits the FIFO (256 KiB) make no prctl call. */
+static int ptracer_p2p_body(h_ctx_t *ctx) {
+  size_t big = 1 << 20, small = 256 << 10;
+  char *buf = h_xmalloc(big);
+  int before = h_ptracer_calls(), bad = 0;
+  ringcc_result_t r = RINGCC_SUCCESS;
+  memset(buf, ctx->rank == 0 ? 7 : 0, big);
+  for (int k = 0; k < 3 && r == RINGCC_SUCCESS; k++) {
+    size_t bytes = k == 2 ? small : big;
+    if (k == 1)
+      r = ringcc_group_start();
+    if (r == RINGCC_SUCCESS)
+      r = ctx->rank == 0
+              ? ringcc_send(buf, bytes, RINGCC_UINT8, 1, ctx->comm, NULL)
+              : ringcc_recv(buf, bytes, RINGCC_UINT8, 0, ctx->comm, NULL);
+    if (k == 1 && r == RINGCC_SUCCESS)
+      r = ringcc_group_end();
+    for (size_t i = 0; r == RINGCC_SUCCESS && i < bytes; i += 4093)
+      bad |= buf[i] != 7;
+  }
+  int calls = h_ptracer_calls() - before;
+  free(buf);
+  if (r != RINGCC_SUCCESS || bad)
+    return h_fail(ctx, "send/recv: %s%s", ringcc_strerror(r),
+                  bad ? " (wrong bytes)" : "");
+  int want = ctx->rank == 0 && h_yama_scope() < 2 ? 4 : 0;
+  if (calls != want)
+    return h_fail(ctx, "rank %d made %d prctl calls in two large sends and "
+                  "a small one (plain, grouped), expected %d (allow, "
+                  "withdraw, each large send)", ctx->rank, calls, want);
+  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
+    return h_fail(ctx, "PR_SET_PTRACER is %lu after the calls (not "
+                  "withdrawn)", h_ptracer_last());
+  return 0;
+}
+
+Test(ptracer, held_by_a_large_sender_for_the_call, .timeout = 40) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = RINGCC_ALGO_AUTO;
+  h_run_opts_t o = {.nranks = 2, .body = ptracer_p2p_body, .config = &cfg,
+                    .timeout_s = 30, .name = "ptracer send/recv"};
+  cr_assert(h_run(&o));
+}
+
 Test(ptracer, held_by_the_root_for_a_cma_gather, .timeout = 40) {
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
   cfg.algo = RINGCC_ALGO_AUTO;
