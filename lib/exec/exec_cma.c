@@ -203,14 +203,18 @@ ringcc_result_t rcc_cma_setup(struct ringcc_comm *comm, int64_t deadline) {
     ptracer_release(comm);
   if (r != RINGCC_SUCCESS)
     return r;
-  RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s",
+  RCC_INFO(comm->rank, "direct large-message path (cross-memory attach): %s; "
+           "send/recv past the FIFO's capacity: %s",
            agreed && forced ? "available"
            : agreed ? "available to the tuner for Gather, Scatter and "
                       "AllToAllv's large blocks (the AllReduce family only "
                       "when forced: RINGCC_ALGO=cma)"
            : may ? "not available (peers' memory not readable)"
                  : "not available (one rank, ranks on several hosts, shm "
-                   "disabled, or RINGCC_ALGO names another algorithm)");
+                   "disabled, or RINGCC_ALGO names another algorithm)",
+           agreed ? "read in place by the receiver"
+                  : "through the FIFOs (registered buffers on one host "
+                    "still read in place)");
   return RINGCC_SUCCESS;
 }
 
