@@ -1335,16 +1335,8 @@ static ringcc_result_t recv_message(struct exec *x, int src, size_t cap,
         rcc_proto_recv_end(rc);
       return (ringcc_result_t)r;
     }
-    if (bytes > cap - *got || bytes % x->esize != 0 ||
-        (meta & RCC_META_PLACE))
-      return rcc_comm_error(
-          comm, RINGCC_ERR_INVALID_USAGE,
-          "ringcc_recv on rank %d from rank %d: the message does not fit: "
-          "room for %zu elements, the sender's message is %s (a receive "
-          "takes a message of at most its count)",
-          comm->rank, src, cap / x->esize,
-          bytes % x->esize ? "not a whole number of this datatype's elements"
-                           : "longer");
+    if (bytes > cap - *got || bytes % x->esize != 0)
+      return rcc_p2p_misfit(comm, src, *got + bytes, cap, x->esize, 0);
     copy_bytes(x->dst + *got, in, bytes);
     *got += bytes;
     rcc_proto_recv_end(rc);
@@ -1391,13 +1383,8 @@ ringcc_result_t rcc_exec_host_recv_from(struct ringcc_comm *comm,
   }
   if (r == RINGCC_SUCCESS)
     r = recv_message(&x, peer, plan->count * x.esize, &got);
-  if (r == RINGCC_SUCCESS && exact && got != plan->count * x.esize)
-    r = rcc_comm_error(
-        comm, RINGCC_ERR_INVALID_USAGE,
-        "ringcc_recv on rank %d from rank %d: the message does not match: "
-        "expected %zu elements, the sender's message is shorter (%zu; send "
-        "and recv counts and datatypes must agree)",
-        comm->rank, peer, plan->count, got / x.esize);
+  if (r == RINGCC_SUCCESS && exact)
+    r = rcc_p2p_misfit(comm, peer, got, plan->count * x.esize, x.esize, 1);
   RCC_PUT(x.at->active, 0);
   *source = peer;
   *count = got / x.esize;

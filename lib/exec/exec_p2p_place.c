@@ -88,6 +88,28 @@ static ringcc_result_t place_read(struct ringcc_comm *comm, int peer,
                         (int)comm->peers[peer].pid, strerror(e));
 }
 
+ringcc_result_t rcc_p2p_misfit(struct ringcc_comm *comm, int peer,
+                               size_t bytes, size_t cap, size_t esize,
+                               int exact) {
+  if (exact && bytes != cap)
+    return rcc_comm_error(
+        comm, RINGCC_ERR_INVALID_USAGE,
+        "ringcc_recv on rank %d from rank %d: the message does not match: "
+        "expected %zu elements, the sender's message is %s (%zu bytes; send "
+        "and recv counts and datatypes must agree)", comm->rank, peer,
+        cap / esize, bytes > cap ? "longer" : "shorter", bytes);
+  if (bytes > cap || bytes % esize != 0)
+    return rcc_comm_error(
+        comm, RINGCC_ERR_INVALID_USAGE,
+        "ringcc_recv on rank %d from rank %d: the message does not fit: "
+        "room for %zu elements, the sender's message is %s (a receive "
+        "takes a message of at most its count)", comm->rank, peer,
+        cap / esize,
+        bytes % esize ? "not a whole number of this datatype's elements"
+                      : "longer");
+  return RINGCC_SUCCESS;
+}
+
 ringcc_result_t rcc_p2p_place_take(struct ringcc_comm *comm, int peer,
                                    const char *slot, size_t slot_bytes,
                                    void *dst, size_t cap, size_t esize,
@@ -101,23 +123,11 @@ ringcc_result_t rcc_p2p_place_take(struct ringcc_comm *comm, int peer,
                           "(the ranks run different builds of libringcc?)",
                           comm->rank, peer, slot_bytes, sizeof(w));
   memcpy(&w, slot, sizeof(w));
-  if (exact && w.bytes != cap)
-    return rcc_comm_error(
-        comm, RINGCC_ERR_INVALID_USAGE,
-        "ringcc_recv on rank %d from rank %d: the message does not match: "
-        "expected %zu elements, the sender's message is %s (send and recv "
-        "counts and datatypes must agree)",
-        comm->rank, peer, cap / esize, w.bytes > cap ? "longer" : "shorter");
-  if (w.bytes > cap || w.bytes % esize != 0)
-    return rcc_comm_error(
-        comm, RINGCC_ERR_INVALID_USAGE,
-        "ringcc_recv on rank %d from rank %d: the message does not fit: "
-        "room for %zu elements, the sender's message is %s (a receive "
-        "takes a message of at most its count)",
-        comm->rank, peer, cap / esize,
-        w.bytes % esize ? "not a whole number of this datatype's elements"
-                        : "longer");
-  ringcc_result_t r = place_read(comm, peer, &w, dst, alg);
+  ringcc_result_t r = rcc_p2p_misfit(comm, peer, (size_t)w.bytes, cap, esize,
+                                     exact);
+  if (r != RINGCC_SUCCESS)
+    return r;
+  r = place_read(comm, peer, &w, dst, alg);
   if (r == RINGCC_SUCCESS)
     *got = (size_t)w.bytes;
   return r;

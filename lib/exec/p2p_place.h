@@ -61,6 +61,13 @@ ringcc_result_t rcc_p2p_place_take(struct ringcc_comm *comm, int peer,
                                    void *dst, size_t cap, size_t esize,
                                    int exact, size_t *got, int *alg);
 
+/* A receive from rank peer with room for cap bytes (exact: it takes
+ * exactly cap) of a message of bytes, in esize-byte elements: the error
+ * (RINGCC_ERR_INVALID_USAGE, said on comm) where it does not match. */
+ringcc_result_t rcc_p2p_misfit(struct ringcc_comm *comm, int peer,
+                               size_t bytes, size_t cap, size_t esize,
+                               int exact);
+
 /* The sender, at the end of the call (its receivers have read, or it
  * failed): withdraws the ptrace exception where *allowed. */
 void rcc_p2p_place_end(struct ringcc_comm *comm, int *allowed);
