@@ -577,45 +577,6 @@ Test(requests, rank_killed_tcp, .timeout = 60) { killed_run(2, true); }
  * a send that returned before its receiver came still does. */
 #define PLACE_FROM ((size_t)512 << 10)
 
-/* Calls of coll ("send", "recv") that comm's statistics count under alg. */
-static uint64_t calls_by(ringcc_comm_t c, const char *coll, const char *alg) {
-  ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
-  if (ringcc_comm_stats(c, &st) != RINGCC_SUCCESS)
-    return UINT64_MAX;
-  for (int i = 0; i < st.nrows; i++)
-    if (strcmp(st.rows[i].collective, coll) == 0 &&
-        strcmp(st.rows[i].algorithm, alg) == 0)
-      return st.rows[i].calls;
-  return 0;
-}
-
-/* Registered: host memory from ringcc_mem_alloc, registered (in the same
- * order on every rank); else malloc. */
-static void *place_alloc(h_ctx_t *h, size_t bytes, bool registered,
-                         ringcc_reg_t *reg) {
-  void *p = NULL;
-  *reg = NULL;
-  if (!registered)
-    return h_xmalloc(bytes);
-  if (!h_ok(h, ringcc_mem_alloc(NULL, bytes, &p), "ringcc_mem_alloc"))
-    return NULL;
-  if (!h_ok(h, ringcc_comm_register(h->comm, p, bytes, reg),
-            "ringcc_comm_register")) {
-    ringcc_mem_free(p);
-    return NULL;
-  }
-  return p;
-}
-
-static bool place_free(h_ctx_t *h, void *p, ringcc_reg_t reg) {
-  if (reg == NULL) {
-    free(p);
-    return true;
-  }
-  bool good = h_ok(h, ringcc_comm_deregister(h->comm, reg), "deregister");
-  return h_ok(h, ringcc_mem_free(p), "ringcc_mem_free") && good;
-}
-
 struct place_arg {
   bool registered;
   bool cma_off;   /* RINGCC_ALGO=ring: no cross-memory attach */
@@ -646,15 +607,15 @@ static int sizes_body(h_ctx_t *h) {
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes && good; i++) {
     size_t bytes = sizes[i], n = bytes / 4;
     ringcc_reg_t sreg, rreg;
-    int32_t *s = place_alloc(h, bytes, a->registered, &sreg);
-    int32_t *r = place_alloc(h, bytes, a->registered, &rreg);
+    int32_t *s = h_reg_alloc(h, bytes, a->registered, &sreg);
+    int32_t *r = h_reg_alloc(h, bytes, a->registered, &rreg);
     if (s == NULL || r == NULL)
       return 1;
     h_fill_pattern(RINGCC_INT32, owner(me, peer, (int)i), 0, 7, s, n);
     memset(r, 0xee, bytes);
     const char *alg = place_alg(a, bytes);
-    uint64_t sent0 = calls_by(h->comm, "send", alg);
-    uint64_t recv0 = calls_by(h->comm, "recv", alg);
+    uint64_t sent0 = h_calls_by(h->comm, "send", alg);
+    uint64_t recv0 = h_calls_by(h->comm, "recv", alg);
     if (a->grouped) {
       good = ok(h, h->comm, ringcc_group_start(), "group_start") &&
              ok(h, h->comm, ringcc_send(s, n, RINGCC_INT32, peer, h->comm,
@@ -673,19 +634,19 @@ static int sizes_body(h_ctx_t *h) {
     char what[96];
     snprintf(what, sizeof what, "%zu bytes from rank %d", bytes, peer);
     good = good && check_msg(h, what, RINGCC_INT32, r, peer, me, (int)i, n);
-    if (good && (calls_by(h->comm, "send", alg) != sent0 + 1 ||
-                 calls_by(h->comm, "recv", alg) != recv0 + 1))
+    if (good && (h_calls_by(h->comm, "send", alg) != sent0 + 1 ||
+                 h_calls_by(h->comm, "recv", alg) != recv0 + 1))
       good = !h_fail(h, "%zu bytes (%s%s%s): the send and the receive are "
                      "not counted as '%s' (%llu, %llu more)", bytes,
                      a->grouped ? "grouped" : "plain",
                      a->registered ? ", registered" : "",
                      a->cma_off ? ", RINGCC_ALGO=ring" : "", alg,
-                     (unsigned long long)(calls_by(h->comm, "send", alg) -
+                     (unsigned long long)(h_calls_by(h->comm, "send", alg) -
                                           sent0),
-                     (unsigned long long)(calls_by(h->comm, "recv", alg) -
+                     (unsigned long long)(h_calls_by(h->comm, "recv", alg) -
                                           recv0));
-    good &= place_free(h, r, rreg);
-    good &= place_free(h, s, sreg);
+    good &= !h_reg_free(h, r, rreg);
+    good &= !h_reg_free(h, s, sreg);
   }
   return good ? 0 : 1;
 }

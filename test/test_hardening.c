@@ -761,6 +761,19 @@ static int ptracer_call_body(h_ctx_t *ctx) {
   return 0;
 }
 
+/* A rank's prctl calls in what it did were want (allow, withdraw: where
+ * Yama lets cross-memory attach run), and the exception is withdrawn. */
+static int ptracer_calls_were(h_ctx_t *ctx, int calls, int want,
+                              const char *did) {
+  if (calls != want)
+    return h_fail(ctx, "rank %d made %d prctl calls in %s, expected %d "
+                  "(allow, withdraw)", ctx->rank, calls, did, want);
+  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
+    return h_fail(ctx, "PR_SET_PTRACER is %lu after the call (not "
+                  "withdrawn)", h_ptracer_last());
+  return 0;
+}
+
 /* Under the tuner, an AllToAllv with 1 MiB blocks reads them in place:
  * every rank is a sender whose buffer its peers read, so every rank allows
  * them for the call (allow, withdraw) and withdraws before returning. */
@@ -787,15 +800,8 @@ static int ptracer_a2av_body(h_ctx_t *ctx) {
   if (r != RINGCC_SUCCESS || bad)
     return h_fail(ctx, "alltoallv: %s%s", ringcc_strerror(r),
                   bad ? " (wrong bytes)" : "");
-  int want = h_yama_scope() < 2 ? 2 : 0;
-  if (calls != want)
-    return h_fail(ctx, "rank %d made %d prctl calls in an alltoallv of "
-                  "large blocks, expected %d (allow, withdraw)", ctx->rank,
-                  calls, want);
-  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
-    return h_fail(ctx, "PR_SET_PTRACER is %lu after the call (not "
-                  "withdrawn)", h_ptracer_last());
-  return 0;
+  return ptracer_calls_were(ctx, calls, h_yama_scope() < 2 ? 2 : 0,
+                            "an alltoallv of large blocks");
 }
 
 Test(ptracer, held_by_every_sender_for_an_alltoallv, .timeout = 40) {
@@ -834,15 +840,12 @@ static int ptracer_p2p_body(h_ctx_t *ctx) {
   if (r != RINGCC_SUCCESS || bad)
     return h_fail(ctx, "send/recv: %s%s", ringcc_strerror(r),
                   bad ? " (wrong bytes)" : "");
-  int want = ctx->rank == 0 && h_yama_scope() < 2 ? 4 : 0;
-  if (calls != want)
-    return h_fail(ctx, "rank %d made %d prctl calls in two large sends and "
-                  "a small one (plain, grouped), expected %d (allow, "
-                  "withdraw, each large send)", ctx->rank, calls, want);
-  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
-    return h_fail(ctx, "PR_SET_PTRACER is %lu after the calls (not "
-                  "withdrawn)", h_ptracer_last());
-  return 0;
+  return ptracer_calls_were(ctx, calls,
+                            ctx->rank == 0 && h_yama_scope() < 2 ? 4 : 0,
+                            ctx->rank == 0
+                                ? "two large sends (plain, grouped) and a "
+                                  "small one: 2 each large send"
+                                : "receiving them");
 }
 
 Test(ptracer, held_by_a_large_sender_for_the_call, .timeout = 40) {
