@@ -11,6 +11,11 @@
  * A read the kernel refuses otherwise (the sender freed the buffer, or the
  * ptrace exception went away) fails the receive with the reason; its sender
  * waits for the acknowledgement until the deadline.
+ *
+ * Under ThreadSanitizer the FIFO that orders these reads is mapped at a
+ * different address in each rank (tsan_sync.h): the sender releases before
+ * its place leaves and acquires once acknowledged, the receiver acquires
+ * before it reads and releases before it hands the slot back.
  */
 #include <errno.h>
 #include <string.h>
@@ -25,6 +30,7 @@
 #include "schedule.h"
 #include "stats.h"
 #include "topo.h"
+#include "tsan_sync.h"
 
 static size_t fifo_bytes(const struct rcc_conn *c) {
   return (size_t)c->nslots * c->slot_bytes;
@@ -43,9 +49,10 @@ int rcc_p2p_place_offer(struct ringcc_comm *comm, const struct rcc_conn *c,
     if (!*allowed) /* the receiver reads it: before it learns where */
       rcc_cma_allow_peers(comm, *allowed = 1);
   }
-  if (w->slot != RCC_ZC_NO_SLOT)
-    return RCC_ALG_ZEROCOPY;
-  return w->addr != 0 ? RCC_ALG_CMA : -1;
+  if (w->slot == RCC_ZC_NO_SLOT && w->addr == 0)
+    return -1;
+  TSAN_RELEASE(); /* the buffer's bytes before the place leaves */
+  return w->slot != RCC_ZC_NO_SLOT ? RCC_ALG_ZEROCOPY : RCC_ALG_CMA;
 }
 
 static ringcc_result_t place_read(struct ringcc_comm *comm, int peer,
@@ -127,13 +134,16 @@ ringcc_result_t rcc_p2p_place_take(struct ringcc_comm *comm, int peer,
                                      exact);
   if (r != RINGCC_SUCCESS)
     return r;
+  TSAN_ACQUIRE(); /* the sender's bytes, written before the place left */
   r = place_read(comm, peer, &w, dst, alg);
+  TSAN_RELEASE(); /* the read, before the slot goes back */
   if (r == RINGCC_SUCCESS)
     *got = (size_t)w.bytes;
   return r;
 }
 
 void rcc_p2p_place_end(struct ringcc_comm *comm, int *allowed) {
+  TSAN_ACQUIRE(); /* the receivers' reads, before the buffers go back */
   if (*allowed)
     rcc_cma_allow_peers(comm, 0);
   *allowed = 0;
