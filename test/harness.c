@@ -1093,3 +1093,40 @@ int h_yama_scope(void) {
   }
   return scope;
 }
+
+void *h_reg_alloc(h_ctx_t *ctx, size_t bytes, bool registered,
+                  ringcc_reg_t *reg) {
+  void *p = NULL;
+  *reg = NULL;
+  if (!registered)
+    return h_xmalloc(bytes);
+  if (!h_ok(ctx, ringcc_mem_alloc(NULL, bytes, &p), "ringcc_mem_alloc"))
+    return NULL;
+  if (!h_ok(ctx, ringcc_comm_register(ctx->comm, p, bytes, reg),
+            "ringcc_comm_register")) {
+    ringcc_mem_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+int h_reg_free(h_ctx_t *ctx, void *p, ringcc_reg_t reg) {
+  if (reg == NULL) {
+    free(p);
+    return 0;
+  }
+  int bad = !h_ok(ctx, ringcc_comm_deregister(ctx->comm, reg),
+                  "ringcc_comm_deregister");
+  return !h_ok(ctx, ringcc_mem_free(p), "ringcc_mem_free") || bad;
+}
+
+uint64_t h_calls_by(ringcc_comm_t comm, const char *coll, const char *alg) {
+  ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
+  if (ringcc_comm_stats(comm, &st) != RINGCC_SUCCESS)
+    return UINT64_MAX;
+  for (int i = 0; i < st.nrows; i++)
+    if (strcmp(st.rows[i].collective, coll) == 0 &&
+        strcmp(st.rows[i].algorithm, alg) == 0)
+      return st.rows[i].calls;
+  return 0;
+}

@@ -174,4 +174,16 @@ bool h_buf_scribble_ok(const h_ctx_t *ctx, const char *what, const h_buf_t *b,
  * rank cannot read a sibling's memory, so cross-memory attach cannot run. */
 int h_yama_scope(void);
 
+/* bytes of host memory: from ringcc_mem_alloc and registered on ctx->comm
+ * where registered (every rank registers in the same order), else malloc'd
+ * (*reg NULL). NULL after h_fail on failure. */
+void *h_reg_alloc(h_ctx_t *ctx, size_t bytes, bool registered,
+                  ringcc_reg_t *reg);
+/* Frees what h_reg_alloc gave (deregistering it): 0, or 1 after h_fail. */
+int h_reg_free(h_ctx_t *ctx, void *p, ringcc_reg_t reg);
+
+/* Calls of coll ("send", "gather", ...) that comm's statistics count under
+ * the algorithm alg (ringcc_comm_stats' rows); UINT64_MAX if it fails. */
+uint64_t h_calls_by(ringcc_comm_t comm, const char *coll, const char *alg);
+
 #endif /* RCC_TEST_HARNESS_H */

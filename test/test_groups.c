@@ -569,3 +569,281 @@ static void killed_run(int n, bool tcp) {
 
 Test(requests, rank_killed_shm, .timeout = 60) { killed_run(3, false); }
 Test(requests, rank_killed_tcp, .timeout = 60) { killed_run(2, true); }
+
+/* ---- large messages read in place (lib/exec/exec_p2p_place.c) ------------- */
+
+/* A message is read in place from RCC_P2P_PLACE_MIN (64 KiB) on, and only
+ * past the shared-memory FIFO's capacity (8 slots of 64 KiB by default):
+ * a send that returned before its receiver came still does. */
+#define PLACE_FROM ((size_t)512 << 10)
+
+struct place_arg {
+  bool registered;
+  bool cma_off;   /* RINGCC_ALGO=ring: no cross-memory attach */
+  bool grouped;   /* each exchange in a group, both ranks sending first */
+};
+
+/* What moved a message of bytes: "p2p" (the FIFOs), "zero-copy" (read from
+ * the registered buffer as mapped), "cross-memory attach". */
+static const char *place_alg(const struct place_arg *a, size_t bytes) {
+  if (bytes <= PLACE_FROM)
+    return "p2p";
+  if (a->registered)
+    return "zero-copy";
+  return !a->cma_off && h_yama_scope() < 2 ? "cross-memory attach" : "p2p";
+}
+
+/* Two ranks exchange messages of sizes across the threshold (odd counts of
+ * 4-byte elements), plain (rank 0 sends first, rank 1 receives first) or
+ * grouped (both send first); every element checked, and the algorithm
+ * that moved each message checked in the statistics on both ends. */
+static int sizes_body(h_ctx_t *h) {
+  const struct place_arg *a = h->arg;
+  static const size_t sizes[] = {(64 << 10) - 4, PLACE_FROM - 4, PLACE_FROM,
+                                 PLACE_FROM + 4, (1 << 20) + 12,
+                                 (8 << 20) + 4};
+  int me = h->rank, peer = 1 - me;
+  bool good = true;
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes && good; i++) {
+    size_t bytes = sizes[i], n = bytes / 4;
+    ringcc_reg_t sreg, rreg;
+    int32_t *s = h_reg_alloc(h, bytes, a->registered, &sreg);
+    int32_t *r = h_reg_alloc(h, bytes, a->registered, &rreg);
+    if (s == NULL || r == NULL)
+      return 1;
+    h_fill_pattern(RINGCC_INT32, owner(me, peer, (int)i), 0, 7, s, n);
+    memset(r, 0xee, bytes);
+    const char *alg = place_alg(a, bytes);
+    uint64_t sent0 = h_calls_by(h->comm, "send", alg);
+    uint64_t recv0 = h_calls_by(h->comm, "recv", alg);
+    if (a->grouped) {
+      good = ok(h, h->comm, ringcc_group_start(), "group_start") &&
+             ok(h, h->comm, ringcc_send(s, n, RINGCC_INT32, peer, h->comm,
+                                        NULL), "send") &&
+             ok(h, h->comm, ringcc_recv(r, n, RINGCC_INT32, peer, h->comm,
+                                        NULL), "recv") &&
+             ok(h, h->comm, ringcc_group_end(), "group_end");
+    } else {
+      for (int step = 0; step < 2 && good; step++)
+        good = (step == me)
+                   ? ok(h, h->comm, ringcc_recv(r, n, RINGCC_INT32, peer,
+                                                h->comm, NULL), "recv")
+                   : ok(h, h->comm, ringcc_send(s, n, RINGCC_INT32, peer,
+                                                h->comm, NULL), "send");
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%zu bytes from rank %d", bytes, peer);
+    good = good && check_msg(h, what, RINGCC_INT32, r, peer, me, (int)i, n);
+    if (good && (h_calls_by(h->comm, "send", alg) != sent0 + 1 ||
+                 h_calls_by(h->comm, "recv", alg) != recv0 + 1))
+      good = !h_fail(h, "%zu bytes (%s%s%s): the send and the receive are "
+                     "not counted as '%s' (%llu, %llu more)", bytes,
+                     a->grouped ? "grouped" : "plain",
+                     a->registered ? ", registered" : "",
+                     a->cma_off ? ", RINGCC_ALGO=ring" : "", alg,
+                     (unsigned long long)(h_calls_by(h->comm, "send", alg) -
+                                          sent0),
+                     (unsigned long long)(h_calls_by(h->comm, "recv", alg) -
+                                          recv0));
+    good &= !h_reg_free(h, r, rreg);
+    good &= !h_reg_free(h, s, sreg);
+  }
+  return good ? 0 : 1;
+}
+
+static void sizes_run(bool registered, bool cma_off, bool grouped) {
+  struct place_arg a = {registered, cma_off, grouped};
+  ringcc_config_t cfg = config(false);
+  if (cma_off)
+    cfg.algo = RINGCC_ALGO_RING;
+  h_run_opts_t o = {.nranks = 2, .body = sizes_body, .arg = &a,
+                    .config = &cfg, .timeout_s = 90, .name = "in place"};
+  cr_assert(h_run(&o), "sizes across the threshold (%s, %s%s) failed",
+            grouped ? "grouped" : "plain",
+            registered ? "registered" : "unregistered",
+            cma_off ? ", cross-memory attach off" : "");
+}
+
+Test(in_place, sizes_plain, .timeout = 120) { sizes_run(false, false, false); }
+Test(in_place, sizes_grouped, .timeout = 120) { sizes_run(false, false, true); }
+Test(in_place, sizes_registered, .timeout = 120) {
+  sizes_run(true, false, false);
+  sizes_run(true, false, true);
+}
+/* Cross-memory attach off (RINGCC_ALGO names another algorithm): the FIFOs,
+ * as before; registered memory is still read in place. */
+Test(in_place, sizes_cma_off, .timeout = 120) {
+  sizes_run(false, true, true);
+  sizes_run(true, true, false);
+}
+
+/* One group per rank with, to every peer and itself: 8 MiB, 1 KiB and
+ * 2 MiB + 4 in that order (the same FIFO: matched in order, large ones
+ * read in place, the small one through the slots between them), both
+ * directions posted sends first; then a request with the same. */
+static size_t mixed_count(int k) {
+  return k == 0 ? 2 * MIB : k == 1 ? 256 : MIB / 2 + 1;
+}
+
+static int mixed_large_body(h_ctx_t *h) {
+  int p = h->nranks, me = h->rank;
+  int32_t *s[MAX_RANKS][3], *r[MAX_RANKS][3];
+  bool good = true;
+  for (int round = 0; round < 2 && good; round++) {
+    for (int q = 0; q < p; q++)
+      for (int k = 0; k < 3; k++) {
+        size_t n = mixed_count(k);
+        s[q][k] = h_xmalloc(n * 4);
+        r[q][k] = h_xmalloc(n * 4);
+        h_fill_pattern(RINGCC_INT32, owner(me, q, k + 3 * round), 0, 7,
+                       s[q][k], n);
+        memset(r[q][k], 0xee, n * 4);
+      }
+    good = ok(h, h->comm, ringcc_group_start(), "group_start");
+    for (int q = 0; q < p && good; q++)
+      for (int k = 0; k < 3 && good; k++)
+        good = ok(h, h->comm, ringcc_send(s[q][k], mixed_count(k),
+                                          RINGCC_INT32, q, h->comm, NULL),
+                  "send");
+    for (int q = p - 1; q >= 0 && good; q--)
+      for (int k = 0; k < 3 && good; k++)
+        good = ok(h, h->comm, ringcc_recv(r[q][k], mixed_count(k),
+                                          RINGCC_INT32, q, h->comm, NULL),
+                  "recv");
+    if (good && round == 0) {
+      good = ok(h, h->comm, ringcc_group_end(), "group_end");
+    } else if (good) {
+      ringcc_request_t req;
+      good = ok(h, h->comm, ringcc_group_end_async(&req), "group_end_async") &&
+             ok(h, h->comm, ringcc_wait(req), "wait");
+    }
+    for (int q = 0; q < p; q++)
+      for (int k = 0; k < 3; k++) {
+        char what[96];
+        snprintf(what, sizeof what, "round %d message %d from rank %d",
+                 round, k, q);
+        good = good && check_msg(h, what, RINGCC_INT32, r[q][k], q, me,
+                                 k + 3 * round, mixed_count(k));
+        free(s[q][k]);
+        free(r[q][k]);
+      }
+  }
+  return good ? 0 : 1;
+}
+
+Test(in_place, mixed_sizes_same_peer_and_self, .timeout = 120) {
+  run("mixed sizes", 2, mixed_large_body, NULL, false, 0);
+  run("mixed sizes", 4, mixed_large_body, NULL, false, 0);
+}
+
+/* A receive larger than the message: ringcc_recv fails, naming it shorter
+ * (its sender waits for the acknowledgement until its deadline);
+ * ringcc_recv_from takes it and says how long it was. */
+static int mismatch_body(h_ctx_t *h) {
+  size_t n = MIB / 4;
+  int32_t *buf = h_xmalloc(2 * n * 4);
+  int bad = 0;
+  h_fill_pattern(RINGCC_INT32, owner(0, 1, 0), 0, 7, buf, n);
+  if (h->rank == 0) {
+    ringcc_result_t r1 = ringcc_send(buf, n, RINGCC_INT32, 1, h->comm, NULL);
+    if (r1 != RINGCC_SUCCESS)
+      bad = h_fail(h, "the send taken by ringcc_recv_from: %s",
+                   ringcc_strerror(r1));
+    else if ((r1 = ringcc_send(buf, n, RINGCC_INT32, 1, h->comm, NULL)) !=
+             RINGCC_ERR_TIMEOUT)
+      bad = h_fail(h, "the send whose receive failed returned %s, expected "
+                   "RINGCC_ERR_TIMEOUT", ringcc_strerror(r1));
+  } else {
+    ringcc_recv_status_t st;
+    memset(buf, 0xee, 2 * n * 4);
+    if (!ok(h, h->comm, ringcc_recv_from(buf, 2 * n, RINGCC_INT32, 0,
+                                         h->comm, NULL, &st), "recv_from"))
+      bad = 1;
+    else if (st.count != n || st.source != 0)
+      bad = h_fail(h, "recv_from: count %zu from %d, expected %zu from 0",
+                   st.count, st.source, n);
+    else if (!check_msg(h, "the message recv_from took", RINGCC_INT32, buf,
+                        0, 1, 0, n))
+      bad = 1;
+    ringcc_result_t r = ringcc_recv(buf, 2 * n, RINGCC_INT32, 0, h->comm,
+                                    NULL);
+    const char *why = ringcc_comm_last_error(h->comm);
+    if (!bad && (r != RINGCC_ERR_INVALID_USAGE ||
+                 strstr(why, "shorter") == NULL))
+      bad = h_fail(h, "a receive of twice the message returned %s (%s), "
+                   "expected RINGCC_ERR_INVALID_USAGE naming it shorter",
+                   ringcc_strerror(r), why);
+    h_sleep_ms(3000); /* here, not gone, past the sender's deadline */
+  }
+  free(buf);
+  return bad;
+}
+
+Test(in_place, recv_larger_than_send, .timeout = 60) {
+  ringcc_config_t cfg = config(false);
+  cfg.timeout_ms = 2000;
+  h_run_opts_t o = {.nranks = 2, .body = mismatch_body, .config = &cfg,
+                    .timeout_s = 30, .name = "count mismatch"};
+  cr_assert(h_run(&o));
+}
+
+/* A rank killed mid-transfer: the sender of a 64 MiB message, once its
+ * place is out (the receiver reads from a process that is gone), or the
+ * receiver before it read (the sender waits for its acknowledgement). The
+ * survivor fails with RINGCC_ERR_PEER_FAILED within seconds. */
+struct place_killed {
+  int victim_sends;
+  int pid[2];
+  int code;
+};
+
+static int place_killed_body(h_ctx_t *h) {
+  struct place_killed *a = h->arg;
+  size_t n = 64 * MIB / 4;
+  int32_t *buf = h_xmalloc(n * 4);
+  memset(buf, 1, n * 4);
+  a->pid[h->rank] = (int)getpid();
+  int victim = a->victim_sends ? 0 : 1;
+  ringcc_result_t r;
+  if (h->rank == 0) { /* the sender */
+    if (victim == 1)
+      h_sleep_ms(300); /* ... and the receiver dies meanwhile: */
+    r = ringcc_send(buf, n, RINGCC_INT32, 1, h->comm, NULL);
+  } else {
+    if (victim == 1)
+      raise(SIGKILL); /* before it reads anything */
+    h_sleep_ms(300); /* the sender's place is out: kill it, then read */
+    kill(a->pid[0], SIGKILL);
+    h_sleep_ms(100);
+    r = ringcc_recv(buf, n, RINGCC_INT32, 0, h->comm, NULL);
+  }
+  a->code = (int)r;
+  free(buf);
+  return 0;
+}
+
+static void place_killed_run(int victim_sends) {
+  struct place_killed *a = h_shared_alloc(sizeof *a);
+  a->victim_sends = victim_sends;
+  a->code = -1;
+  ringcc_config_t cfg = config(false);
+  h_run_opts_t o = {.nranks = 2, .body = place_killed_body, .arg = a,
+                    .config = &cfg, .timeout_s = 30, .name = "killed"};
+  double t0 = h_now_s();
+  cr_assert_not(h_run(&o), "the victim's death was not seen");
+  double took = h_now_s() - t0;
+  cr_expect(a->code == RINGCC_ERR_PEER_FAILED, "the %s returned %d, expected "
+            "RINGCC_ERR_PEER_FAILED", victim_sends ? "receiver" : "sender",
+            a->code);
+  cr_expect_lt(took, 15, "the survivor took %.1f s", took);
+  h_shared_free(a, sizeof *a);
+}
+
+Test(in_place, sender_killed_while_read, .timeout = 60) {
+  if (h_yama_scope() >= 2)
+    cr_skip_test("Yama ptrace_scope >= 2: no cross-memory attach here");
+  place_killed_run(1);
+}
+Test(in_place, receiver_killed_before_it_read, .timeout = 60) {
+  place_killed_run(0);
+}

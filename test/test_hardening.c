@@ -761,6 +761,19 @@ static int ptracer_call_body(h_ctx_t *ctx) {
   return 0;
 }
 
+/* A rank's prctl calls in what it did were want (allow, withdraw: where
+ * Yama lets cross-memory attach run), and the exception is withdrawn. */
+static int ptracer_calls_were(h_ctx_t *ctx, int calls, int want,
+                              const char *did) {
+  if (calls != want)
+    return h_fail(ctx, "rank %d made %d prctl calls in %s, expected %d "
+                  "(allow, withdraw)", ctx->rank, calls, did, want);
+  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
+    return h_fail(ctx, "PR_SET_PTRACER is %lu after the call (not "
+                  "withdrawn)", h_ptracer_last());
+  return 0;
+}
+
 /* Under the tuner, an AllToAllv with 1 MiB blocks reads them in place:
  * every rank is a sender whose buffer its peers read, so every rank allows
  * them for the call (allow, withdraw) and withdraws before returning. */
@@ -787,15 +800,8 @@ static int ptracer_a2av_body(h_ctx_t *ctx) {
   if (r != RINGCC_SUCCESS || bad)
     return h_fail(ctx, "alltoallv: %s%s", ringcc_strerror(r),
                   bad ? " (wrong bytes)" : "");
-  int want = h_yama_scope() < 2 ? 2 : 0;
-  if (calls != want)
-    return h_fail(ctx, "rank %d made %d prctl calls in an alltoallv of "
-                  "large blocks, expected %d (allow, withdraw)", ctx->rank,
-                  calls, want);
-  if (h_ptracer_calls() > 0 && h_ptracer_last() != 0)
-    return h_fail(ctx, "PR_SET_PTRACER is %lu after the call (not "
-                  "withdrawn)", h_ptracer_last());
-  return 0;
+  return ptracer_calls_were(ctx, calls, h_yama_scope() < 2 ? 2 : 0,
+                            "an alltoallv of large blocks");
 }
 
 Test(ptracer, held_by_every_sender_for_an_alltoallv, .timeout = 40) {
@@ -803,6 +809,50 @@ Test(ptracer, held_by_every_sender_for_an_alltoallv, .timeout = 40) {
   cfg.algo = RINGCC_ALGO_AUTO;
   h_run_opts_t o = {.nranks = 3, .body = ptracer_a2av_body, .config = &cfg,
                     .timeout_s = 30, .name = "ptracer alltoallv"};
+  cr_assert(h_run(&o));
+}
+
+/* Under the tuner, a 1 MiB send (past the FIFO's capacity: read in place,
+ * lib/exec/exec_p2p_place.c), plain and in a group: the sender allows its
+ * receiver for the call and withdraws before returning; the receiver and a
+ * send that fits the FIFO (256 KiB) make no prctl call. */
+static int ptracer_p2p_body(h_ctx_t *ctx) {
+  size_t big = 1 << 20, small = 256 << 10;
+  char *buf = h_xmalloc(big);
+  int before = h_ptracer_calls(), bad = 0;
+  ringcc_result_t r = RINGCC_SUCCESS;
+  memset(buf, ctx->rank == 0 ? 7 : 0, big);
+  for (int k = 0; k < 3 && r == RINGCC_SUCCESS; k++) {
+    size_t bytes = k == 2 ? small : big;
+    if (k == 1)
+      r = ringcc_group_start();
+    if (r == RINGCC_SUCCESS)
+      r = ctx->rank == 0
+              ? ringcc_send(buf, bytes, RINGCC_UINT8, 1, ctx->comm, NULL)
+              : ringcc_recv(buf, bytes, RINGCC_UINT8, 0, ctx->comm, NULL);
+    if (k == 1 && r == RINGCC_SUCCESS)
+      r = ringcc_group_end();
+    for (size_t i = 0; r == RINGCC_SUCCESS && i < bytes; i += 4093)
+      bad |= buf[i] != 7;
+  }
+  int calls = h_ptracer_calls() - before;
+  free(buf);
+  if (r != RINGCC_SUCCESS || bad)
+    return h_fail(ctx, "send/recv: %s%s", ringcc_strerror(r),
+                  bad ? " (wrong bytes)" : "");
+  return ptracer_calls_were(ctx, calls,
+                            ctx->rank == 0 && h_yama_scope() < 2 ? 4 : 0,
+                            ctx->rank == 0
+                                ? "two large sends (plain, grouped) and a "
+                                  "small one: 2 each large send"
+                                : "receiving them");
+}
+
+Test(ptracer, held_by_a_large_sender_for_the_call, .timeout = 40) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.algo = RINGCC_ALGO_AUTO;
+  h_run_opts_t o = {.nranks = 2, .body = ptracer_p2p_body, .config = &cfg,
+                    .timeout_s = 30, .name = "ptracer send/recv"};
   cr_assert(h_run(&o));
 }
 

@@ -223,32 +223,6 @@ static size_t a2a_count(uint64_t salt, int i, int j, int symmetric) {
 }
 
 /* A buffer of the AllToAllv tests: malloc, or registered memory (*reg). */
-static uint8_t *a2a_alloc(h_ctx_t *h, size_t bytes, int registered,
-                          ringcc_reg_t *reg) {
-  void *p = NULL;
-  *reg = NULL;
-  if (!registered)
-    return h_xmalloc(bytes);
-  if (!h_ok(h, ringcc_mem_alloc(NULL, bytes, &p), "ringcc_mem_alloc"))
-    return NULL;
-  if (!h_ok(h, ringcc_comm_register(h->comm, p, bytes, reg),
-            "ringcc_comm_register")) {
-    ringcc_mem_free(p);
-    return NULL;
-  }
-  return p;
-}
-
-static int a2a_free(h_ctx_t *h, uint8_t *p, ringcc_reg_t reg) {
-  if (reg == NULL) {
-    free(p);
-    return 0;
-  }
-  int bad = !h_ok(h, ringcc_comm_deregister(h->comm, reg),
-                  "ringcc_comm_deregister");
-  return !h_ok(h, ringcc_mem_free(p), "ringcc_mem_free") || bad;
-}
-
 static int check_alltoallv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
   int n = h->nranks, me = h->rank;
   int in_place = h_hash3(salt, 10, 0) % 3 == 0;
@@ -261,8 +235,8 @@ static int check_alltoallv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
   size_t sext = draw_displs(h_hash3(salt, 12, (uint64_t)me), n, sc, sd);
   size_t rext = draw_displs(h_hash3(salt, 13, (uint64_t)me), n, rc, rd);
   ringcc_reg_t in_reg, out_reg; /* registered in this order on every rank */
-  uint8_t *in = a2a_alloc(h, sext * es + 1, a2a_reg == A2A_REG_BOTH, &in_reg);
-  uint8_t *out = a2a_alloc(h, rext * es + 1, a2a_reg != A2A_REG_NONE,
+  uint8_t *in = h_reg_alloc(h, sext * es + 1, a2a_reg == A2A_REG_BOTH, &in_reg);
+  uint8_t *out = h_reg_alloc(h, rext * es + 1, a2a_reg != A2A_REG_NONE,
                            &out_reg);
   if (in == NULL || out == NULL)
     return 1;
@@ -291,8 +265,8 @@ static int check_alltoallv(h_ctx_t *h, ringcc_datatype_t dt, uint64_t salt) {
       bad = h_fail(h, "alltoallv salt %#llx: gap element %zu written",
                    (unsigned long long)salt, e);
   }
-  bad |= a2a_free(h, out, out_reg);
-  bad |= a2a_free(h, in, in_reg);
+  bad |= h_reg_free(h, out, out_reg);
+  bad |= h_reg_free(h, in, in_reg);
   return bad;
 }
 
@@ -387,18 +361,6 @@ Test(shm, cma, .timeout = 600) {
  * path must be taken; with scope 2 or 3 it cannot be. */
 static int cma_expected(void) { return h_yama_scope() < 2; }
 
-/* Calls of coll that this communicator ran by alg (its statistics). */
-static uint64_t calls_by(ringcc_comm_t c, const char *coll, const char *alg) {
-  ringcc_comm_stats_t st = RINGCC_COMM_STATS_INIT;
-  if (ringcc_comm_stats(c, &st) != RINGCC_SUCCESS)
-    return UINT64_MAX;
-  for (int i = 0; i < st.nrows; i++)
-    if (strcmp(st.rows[i].collective, coll) == 0 &&
-        strcmp(st.rows[i].algorithm, alg) == 0)
-      return st.rows[i].calls;
-  return 0;
-}
-
 #define CMA_BLOCK (64 << 10) /* lib/algo/algorithms.c, docs/tuning.md */
 
 /* Blocks under, at and over the threshold (odd sizes too), every byte
@@ -416,13 +378,13 @@ static int body_threshold(h_ctx_t *h) {
       for (int gather = 0; gather < 2; gather++) {
         const char *name = gather ? "gather" : "scatter";
         size_t es = h_dt_size(dts[d]), count = blocks[b] / es;
-        uint64_t before = calls_by(h->comm, name, cma);
+        uint64_t before = h_calls_by(h->comm, name, cma);
         uint64_t salt = h_hash3(0xc3a, b * 4 + (uint64_t)d * 2 +
                                            (uint64_t)gather, (uint64_t)h->nranks);
         if (check_rooted_count(h, dts[d], salt, gather, count))
           return h_fail(h, "%s of %zu-byte blocks (%s)", name, count * es,
                         *forced ? "RINGCC_ALGO=cma" : "the tuner's choice");
-        int ran = calls_by(h->comm, name, cma) == before + 1;
+        int ran = h_calls_by(h->comm, name, cma) == before + 1;
         int want = want_cma && count > 0 &&
                    (*forced || count * es >= CMA_BLOCK);
         if (ran != want)

@@ -513,6 +513,16 @@ static ringcc_result_t execute(const struct call *c,
                 : 1);
   const struct rcc_algorithm *a = &rcc_algorithms[tune.alg];
   RCC_TRACE(comm->rank, "%s: %s", c->fn, a->name);
+  if (a->id == RCC_ALG_P2P && !(c->uses & ON_DEVICE)) {
+    /* as a group's: a large message on one host is read in place */
+    struct rcc_p2p_op p2p = {c->coll == RCC_COLL_SEND, c->peer,
+                             c->coll == RCC_COLL_SEND ? (void *)src
+                                                      : c->recvbuf,
+                             c->count, (ringcc_datatype_t)c->dt, RCC_ALG_P2P};
+    ringcc_result_t r = rcc_exec_host_p2p(comm, &p2p, 1, 0);
+    *alg = p2p.ran;
+    return r;
+  }
   if (a->exec == RCC_EXEC_ZC) {
     struct rcc_zc_call zc = {c->coll, src, c->recvbuf, c->count,
                              (ringcc_datatype_t)c->dt, op,

@@ -37,6 +37,7 @@
 #include "links.h"
 #include "live.h"
 #include "log.h"
+#include "stats.h"
 
 /* ---- what a group keeps ------------------------------------------------ */
 
@@ -176,7 +177,16 @@ static ringcc_result_t run_p2p(struct batch *b) {
   if (r != RINGCC_SUCCESS || nremote == 0)
     return r;
   RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
-  r = rcc_exec_host_p2p(comm, b->p2p, nremote);
+  struct rcc_stats_mark mark = {.sent = comm->stats->sent_total};
+  r = rcc_exec_host_p2p(comm, b->p2p, nremote, 1);
+  /* Each counted in its row as a blocking call is, by what moved it; the
+   * batch's bytes on the wire go to its first. */
+  for (int i = 0; i < nremote && r == RINGCC_SUCCESS; i++) {
+    const struct rcc_p2p_op *op = &b->p2p[i];
+    rcc_stats_count(comm->stats, op->send ? RCC_COLL_SEND : RCC_COLL_RECV,
+                    op->ran, op->count * ringcc_datatype_size(op->dt), &mark);
+    mark.sent = comm->stats->sent_total;
+  }
   /* Data moved: the FIFOs are in an unknown state after a failure. */
   if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
     rcc_comm_set_fatal(comm, r);

@@ -1,6 +1,6 @@
 /*
  * cma.h - direct large-message collectives on one host through cross-memory
- * attach (exec_cma.c).
+ * attach (exec_cma.c; what they share: cma_peer.c).
  */
 #ifndef RCC_CMA_H
 #define RCC_CMA_H
@@ -57,8 +57,10 @@ struct rcc_cma_rooted {
 ringcc_result_t rcc_cma_rooted(struct ringcc_comm *comm,
                                const struct rcc_cma_rooted *c);
 
-/* What exec_cma_rooted.c and exec_a2av.c use of exec_cma.c. Copies bytes between local
- * memory and a peer's address (to_peer: local -> peer); 0 or an errno. */
+/* cma_peer.c's, for every executor that reads peers' memory in place
+ * (exec_cma_rooted.c, exec_a2av.c, exec_p2p_place.c). Copies bytes between
+ * local memory and a peer's address (to_peer: local -> peer); 0 or an
+ * errno. */
 int rcc_cma_peer_copy(const struct ringcc_comm *comm, int peer, void *local,
                       uint64_t remote, size_t bytes, int to_peer);
 /* Runs a FIFO plan of bytes (RINGCC_UINT8) ordering peers' access. */

@@ -43,19 +43,26 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
                                        const struct rcc_plan *call,
                                        const void *src, void *dst,
                                        ringcc_datatype_t dt, ringcc_op_t op);
-/* A send or receive of a group, on host memory: count elements of dt. */
+/* A send or receive on host memory (of a group, or a blocking one): count
+ * elements of dt. */
 struct rcc_p2p_op {
   int send; /* 1: send buf to peer; 0: receive buf from peer */
   int peer; /* another rank */
   void *buf;
   size_t count;
   ringcc_datatype_t dt;
+  int ran;  /* set by the run: the algorithm that moved it (RCC_ALG_P2P:
+               the FIFO; RCC_ALG_CMA, RCC_ALG_ZEROCOPY: read in place,
+               p2p_place.h) */
 };
 /* Runs the n operations together: each moves whenever its FIFO lets it, so
  * no order of sends and receives deadlocks; those on one FIFO (same peer and
- * direction) match in the order given. */
+ * direction) match in the order given. A large message on one host moves
+ * as its place and is read in place by its receiver; a sender returns only
+ * once it has been read. grouped: 1 for a group's (the hang report's hint),
+ * 0 for a blocking ringcc_send or ringcc_recv (n = 1). */
 ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
-                                  const struct rcc_p2p_op *ops, int n);
+                                  struct rcc_p2p_op *ops, int n, int grouped);
 /* One-shot allreduce over the board (board.h): where comm->board is set and the
  * message fits a region. */
 ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,

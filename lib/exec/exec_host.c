@@ -58,6 +58,7 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #include "failure.h"
 #include "fifo.h"
 #include "log.h"
+#include "p2p_place.h"
 #include "reduce.h"
 #include "report.h"
 #include "stats.h"
@@ -114,6 +115,8 @@ struct exec {
   int64_t wait_recv_ns;    /* the current step's waits, when timing */
   int64_t wait_send_ns;
   int grouped;             /* point-to-point of a group (rcc_exec_host_p2p) */
+  struct rcc_p2p_op *p2p;  /* rcc_exec_host_p2p's operations, one a channel */
+  int allowed;             /* holds the ptrace exception (p2p_place.h) */
 };
 
 /* The FIFOs of a step: its channel's for collectives; point-to-point
@@ -342,7 +345,7 @@ static inline void copy_bytes(void *dst, const void *src, size_t bytes) {
 
 static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
                                   uint64_t meta, size_t bytes) {
-  if (RCC_META_BYTES(meta) == bytes &&
+  if (RCC_META_BYTES(meta) == bytes && !(meta & RCC_META_PLACE) &&
       ((meta & RCC_META_LAST) != 0) == (s->last != 0))
     return RINGCC_SUCCESS;
   struct ringcc_comm *comm = x->comm;
@@ -353,8 +356,9 @@ static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
         "expected %zu elements, the sender's message is %s (send and recv "
         "counts and datatypes must agree)",
         comm->rank, s->recv_peer, x->plan->count,
-        RCC_META_BYTES(meta) != bytes ? "of a different size"
-        : (meta & RCC_META_LAST)      ? "shorter"
+        (meta & RCC_META_PLACE)         ? "longer"
+        : RCC_META_BYTES(meta) != bytes ? "of a different size"
+        : (meta & RCC_META_LAST)        ? "shorter"
                                       : "longer");
   return rcc_comm_error(
       comm, RINGCC_ERR_INVALID_USAGE,
@@ -860,6 +864,8 @@ struct chan {
   char *dst;
   size_t esize;
   int after;    /* the channel that must finish first (same FIFO), or -1 */
+  struct rcc_conn *placed; /* sent as its place: the FIFO whose head ... */
+  uint32_t placed_seq;     /* ... reaching this acknowledges it */
 };
 
 /* Channel k cannot start yet: the one before it on its FIFO runs. */
@@ -1001,6 +1007,47 @@ static void release_engines(struct ringcc_comm *comm) {
   }
 }
 
+/* Step 0 of a point-to-point message (rcc_exec_host_p2p), its FIFO ready
+ * for it: 1 where the message moves as its place (p2p_place.h), or failed
+ * (*r), 0 where the step runs as usual. The receiver hands the slot back
+ * once it has read the message: that is the acknowledgement. */
+static int place_step(struct exec *x, struct chan *k, int c,
+                      const struct rcc_step *s, ringcc_result_t *r) {
+  struct rcc_p2p_op *op = &x->p2p[c];
+  size_t bytes = k->plan.count * k->esize, got;
+  if (s->kind == RCC_STEP_SEND) {
+    struct rcc_conn *sc = send_conn(x, s);
+    struct rcc_p2p_where w;
+    char *out;
+    int alg = rcc_p2p_place_offer(x->comm, sc, op->buf, bytes, &w,
+                                  &x->allowed);
+    if (alg < 0)
+      return 0;
+    waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
+    if ((*r = rcc_proto_send_begin(x, sc, &out)) != 0)
+      return 1;
+    memcpy(out, &w, sizeof(w));
+    rcc_proto_send_end(sc, sizeof(w) | RCC_META_LAST | RCC_META_PLACE);
+    k->placed = sc;
+    k->placed_seq = sc->step;
+    op->ran = alg;
+    return 1;
+  }
+  struct rcc_conn *rc = recv_conn(x, s);
+  const char *in;
+  uint64_t meta;
+  waiting_on(x, "data from", s->recv_peer, rc, 0);
+  if ((*r = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
+    return 1;
+  if (!(meta & RCC_META_PLACE))
+    return 0;
+  *r = rcc_p2p_place_take(x->comm, s->recv_peer, in, RCC_META_BYTES(meta),
+                          op->buf, bytes, k->esize, 1, &got, &op->ran);
+  if (*r == RINGCC_SUCCESS)
+    rcc_proto_recv_end(rc);
+  return 1;
+}
+
 /* Runs the channels' plans to the end, or to the first failure. */
 static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
   struct chan_wait w = {x, ch, n};
@@ -1027,6 +1074,11 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
       RCC_PUT(x->at->kind, (int)s.kind);
       RCC_PUT(x->at->block, s.block);
       RCC_PUT(x->at->nelem, s.nelem);
+      moved = 1;
+      if (x->p2p != NULL && k->i == 0 && place_step(x, k, c, &s, &r)) {
+        k->i = k->plan.nsteps; /* the whole message */
+        continue;
+      }
       enum step_part part = s.kind != RCC_STEP_SEND_RECV ? STEP_WHOLE
                             : !k->half                   ? STEP_SEND_HALF
                                                          : STEP_RECV_HALF;
@@ -1036,7 +1088,6 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
         k->half = 1;
       else
         k->half = 0, k->i++;
-      moved = 1;
     }
     if (r != RINGCC_SUCCESS || !left)
       return r;
@@ -1117,8 +1168,28 @@ static void p2p_plan(struct ringcc_comm *comm, const struct rcc_p2p_op *op,
   rcc_plan_build(out);
 }
 
+/* The sender's acknowledgements: a message sent as its place has been read
+ * once its FIFO's head passed its slot. */
+static ringcc_result_t placed_wait(struct exec *x, const struct chan *ch,
+                                   int n) {
+  for (int c = 0; c < n; c++) {
+    struct rcc_conn *sc = ch[c].placed;
+    uint32_t head;
+    while (sc != NULL &&
+           (int32_t)((head = __atomic_load_n(&sc->fifo->head,
+                                             __ATOMIC_ACQUIRE)) -
+                     ch[c].placed_seq) < 0) {
+      waiting_on(x, "its message to be read in place by", sc->peer, sc, 1);
+      int r = host_wait(x, &sc->fifo->head, &sc->fifo->head_waiters, head);
+      if (r != RINGCC_SUCCESS)
+        return r;
+    }
+  }
+  return RINGCC_SUCCESS;
+}
+
 ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
-                                  const struct rcc_p2p_op *ops, int n) {
+                                  struct rcc_p2p_op *ops, int n, int grouped) {
   if (n <= 0)
     return RINGCC_SUCCESS;
   struct chan *ch = calloc((size_t)n, sizeof(*ch));
@@ -1132,6 +1203,7 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
     ch[c].src = ch[c].dst = ops[c].buf; /* a send reads it, a recv writes */
     ch[c].esize = ringcc_datatype_size(ops[c].dt);
     ch[c].after = -1;
+    ops[c].ran = RCC_ALG_P2P;
     for (int b = c - 1; b >= 0 && ch[c].after < 0; b--)
       if (ops[b].send == ops[c].send && ops[b].peer == ops[c].peer)
         ch[c].after = b;
@@ -1145,7 +1217,8 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
       .at = &comm->progress,
       .stats = comm->stats,
       .timing = comm->stats->timing,
-      .grouped = 1,
+      .grouped = grouped,
+      .p2p = ops,
   };
   RCC_PUT(x.at->coll, ch[0].plan.coll);
   RCC_PUT(x.at->alg, RCC_ALG_P2P);
@@ -1162,6 +1235,9 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
     }
   }
   ringcc_result_t r = run_channels(&x, ch, n);
+  if (r == RINGCC_SUCCESS)
+    r = placed_wait(&x, ch, n);
+  rcc_p2p_place_end(comm, &x.allowed);
   RCC_PUT(x.at->active, 0);
   free(ch);
   return r;
@@ -1267,15 +1343,16 @@ static ringcc_result_t recv_message(struct exec *x, int src, size_t cap,
     if (r != 0)
       return (ringcc_result_t)r;
     size_t bytes = RCC_META_BYTES(meta);
+    if ((meta & RCC_META_PLACE) && i == 0) { /* read in place, then acked */
+      int alg;
+      r = rcc_p2p_place_take(comm, src, in, bytes, x->dst, cap, x->esize, 0,
+                             got, &alg);
+      if (r == RINGCC_SUCCESS)
+        rcc_proto_recv_end(rc);
+      return (ringcc_result_t)r;
+    }
     if (bytes > cap - *got || bytes % x->esize != 0)
-      return rcc_comm_error(
-          comm, RINGCC_ERR_INVALID_USAGE,
-          "ringcc_recv on rank %d from rank %d: the message does not fit: "
-          "room for %zu elements, the sender's message is %s (a receive "
-          "takes a message of at most its count)",
-          comm->rank, src, cap / x->esize,
-          bytes % x->esize ? "not a whole number of this datatype's elements"
-                           : "longer");
+      return rcc_p2p_misfit(comm, src, *got + bytes, cap, x->esize, 0);
     copy_bytes(x->dst + *got, in, bytes);
     *got += bytes;
     rcc_proto_recv_end(rc);
@@ -1322,13 +1399,8 @@ ringcc_result_t rcc_exec_host_recv_from(struct ringcc_comm *comm,
   }
   if (r == RINGCC_SUCCESS)
     r = recv_message(&x, peer, plan->count * x.esize, &got);
-  if (r == RINGCC_SUCCESS && exact && got != plan->count * x.esize)
-    r = rcc_comm_error(
-        comm, RINGCC_ERR_INVALID_USAGE,
-        "ringcc_recv on rank %d from rank %d: the message does not match: "
-        "expected %zu elements, the sender's message is shorter (%zu; send "
-        "and recv counts and datatypes must agree)",
-        comm->rank, peer, plan->count, got / x.esize);
+  if (r == RINGCC_SUCCESS && exact)
+    r = rcc_p2p_misfit(comm, peer, got, plan->count * x.esize, x.esize, 1);
   RCC_PUT(x.at->active, 0);
   *source = peer;
   *count = got / x.esize;

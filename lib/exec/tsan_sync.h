@@ -1,7 +1,7 @@
 /*
  * tsan_sync.h - tells ThreadSanitizer what a FIFO exchange guarantees, for
  * the executors that read peers' buffers in place after one (exec_cma.c,
- * exec_a2av.c).
+ * exec_a2av.c, exec_p2p_place.c).
  *
  * Under ThreadSanitizer (make tsan-check runs ranks as threads of one
  * process) the FIFOs that order our reads of peers' buffers are mapped at a

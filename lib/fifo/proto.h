@@ -70,6 +70,10 @@ RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,
                   "fifo header must fit before the data");
 
 #define RCC_META_LAST ((uint64_t)1 << 32) /* last piece of a p2p message */
+/* A p2p message whose bytes stay in the sender's memory: the slot holds
+ * their place, and the receiver hands it back once it has read them
+ * (exec_p2p_place.c). */
+#define RCC_META_PLACE ((uint64_t)1 << 33)
 #define RCC_META_BYTES(m) ((uint32_t)((m) & 0xffffffffu))
 
 /* The zero-copy flags of device calls (exec_zc_cuda.cu, registry.h): two

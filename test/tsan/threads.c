@@ -255,6 +255,23 @@ static int round_of(struct worker *w, int iter, size_t count, int32_t *a,
       return wrong(w, "grouped recv", i, b[i], want);
   }
 
+  /* With the largest count, a grouped exchange of NRANKS times it (1.1 MB,
+   * past the FIFO): read in place (exec_p2p_place.c), another thread's
+   * buffer read, then the slot handed back. */
+  if (count == counts[NCOUNTS - 1]) {
+    size_t big = count * NRANKS;
+    for (size_t i = 0; i < big; i++)
+      a[i] = me * 31 + (int32_t)(i % 1000) + iter;
+    CALL(w, "group_start", ringcc_group_start());
+    CALL(w, "send", ringcc_send(a, big, RINGCC_INT32, next, w->comm, NULL));
+    CALL(w, "recv", ringcc_recv(b, big, RINGCC_INT32, prev, w->comm, NULL));
+    CALL(w, "group_end", ringcc_group_end());
+    for (size_t i = 0; i < big; i++)
+      if (b[i] != prev * 31 + (int32_t)(i % 1000) + iter)
+        return wrong(w, "recv in place", i, b[i],
+                     prev * 31 + (int32_t)(i % 1000) + iter);
+  }
+
   /* an allreduce as a request (the progress thread), polled */
   ringcc_request_t req;
   int done = 0;
