@@ -497,7 +497,7 @@ static int fork_body(h_ctx_t *ctx) {
                      ringcc_strerror(r));
       _exit(bad);
     }
-    int status;
+    int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
         WEXITSTATUS(status) != 0)
       return h_fail(ctx, "the forked child failed (status 0x%x)", status);
