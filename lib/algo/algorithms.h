@@ -10,7 +10,7 @@
  * cost) and an executor (exec: who runs it). The FIFO executors
  * (exec_host.c, exec_cuda.cu) run any schedule and know nothing of
  * algorithms; the others run one thing each: the one-shot board runs the
- * one-shot schedule over shared memory (exec_host.c), cross-memory attach
+ * one-shot schedule over shared memory (exec_board.c), cross-memory attach
  * (exec_cma.c) and zero-copy on registered buffers (exec_zc.c) have no
  * schedule of steps.
  */

@@ -22,7 +22,7 @@
  * the result is built in the output while the own input is still needed at
  * step k = rank.
  *
- * The board (RCC_ALG_BOARD, exec_host.c) runs the same reduction where all
+ * The board (RCC_ALG_BOARD, exec_board.c) runs the same reduction where all
  * ranks share memory: each publishes its input once in its own region and
  * reads the others' there, with no FIFO in between: (n-1)/2 alphas.
  */

@@ -1,6 +1,6 @@
 /*
  * board.h - the one-shot board: where every rank of one host publishes a
- * small allreduce's input for all others to read (exec_host.c runs it).
+ * small allreduce's input for all others to read (exec_board.c runs it).
  * This module owns it: its layout, its size rule, its setup and who wakes
  * its sleepers. It lives in the room shm.c keeps after the FIFOs of each
  * rank's shared-memory segment (comm->shm_extra_bytes, set here before the

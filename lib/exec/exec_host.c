@@ -1407,138 +1407,6 @@ ringcc_result_t rcc_exec_host_recv_from(struct ringcc_comm *comm,
   return r;
 }
 
-/* ---- one-shot AllReduce over the board ---------------------------------------
- *
- * Where every rank maps every rank's shared-memory segment (comm->board),
- * the one-shot needs no FIFOs: each rank copies its input into its own board
- * region and publishes it with the call's sequence number, then reads every
- * rank's region in rank order, reducing into dst, exactly as the FIFO
- * schedule (oneshot.c) does: the same operands in the same order on
- * every rank, so every rank gets the same bits.
- *
- * Two regions alternate between calls. A rank that starts call s has read
- * every rank's region of call s-1, so every rank has started s-1 and has
- * therefore finished s-2, whose region this call reuses: no rank still
- * reads it, and no acknowledgement is needed. Per call a rank hands one
- * cache line to its peers and takes n-1 (for 8 bytes: the header and the
- * data share a line), where the FIFOs move a slot, a tail and a head per
- * peer each way. A failed call leaves the communicator unusable (coll.c),
- * so the sequence numbers never disagree between calls that succeed. */
-
-/* Step k of the board (reading rank k's region), for the trace. */
-static void board_traced(struct exec *x, int k, int64_t t0, size_t bytes) {
-  struct ringcc_comm *comm = x->comm;
-  struct rcc_trace_event e;
-  memset(&e, 0, sizeof(e));
-  e.type = RCC_TRACE_STEP;
-  e.kind = k == 0 ? RCC_STEP_RECV : RCC_STEP_RECV_REDUCE_COPY;
-  e.coll = (uint8_t)x->plan->coll;
-  e.alg = RCC_ALG_BOARD;
-  e.seq = comm->seq;
-  e.step = (uint64_t)k;
-  e.nsteps = (uint64_t)comm->nranks;
-  e.nelem = x->plan->count;
-  e.bytes = bytes;
-  e.block = k;
-  e.send_peer = -1;
-  e.recv_peer = k == comm->rank ? -1 : k;
-  e.send_msg = e.recv_msg = UINT32_MAX; /* no FIFO: no message numbers */
-  e.start_ns = t0;
-  e.end_ns = rcc_now_ns();
-  e.wait_recv_ns = x->wait_recv_ns;
-  rcc_trace_record(comm, &e);
-}
-
-ringcc_result_t rcc_exec_host_board(struct ringcc_comm *comm,
-                                    const struct rcc_plan *plan,
-                                    const void *src, void *dst,
-                                    ringcc_datatype_t dt, ringcc_op_t op) {
-  struct exec x = {
-      .comm = comm,
-      .plan = plan,
-      .esize = ringcc_datatype_size(dt),
-      .dt = dt,
-      .reduce = rcc_reduce_get(dt, op),
-      .at = &comm->progress,
-      .stats = comm->stats,
-      .timing = comm->stats->timing,
-  };
-  int n = comm->nranks;
-  size_t bytes = plan->count * x.esize;
-  uint32_t seq = ++comm->board->seq;
-  struct rcc_board *mine = rcc_board_region(comm, comm->rank, seq);
-  ringcc_result_t r = RINGCC_SUCCESS;
-
-  RCC_PUT(x.at->coll, plan->coll);
-  RCC_PUT(x.at->alg, (int)RCC_ALG_BOARD);
-  RCC_PUT(x.at->nsteps, (uint64_t)n);
-  RCC_PUT(x.at->block, comm->rank);
-  RCC_PUT(x.at->nelem, plan->count);
-  RCC_PUT(x.at->kind, (int)RCC_STEP_RECV_REDUCE_COPY);
-  waiting_on(&x, "nothing", -1, NULL, 0);
-  RCC_PUT(x.at->board_want, seq);
-  RCC_PUT(x.at->active, 1);
-
-  size_t data = RCC_BOARD_DATA_OFFSET(bytes);
-  memcpy((char *)mine + data, src, bytes);
-  mine->bytes = bytes;
-  __atomic_store_n(&mine->seq, seq, __ATOMIC_RELEASE);
-  /* As host_wake: the publish before reading waiters, so a sleeper that
-   * counted itself in is never missed. */
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&mine->waiters, __ATOMIC_RELAXED) != 0)
-    futex(&mine->seq, FUTEX_WAKE, INT_MAX, NULL);
-
-  int traced = comm->trace != NULL;
-  for (int k = 0; k < n && r == RINGCC_SUCCESS; k++) {
-    const struct rcc_board *b = rcc_board_region(comm, k, seq);
-    uint32_t now;
-    int64_t t0 = 0;
-    if (traced) {
-      t0 = rcc_now_ns();
-      x.wait_recv_ns = 0;
-    }
-    RCC_PUT(x.at->step, (uint64_t)k);
-    /* The FIFO from rank k: where it writes the news of a dead rank. */
-    waiting_on(&x, "data from", k, rcc_recv_conn(comm, RCC_CONN_COLL, 0, k),
-               0);
-    RCC_PUT(x.at->board_seq, &b->seq);
-    while (r == RINGCC_SUCCESS &&
-           (now = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE)) != seq)
-      r = host_wait(&x, (uint32_t *)&b->seq, (uint32_t *)&b->waiters, now);
-    if (r != RINGCC_SUCCESS) {
-      if (traced) /* the step where the call stopped */
-        board_traced(&x, k, t0, bytes);
-      break;
-    }
-    if (b->bytes != bytes) {
-      r = rcc_comm_error(
-          comm, RINGCC_ERR_INVALID_USAGE,
-          "%s (seq %llu) on rank %d: rank %d gave %llu bytes to the one-shot "
-          "where %zu were expected (do all ranks call the same collective "
-          "with the same count and datatype?)",
-          rcc_coll_name(plan->coll), (unsigned long long)comm->seq,
-          comm->rank, k, (unsigned long long)b->bytes, bytes);
-      break;
-    }
-    const char *in = (const char *)b + data;
-    if (k == 0)
-      memcpy(dst, in, bytes);
-    else
-      x.reduce(dst, dst, in, plan->count);
-    if (traced)
-      board_traced(&x, k, t0, bytes);
-  }
-  if (r == RINGCC_SUCCESS) /* each peer read this rank's region, and it
-                              each peer's */
-    rcc_stats_board(x.stats, bytes, n);
-  if (r == RINGCC_SUCCESS && plan->postop)
-    rcc_reduce_avg_finish(dt, dst, dst, plan->count, n);
-  RCC_PUT(x.at->board_seq, NULL);
-  RCC_PUT(x.at->active, 0);
-  return r;
-}
-
 /* ---- a wait for executors with flags of their own ----------------------------- */
 
 ringcc_result_t rcc_exec_host_wait(struct ringcc_comm *comm,
@@ -1546,7 +1414,8 @@ ringcc_result_t rcc_exec_host_wait(struct ringcc_comm *comm,
                                    uint32_t *waiters, uint32_t old,
                                    int64_t *deadline) {
   struct exec x = {.comm = comm, .plan = plan, .at = &comm->progress,
-                   .deadline = *deadline};
+                   .deadline = *deadline, .stats = comm->stats,
+                   .timing = comm->stats->timing};
   int r = host_wait(&x, word, waiters, old);
   *deadline = x.deadline;
   return (ringcc_result_t)r;
