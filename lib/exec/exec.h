@@ -1,6 +1,7 @@
 /*
  * exec.h - the host executor: runs a plan (schedule.h) on host buffers over
- * the FIFOs (exec_host.c), or a one-shot allreduce over the shared board (exec_board.c).
+ * the FIFOs (exec_host.c), or a one-shot allreduce over the shared board
+ * (exec_board.c).
  */
 #ifndef RCC_EXEC_H
 #define RCC_EXEC_H
