@@ -816,15 +816,18 @@ static ringcc_result_t lazy_keep(struct ringcc_comm *comm,
            all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES,
            RCC_NET_HANDLE_BYTES);
   }
+  /* The sockets of every link at the plugin's default (2 per link), and
+   * room for the rest of the process. */
+  uint64_t least = (uint64_t)npeers * (uint64_t)st->nsets * 2 + 64;
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)fds)
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)least)
     RCC_WARN(comm->rank, "net: the open-file limit (RLIMIT_NOFILE) is %llu, "
-             "below the %llu descriptors a call that links this rank to "
-             "all %d network peers may need (RINGCC_NET_CONNECT=lazy makes "
-             "links on first use; a link that runs out fails the call with "
-             "RINGCC_ERR_SYSTEM): raise ulimit -n",
-             (unsigned long long)rl.rlim_cur, (unsigned long long)fds,
-             npeers);
+             "below the %llu descriptors or more (up to %llu) that a call "
+             "linking this rank to all %d network peers needs "
+             "(RINGCC_NET_CONNECT=lazy makes links on first use; a link "
+             "that runs out fails its call with RINGCC_ERR_SYSTEM): raise "
+             "ulimit -n", (unsigned long long)rl.rlim_cur,
+             (unsigned long long)least, (unsigned long long)fds, npeers);
   return RINGCC_SUCCESS;
 }
 
