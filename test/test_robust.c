@@ -389,6 +389,7 @@ static int body_together(h_ctx_t *h) {
   ringcc_comm_t comm = NULL;
   double t0 = h_now_s();
   ringcc_result_t r = ringcc_comm_init(&comm, h->nranks, h->id, h->rank, &cfg);
+  ringcc_comm_t failed = NULL; /* whose message to keep */
   if (t->how == VICTIM_FD_LIMIT_LATE && r == RINGCC_SUCCESS) {
     /* every pair linked on first use: the victim runs out */
     int32_t in[NS_MAX_RANKS], out[NS_MAX_RANKS];
@@ -396,21 +397,15 @@ static int body_together(h_ctx_t *h) {
       in[q] = h->rank * 100 + q;
     t0 = h_now_s();
     r = ringcc_alltoall(in, out, 1, RINGCC_INT32, comm, NULL);
-    t->seconds[h->rank] = h_now_s() - t0;
-    t->code[h->rank] = (int)r;
-    snprintf(t->msg[h->rank], sizeof t->msg[0], "%s",
-             ringcc_comm_last_error(comm));
-    if (r != RINGCC_SUCCESS)
-      ringcc_comm_abort(comm);
-    else
-      ringcc_comm_destroy(comm);
-    return 0;
+    failed = comm;
   }
   t->seconds[h->rank] = h_now_s() - t0;
   t->code[h->rank] = (int)r;
   snprintf(t->msg[h->rank], sizeof t->msg[0], "%s",
-           ringcc_comm_last_error(NULL));
-  if (comm != NULL)
+           ringcc_comm_last_error(failed));
+  if (comm != NULL && failed != NULL && r != RINGCC_SUCCESS)
+    ringcc_comm_abort(comm);
+  else if (comm != NULL)
     ringcc_comm_destroy(comm);
   return 0;
 }

@@ -942,13 +942,13 @@ static int exact_alltoall(ringcc_comm_t comm, int me, int n, size_t count,
   return rc;
 }
 
-static int lazy_init(area_t *a, int rank, ringcc_comm_t *comm) {
-  ringcc_config_t cfg = cfg_of(a, 60000);
-  if (ringcc_comm_init(comm, a->n, (const ringcc_unique_id_t *)&a->id, rank,
-                       &cfg) == RINGCC_SUCCESS)
-    return 0;
-  fprintf(stderr, "rank %d: init: %s\n", rank, ringcc_comm_last_error(NULL));
-  return 1;
+/* A shared area for n TCP ranks, none stopped. */
+static area_t *tcp_area(int n) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = n;
+  a->tcp = 1;
+  a->stop_rank = -1;
+  return a;
 }
 
 /* Sockets after init, after allreduces (ring and tree schedules), after an
@@ -956,7 +956,7 @@ static int lazy_init(area_t *a, int rank, ringcc_comm_t *comm) {
 static int body_lazy_sockets(area_t *a, int rank) {
   ringcc_comm_t comm;
   ringcc_result_t r;
-  if (lazy_init(a, rank, &comm) != 0)
+  if (comm_of(a, rank, &comm) != 0)
     return 1;
   int32_t *buf = h_xmalloc(65536 * sizeof(int32_t));
   int rc = 0;
@@ -980,10 +980,7 @@ static int body_lazy_sockets(area_t *a, int rank) {
  * no more than a tree's links; the first alltoall links every pair, the
  * second nothing. */
 Test(lazy, sockets_grow_only_for_an_alltoall, .timeout = 120) {
-  area_t *a = g_a = h_shared_alloc(sizeof(*a));
-  a->n = 8;
-  a->tcp = 1;
-  a->stop_rank = -1;
+  area_t *a = tcp_area(8);
   int bad = run(a, body_lazy_sockets, 100);
   cr_assert_eq(bad, 0, "see above");
   for (int r = 0; r < a->n; r++) {
@@ -1012,7 +1009,7 @@ Test(lazy, sockets_grow_only_for_an_alltoall, .timeout = 120) {
 static int body_lazy_race(area_t *a, int rank) {
   ringcc_comm_t comm;
   ringcc_result_t r;
-  if (lazy_init(a, rank, &comm) != 0)
+  if (comm_of(a, rank, &comm) != 0)
     return 1;
   int rc = 0;
   size_t counts[3] = {1000, 1, 40000};
@@ -1029,10 +1026,7 @@ static int body_lazy_race(area_t *a, int rank) {
 }
 
 static void lazy_race(int n) {
-  area_t *a = g_a = h_shared_alloc(sizeof(*a));
-  a->n = n;
-  a->tcp = 1;
-  a->stop_rank = -1;
+  area_t *a = tcp_area(n);
   double t0 = h_now_s();
   int bad = run(a, body_lazy_race, 150);
   fprintf(stderr, "lazy: first alltoall at once on %d TCP ranks: %s in %.1f "
@@ -1050,7 +1044,7 @@ Test(lazy, first_alltoall_at_once_16, .timeout = 180) { lazy_race(16); }
 static int body_lazy_kill(area_t *a, int rank) {
   ringcc_comm_t comm;
   ringcc_result_t r;
-  if (lazy_init(a, rank, &comm) != 0)
+  if (comm_of(a, rank, &comm) != 0)
     return 1;
   if (is_victim(a, rank)) {
     h_sleep_ms(500);
@@ -1073,10 +1067,7 @@ static int body_lazy_kill(area_t *a, int rank) {
 }
 
 Test(lazy, kill_of_a_rank_without_links_8, .timeout = 120) {
-  area_t *a = g_a = h_shared_alloc(sizeof(*a));
-  a->n = 8;
-  a->tcp = 1;
-  a->stop_rank = -1;
+  area_t *a = tcp_area(8);
   a->nvictims = 1;
   a->victims[0] = 4;
   int bad = run(a, body_lazy_kill, 90);
