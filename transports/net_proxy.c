@@ -388,6 +388,12 @@ static void link_made(struct rcc_proxy *px, int l) {
   c->first_refused = 0;
   if (px->plugin->readable != NULL)
     px->plugin->readable(c[1].net_comm, -1);
+  /* What waited for the link goes now, and receives are posted, whoever
+   * runs the next round (an executor polls only connections with
+   * requests). */
+  ringcc_result_t r = RINGCC_SUCCESS;
+  progress_send(px, c, &r);
+  progress_recv_posts(px, &c[1], &r, 1);
   /* A dead rank known already is named on the new link too (a peer that
    * linked to this rank only now would not hear of it otherwise). */
   if (rcc_dead_rank(px->comm, NULL) >= 0 && px->told) {
@@ -492,8 +498,18 @@ static void idle_sleep(struct rcc_proxy *px) {
   if (__atomic_load_n(&px->driven, __ATOMIC_ACQUIRE) &&
       !device_busy(px)) {
     /* The executor polls the sockets and runs the rounds; it rings when it
-     * hands them back. */
-    poll(px->pfds, 1, POLL_MS);
+     * hands them back. The listener (lazy links) is this thread's still: an
+     * executor waiting on anything else (shared memory, or no call at all)
+     * must not keep a peer's connection waiting. */
+    pthread_mutex_lock(&px->lock);
+    nfds = listener_fds(px, px->pfds, px->pconn, nfds);
+    pthread_mutex_unlock(&px->lock);
+    poll(px->pfds, (nfds_t)nfds, POLL_MS);
+    if (listener_ready(px->pfds, px->pconn, nfds)) {
+      pthread_mutex_lock(&px->lock);
+      progress_links(px, 1);
+      pthread_mutex_unlock(&px->lock);
+    }
     if (px->pfds[0].revents & POLLIN) {
       uint64_t v;
       ssize_t r = read(px->doorbell, &v, sizeof(v));
