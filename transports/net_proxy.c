@@ -116,6 +116,7 @@ struct rcc_proxy {
   /* Lazy links (RINGCC_NET_CONNECT=lazy): connect == NULL where every link
    * was made at init. */
   struct rcc_proxy_links links;
+  int listen_now; /* listener_fds: the listener has a connection to take */
 };
 
 /* In a poll set, the listener's descriptors (lazy links), not a
@@ -359,13 +360,16 @@ static void want_link(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
 }
 
 /* Adds the listener's descriptors (its socket, and those of connections
- * it holds that have not proven the key yet) to a poll set. */
+ * it holds that have not proven the key yet) to a poll set; listen_now
+ * when one proved itself already (accept() takes it without waiting). */
 static int listener_fds(struct rcc_proxy *px, struct pollfd *pfds, int *conn,
                         int nfds) {
   int fds[16];
+  px->listen_now = 0;
   if (px->links.connect == NULL)
     return nfds;
   int k = px->plugin->fds(px->links.listen_comm, fds, 16);
+  px->listen_now = k < 0;
   for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
     conn[nfds] = LISTENER;
     pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = POLLIN};
@@ -503,9 +507,10 @@ static void idle_sleep(struct rcc_proxy *px) {
      * must not keep a peer's connection waiting. */
     pthread_mutex_lock(&px->lock);
     nfds = listener_fds(px, px->pfds, px->pconn, nfds);
+    int now = px->listen_now;
     pthread_mutex_unlock(&px->lock);
-    poll(px->pfds, (nfds_t)nfds, POLL_MS);
-    if (listener_ready(px->pfds, px->pconn, nfds)) {
+    poll(px->pfds, (nfds_t)nfds, now ? 0 : POLL_MS);
+    if (now || listener_ready(px->pfds, px->pconn, nfds)) {
       pthread_mutex_lock(&px->lock);
       progress_links(px, 1);
       pthread_mutex_unlock(&px->lock);
@@ -554,6 +559,9 @@ static void idle_sleep(struct rcc_proxy *px) {
     }
   }
   nfds = listener_fds(px, px->pfds, px->pconn, nfds);
+  int listen_now = px->listen_now;
+  if (listen_now)
+    changed = 1;
   pthread_mutex_unlock(&px->lock);
   /* A kernel publishing into (or draining) a staged device FIFO cannot ring
    * the doorbell: while one may run, only look, do not sleep. */
@@ -563,7 +571,7 @@ static void idle_sleep(struct rcc_proxy *px) {
     poll(px->pfds, (nfds_t)nfds, device_busy(px) ? 0 : timeout);
   pthread_mutex_lock(&px->lock);
   tell_readable(px, px->pfds, px->pconn, nfds);
-  if (listener_ready(px->pfds, px->pconn, nfds))
+  if (listen_now || listener_ready(px->pfds, px->pconn, nfds))
     progress_links(px, 1);
   pthread_mutex_unlock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
@@ -989,8 +997,9 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
     }
   }
   nfds = listener_fds(px, px->xfds, px->xconn, nfds);
+  int listen_now = px->listen_now;
   /* A link this call waits for, not made yet: connect it (or ask) now. */
-  if (progress_links(px, 0))
+  if (progress_links(px, 0) || listen_now)
     timeout_ms = 0;
   pthread_mutex_unlock(&px->lock);
   int ready = poll(px->xfds, (nfds_t)nfds, timeout_ms);
@@ -999,13 +1008,14 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
       px->xfds[j].revents = POLLIN;
       ready++;
     }
+  ready += listen_now;
   if (ready <= 0)
     return;
   /* Progress the connections whose sockets are ready, and only those. */
   pthread_mutex_lock(&px->lock);
   tell_readable(px, px->xfds, px->xconn, nfds);
   int last = -1;
-  if (listener_ready(px->xfds, px->xconn, nfds))
+  if (listen_now || listener_ready(px->xfds, px->xconn, nfds))
     progress_links(px, 1);
   for (int j = 0; j < nfds; j++) {
     if (px->xfds[j].revents == 0 || px->xconn[j] == last ||

@@ -1335,7 +1335,8 @@ static ringcc_result_t socket_accept(void *listen_comm, void *hello,
  * queued there is nothing to wait for here (0 fds). -1 when a queued receive
  * has bytes in its socket's read buffer: poll() would not say so. A
  * listener: its socket and the sockets its gate holds, not proven yet (one
- * readable: accept() has something to take). */
+ * readable: accept() has something to take), or -1 when a connection that
+ * proved itself waits to be taken. */
 static int socket_fds(void *comm, int *fds, int max) {
   int n = 0;
   if (comm == NULL)

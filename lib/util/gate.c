@@ -72,6 +72,9 @@ int rcc_gate_held(const struct rcc_gate *g) { return g->nheld; }
 
 int rcc_gate_fds(const struct rcc_gate *g, int *fds, int max) {
   int n = 0;
+  for (int k = 0; k < g->nheld; k++)
+    if (g->held[k].proven)
+      return -1; /* read already: handed out by the next rcc_gate_next */
   if (n < max)
     fds[n++] = g->listen_fd;
   for (int k = 0; k < g->nheld && n < max; k++)
