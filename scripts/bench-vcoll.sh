@@ -6,11 +6,14 @@
 #
 #   scripts/bench-vcoll.sh [--n "4 8"] [--reps 3] [--colls "alltoallv gather
 #                          scatter"] [--max "4:64M 8:16M"] [--configs "..."]
-#                          [--factor 16] [--out DIR]
+#                          [--factor 4] [--out DIR]
 #
 # Configurations (--configs, default all but ringcc-cma and ringcc-fifo):
 # ringcc-shm (the tuner's choice: Gather and Scatter by cross-memory attach
 # from 64 KiB a block, AllToAllv's blocks over 8 KiB read in place),
+# ringcc-reg (the same on buffers registered once, ringcc-bench --register:
+# AllToAllv's large blocks read by memcpy from the peer's memory as mapped
+# by registration, not by the kernel; Gather and Scatter as ringcc-shm),
 # ringcc-cma (the same with RINGCC_ALGO=cma: AllToAllv, Gather and Scatter
 # by cross-memory attach at every size), ringcc-fifo (RINGCC_ALGO=direct:
 # Gather and Scatter by the FIFOs' direct schedule, AllToAllv by the
@@ -20,8 +23,9 @@
 #
 # Sizes: per-rank blocks of 1 KiB to the --max of each n (default 64 MiB at
 # n = 4, 16 MiB at n = 8: the buffers of 8 ranks at 64 MiB a block are 8 GiB,
-# more than a machine shared with other jobs should give one run), by x16
-# (--factor F: by xF); ringcc-bench and mpi-bench's size is n blocks
+# more than a machine shared with other jobs should give one run), by x4
+# (1, 4, 16, 64, 256 KiB ...; --factor F: by xF); ringcc-bench and
+# mpi-bench's size is n blocks
 # (-b 1K*n -e MAX*n -f F),
 # float32, out of place, -n 3 -w 1 --min-time 0.2 (small sizes get more
 # iterations), -c 1 (every element checked once per size). AllToAllv's
@@ -36,7 +40,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-configs="ringcc-shm mpi-vader ringcc-tcp mpi-tcp" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=16
+configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4
 out=build/bench-results/vcoll-$(date -u +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -77,6 +81,7 @@ for rep in $(seq 1 "$reps"); do
         log="$out/logs/r${rep}_${coll}_${cfg}_n${n}.log"
         case $cfg in
           ringcc-shm) cmd=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
+          ringcc-reg) cmd=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" --register "${args[@]}") ;;
           ringcc-cma) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=cma "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-fifo) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=direct "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-tcp) cmd=(env RINGCC_SHM_DISABLE=1 RINGCC_SOCKET_IFNAME==lo "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
@@ -107,9 +112,10 @@ for path in glob.glob(os.path.join(out, "logs", "*.log")):
         if len(f) >= 9 and f[0].isdigit() and f[2] == "float32":
             rows.setdefault((coll, n, int(f[0]) // n), {}).setdefault(cfg, []).append(float(f[5]))
             wrong += int(f[8]) if f[8].isdigit() else 0
-order = ["ringcc-shm", "ringcc-cma", "ringcc-fifo", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
+order = ["ringcc-shm", "ringcc-reg", "ringcc-cma", "ringcc-fifo", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
 present = [c for c in order if any(c in v for v in rows.values())]
-ratios = [(m, r) for m, r in (("mpi-vader", "ringcc-shm"), ("mpi-vader", "ringcc-cma"),
+ratios = [(m, r) for m, r in (("mpi-vader", "ringcc-shm"), ("mpi-vader", "ringcc-reg"),
+                               ("mpi-vader", "ringcc-cma"),
                                ("mpi-tcp", "ringcc-tcp"), ("ringcc-fifo", "ringcc-cma"))
           if m in present and r in present]
 def size(b):

@@ -461,35 +461,41 @@ Test(cma_rooted, threshold_forced, .timeout = 600) {
  * rank hangs. victim: the root (Scatter: its peers wait for addresses) or
  * a peer (Gather: the root waits for its status word). */
 struct killed_arg {
-  int gather, victim;
+  int gather, victim; /* gather 2: AllToAllv */
+  size_t block;
   int code[MAXN];
 };
 
 static int killed_body(h_ctx_t *h) {
   struct killed_arg *a = h->arg;
   int n = h->nranks, me = h->rank, root = 0;
-  size_t block = 4 << 20;
-  uint8_t *one = h_xmalloc(block), *many = h_xmalloc(block * (size_t)n);
-  memset(one, me, block);
+  size_t block = a->block, counts[MAXN], displs[MAXN];
+  uint8_t *one = h_xmalloc(block * (size_t)n), *many = h_xmalloc(block * (size_t)n);
+  memset(one, me, block * (size_t)n);
   memset(many, me, block * (size_t)n);
+  for (int j = 0; j < n; j++)
+    counts[j] = block, displs[j] = (size_t)j * block;
   if (me == a->victim)
     raise(SIGKILL);
   ringcc_result_t r =
-      a->gather ? ringcc_gather(one, many, block, RINGCC_UINT8, root, h->comm,
-                                NULL)
-                : ringcc_scatter(many, one, block, RINGCC_UINT8, root, h->comm,
-                                 NULL);
+      a->gather == 2 ? ringcc_alltoallv(one, counts, displs, many, counts,
+                                        displs, RINGCC_UINT8, h->comm, NULL)
+      : a->gather    ? ringcc_gather(one, many, block, RINGCC_UINT8, root,
+                                     h->comm, NULL)
+                     : ringcc_scatter(many, one, block, RINGCC_UINT8, root,
+                                      h->comm, NULL);
   a->code[me] = r == RINGCC_SUCCESS ? -1 : (int)r;
   free(one);
   free(many);
   return 0;
 }
 
-static void killed_run(int n, int gather, int victim) {
+static void killed_run(int n, int gather, int victim, size_t block) {
   struct killed_arg *a = h_shared_alloc(sizeof *a);
   ringcc_config_t cfg = config(RINGCC_ALGO_CMA, 0, 0);
   a->gather = gather;
   a->victim = victim;
+  a->block = block;
   h_run_opts_t o = {.nranks = n, .body = killed_body, .arg = a, .config = &cfg,
                     .timeout_s = 30, .name = "rank killed"};
   double t0 = h_now_s();
@@ -498,11 +504,13 @@ static void killed_run(int n, int gather, int victim) {
   for (int r = 0; r < n; r++) {
     if (r == victim)
       continue;
-    int must = r == 0 || victim == 0; /* the root, or the root died */
+    /* the root, or the root died; AllToAllv: every rank waits for all */
+    int must = r == 0 || victim == 0 || gather == 2;
     cr_expect(a->code[r] == RINGCC_ERR_PEER_FAILED ||
                   (!must && a->code[r] == -1),
               "%s, rank %d killed: rank %d's call ended with %d, expected "
-              "RINGCC_ERR_PEER_FAILED%s", gather ? "gather" : "scatter",
+              "RINGCC_ERR_PEER_FAILED%s",
+              gather == 2 ? "alltoallv" : gather ? "gather" : "scatter",
               victim, r, a->code[r], must ? "" : " or success");
   }
   cr_expect_lt(took, 20, "the survivors took %.1f s", took);
@@ -510,13 +518,20 @@ static void killed_run(int n, int gather, int victim) {
 }
 
 Test(cma_rooted, peer_killed, .timeout = 120) {
-  killed_run(3, 1, 2);
-  killed_run(4, 0, 3);
+  killed_run(3, 1, 2, 4 << 20);
+  killed_run(4, 0, 3, 4 << 20);
 }
 
 Test(cma_rooted, root_killed, .timeout = 120) {
-  killed_run(3, 0, 0);
-  killed_run(3, 1, 0);
+  killed_run(3, 0, 0, 4 << 20);
+  killed_run(3, 1, 0, 4 << 20);
+}
+
+/* AllToAllv (read in place, and small blocks on the board): every survivor
+ * waits for the victim's places, and fails. */
+Test(a2av, peer_killed, .timeout = 120) {
+  killed_run(4, 2, 2, 4 << 20);
+  killed_run(3, 2, 0, 100);
 }
 
 /* AllToAllv with large blocks, read in place (exec_a2av.c): 1-, 2-, 4- and
@@ -564,6 +579,81 @@ Test(a2av, large_blocks_pairwise, .timeout = 300) {
 Test(a2av, registered_n_1_to_8, .timeout = 400) {
   for (int n = 1; n <= MAXN; n++)
     run_a2a_large(n, NULL, A2A_REG_BOTH, "alltoallv registered buffers");
+}
+
+/* Small FIFO slots (the board's regions are one slot): 256 bytes hold the
+ * places of 4 ranks with hardly room for a small block (the others are read
+ * in place), not those of 8 (the pairwise exchanges over the FIFOs). */
+Test(a2av, small_board, .timeout = 400) {
+  static const struct {
+    int n, reg;
+    const char *what;
+  } cases[] = {{4, A2A_REG_NONE, "alltoallv, 256-byte board regions"},
+               {8, A2A_REG_NONE, "alltoallv, 256-byte slots, no board"},
+               {5, A2A_REG_BOTH, "alltoallv registered, 256-byte regions"}};
+  ringcc_config_t cfg = config(RINGCC_ALGO_AUTO, 256, 0);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    run_a2a_large(cases[i].n, &cfg, cases[i].reg, cases[i].what);
+}
+
+/* Counts that do not agree between ranks 0 and 1 (rank 0 expects two more
+ * elements from rank 1 than rank 1 sends it): both fail with
+ * RINGCC_ERR_INVALID_USAGE, naming each other, and move nothing between
+ * them; the other ranks' blocks still move, so no rank hangs. */
+struct mismatch_arg {
+  size_t block;
+  int code[MAXN];
+};
+
+static int mismatch_body(h_ctx_t *h) {
+  struct mismatch_arg *a = h->arg;
+  int n = h->nranks, me = h->rank;
+  size_t sc[MAXN], sd[MAXN], rc[MAXN], rd[MAXN], per = a->block + 2;
+  uint8_t *in = h_xmalloc(per * (size_t)n), *out = h_xmalloc(per * (size_t)n);
+  for (int j = 0; j < n; j++) {
+    sc[j] = rc[j] = a->block;
+    sd[j] = rd[j] = (size_t)j * per;
+    fill(in + sd[j], 7, me, j, sc[j]);
+  }
+  if (me == 0)
+    rc[1] += 2;
+  ringcc_result_t r = ringcc_alltoallv(in, sc, sd, out, rc, rd, RINGCC_UINT8,
+                                       h->comm, NULL);
+  a->code[me] = r == RINGCC_SUCCESS ? -1 : (int)r;
+  int bad = 0;
+  if (r == RINGCC_ERR_INVALID_USAGE &&
+      strstr(ringcc_comm_last_error(h->comm), "agree pairwise") == NULL)
+    bad = h_fail(h, "the mismatch's message does not say what to check: %s",
+                 ringcc_comm_last_error(h->comm));
+  for (int j = 0; j < n && !bad; j++)
+    if (me > 1 && wrong_at(out + rd[j], 7, j, me, rc[j]) >= 0)
+      bad = h_fail(h, "alltoallv with a mismatch elsewhere: block from %d "
+                   "wrong", j);
+  free(in);
+  free(out);
+  return bad;
+}
+
+static void mismatch_run(int n, size_t block) {
+  struct mismatch_arg *a = h_shared_alloc(sizeof *a);
+  a->block = block;
+  h_run_opts_t o = {.nranks = n, .body = mismatch_body, .arg = a,
+                    .timeout_s = 30, .name = "alltoallv counts mismatch"};
+  cr_assert(h_run(&o), "alltoallv with mismatched counts, n=%d, block %zu: "
+            "failed (above)", n, block);
+  for (int r = 0; r < n; r++)
+    cr_expect(a->code[r] == (r < 2 ? RINGCC_ERR_INVALID_USAGE : -1),
+              "alltoallv mismatch between ranks 0 and 1, n=%d, block %zu: "
+              "rank %d ended with %d", n, block, r, a->code[r]);
+  h_shared_free(a, sizeof *a);
+}
+
+Test(a2av, counts_mismatch, .timeout = 120) {
+  if (h_yama_scope() >= 3)
+    cr_skip_test("Yama ptrace_scope 3: no cross-memory attach, the pairwise "
+                 "exchange runs (it checks the receiver's side only)");
+  mismatch_run(3, 100);
+  mismatch_run(4, 1 << 20);
 }
 
 /* RINGCC_ALGO=zerocopy (no cross-memory attach): registered sends read in

@@ -46,10 +46,13 @@
  * k % N at both ends, so each socket carries its messages in order and both
  * ends agree where message k is. A request is a small state machine (bytes
  * moved, header included): a send leaves with one sendmsg() of header +
- * payload straight from the caller's buffer + zeros from a static block; a
+ * payload straight from the caller's buffer + zeros from a static block,
+ * together with the messages queued behind it on its socket (SEND_BATCH); a
  * receive reads the header, then the payload straight into the caller's
  * buffer, and drops the zeros (a header, and a short payload, through a
- * 4 KiB read buffer, so a small message takes one recv()). test() moves the
+ * 4 KiB read buffer, so a small message takes one recv(); a long payload's
+ * recvmsg() fills the read buffer with what follows it, the next header
+ * included, so a large message takes one call too). test() moves the
  * request's own socket and, while that request is not done, every other
  * socket of the connection as far as it goes without blocking, so a proxy
  * that tests requests in posting order keeps all N sockets busy.
@@ -116,6 +119,8 @@
  * than this, through a buffer of this size: one recv() then takes a small
  * message whole, with the headers (and small messages) that follow it. */
 #define RBUF_BYTES 4096
+/* Queued messages of a socket that one sendmsg() takes, at most. */
+#define SEND_BATCH 8
 /* A stranger gets this long to send its preamble, and a connection this long
  * (from its first socket) to bring the others. Both are counted from when
  * accept() took the socket from the kernel, so a late accept() is no fault. */
@@ -543,37 +548,53 @@ static void request_finish(struct sock_queue *s, struct net_request *r) {
   s->count--;
 }
 
-/* Sends the queued messages of one socket until it would block. */
+/* What is left of send request r on the wire (header, payload, zeros from
+ * r->moved on) as iovecs at iov[*n] on (3 at most); returns its bytes. */
+static size_t send_iov(const struct net_request *r, struct iovec *iov,
+                       int *n) {
+  size_t end = MSG_HEADER_BYTES + r->bytes, total = wire_bytes(r->bytes);
+  size_t off = r->moved > MSG_HEADER_BYTES ? r->moved - MSG_HEADER_BYTES : 0;
+  size_t pad = r->moved > end ? r->moved - end : 0;
+  if (r->moved < MSG_HEADER_BYTES)
+    iov[(*n)++] = (struct iovec){(void *)(r->header + r->moved),
+                                 MSG_HEADER_BYTES - r->moved};
+  if (r->bytes > off)
+    iov[(*n)++] = (struct iovec){(char *)r->data + off, r->bytes - off};
+  if (total > end + pad)
+    iov[(*n)++] = (struct iovec){(void *)(zeros + pad), total - end - pad};
+  return total - r->moved;
+}
+
+/* Sends the queued messages of one socket until it would block: up to
+ * SEND_BATCH of them per sendmsg(), so that a queue of messages becomes one
+ * stream of full segments, not one short segment (and its ACK) at the end
+ * of every message (docs/performance.md). */
 static void progress_send(struct net_conn *c, int sock) {
   struct sock_queue *s = &c->socks[sock];
   while (s->count > 0 && c->error == RINGCC_SUCCESS) {
-    struct net_request *r = s->q[s->head];
-    struct iovec iov[3];
+    struct iovec iov[3 * SEND_BATCH];
     int n = 0;
-    size_t end = MSG_HEADER_BYTES + r->bytes, total = wire_bytes(r->bytes);
-    if (r->moved < MSG_HEADER_BYTES)
-      iov[n++] = (struct iovec){.iov_base = r->header + r->moved,
-                                .iov_len = MSG_HEADER_BYTES - r->moved};
-    size_t off = r->moved > MSG_HEADER_BYTES ? r->moved - MSG_HEADER_BYTES : 0;
-    if (r->bytes > off)
-      iov[n++] = (struct iovec){.iov_base = (char *)r->data + off,
-                                .iov_len = r->bytes - off};
-    size_t pad = r->moved > end ? r->moved - end : 0;
-    if (total > end + pad)
-      iov[n++] = (struct iovec){.iov_base = (void *)(zeros + pad),
-                                .iov_len = total - end - pad};
+    size_t ask = 0;
+    for (unsigned k = 0; k < s->count && k < SEND_BATCH; k++)
+      ask += send_iov(s->q[(s->head + k) % RCC_NET_MAX_REQUESTS], iov, &n);
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
     ssize_t sent = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EINTR)
         continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        conn_fail_io(c, sock, errno, r);
+        conn_fail_io(c, sock, errno, s->q[s->head]);
       return;
     }
-    r->moved += (size_t)sent;
-    if (r->moved == total)
-      request_finish(s, r);
+    for (size_t left = (size_t)sent, take; left > 0; left -= take) {
+      struct net_request *r = s->q[s->head]; /* the bytes, in order */
+      take = wire_bytes(r->bytes) - r->moved;
+      take = left < take ? left : take;
+      if ((r->moved += take) == wire_bytes(r->bytes))
+        request_finish(s, r);
+    }
+    if ((size_t)sent < ask)
+      return; /* the socket is full: poll() says when it has room */
   }
 }
 
@@ -707,9 +728,14 @@ static void progress_recv(struct net_conn *c, int sock) {
       if (drained || (c->hinted && s->idle && r->moved == 0))
         return;
       int buffered = want < RBUF_BYTES;
-      size_t ask = buffered ? RBUF_BYTES : want;
-      ssize_t n = recv(s->fd, buffered ? (void *)s->rbuf : to, ask,
-                       MSG_DONTWAIT);
+      /* A long remainder, and what follows it (the next header) into the
+       * empty read buffer: one recvmsg() per message, not two. */
+      struct iovec iov[2] = {{buffered ? (void *)s->rbuf : to,
+                              buffered ? RBUF_BYTES : want},
+                             {s->rbuf, RBUF_BYTES}};
+      size_t ask = buffered ? RBUF_BYTES : want + RBUF_BYTES;
+      struct msghdr msg = {.msg_iov = iov, .msg_iovlen = buffered ? 1 : 2};
+      ssize_t n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR)
           continue;
@@ -740,7 +766,9 @@ static void progress_recv(struct net_conn *c, int sock) {
         s->rlen = (unsigned)n;
         continue; /* taken from the buffer above */
       }
-      got = (size_t)n;
+      got = (size_t)n < want ? (size_t)n : want;
+      s->roff = 0;
+      s->rlen = (unsigned)((size_t)n - got); /* read ahead, in rbuf */
     }
     if (c->checksum && !in_header && r->moved < end)
       r->crc = rcc_crc32c(r->crc, to, got); /* payload, just copied in */

@@ -78,7 +78,7 @@ static const char *cma_rooted_why_not(const struct rcc_alg_context *c) {
  * registered memory: wherever it runs, by default. Whether it runs must not
  * depend on the size (ranks send different sums, yet must all choose
  * alike): its terms never exceed the pairwise exchange's, and each block
- * picks its own way (small ones through the FIFOs). Any other RINGCC_ALGO
+ * picks its own way (small ones with the places). Any other RINGCC_ALGO
  * forces the pairwise exchange. */
 static const char *a2av_why_not(const struct rcc_alg_context *c, int setting) {
   if (c->forced != RINGCC_ALGO_AUTO && c->forced != setting)

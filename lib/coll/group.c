@@ -329,15 +329,15 @@ static void *worker_main(void *arg) {
                                 : batch_run(b, "ringcc_group_end_async");
     struct ringcc_request *q = b->req;
     batch_free(b);
-    /* Idle before the request says done: a destroy that follows the wait
-     * finds nothing in flight. */
+    /* Idle and done in one step under the worker's lock: a destroy that
+     * follows the wait finds nothing in flight, and a blocking call that
+     * drained the queue (rcc_group_drain) finds the request done. Lock
+     * order: w->lock, then the request's. */
     pthread_mutex_lock(&w->lock);
     w->running = 0;
+    request_finish(q, r);
     if (w->head == NULL)
       pthread_cond_broadcast(&w->idle);
-    pthread_mutex_unlock(&w->lock);
-    request_finish(q, r);
-    pthread_mutex_lock(&w->lock);
   }
   pthread_mutex_unlock(&w->lock);
   return NULL;

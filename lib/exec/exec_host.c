@@ -67,9 +67,13 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #define LENT_MAX 32 /* network sends lent the user's buffers, at once */
 /* Receives landing in the user's buffers: at most LAND_MAX at once, found
  * looking LAND_AHEAD steps ahead, pieces of at least LAND_MIN_BYTES (below
- * that the copy they save costs less than looking for them). */
-#define LAND_MAX 32
-#define LAND_AHEAD 16
+ * that the copy they save costs less than looking for them). The look-ahead
+ * covers the receives the engine posts ahead (RINGCC_NSLOTS per connection)
+ * on the 7 connections of a Gather root at n = 8: a receive posted but not
+ * landed may take its bytes into its slot, and a copy more
+ * (docs/performance.md). */
+#define LAND_MAX 64
+#define LAND_AHEAD 64
 #define LAND_MIN_BYTES 16384
 
 /* A network send from the user's memory, pending until the FIFO's head
@@ -469,10 +473,13 @@ static struct land *land_find(struct exec *x, const struct rcc_conn *c,
   return NULL;
 }
 
-/* Lands the receives of steps i .. i + LAND_AHEAD that can. */
+/* Lands the receives of steps i .. i + LAND_AHEAD that can. A connection
+ * that refused one (its receive not posted yet, or taking bytes already) is
+ * not asked again in this pass: its later ones wait for the next. */
 static void land_ahead(struct exec *x, uint64_t i) {
   struct rcc_step s[LAND_AHEAD];
-  int n = 0;
+  const struct rcc_conn *refused[LAND_AHEAD];
+  int n = 0, nrefused = 0;
   if (x->nland == LAND_MAX)
     return;
   for (uint64_t j = i; j < x->plan->nsteps && n < LAND_AHEAD; j++)
@@ -484,6 +491,11 @@ static void land_ahead(struct exec *x, uint64_t i) {
     size_t bytes = t->nelem * x->esize;
     struct rcc_conn *rc = recv_conn(x, t);
     if (rc->ops == NULL || rc->ops->land == NULL || bytes < LAND_MIN_BYTES)
+      continue;
+    int skip = 0;
+    for (int z = 0; z < nrefused && !skip; z++)
+      skip = refused[z] == rc;
+    if (skip)
       continue;
     uint32_t seq = rc->step; /* this step's message on rc */
     for (int b = 0; b < a; b++)
@@ -497,8 +509,12 @@ static void land_ahead(struct exec *x, uint64_t i) {
     for (int z = 0; z < x->nlent && !clash; z++)
       clash = overlaps(x->lent[z].p, x->lent[z].len, p, bytes) &&
               !lent_done(&x->lent[z]);
-    if (!clash && rc->ops->land(rc, seq, p, bytes))
+    if (clash)
+      continue;
+    if (rc->ops->land(rc, seq, p, bytes))
       x->lands[x->nland++] = (struct land){rc, seq, p};
+    else
+      refused[nrefused++] = rc;
   }
 }
 
