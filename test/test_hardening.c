@@ -2,7 +2,8 @@
  * test_hardening.c - what issue 16 asked for, each part on its own: the
  * SHA-256 / HMAC-SHA-256 the handshakes use, against the published vectors;
  * integer and secret variables parsed strictly; no rank listens once init
- * is over; misuse caught (destroy under a running call, a handle used after
+ * is over, but for the network transport's listener where links are made
+ * on first use, which refuses a stranger without the key; misuse caught (destroy under a running call, a handle used after
  * destroy, a communicator used in a forked child, partly overlapping
  * buffers); the ptrace exception only where cross-memory attach can run;
  * /dev/shm segments of dead creators swept at init.
@@ -282,8 +283,9 @@ Test(env, secret_is_exactly_32_hex_digits, .timeout = 60) {
 /* ---- listeners: none once init is over ----------------------------------- */
 
 /* TCP sockets of this process in the LISTEN state (/proc/net/tcp{,6} state
- * 0A, matched by inode with /proc/self/fd). */
-static int listening_sockets(void) {
+ * 0A, matched by inode with /proc/self/fd); the IPv4 address and port of
+ * the last one found in *where (port 0 if none was IPv4). */
+static int listening_sockets_at(struct sockaddr_in *where) {
   unsigned long inodes[1024];
   int n = 0, found = 0;
   DIR *d = opendir("/proc/self/fd");
@@ -306,19 +308,29 @@ static int listening_sockets(void) {
     FILE *f = fopen(tables[t], "r");
     char line[512];
     while (f != NULL && fgets(line, sizeof line, f)) {
-      unsigned state;
+      unsigned state, ip, port;
       unsigned long inode;
       if (sscanf(line, "%*s %*s %*s %x %*s %*s %*s %*s %*s %lu", &state,
                  &inode) != 2 || state != 0x0A)
         continue;
       for (int i = 0; i < n; i++)
-        found += inodes[i] == inode;
+        if (inodes[i] == inode) {
+          found++;
+          if (t == 0 && where != NULL &&
+              sscanf(line, "%*s %x:%x", &ip, &port) == 2) {
+            where->sin_family = AF_INET;
+            where->sin_addr.s_addr = ip; /* as the kernel stores it */
+            where->sin_port = htons((uint16_t)port);
+          }
+        }
     }
     if (f != NULL)
       fclose(f);
   }
   return found;
 }
+
+static int listening_sockets(void) { return listening_sockets_at(NULL); }
 
 static int no_listener_body(h_ctx_t *ctx) {
   int n = listening_sockets();
@@ -334,14 +346,76 @@ static int no_listener_body(h_ctx_t *ctx) {
   return 0;
 }
 
-/* Once init is over nobody can connect to a rank: the network transport's
- * listener closes when every peer connected (it stayed open until destroy),
- * and the bootstrap's when the ring is up. Over TCP (shm disabled). */
+/* With every link made at init (RINGCC_NET_CONNECT=eager) nobody can
+ * connect to a rank once init is over: the network transport's listener
+ * closes when every peer connected (it stayed open until destroy), and the
+ * bootstrap's when the ring is up. Over TCP (shm disabled). */
 Test(net, no_listener_after_init, .timeout = 60) {
   ringcc_config_t cfg = RINGCC_CONFIG_INIT;
   cfg.shm_disable = 1;
+  setenv("RINGCC_NET_CONNECT", "eager", 1);
   h_run_opts_t o = {.nranks = 3, .body = no_listener_body, .config = &cfg,
                     .timeout_s = 40, .name = "no_listener_after_init"};
+  int ok = h_run(&o);
+  unsetenv("RINGCC_NET_CONNECT");
+  cr_assert(ok);
+}
+
+/* Links on first use (the default): the network transport's listener, and
+ * nothing else, stays open after init; rank 0 connects to its own as a
+ * stranger would, with a preamble whose proof is not made with the key: it
+ * is closed at once, and an alltoall (which makes links 0-2 and 1-3 late)
+ * is exact on every rank. */
+static int stranger_body(h_ctx_t *ctx) {
+  struct sockaddr_in at = {0};
+  int n = listening_sockets_at(&at);
+  if (n != 1)
+    return h_fail(ctx, "%d TCP sockets of this rank listen after init, not "
+                  "1 (the network transport's)", n);
+  if (ctx->rank == 0) {
+    if (at.sin_port == 0)
+      return h_fail(ctx, "the listener is not IPv4");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&at, sizeof(at)) != 0)
+      return h_fail(ctx, "cannot connect to the listener: %s",
+                    strerror(errno));
+    /* "RCNS", socket 0 of 2, an id, a hello naming rank 1, a false proof */
+    uint8_t pre[16 + 64 + 32];
+    memset(pre, 0x5a, sizeof(pre));
+    memcpy(pre, "RCNS\0\0\0\2", 8);
+    if (write(fd, pre, sizeof(pre)) != (ssize_t)sizeof(pre))
+      return h_fail(ctx, "write to the listener: %s", strerror(errno));
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char byte;
+    double t0 = h_now_s();
+    ssize_t got = recv(fd, &byte, 1, 0);
+    int e = errno;
+    close(fd);
+    if (got != 0 && !(got < 0 && e == ECONNRESET))
+      return h_fail(ctx, "the listener did not close the stranger's "
+                    "connection (recv: %zd, %s after %.1f s)", got,
+                    got < 0 ? strerror(e) : "bytes", h_now_s() - t0);
+  }
+  int np = ctx->nranks;
+  int32_t in[16], out[16];
+  for (int q = 0; q < np; q++)
+    in[q] = ctx->rank * 100 + q;
+  ringcc_result_t r = ringcc_alltoall(in, out, 1, RINGCC_INT32, ctx->comm,
+                                      NULL);
+  if (r != RINGCC_SUCCESS)
+    return h_fail(ctx, "alltoall: %s", ringcc_comm_last_error(ctx->comm));
+  for (int q = 0; q < np; q++)
+    if (out[q] != q * 100 + ctx->rank)
+      return h_fail(ctx, "alltoall block %d: %d", q, (int)out[q]);
+  return 0;
+}
+
+Test(net, lazy_listener_refuses_a_stranger, .timeout = 60) {
+  ringcc_config_t cfg = RINGCC_CONFIG_INIT;
+  cfg.shm_disable = 1;
+  h_run_opts_t o = {.nranks = 4, .body = stranger_body, .config = &cfg,
+                    .timeout_s = 40, .name = "lazy_listener_refuses_a_stranger"};
   cr_assert(h_run(&o));
 }
 

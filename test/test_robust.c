@@ -317,7 +317,12 @@ Test(checksum, every_size_exact_on_a_clean_network, .timeout = 120) {
 
 typedef struct {
   int victim;            /* the rank that fails or dies */
-  enum { VICTIM_FD_LIMIT, VICTIM_KILLED, VICTIM_NO_MEMORY } how;
+  enum {
+    VICTIM_FD_LIMIT,
+    VICTIM_KILLED,
+    VICTIM_NO_MEMORY,
+    VICTIM_FD_LIMIT_LATE, /* lazy links: out of descriptors in a call */
+  } how;
   double seconds[NS_MAX_RANKS];
   int code[NS_MAX_RANKS];
   char msg[NS_MAX_RANKS][512];
@@ -360,6 +365,9 @@ static int body_together(h_ctx_t *h) {
   if (h->rank == t->victim && t->how == VICTIM_FD_LIMIT) {
     struct rlimit rl = {64, 64}; /* ulimit -n 64 */
     setrlimit(RLIMIT_NOFILE, &rl);
+  } else if (h->rank == t->victim && t->how == VICTIM_FD_LIMIT_LATE) {
+    struct rlimit rl = {32, 32}; /* ulimit -n 32: init's links fit */
+    setrlimit(RLIMIT_NOFILE, &rl);
   } else if (h->rank == t->victim && t->how == VICTIM_KILLED) {
     pthread_t tid;
     base = sockets_open();
@@ -381,11 +389,23 @@ static int body_together(h_ctx_t *h) {
   ringcc_comm_t comm = NULL;
   double t0 = h_now_s();
   ringcc_result_t r = ringcc_comm_init(&comm, h->nranks, h->id, h->rank, &cfg);
+  ringcc_comm_t failed = NULL; /* whose message to keep */
+  if (t->how == VICTIM_FD_LIMIT_LATE && r == RINGCC_SUCCESS) {
+    /* every pair linked on first use: the victim runs out */
+    int32_t in[NS_MAX_RANKS], out[NS_MAX_RANKS];
+    for (int q = 0; q < h->nranks; q++)
+      in[q] = h->rank * 100 + q;
+    t0 = h_now_s();
+    r = ringcc_alltoall(in, out, 1, RINGCC_INT32, comm, NULL);
+    failed = comm;
+  }
   t->seconds[h->rank] = h_now_s() - t0;
   t->code[h->rank] = (int)r;
   snprintf(t->msg[h->rank], sizeof t->msg[0], "%s",
-           ringcc_comm_last_error(NULL));
-  if (comm != NULL)
+           ringcc_comm_last_error(failed));
+  if (comm != NULL && failed != NULL && r != RINGCC_SUCCESS)
+    ringcc_comm_abort(comm);
+  else if (comm != NULL)
     ringcc_comm_destroy(comm);
   return 0;
 }
@@ -435,11 +455,46 @@ static void victim_run(int nranks, int victim, int how, ringcc_result_t want,
 }
 
 Test(together, fd_limit_on_one_of_16_tcp_ranks, .timeout = 120) {
-  /* rank 0 connects to all 15 others: 60 sockets */
+  /* every link at init: rank 0 connects to all 15 others, 60 sockets */
   static const char *const words[] = {"rank 0", "RLIMIT_NOFILE", "it needs",
                                       NULL};
+  setenv("RINGCC_NET_CONNECT", "eager", 1);
   victim_run(16, 0, VICTIM_FD_LIMIT, RINGCC_ERR_SYSTEM, words,
              "ulimit -n 64 on rank 0 of 16");
+  unsetenv("RINGCC_NET_CONNECT");
+}
+
+/* Links on first use (the default): ulimit -n 32 on rank 0 of 16 leaves
+ * room for init's links (the ring's neighbours), not for an alltoall's:
+ * rank 0's alltoall fails with RINGCC_ERR_SYSTEM naming the limit and what
+ * it needs; it aborts, and every other rank's alltoall fails with
+ * RINGCC_ERR_PEER_FAILED, all within 15 s. */
+Test(together, fd_limit_in_a_call_on_one_of_16_tcp_ranks, .timeout = 120) {
+  together_t *t = h_shared_alloc(sizeof *t);
+  t->victim = 0;
+  t->how = VICTIM_FD_LIMIT_LATE;
+  for (int r = 0; r < 16; r++)
+    t->code[r] = -1;
+  h_run_opts_t o = {.nranks = 16, .body = body_together, .arg = t,
+                    .skip_init = true, .timeout_s = 90,
+                    .name = "ulimit -n 32 on rank 0 of 16, an alltoall"};
+  h_run(&o);
+  static const char *const words[] = {"rank 0", "RLIMIT_NOFILE", "it needs",
+                                      NULL};
+  cr_expect_eq(t->code[0], (int)RINGCC_ERR_SYSTEM, "rank 0: %d: %s",
+               t->code[0], t->msg[0]);
+  for (int w = 0; words[w] != NULL; w++)
+    cr_expect(strstr(t->msg[0], words[w]) != NULL, "rank 0's message does "
+              "not say \"%s\": %s", words[w], t->msg[0]);
+  for (int r = 1; r < 16; r++) {
+    cr_expect_eq(t->code[r], (int)RINGCC_ERR_PEER_FAILED, "rank %d: %d: %s",
+                 r, t->code[r], t->msg[r]);
+    cr_expect_lt(t->seconds[r], 15.0, "rank %d took %.1f s: %s", r,
+                 t->seconds[r], t->msg[r]);
+  }
+  fprintf(stderr, "ulimit -n 32 on rank 0 of 16, an alltoall: rank 0: %s; "
+          "rank 1 (%.2f s): %s\n", t->msg[0], t->seconds[1], t->msg[1]);
+  h_shared_free(t, sizeof *t);
 }
 
 Test(together, rank_killed_while_connecting, .timeout = 120) {

@@ -26,6 +26,12 @@
  *                                   algorithm forced on a shrunk healthy
  *                                   one, the parent used in between;
  *   teardown/...                    64 TCP ranks destroy in order: no WARN;
+ *   lazy/...                        links on first use (the default over
+ *                                   TCP): sockets per rank at n = 8 after
+ *                                   init, allreduces and alltoalls; every
+ *                                   rank's first call an alltoall at once
+ *                                   (n = 8, 16); a rank killed with links
+ *                                   to its ring neighbours only;
  *   scale/tcp_ranks_defaults        RINGCC_SCALE_N (make scale-check: 128)
  *                                   TCP ranks on this host with default
  *                                   settings; skipped unless that is set.
@@ -59,6 +65,8 @@ typedef struct {
   int delay_ms[8]; /* rank r calls shrink this much later */
   volatile double shrink_s[MAX_N]; /* how long each survivor's shrink took */
   volatile int new_sockets[MAX_N]; /* sockets the shrink left open more */
+  volatile int sockets[MAX_N][4];  /* lazy: sockets after each stage */
+  volatile int result[MAX_N];      /* lazy: the call's result */
   char logdir[64]; /* teardown: where each rank's stderr goes */
 } area_t;
 
@@ -907,6 +915,173 @@ Test(probe, vanished_host_is_silent) {
   v = probe_to("10.255.255.1", 9, 500000000LL, why, sizeof(why));
   cr_assert_eq(v, RCC_PROBE_SILENT, "10.255.255.1 answered: %s", why);
   cr_assert(strstr(why, "unreachable") != NULL, "%s", why);
+}
+
+/* ---- lazy links (RINGCC_NET_CONNECT=lazy, the default over TCP) -------- */
+
+/* An exact alltoall of count int32 per block (this rank me of n). */
+static int exact_alltoall(ringcc_comm_t comm, int me, int n, size_t count,
+                          int i, ringcc_result_t *r) {
+  int32_t *in = h_xmalloc(count * (size_t)n * sizeof(int32_t));
+  int32_t *out = h_xmalloc(count * (size_t)n * sizeof(int32_t));
+  int rc = 0;
+  for (int q = 0; q < n; q++)
+    for (size_t k = 0; k < count; k++)
+      in[(size_t)q * count + k] = me * 1000000 + q * 1000 + (int)(k % 997) + i;
+  *r = ringcc_alltoall(in, out, count, RINGCC_INT32, comm, NULL);
+  if (*r != RINGCC_SUCCESS)
+    rc = -1;
+  for (int q = 0; q < n && rc == 0; q++)
+    for (size_t k = 0; k < count && rc == 0; k++)
+      if (out[(size_t)q * count + k] != q * 1000000 + me * 1000 +
+                                            (int)(k % 997) + i)
+        rc = fprintf(stderr, "rank %d: alltoall %d block %d element %zu is "
+                     "%d\n", me, i, q, k, (int)out[(size_t)q * count + k]) > 0;
+  free(in);
+  free(out);
+  return rc;
+}
+
+/* A shared area for n TCP ranks, none stopped. */
+static area_t *tcp_area(int n) {
+  area_t *a = g_a = h_shared_alloc(sizeof(*a));
+  a->n = n;
+  a->tcp = 1;
+  a->stop_rank = -1;
+  return a;
+}
+
+/* Sockets after init, after allreduces (ring and tree schedules), after an
+ * alltoall (every pair), after a second alltoall. */
+static int body_lazy_sockets(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_result_t r;
+  if (comm_of(a, rank, &comm) != 0)
+    return 1;
+  int32_t *buf = h_xmalloc(65536 * sizeof(int32_t));
+  int rc = 0;
+  a->sockets[rank][0] = count_sockets();
+  for (int i = 0; i < 3 && rc == 0; i++)
+    rc = exact_allreduce(comm, rank, a->n, i == 0 ? 1 : i == 1 ? 4096 : 65536,
+                         i, buf, &r) != 0;
+  a->sockets[rank][1] = count_sockets();
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    rc = exact_alltoall(comm, rank, a->n, 1000, i, &r) != 0;
+    a->sockets[rank][2 + i] = count_sockets();
+  }
+  if (rc != 0)
+    fprintf(stderr, "rank %d: %s\n", rank, ringcc_comm_last_error(comm));
+  free(buf);
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+/* n = 8 over TCP: init links the ring's neighbours only; allreduces add
+ * no more than a tree's links; the first alltoall links every pair, the
+ * second nothing. */
+Test(lazy, sockets_grow_only_for_an_alltoall, .timeout = 120) {
+  area_t *a = tcp_area(8);
+  int bad = run(a, body_lazy_sockets, 100);
+  cr_assert_eq(bad, 0, "see above");
+  for (int r = 0; r < a->n; r++) {
+    volatile int *s = a->sockets[r];
+    fprintf(stderr, "lazy: rank %d sockets: %d after init, %d after "
+            "allreduces, %d after an alltoall, %d after another\n", r, s[0],
+            s[1], s[2], s[3]);
+    /* Allreduces (ring, tree, recursive doubling) link at most
+     * log2(n) + 1 = 4 more peers, 2 sockets each */
+    cr_expect(s[1] - s[0] <= 4 * 2, "rank %d: allreduces made %d sockets",
+              r, s[1] - s[0]);
+    cr_expect(s[2] > s[1], "rank %d: the alltoall made no link", r);
+    cr_expect_eq(s[3], s[2], "rank %d: the second alltoall made links", r);
+    /* Every pair linked now, 2 of the n - 1 at init: the data sockets at
+     * init are at most 2 / (n - 1) of those after the alltoall (plus the
+     * bootstrap's and the listener's few). */
+    cr_expect(s[0] * (a->n - 1) <= s[2] * 2 + 8 * (a->n - 1),
+              "rank %d: %d sockets after init, %d with every pair linked", r,
+              s[0], s[2]);
+  }
+  h_shared_free(a, sizeof(*a));
+}
+
+/* Every rank's first call is an alltoall, all at once: every link is made
+ * by both its ends in the same moment, while others carry data. */
+static int body_lazy_race(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_result_t r;
+  if (comm_of(a, rank, &comm) != 0)
+    return 1;
+  int rc = 0;
+  size_t counts[3] = {1000, 1, 40000};
+  for (int i = 0; i < 3 && rc == 0; i++)
+    rc = exact_alltoall(comm, rank, a->n, counts[i], i, &r) != 0;
+  int32_t *buf = h_xmalloc(65536 * sizeof(int32_t));
+  if (rc == 0)
+    rc = exact_allreduce(comm, rank, a->n, 65536, 9, buf, &r) != 0;
+  if (rc != 0)
+    fprintf(stderr, "rank %d: %s\n", rank, ringcc_comm_last_error(comm));
+  free(buf);
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+static void lazy_race(int n) {
+  area_t *a = tcp_area(n);
+  double t0 = h_now_s();
+  int bad = run(a, body_lazy_race, 150);
+  fprintf(stderr, "lazy: first alltoall at once on %d TCP ranks: %s in %.1f "
+          "s\n", n, bad ? "FAILED" : "exact", h_now_s() - t0);
+  cr_assert_eq(bad, 0, "see above");
+  h_shared_free(a, sizeof(*a));
+}
+
+Test(lazy, first_alltoall_at_once_8, .timeout = 180) { lazy_race(8); }
+Test(lazy, first_alltoall_at_once_16, .timeout = 180) { lazy_race(16); }
+
+/* A rank killed before anything linked it to most ranks (init links the
+ * ring's neighbours only): an alltoall on the others still ends with
+ * RINGCC_ERR_PEER_FAILED, soon. */
+static int body_lazy_kill(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_result_t r;
+  if (comm_of(a, rank, &comm) != 0)
+    return 1;
+  if (is_victim(a, rank)) {
+    h_sleep_ms(500);
+    raise(SIGKILL);
+  }
+  h_sleep_ms(1500);
+  double t0 = h_now_s();
+  int rc = exact_alltoall(comm, rank, a->n, 1000, 0, &r);
+  a->detect_s[rank] = h_now_s() - t0;
+  a->result[rank] = (int)r;
+  if (rc >= 0)
+    return fprintf(stderr, "rank %d: the alltoall with rank %d dead "
+                   "returned %d\n", rank, a->victims[0], (int)r) > 0;
+  if (r != RINGCC_ERR_PEER_FAILED)
+    return fprintf(stderr, "rank %d: the alltoall returned %d, not "
+                   "RINGCC_ERR_PEER_FAILED: %s\n", rank, (int)r,
+                   ringcc_comm_last_error(comm)) > 0;
+  ringcc_comm_abort(comm);
+  return 0;
+}
+
+Test(lazy, kill_of_a_rank_without_links_8, .timeout = 120) {
+  area_t *a = tcp_area(8);
+  a->nvictims = 1;
+  a->victims[0] = 4;
+  int bad = run(a, body_lazy_kill, 90);
+  double worst = 0;
+  for (int r = 0; r < a->n; r++)
+    if (r != 4 && a->detect_s[r] > worst)
+      worst = a->detect_s[r];
+  fprintf(stderr, "lazy: rank 4 of 8 killed with links to ranks 3 and 5 "
+          "only: every other rank's alltoall failed with "
+          "RINGCC_ERR_PEER_FAILED within %.2f s%s\n", worst,
+          bad ? " (NOT: see above)" : "");
+  cr_assert_eq(bad, 0, "see above");
+  cr_expect(worst < 10, "%.1f s to notice the dead rank", worst);
+  h_shared_free(a, sizeof(*a));
 }
 
 /* ---- measure: init time and resources per rank over n ------------------ */

@@ -17,6 +17,21 @@
  * message then carries the acknowledgement of the last one that came the
  * other way, where one-way links cost an ACK packet per message.
  *
+ * Links on first use (RINGCC_NET_CONNECT=lazy, the default, where the
+ * plugin links both ways and sets a connection up in connect() and accept()
+ * alone: TCP). Init links each rank to the ring's neighbours in rank order
+ * only (rank - 1 and rank + 1: the network is proven at init, and every
+ * rank watches a link each way); FIFOs are made for every peer, but a
+ * pair's other links wait for a call that needs them. The listener stays
+ * open, and the proxy (net_proxy.c, progress_links) makes a link when an
+ * executor first publishes into or waits on one of its FIFOs: the lower
+ * rank connects (lazy_connect), the higher sends an ask (a connection whose
+ * hello says HELLO_ASK, closed at once) until the lower one's connection
+ * comes (lazy_accept). The plugin proves the key on each of them as at
+ * init. The open-file limit is raised for every link at init as before;
+ * below what they need, init warns, and the call whose link runs out fails
+ * with RINGCC_ERR_SYSTEM naming the limit and the number.
+ *
  * The plugin: RINGCC_NET (IB or Socket) forces one; RINGCC_IB_DISABLE=1
  * leaves verbs out; otherwise the first of plugins[] whose init succeeds on
  * every rank with network edges (verbs where a port is active, else TCP):
@@ -29,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 
 #include "clock.h"
 #include "agree.h"
@@ -59,10 +75,15 @@ struct net_hello {
   int32_t rank;
   int32_t kind;   /* the FIFO set: (connection kind, channel), comm.h */
   int32_t nranks;
+  uint32_t flags; /* HELLO_ASK, or 0 */
 };
+/* Lazy links: the connection only asks the listener's rank (the lower of
+ * the pair) to connect the link (rank, kind); it is closed at once. */
+#define HELLO_ASK 1u
 _Static_assert(sizeof(struct net_hello) <= RCC_NET_HELLO_BYTES, "hello size");
 
 struct net_state {
+  struct ringcc_comm *comm;
   const struct rcc_net_plugin *plugin;
   void *listen_comm;
   uint8_t key[RCC_NET_KEY_BYTES]; /* from the communicator's (net_key) */
@@ -73,6 +94,10 @@ struct net_state {
                    kinds: host kinds, and device kinds */
   int duplex;   /* one link per pair and kind, used both ways (reverse) */
   int gdr;      /* device kinds' slots in GPU memory (GPUDirect RDMA) */
+  int lazy;     /* RINGCC_NET_CONNECT=lazy: links made on first use */
+  int npeers;
+  int *peers;       /* lazy: the network peers, */
+  uint8_t *handles; /* and their listen handles (RCC_NET_HANDLE_BYTES) */
   struct rcc_proxy *proxy;
   char describe[96];
 };
@@ -213,28 +238,55 @@ static ringcc_result_t usable_plugins(struct ringcc_comm *comm, int npeers,
   return RINGCC_SUCCESS;
 }
 
+/* RINGCC_NET_CONNECT: "lazy" (the default: a link is made when a call
+ * first needs it) or "eager" (every link at init), any case. */
+static ringcc_result_t connect_mode(struct ringcc_comm *comm, int *lazy) {
+  const char *v = rcc_getenv("RINGCC_NET_CONNECT");
+  *lazy = v == NULL || strcasecmp(v, "lazy") == 0;
+  if (v != NULL && !*lazy && strcasecmp(v, "eager") != 0)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: RINGCC_NET_CONNECT=\"%s\" is "
+                          "neither eager nor lazy", comm->rank, v);
+  return RINGCC_SUCCESS;
+}
+
 /* The plugin every rank uses: the first that all can (all ranks call this
  * in the same step of init, so they agree through the bootstrap; ranks
- * that set RINGCC_NET differently fail here, with a sentence). */
+ * that set RINGCC_NET differently fail here, with a sentence). The same
+ * for RINGCC_NET_CONNECT (*lazy). */
 static ringcc_result_t choose_plugin(struct ringcc_comm *comm, int npeers,
-                                     int *chosen) {
+                                     int *chosen, int *lazy) {
   struct record {
     int32_t status;
     uint32_t mask;
+    int32_t lazy;
   } *all = calloc((size_t)comm->nranks, sizeof(*all));
   if (all == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: out of memory", comm->rank);
   uint32_t mine = 0, every = ~0u;
-  ringcc_result_t r = usable_plugins(comm, npeers, &mine);
+  ringcc_result_t r = connect_mode(comm, lazy);
+  if (r == RINGCC_SUCCESS)
+    r = usable_plugins(comm, npeers, &mine);
   all[comm->rank].mask = mine;
+  all[comm->rank].lazy = *lazy;
   r = rcc_agree_records(comm, r, all, sizeof(*all), "the choice of a network "
                         "plugin", comm->init_deadline);
-  for (int q = 0; q < comm->nranks; q++)
+  int other = -1;
+  for (int q = 0; q < comm->nranks; q++) {
     every &= all[q].mask;
+    if (all[q].lazy != *lazy && other < 0)
+      other = q;
+  }
   free(all);
   if (r != RINGCC_SUCCESS)
     return r;
+  if (other >= 0)
+    return rcc_comm_error(comm, RINGCC_ERR_INVALID_ARGUMENT,
+                          "net on rank %d: RINGCC_NET_CONNECT is %s here but "
+                          "%s on rank %d: it must be the same on every rank",
+                          comm->rank, *lazy ? "lazy" : "eager",
+                          *lazy ? "eager" : "lazy", other);
   *chosen = -1;
   for (int p = NUM_PLUGINS - 1; p >= 0; p--)
     if (every & (1u << p))
@@ -264,16 +316,24 @@ static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
   char err[RCC_ERRLEN];
   struct net_state *st = calloc(1, sizeof(*st));
-  int chosen = -1;
+  int chosen = -1, lazy = 0;
   (void)peers;
   *state = st;
   if (st == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "net on rank %d: out of memory", comm->rank);
-  ringcc_result_t r = choose_plugin(comm, npeers, &chosen);
+  st->comm = comm;
+  ringcc_result_t r = choose_plugin(comm, npeers, &chosen, &lazy);
   if (r != RINGCC_SUCCESS || npeers == 0)
     return r;
   st->plugin = plugins[chosen];
+  /* Links on first use need a link that serves both ways (the lower rank
+   * connects) and set up in connect() and accept() alone: the verbs plugin
+   * (ready(): a handshake with the peer's core) stays eager. */
+  st->lazy = lazy && st->plugin->reverse != NULL && st->plugin->ready == NULL;
+  if (lazy && !st->lazy)
+    RCC_INFO(comm->rank, "net: RINGCC_NET_CONNECT=lazy: NET/%s connects "
+             "every link at init", st->plugin->name);
   net_key(comm, st->key);
   r = st->plugin->listen(st->key, blob, &st->listen_comm, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
@@ -425,39 +485,127 @@ static int64_t slice_end(int64_t slice, int64_t deadline) {
   return end < deadline ? end : deadline;
 }
 
+/* Why a connect to peer failed, in out: with the descriptors it needs
+ * where this rank ran out of them. */
+static void connect_why(const struct net_state *st, int peer,
+                        ringcc_result_t r, const char *err, char *out,
+                        size_t len) {
+  const struct ringcc_comm *comm = st->comm;
+  if (r == RINGCC_ERR_SYSTEM) /* out of descriptors, say: what it needs */
+    snprintf(out, len, "net on rank %d: cannot connect to rank %d (host %s): "
+             "%s; it needs %d connections (%d peers x %d FIFO sets) of "
+             "RINGCC_NSOCKS_PERPEER sockets (default 2)%s: raise ulimit -n "
+             "or lower that", comm->rank, peer, comm->peers[peer].hostname,
+             err, st->nconns / (st->duplex ? 2 : 1),
+             st->nconns / (2 * st->nsets), st->nsets,
+             st->lazy ? " once every link is made" : "");
+  else
+    snprintf(out, len, "net on rank %d: cannot connect to rank %d (host %s): "
+             "%s", comm->rank, peer, comm->peers[peer].hostname, err);
+}
+
+/* Connects the link to peers[i] for FIFO set k by until (both ways where
+ * the plugin can), or, ask, asks peers[i] to connect it: a connection whose
+ * hello says so, closed at once. */
+static ringcc_result_t link_connect(struct net_state *st, const int *peers,
+                                    int i, int k, const void *handle, int ask,
+                                    int64_t until, char *err, size_t errlen) {
+  struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
+  struct net_hello hello = {.magic = HELLO_MAGIC, .rank = st->comm->rank,
+                            .kind = k, .nranks = st->comm->nranks,
+                            .flags = ask ? HELLO_ASK : 0};
+  uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
+  void *sc = NULL;
+  memcpy(wire, &hello, sizeof(hello));
+  (void)peers;
+  ringcc_result_t r = st->plugin->connect(st->key, handle, wire, &sc, until,
+                                          err, errlen);
+  if (r != RINGCC_SUCCESS || ask) {
+    if (sc != NULL)
+      st->plugin->close_send(sc);
+    return r;
+  }
+  c->net_comm = sc;
+  if (st->duplex &&
+      (r = st->plugin->reverse(sc, &c[1].net_comm, err, errlen)) !=
+          RINGCC_SUCCESS) {
+    st->plugin->close_send(sc);
+    c->net_comm = NULL;
+  }
+  return r;
+}
+
 /* One connection to peers[i] for FIFO set k: RINGCC_SUCCESS, a failure
  * (recorded), or RINGCC_ERR_TIMEOUT at the end of a slice (try again). */
 static ringcc_result_t connect_one(struct ringcc_comm *comm,
                                    struct net_state *st, const int *peers,
                                    int i, int k, const char *all_blobs) {
-  char err[RCC_ERRLEN];
-  struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
-  struct net_hello hello = {.magic = HELLO_MAGIC, .rank = comm->rank,
-                            .kind = k, .nranks = comm->nranks};
-  uint8_t wire[RCC_NET_HELLO_BYTES] = {0};
-  memcpy(wire, &hello, sizeof(hello));
+  char err[RCC_ERRLEN], why[RCC_ERRLEN + 200];
   const char *blob = all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES;
   int sliced = st->plugin->ready == NULL;
   int64_t until = sliced ? slice_end(CONNECT_SLICE_NS, comm->init_deadline)
                          : comm->init_deadline;
-  ringcc_result_t r = st->plugin->connect(st->key, blob, wire, &c->net_comm,
-                                          until, err, sizeof(err));
+  ringcc_result_t r = link_connect(st, peers, i, k, blob, 0, until, err,
+                                   sizeof(err));
   if (r == RINGCC_ERR_TIMEOUT && until < comm->init_deadline)
     return r;
-  if (r == RINGCC_SUCCESS && st->duplex)
-    r = st->plugin->reverse(c->net_comm, &c[1].net_comm, err, sizeof(err));
-  if (r == RINGCC_ERR_SYSTEM) /* out of descriptors, say: what it needs */
-    return rcc_comm_error(comm, r, "net on rank %d: cannot connect to rank %d "
-                          "(host %s): %s; it needs %d connections (%d peers "
-                          "x %d FIFO sets) of RINGCC_NSOCKS_PERPEER sockets "
-                          "(default 2): raise ulimit -n or lower that",
-                          comm->rank, peers[i], comm->peers[peers[i]].hostname,
-                          err, st->nconns / (st->duplex ? 2 : 1),
-                          st->nconns / (2 * st->nsets), st->nsets);
-  if (r != RINGCC_SUCCESS)
-    return rcc_comm_error(comm, r, "net on rank %d: cannot connect to rank %d "
-                          "(host %s): %s", comm->rank, peers[i],
-                          comm->peers[peers[i]].hostname, err);
+  if (r == RINGCC_SUCCESS)
+    return r;
+  connect_why(st, peers[i], r, err, why, sizeof(why));
+  return rcc_comm_error(comm, r, "%s", why);
+}
+
+/* A connection that proved the key (rc, its hello in wire) made link *l
+ * (both ways where the plugin can), asked for one (*asked: lazy links, *l
+ * the link this rank is to connect, or -1 where it is made already), or was
+ * refused (*l -1: WARN, closed). Another result: the link failed (err). */
+static ringcc_result_t link_accept(struct net_state *st, void *rc,
+                                   const uint8_t *wire, int *l, int *asked,
+                                   char *err, size_t errlen) {
+  struct ringcc_comm *comm = st->comm;
+  struct net_hello h;
+  int peer = -1, kind = -1;
+  *l = -1;
+  *asked = 0;
+  memcpy(&h, wire, sizeof(h));
+  int ok = rcc_net_hello_parse(wire, RCC_NET_HELLO_BYTES, comm->rank,
+                               comm->nranks, &peer, &kind) &&
+           (h.flags & ~HELLO_ASK) == 0;
+  if (ok && (h.flags & HELLO_ASK) && st->lazy && peer > comm->rank) {
+    st->plugin->close_recv(rc); /* it only asks */
+    for (int i = 0; i < st->nconns && *l < 0; i += 2)
+      if (st->conns[i].peer == peer && (i / 2) % st->nsets == kind)
+        *l = st->conns[i].net_comm == NULL ? i / 2 : -2;
+    *asked = *l >= 0;
+    if (*l == -2)
+      *l = -1; /* made already: the ask crossed our connect */
+    else if (*l < 0)
+      RCC_WARN(comm->rank, "net: refused an ask that proved the key but "
+               "names no link of this rank (rank %d, kind %d)", peer, kind);
+    return RINGCC_SUCCESS;
+  }
+  struct rcc_proxy_conn *c = ok && !(h.flags & HELLO_ASK)
+                                 ? recv_slot(st, comm->rank, peer, kind)
+                                 : NULL;
+  if (c == NULL) {
+    RCC_WARN(comm->rank, "net: refused a connection that proved the key "
+                         "but is not one this rank expects (rank %d, kind "
+                         "%d: taken already, or not a peer of this rank)",
+             peer, kind);
+    st->plugin->close_recv(rc);
+    return RINGCC_SUCCESS;
+  }
+  /* Both ways: the send connection to the peer is the same link. Its slot
+   * precedes the receive slot (conns holds send, receive pairs). */
+  ringcc_result_t r;
+  if (st->duplex &&
+      (r = st->plugin->reverse(rc, &c[-1].net_comm, err, errlen)) !=
+          RINGCC_SUCCESS) {
+    st->plugin->close_recv(rc);
+    return r;
+  }
+  c->net_comm = rc;
+  *l = (int)(c - st->conns) / 2;
   return RINGCC_SUCCESS;
 }
 
@@ -468,8 +616,8 @@ static ringcc_result_t accept_one(struct ringcc_comm *comm,
                                   struct net_state *st, int *expected) {
   char err[RCC_ERRLEN];
   uint8_t wire[RCC_NET_HELLO_BYTES];
-  int peer = -1, kind = -1;
   void *rc = NULL;
+  int l, asked;
   int64_t until = st->plugin->ready == NULL
                       ? slice_end(ACCEPT_SLICE_NS, comm->init_deadline)
                       : comm->init_deadline;
@@ -483,31 +631,24 @@ static ringcc_result_t accept_one(struct ringcc_comm *comm,
                           "from peers: %s",
                           comm->rank, *expected, *expected == 1 ? "" : "s",
                           err);
-  struct rcc_proxy_conn *c =
-      rcc_net_hello_parse(wire, sizeof(wire), comm->rank, comm->nranks, &peer,
-                          &kind)
-          ? recv_slot(st, comm->rank, peer, kind)
-          : NULL;
-  if (c == NULL) {
-    RCC_WARN(comm->rank, "net: refused a connection that proved the key "
-                         "but is not one this rank expects (rank %d, kind "
-                         "%d: taken already, or not a peer of this rank)",
-             peer, kind);
-    st->plugin->close_recv(rc);
-    return RINGCC_SUCCESS;
-  }
-  /* Both ways: the send connection to the peer is the same link. Its slot
-   * precedes the receive slot (conns holds send, receive pairs). */
-  if (st->duplex &&
-      (r = st->plugin->reverse(rc, &c[-1].net_comm, err, sizeof(err))) !=
-          RINGCC_SUCCESS) {
-    st->plugin->close_recv(rc);
-    return rcc_comm_error(comm, r, "net on rank %d: the link from rank %d: "
-                          "%s", comm->rank, peer, err);
-  }
-  c->net_comm = rc;
-  (*expected)--;
+  if ((r = link_accept(st, rc, wire, &l, &asked, err, sizeof(err))) !=
+      RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "net on rank %d: the link from a peer: %s",
+                          comm->rank, err);
+  if (l >= 0 && !asked)
+    (*expected)--;
+  else if (asked) /* a peer already past init: made once init is done */
+    st->conns[2 * l].want = 1;
   return RINGCC_SUCCESS;
+}
+
+/* Lazy links: the links made at init, to the ring's neighbours in rank
+ * order (init then proves that the network works, and every rank has a
+ * link to watch both ways); every other link on first use. */
+static int linked_at_init(const struct net_state *st, int peer) {
+  const struct ringcc_comm *comm = st->comm;
+  return !st->lazy || peer == (comm->rank + 1) % comm->nranks ||
+         peer == (comm->rank + comm->nranks - 1) % comm->nranks;
 }
 
 /* Connects to every peer this rank connects to and accepts every peer's
@@ -527,8 +668,10 @@ static ringcc_result_t connect_and_accept(struct ringcc_comm *comm,
     for (int i = 0; i < npeers; i++)
       for (int k = 0; k < st->nsets; k++) {
         struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
-        if ((st->duplex && peers[i] < comm->rank) || c->net_comm != NULL)
-          continue; /* the lower rank connects; we accept. Or done */
+        if ((st->duplex && peers[i] < comm->rank) || c->net_comm != NULL ||
+            !linked_at_init(st, peers[i]))
+          continue; /* the lower rank connects; we accept. Or done, or
+                       lazy */
         r = connect_one(comm, st, peers, i, k, all_blobs);
         if (r != RINGCC_SUCCESS && r != RINGCC_ERR_TIMEOUT)
           return r;
@@ -589,9 +732,103 @@ static void checksums(struct ringcc_comm *comm, struct net_state *st) {
     return;
   }
   for (int i = 0; i < st->nconns; i++)
-    st->plugin->checksum(st->conns[i].net_comm, 1);
+    if (st->conns[i].net_comm != NULL)
+      st->plugin->checksum(st->conns[i].net_comm, 1);
   RCC_INFO(comm->rank, "net: RINGCC_CHECKSUM: a CRC-32C (%s) of every "
            "message, checked on receive", rcc_crc32c_impl());
+}
+
+/* A link made after init: what init does for each connection (checksums,
+ * registration). */
+static ringcc_result_t link_ready(struct net_state *st, int l, char *err,
+                                  size_t errlen) {
+  for (int j = 0; j < 2; j++) {
+    struct rcc_proxy_conn *c = &st->conns[2 * l + j];
+    if (st->comm->set.checksum && st->plugin->checksum != NULL)
+      st->plugin->checksum(c->net_comm, 1);
+    ringcc_result_t r = st->plugin->reg_mr(c->net_comm, c->data,
+                                           (size_t)c->nslots * c->slot_bytes,
+                                           &c->mhandle, err, errlen);
+    if (r != RINGCC_SUCCESS)
+      return r;
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* The proxy's callbacks (struct rcc_proxy_links): link l is to
+ * st->peers[l / nsets] for FIFO set l % nsets. */
+static ringcc_result_t lazy_connect(void *arg, int l, int *asked,
+                                    int64_t deadline_ns, char *err,
+                                    size_t errlen) {
+  struct net_state *st = arg;
+  char why[RCC_ERRLEN];
+  int i = l / st->nsets, peer = st->peers[i];
+  *asked = peer < st->comm->rank; /* the lower rank connects */
+  ringcc_result_t r = link_connect(
+      st, st->peers, i, l % st->nsets,
+      st->handles + (size_t)i * RCC_NET_HANDLE_BYTES, *asked, deadline_ns,
+      why, sizeof(why));
+  if (r == RINGCC_SUCCESS && !*asked)
+    r = link_ready(st, l, why, sizeof(why));
+  if (r != RINGCC_SUCCESS)
+    connect_why(st, peer, r, why, err, errlen);
+  return r;
+}
+
+static ringcc_result_t lazy_accept(void *arg, int *l, int *asked,
+                                   int64_t deadline_ns, char *err,
+                                   size_t errlen) {
+  struct net_state *st = arg;
+  uint8_t wire[RCC_NET_HELLO_BYTES];
+  void *rc = NULL;
+  *l = -1;
+  *asked = 0;
+  ringcc_result_t r = st->plugin->accept(st->listen_comm, wire, &rc,
+                                         deadline_ns, err, errlen);
+  if (r == RINGCC_SUCCESS)
+    r = link_accept(st, rc, wire, l, asked, err, errlen);
+  if (r == RINGCC_SUCCESS && *l >= 0 && !*asked &&
+      (r = link_ready(st, *l, err, errlen)) != RINGCC_SUCCESS) {
+    RCC_WARN(st->comm->rank, "net: a link from rank %d: %s",
+             st->conns[2 * *l].peer, err);
+    *l = -1; /* its peer sees it closed (destroy closes it) */
+    return RINGCC_SUCCESS;
+  }
+  return r;
+}
+
+/* Lazy links: what the proxy needs to make a link later, kept from init
+ * (the peers' handles), and a word on the descriptors an all-to-all will
+ * need where the open-file limit is below that. */
+static ringcc_result_t lazy_keep(struct ringcc_comm *comm,
+                                 struct net_state *st, const int *peers,
+                                 int npeers, const char *all_blobs,
+                                 uint64_t fds) {
+  st->npeers = npeers;
+  st->peers = malloc((size_t)npeers * sizeof(*st->peers));
+  st->handles = malloc((size_t)npeers * RCC_NET_HANDLE_BYTES);
+  if (st->peers == NULL || st->handles == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "net on rank %d: out of memory", comm->rank);
+  for (int i = 0; i < npeers; i++) {
+    st->peers[i] = peers[i];
+    memcpy(st->handles + (size_t)i * RCC_NET_HANDLE_BYTES,
+           all_blobs + (size_t)peers[i] * RCC_TRANSPORT_BLOB_BYTES,
+           RCC_NET_HANDLE_BYTES);
+  }
+  /* The sockets of every link at the plugin's default (2 per link), and
+   * room for the rest of the process. */
+  uint64_t least = (uint64_t)npeers * (uint64_t)st->nsets * 2 + 64;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)least)
+    RCC_WARN(comm->rank, "net: the open-file limit (RLIMIT_NOFILE) is %llu, "
+             "below the %llu descriptors or more (up to %llu) that a call "
+             "linking this rank to all %d network peers needs "
+             "(RINGCC_NET_CONNECT=lazy makes links on first use; a link "
+             "that runs out fails its call with RINGCC_ERR_SYSTEM): raise "
+             "ulimit -n", (unsigned long long)rl.rlim_cur,
+             (unsigned long long)least, (unsigned long long)fds, npeers);
+  return RINGCC_SUCCESS;
 }
 
 static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
@@ -609,14 +846,13 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   char why[96];
   snprintf(why, sizeof(why), "%d network peers x %d FIFO sets", npeers,
            st->nsets);
-  rcc_socket_raise_fd_limit((uint64_t)npeers * (uint64_t)st->nsets *
-                                    RCC_NET_SOCKET_MAX_SOCKS +
-                                256,
-                            why);
+  uint64_t fds = (uint64_t)npeers * (uint64_t)st->nsets *
+                     RCC_NET_SOCKET_MAX_SOCKS + 256;
+  rcc_socket_raise_fd_limit(fds, why);
   st->duplex = st->plugin->reverse != NULL;
-  int lower = 0; /* peers that connect to us */
+  int lower = 0; /* peers that connect to us (at init) */
   for (int i = 0; i < npeers; i++)
-    lower += peers[i] < comm->rank;
+    lower += peers[i] < comm->rank && linked_at_init(st, peers[i]);
   st->conns = calloc((size_t)st->nconns, sizeof(*st->conns));
   st->gpu_data = calloc((size_t)st->nconns, sizeof(*st->gpu_data));
   if (st->conns == NULL || st->gpu_data == NULL)
@@ -633,12 +869,19 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                                          : st->nconns / 2)) != RINGCC_SUCCESS ||
       (r = ready_all(comm, st)) != RINGCC_SUCCESS)
     return r;
-  /* Every peer is connected: nobody may connect any more. */
-  st->plugin->close_listen(st->listen_comm);
-  st->listen_comm = NULL;
+  if (st->lazy && (r = lazy_keep(comm, st, peers, npeers, all_blobs, fds)) !=
+                      RINGCC_SUCCESS)
+    return r;
+  if (!st->lazy) {
+    /* Every peer is connected: nobody may connect any more. */
+    st->plugin->close_listen(st->listen_comm);
+    st->listen_comm = NULL;
+  }
   checksums(comm, st);
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
+    if (c->net_comm == NULL)
+      continue; /* lazy: link_ready when it is made */
     r = st->plugin->reg_mr(c->net_comm, c->data,
                            (size_t)c->nslots * c->slot_bytes, &c->mhandle, err,
                            sizeof(err));
@@ -646,12 +889,18 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
       return rcc_comm_error(comm, r, "net on rank %d: %s", comm->rank, err);
   }
   int links = st->duplex ? st->nsets : 2 * st->nsets;
-  RCC_INFO(comm->rank, "net: %d peer%s, %d link%s per peer%s", npeers,
+  RCC_INFO(comm->rank, "net: %d peer%s, %d link%s per peer%s%s", npeers,
            npeers == 1 ? "" : "s", links, links == 1 ? "" : "s",
            st->duplex ? ", each used both ways (the lower rank connects)"
-                      : " (one each way)");
+                      : " (one each way)",
+           st->lazy ? "; made on first use (RINGCC_NET_CONNECT=lazy), "
+                      "to the ring's neighbours at init" : "");
+  struct rcc_proxy_links lazy = {.arg = st, .listen_comm = st->listen_comm,
+                                 .connect = lazy_connect,
+                                 .accept = lazy_accept};
   if ((r = rcc_proxy_start(comm, st->plugin, st->conns, st->nconns,
-                           &st->proxy)) != RINGCC_SUCCESS)
+                           st->lazy ? &lazy : NULL, &st->proxy)) !=
+      RINGCC_SUCCESS)
     return r;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
@@ -704,6 +953,8 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
   if (st->listen_comm)
     st->plugin->close_listen(st->listen_comm);
   free(st->conns);
+  free(st->peers);
+  free(st->handles);
   memset(st->key, 0, sizeof(st->key));
   free(st->gpu_data);
   free(st);

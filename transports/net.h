@@ -8,10 +8,12 @@
  * and free slots into irecv()s, so the executors see ordinary FIFOs.
  *
  * Model (NCCL's net plugin, simplified):
- *   listen   once per communicator, during init only (the core closes the
- *            listener once every peer connected); the handle (an address,
- *            and whatever the plugin's proofs need) goes to peers through
- *            the bootstrap
+ *   listen   once per communicator, during init (the core closes the
+ *            listener once every peer connected, or, with links made on
+ *            first use, at destroy: the proxy then accepts with a short
+ *            deadline when fds() of the listener says so); the handle (an
+ *            address, and whatever the plugin's proofs need) goes to peers
+ *            through the bootstrap
  *   connect  to a peer's handle, sending a small hello (who we are) that
  *            accept() hands to the core
  *   key      listen and connect get the communicator's network key

@@ -41,6 +41,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +113,15 @@ struct rcc_proxy {
   volatile int driven; /* the executor polls the sockets (drive) */
   struct pollfd *xfds; /* the executor's poll set */
   int *xconn;          /* the connection of each of xfds */
+  /* Lazy links (RINGCC_NET_CONNECT=lazy): connect == NULL where every link
+   * was made at init. */
+  struct rcc_proxy_links links;
+  int listen_now; /* listener_fds: the listener has a connection to take */
 };
+
+/* In a poll set, the listener's descriptors (lazy links), not a
+ * connection's. */
+#define LISTENER (-2)
 
 static void ring(int doorbell_fd) {
   uint64_t one = 1;
@@ -174,7 +183,8 @@ static void publish_failure(struct rcc_proxy *px) {
   /* Not so where the bytes that arrived broke the protocol (the peer may
    * be alive: its bytes were corrupted) or this rank's own failed (a local
    * errno, RINGCC_ERR_SYSTEM): the error then names that cause alone. */
-  int corrupt = px->plugin->corrupt != NULL && px->plugin->corrupt(c->net_comm);
+  int corrupt = px->plugin->corrupt != NULL && c->net_comm != NULL &&
+                px->plugin->corrupt(c->net_comm);
   if (px->fail_code == RINGCC_ERR_PEER_FAILED)
     rcc_peer_dead(px->comm, c->peer, px->comm->rank);
   else if (px->fail_code == RINGCC_ERR_NETWORK && !corrupt)
@@ -228,6 +238,8 @@ static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   int moved = 0;
   uint32_t tail = __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE);
 
+  if (c->net_comm == NULL)
+    return 0; /* a lazy link not made yet (progress_links) */
   while (c->posted != tail) {
     uint32_t slot = c->posted % c->nslots;
     uint64_t meta = c->fifo->meta[slot];
@@ -272,7 +284,7 @@ static int progress_recv_posts(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   int moved = 0;
   uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
 
-  if (c->bye)
+  if (c->bye || c->net_comm == NULL)
     return 0;
   while ((uint32_t)(c->posted - head) < c->nslots) {
     uint32_t slot = c->posted % c->nslots;
@@ -320,6 +332,149 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   return progress_recv_posts(px, c, r, 0);
 }
 
+/* ---- lazy links (RINGCC_NET_CONNECT=lazy, net.c) -------------------------
+ * A pair's link (send conns[2l], receive conns[2l + 1]) is made when a call
+ * first needs it: an executor publishes into its send FIFO or waits on
+ * either FIFO (want_link), or a kernel filled its send FIFO. The lower rank
+ * of the pair connects; the higher asks it to, with a connection that says
+ * so and is closed at once (links.connect), and asks again every
+ * ASK_AGAIN_MS until the link is there. Connections come in through the
+ * listener, which stays open and which the proxy polls beside its links;
+ * the plugin proves the key on each, as at init. A peer whose listener
+ * refuses connections for REFUSED_MS is gone (it closes its listener only
+ * when its process ends or it destroys the communicator): the link fails
+ * as a link whose peer closed it does, so a call that needs a rank it had
+ * no link to still ends with RINGCC_ERR_PEER_FAILED. */
+#define LINK_SLICE_MS 200 /* one connect try, under the lock */
+#define ASK_AGAIN_MS 1000
+#define RETRY_MS 50
+#define REFUSED_MS 1000
+
+/* The caller holds px->lock. */
+static void want_link(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
+  struct rcc_proxy_conn *s = &px->conns[(c - px->conns) & ~(ptrdiff_t)1];
+  if (px->links.connect != NULL && s->net_comm == NULL && !s->want) {
+    s->want = 1;
+    s->next_try = 0;
+  }
+}
+
+/* Adds the listener's descriptors (its socket, and those of connections
+ * it holds that have not proven the key yet) to a poll set; listen_now
+ * when one proved itself already (accept() takes it without waiting). */
+static int listener_fds(struct rcc_proxy *px, struct pollfd *pfds, int *conn,
+                        int nfds) {
+  int fds[16];
+  px->listen_now = 0;
+  if (px->links.connect == NULL)
+    return nfds;
+  int k = px->plugin->fds(px->links.listen_comm, fds, 16);
+  px->listen_now = k < 0;
+  for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
+    conn[nfds] = LISTENER;
+    pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = POLLIN};
+  }
+  return nfds;
+}
+
+static int listener_ready(const struct pollfd *pfds, const int *conn,
+                          int nfds) {
+  for (int j = 0; j < nfds; j++)
+    if (conn[j] == LISTENER && pfds[j].revents != 0)
+      return 1;
+  return 0;
+}
+
+/* Link l was made (its net_comms are set). */
+static void link_made(struct rcc_proxy *px, int l) {
+  struct rcc_proxy_conn *c = &px->conns[2 * l];
+  c->want = 0;
+  c->first_refused = 0;
+  if (px->plugin->readable != NULL)
+    px->plugin->readable(c[1].net_comm, -1);
+  /* What waited for the link goes now, and receives are posted, whoever
+   * runs the next round (an executor polls only connections with
+   * requests). */
+  ringcc_result_t r = RINGCC_SUCCESS;
+  progress_send(px, c, &r);
+  progress_recv_posts(px, &c[1], &r, 1);
+  /* A dead rank known already is named on the new link too (a peer that
+   * linked to this rank only now would not hear of it otherwise). */
+  if (rcc_dead_rank(px->comm, NULL) >= 0 && px->told) {
+    px->tell_deadline = 0;
+    __atomic_store_n(&px->told, 0, __ATOMIC_RELEASE);
+  }
+  RCC_TRACE(px->comm->rank, "net: linked with rank %d on first use (link "
+            "%d)", c->peer, l);
+}
+
+/* Takes the connections the listener holds (listen_ready: poll() said so),
+ * and makes (or asks for) the links that are wanted and due; the caller
+ * holds px->lock. Returns progress. */
+static int progress_links(struct rcc_proxy *px, int listen_ready) {
+  char err[RCC_ERRLEN];
+  int moved = 0, l, asked;
+  ringcc_result_t r;
+  if (px->links.connect == NULL)
+    return 0;
+  while (listen_ready) {
+    r = px->links.accept(px->links.arg, &l, &asked,
+                         rcc_now_ns() + 1000000LL, err, sizeof(err));
+    if (r == RINGCC_ERR_TIMEOUT)
+      break;
+    if (r != RINGCC_SUCCESS) { /* this rank's own (out of descriptors) */
+      RCC_WARN(px->comm->rank, "net: the listener: %s", err);
+      break;
+    }
+    if (l < 0)
+      continue;
+    if (asked)
+      want_link(px, &px->conns[2 * l]);
+    else
+      link_made(px, l), moved = 1;
+  }
+  for (l = 0; l < px->nconns / 2; l++) {
+    struct rcc_proxy_conn *c = &px->conns[2 * l];
+    if (c->net_comm != NULL || c->failed)
+      continue;
+    /* A kernel fills a staged device FIFO without a hook: its slots say. */
+    if (c->posted != __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE))
+      want_link(px, c);
+    int64_t now = rcc_now_ns();
+    if (!c->want || now < c->next_try)
+      continue;
+    r = px->links.connect(px->links.arg, l, &asked,
+                          now + LINK_SLICE_MS * 1000000LL, err, sizeof(err));
+    now = rcc_now_ns();
+    if (r == RINGCC_SUCCESS) {
+      c->first_refused = 0;
+      if (!asked) {
+        link_made(px, l);
+        moved = 1;
+      } else {
+        c->next_try = now + ASK_AGAIN_MS * 1000000LL;
+      }
+      continue;
+    }
+    if (r == RINGCC_ERR_TIMEOUT) {
+      if (c->first_refused == 0)
+        c->first_refused = now;
+      if (now - c->first_refused < REFUSED_MS * 1000000LL) {
+        c->next_try = now + RETRY_MS * 1000000LL;
+        continue;
+      }
+      /* No listener there: the process is gone (refused), or its host
+       * (no answer). */
+      r = strstr(err, "refused") != NULL ? RINGCC_ERR_PEER_FAILED
+                                         : RINGCC_ERR_NETWORK;
+    }
+    c[1].failed = 1;
+    fail(px, c, r, err);
+    moved = 1;
+  }
+  return moved;
+}
+
 /* Tells the plugin which sockets poll() found ready (fds[j] of conns[conn[j]],
  * conn -1 for none); the caller holds px->lock. */
 static void tell_readable(struct rcc_proxy *px, const struct pollfd *fds,
@@ -347,8 +502,19 @@ static void idle_sleep(struct rcc_proxy *px) {
   if (__atomic_load_n(&px->driven, __ATOMIC_ACQUIRE) &&
       !device_busy(px)) {
     /* The executor polls the sockets and runs the rounds; it rings when it
-     * hands them back. */
-    poll(px->pfds, 1, POLL_MS);
+     * hands them back. The listener (lazy links) is this thread's still: an
+     * executor waiting on anything else (shared memory, or no call at all)
+     * must not keep a peer's connection waiting. */
+    pthread_mutex_lock(&px->lock);
+    nfds = listener_fds(px, px->pfds, px->pconn, nfds);
+    int now = px->listen_now;
+    pthread_mutex_unlock(&px->lock);
+    poll(px->pfds, (nfds_t)nfds, now ? 0 : POLL_MS);
+    if (now || listener_ready(px->pfds, px->pconn, nfds)) {
+      pthread_mutex_lock(&px->lock);
+      progress_links(px, 1);
+      pthread_mutex_unlock(&px->lock);
+    }
     if (px->pfds[0].revents & POLLIN) {
       uint64_t v;
       ssize_t r = read(px->doorbell, &v, sizeof(v));
@@ -372,8 +538,9 @@ static void idle_sleep(struct rcc_proxy *px) {
     struct rcc_proxy_conn *c = &px->conns[i];
     uint32_t *waiters, *word = idle_word(c, &waiters);
     __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
-    if (c->failed || (!c->is_send && c->bye) || (failed && c->is_send))
-      continue; /* nothing more comes from it, or only EOF */
+    if (c->failed || c->net_comm == NULL || (!c->is_send && c->bye) ||
+        (failed && c->is_send))
+      continue; /* nothing more comes from it, or only EOF; or no link */
     uint32_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
     /* Work arrived while we were deciding to sleep: do not sleep. */
     if (c->is_send ? now != c->posted
@@ -391,6 +558,10 @@ static void idle_sleep(struct rcc_proxy *px) {
       px->pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = events};
     }
   }
+  nfds = listener_fds(px, px->pfds, px->pconn, nfds);
+  int listen_now = px->listen_now;
+  if (listen_now)
+    changed = 1;
   pthread_mutex_unlock(&px->lock);
   /* A kernel publishing into (or draining) a staged device FIFO cannot ring
    * the doorbell: while one may run, only look, do not sleep. */
@@ -400,6 +571,8 @@ static void idle_sleep(struct rcc_proxy *px) {
     poll(px->pfds, (nfds_t)nfds, device_busy(px) ? 0 : timeout);
   pthread_mutex_lock(&px->lock);
   tell_readable(px, px->pfds, px->pconn, nfds);
+  if (listen_now || listener_ready(px->pfds, px->pconn, nfds))
+    progress_links(px, 1);
   pthread_mutex_unlock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
     uint32_t *waiters;
@@ -425,7 +598,8 @@ static int progress_tell(struct rcc_proxy *px) {
   int moved = 0, pending = 0;
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
-    if (!c->is_send || c->failed || c->bye || c->peer == dead || c->tell == 2)
+    if (!c->is_send || c->failed || c->bye || c->peer == dead ||
+        c->tell == 2 || c->net_comm == NULL)
       continue;
     if (c->tell == 0) {
       ringcc_result_t r = px->plugin->isend(
@@ -464,7 +638,7 @@ static int progress_tell(struct rcc_proxy *px) {
  * what this rank never received). */
 static int bye_awaited(const struct rcc_proxy_conn *c) {
   uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
-  return !c->is_send && !c->failed && !c->bye &&
+  return !c->is_send && !c->failed && !c->bye && c->net_comm != NULL &&
          (c->done != c->posted || (uint32_t)(c->posted - head) < c->nslots);
 }
 
@@ -490,7 +664,7 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   }
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
-    if (!c->is_send || c->bye == 2)
+    if (!c->is_send || c->bye == 2 || c->net_comm == NULL)
       continue;
     if (!c->bye) {
       *r = px->plugin->isend(c->net_comm, c->data, 0, IMM_BYE, c->mhandle,
@@ -598,7 +772,7 @@ static void check_links(struct rcc_proxy *px) {
   px->next_link_check = now + RCC_NET_LINK_CHECK_MS * 1000000LL;
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
-    if (c->failed || c->bye)
+    if (c->failed || c->bye || c->net_comm == NULL)
       continue;
     err[0] = '\0';
     ringcc_result_t r = px->plugin->alive(c->net_comm, err, sizeof(err));
@@ -620,7 +794,7 @@ static void check_links(struct rcc_proxy *px) {
 /* One round over every connection; the caller holds px->lock. Returns
  * progress. */
 static int proxy_round(struct rcc_proxy *px) {
-  int moved = 0;
+  int moved = progress_links(px, 0);
   for (int i = 0; i < px->nconns; i++) {
     ringcc_result_t r = RINGCC_SUCCESS;
     struct rcc_proxy_conn *c = &px->conns[i];
@@ -674,6 +848,7 @@ static int push(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
    * wait for it rather than hand the work back, which would wake the
    * thread for nothing and let it contend again on the next call. */
   pthread_mutex_lock(&px->lock);
+  want_link(px, c);
   if (!c->failed) {
     ringcc_result_t r = RINGCC_SUCCESS;
     if (c->is_send)
@@ -803,9 +978,9 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
   pthread_mutex_lock(&px->lock);
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
-    if (c->failed || (!c->is_send && c->bye) ||
+    if (c->failed || c->net_comm == NULL || (!c->is_send && c->bye) ||
         (c->is_send && c->done == c->posted))
-      continue; /* nothing can come, or nothing to send */
+      continue; /* nothing can come, or nothing to send; or no link */
     int fds[16];
     int k = px->plugin->fds(c->net_comm, fds, 16);
     if (k < 0 && nfds < MAX_POLL_FDS) {
@@ -821,6 +996,11 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
           .fd = fds[j], .events = c->is_send ? send_events : POLLIN};
     }
   }
+  nfds = listener_fds(px, px->xfds, px->xconn, nfds);
+  int listen_now = px->listen_now;
+  /* A link this call waits for, not made yet: connect it (or ask) now. */
+  if (progress_links(px, 0) || listen_now)
+    timeout_ms = 0;
   pthread_mutex_unlock(&px->lock);
   int ready = poll(px->xfds, (nfds_t)nfds, timeout_ms);
   for (int j = 0; j < nfds; j++)
@@ -828,14 +1008,18 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
       px->xfds[j].revents = POLLIN;
       ready++;
     }
+  ready += listen_now;
   if (ready <= 0)
     return;
   /* Progress the connections whose sockets are ready, and only those. */
   pthread_mutex_lock(&px->lock);
   tell_readable(px, px->xfds, px->xconn, nfds);
   int last = -1;
+  if (listen_now || listener_ready(px->xfds, px->xconn, nfds))
+    progress_links(px, 1);
   for (int j = 0; j < nfds; j++) {
-    if (px->xfds[j].revents == 0 || px->xconn[j] == last)
+    if (px->xfds[j].revents == 0 || px->xconn[j] == last ||
+        px->xconn[j] < 0)
       continue;
     last = px->xconn[j];
     struct rcc_proxy_conn *c = &px->conns[last];
@@ -880,6 +1064,9 @@ static int op_wait(struct rcc_conn *end, const uint32_t *word, uint32_t old,
   struct rcc_spin *spin = &px->comm->spin;
   int budget = rcc_spin_budget(spin), i, r = 0;
   int64_t t0 = 0, t_out = 0;
+  pthread_mutex_lock(&px->lock);
+  want_link(px, engine(end));
+  pthread_mutex_unlock(&px->lock);
   drive(px, 1);
   for (i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
     /* Poll the sockets (without sleeping) up to budget times, then yield
@@ -965,6 +1152,7 @@ void rcc_proxy_bind(struct rcc_conn *end, struct rcc_proxy_conn *c) {
 ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
                                 const struct rcc_net_plugin *plugin,
                                 struct rcc_proxy_conn *conns, int nconns,
+                                const struct rcc_proxy_links *links,
                                 struct rcc_proxy **out) {
   struct rcc_proxy *px = calloc(1, sizeof(*px));
   if (px == NULL)
@@ -974,6 +1162,8 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   px->plugin = plugin;
   px->conns = conns;
   px->nconns = nconns;
+  if (links != NULL)
+    px->links = *links;
   for (int i = 0; i < nconns; i++)
     conns[i].proxy = px;
   px->pfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
@@ -994,7 +1184,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
    * rcc_proxy_poll), which reports what it found ready: the plugin need not
    * read a socket it found empty until then. */
   for (int i = 0; i < nconns && plugin->readable != NULL; i++)
-    if (!conns[i].is_send)
+    if (!conns[i].is_send && conns[i].net_comm != NULL)
       plugin->readable(conns[i].net_comm, -1);
   int e = pthread_create(&px->thread, NULL, proxy_main, px);
   if (e != 0) {

@@ -38,6 +38,12 @@ struct rcc_proxy_conn {
   int64_t suspect_ns;     /* alive() first said the peer is suspected, or 0 */
   int64_t suspect_warned; /* when that was last logged */
   int tell;               /* send: 1 the FAIL message is posted, 2 done */
+  /* Lazy links (RINGCC_NET_CONNECT=lazy), on the send connection of a
+   * pair (conns[2l], conns[2l + 1] share one link): wanted by a call, and
+   * when to connect (or ask the peer to) again. */
+  int want;
+  int64_t next_try;
+  int64_t first_refused; /* the first connect that found no listener */
   void *tell_request;
   void *request[RCC_FIFO_MAX_SLOTS];
   /* send: where slot k's bytes are, when not in the slot (lent by the
@@ -48,10 +54,33 @@ struct rcc_proxy_conn {
   char *to[RCC_FIFO_MAX_SLOTS];
 };
 
-/* Starts the proxy thread for conns (the plugin's connections are set up). */
+/* Links made on first use (net.c, RINGCC_NET_CONNECT=lazy): the listener
+ * stays open, and the proxy connects a pair's link (conns[2l] and
+ * conns[2l + 1]) when a call first needs it, or takes it from the listener.
+ * Both callbacks run under the proxy's lock, in the proxy thread or in an
+ * executor that drives it. */
+struct rcc_proxy_links {
+  void *arg;
+  void *listen_comm;
+  /* Link l now: this rank connects it (*asked 0), or asks its peer to
+   * connect (*asked 1: the peer connects the pairs where it is the lower
+   * rank). RINGCC_ERR_TIMEOUT: no listener answered by deadline_ns (err
+   * says why: refused, or no answer); try again later. */
+  ringcc_result_t (*connect)(void *arg, int l, int *asked,
+                             int64_t deadline_ns, char *err, size_t errlen);
+  /* The next connection that proved the key, by deadline_ns: *l the link it
+   * made, or -1 (refused: not one this rank expects); *asked 1 where it
+   * only asks this rank to connect link *l. RINGCC_ERR_TIMEOUT: none. */
+  ringcc_result_t (*accept)(void *arg, int *l, int *asked,
+                            int64_t deadline_ns, char *err, size_t errlen);
+};
+
+/* Starts the proxy thread for conns (the plugin's connections are set up;
+ * with links, only those made at init). links: NULL, or the lazy links. */
 ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
                                 const struct rcc_net_plugin *plugin,
                                 struct rcc_proxy_conn *conns, int nconns,
+                                const struct rcc_proxy_links *links,
                                 struct rcc_proxy **out);
 /* The executor's end of c: the FIFO, and the hooks that drive the proxy. */
 void rcc_proxy_bind(struct rcc_conn *end, struct rcc_proxy_conn *c);

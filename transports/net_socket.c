@@ -1362,16 +1362,15 @@ static ringcc_result_t socket_accept(void *listen_comm, void *hello,
  * messages' bytes, so either would end every poll() at once. With nothing
  * queued there is nothing to wait for here (0 fds). -1 when a queued receive
  * has bytes in its socket's read buffer: poll() would not say so. A
- * listener: its socket. */
+ * listener: its socket and the sockets its gate holds, not proven yet (one
+ * readable: accept() has something to take), or -1 when a connection that
+ * proved itself waits to be taken. */
 static int socket_fds(void *comm, int *fds, int max) {
   int n = 0;
   if (comm == NULL)
     return 0;
-  if (*(const int *)comm == COMM_LISTEN) {
-    if (max > 0)
-      fds[n++] = ((const struct net_listen *)comm)->fd;
-    return n;
-  }
+  if (*(const int *)comm == COMM_LISTEN) /* and what its gate holds */
+    return rcc_gate_fds(((const struct net_listen *)comm)->gate, fds, max);
   const struct net_conn *c = comm;
   for (int i = 0; i < c->nsocks; i++)
     if (c->socks[i].count > 0 && c->socks[i].roff < c->socks[i].rlen)

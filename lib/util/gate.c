@@ -70,6 +70,18 @@ void rcc_gate_free(struct rcc_gate *g) {
 
 int rcc_gate_held(const struct rcc_gate *g) { return g->nheld; }
 
+int rcc_gate_fds(const struct rcc_gate *g, int *fds, int max) {
+  int n = 0;
+  for (int k = 0; k < g->nheld; k++)
+    if (g->held[k].proven)
+      return -1; /* read already: handed out by the next rcc_gate_next */
+  if (n < max)
+    fds[n++] = g->listen_fd;
+  for (int k = 0; k < g->nheld && n < max; k++)
+    fds[n++] = g->held[k].fd;
+  return n;
+}
+
 static void *state_of(struct rcc_gate *g, int i) {
   return g->states + (size_t)i * g->cfg.state_bytes;
 }

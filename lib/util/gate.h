@@ -122,4 +122,11 @@ int rcc_gate_dropped_unread(int fd);
 /* How many connections the gate holds (not proven yet). */
 int rcc_gate_held(const struct rcc_gate *g);
 
+/* For a caller that waits in poll() of its own between rcc_gate_next
+ * calls: the listener and every held connection (up to max); any of them
+ * readable means the next rcc_gate_next has something to do. -1 when it
+ * has something to do now: a connection proved itself already (its bytes
+ * were read, so poll() would not say so). */
+int rcc_gate_fds(const struct rcc_gate *g, int *fds, int max);
+
 #endif
