@@ -90,13 +90,12 @@
 #include "gate.h"
 #include "log.h"
 #include "net.h"
+#include "net_socket_env.h"
 #include "probe.h"
 #include "sha256.h"
 #include "socket.h"
 #include "wire.h"
 
-#define NSOCKS_DEFAULT 2
-#define NSOCKS_MAX 16
 #define HANDLE_MAGIC 0x52434e4cu   /* "RCNL": a listen handle */
 #define PREAMBLE_MAGIC 0x52434e53u /* "RCNS": a socket of a connection */
 #define HANDLE_BYTES 44 /* magic, family, port, address, scope, nonce */
@@ -149,108 +148,12 @@ static struct {
   int64_t link_timeout_ms; /* RINGCC_SOCKET_LINK_TIMEOUT_MS; 0: off */
 } g_net = {.lock = PTHREAD_MUTEX_INITIALIZER, .ifname = "none"};
 
-#define LINK_TIMEOUT_DEFAULT_MS 6000
-
-/* RINGCC_SOCKET_LINK_TIMEOUT_MS: how long a peer may leave this rank's data
- * or keepalive probes unacknowledged before its link counts as down. Read
- * here only, once per process. */
-static ringcc_result_t link_timeout(int64_t *ms, char *err, size_t errlen) {
-  const char *v = rcc_getenv("RINGCC_SOCKET_LINK_TIMEOUT_MS");
-  *ms = LINK_TIMEOUT_DEFAULT_MS;
-  if (v == NULL)
-    return RINGCC_SUCCESS;
-  if (rcc_parse_decimal(v, ms) != 0 || *ms < 0 ||
-      (*ms > 0 && *ms < 2000) || *ms > 3600000)
-    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                    "NET/Socket: RINGCC_SOCKET_LINK_TIMEOUT_MS=\"%s\" is not "
-                    "0 (off) or a number of milliseconds in 2000..3600000", v);
-  return RINGCC_SUCCESS;
-}
-
-/* TCP_KEEPCNT's maximum: with T = 6 s the kernel gives up on an idle link
- * after 2 + 127 s, long after alive() declared a host that is really gone. */
-#define KEEPALIVE_PROBES 127
 /* How long a fresh connect to a silent peer's host may wait for an answer,
  * and how often it is made again while the link stays silent (fractions of
  * the link timeout T). */
 #define PROBE_AFTER_DIV 2   /* first probe after T/2 of silence */
 #define PROBE_WAIT_DIV 2    /* each waits T/2 for an answer */
 #define PROBE_EVERY_DIV 3   /* again every T/3 while silent */
-
-#ifndef TCP_RTO_MAX_MS
-#define TCP_RTO_MAX_MS 44 /* Linux 6.15 */
-#endif
-
-/* Keepalive on a connection's socket, timed from the link timeout T: first
- * probe after T/3 idle, then every T/6; the kernel closes the socket only
- * after KEEPALIVE_PROBES of them went unanswered (the verdict that counts
- * is alive()'s, confirmed by a fresh connect; see the top). The
- * retransmission timeout is
- * capped at T/4 where the kernel allows it (TCP_RTO_MAX_MS, Linux 6.15), so
- * that retransmissions and window probes keep asking while a link is down
- * for a moment, and resume soon after it is back. */
-static void set_keepalive(int fd) {
-  int64_t t = g_net.link_timeout_ms;
-  if (t <= 0 || fd < 0 || rcc_probe_peer_local(fd))
-    return; /* a peer on this host: its death closes the socket */
-  int one = 1, idle = (int)(t / 3000), intvl = (int)(t / 6000);
-  idle = idle < 1 ? 1 : idle;
-  intvl = intvl < 1 ? 1 : intvl;
-  int cnt = KEEPALIVE_PROBES;
-  int rto_max = (int)(t / 4);
-  rto_max = rto_max < 1000 ? 1000 : rto_max > 120000 ? 120000 : rto_max;
-  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_max, sizeof(rto_max));
-}
-
-/* RINGCC_NSOCKS_PERPEER is read here only, at init (for the log) and at every
- * connect (the acceptor learns N from the preamble). */
-static ringcc_result_t sockets_per_connection(int *n, char *err,
-                                              size_t errlen) {
-  const char *v = rcc_getenv("RINGCC_NSOCKS_PERPEER");
-  int64_t x;
-  *n = NSOCKS_DEFAULT;
-  if (v == NULL)
-    return RINGCC_SUCCESS;
-  if (rcc_parse_decimal(v, &x) != 0 || x < 1 || x > NSOCKS_MAX)
-    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                    "NET/Socket: RINGCC_NSOCKS_PERPEER=\"%s\" is not a "
-                    "number in 1..%d", v, NSOCKS_MAX);
-  *n = (int)x;
-  return RINGCC_SUCCESS;
-}
-
-/* RINGCC_SOCKET_FAMILY (NCCL_SOCKET_FAMILY's values): AF_INET or AF_INET6
- * restricts the interface choice to that family. Read here only. */
-static ringcc_result_t address_family(int *family, char *err, size_t errlen) {
-  const char *v = rcc_getenv("RINGCC_SOCKET_FAMILY");
-  *family = AF_UNSPEC;
-  if (v == NULL)
-    return RINGCC_SUCCESS;
-  if (strcmp(v, "AF_INET") == 0)
-    *family = AF_INET;
-  else if (strcmp(v, "AF_INET6") == 0)
-    *family = AF_INET6;
-  else
-    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
-                    "NET/Socket: RINGCC_SOCKET_FAMILY=\"%s\" is neither "
-                    "AF_INET nor AF_INET6", v);
-  return RINGCC_SUCCESS;
-}
-
-/* "192.0.2.2" or "fd00::2": the address without its port. */
-static const char *host_str(const struct sockaddr_storage *a, char *buf,
-                            size_t len) {
-  const void *raw = a->ss_family == AF_INET
-                        ? (const void *)&((const struct sockaddr_in *)a)->sin_addr
-                        : (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr;
-  if (inet_ntop(a->ss_family, raw, buf, (socklen_t)len) == NULL)
-    snprintf(buf, len, "?");
-  return buf;
-}
 
 static ringcc_result_t socket_init(const char *spec, char *err,
                                    size_t errlen) {
@@ -263,9 +166,9 @@ static ringcc_result_t socket_init(const char *spec, char *err,
   pthread_mutex_lock(&g_net.lock);
   if (g_net.ready) /* once per process: the first choice stands */
     goto out;
-  if ((r = sockets_per_connection(&nsocks, err, errlen)) != RINGCC_SUCCESS ||
-      (r = address_family(&family, err, errlen)) != RINGCC_SUCCESS ||
-      (r = link_timeout(&g_net.link_timeout_ms, err, errlen)) !=
+  if ((r = rcc_net_socket_count(&nsocks, err, errlen)) != RINGCC_SUCCESS ||
+      (r = rcc_net_socket_family(&family, err, errlen)) != RINGCC_SUCCESS ||
+      (r = rcc_net_socket_link_timeout(&g_net.link_timeout_ms, err, errlen)) !=
           RINGCC_SUCCESS ||
       (r = rcc_socket_pick_address_family(spec, family, &g_net.addr,
                                           g_net.ifname, sizeof(g_net.ifname),
@@ -274,7 +177,7 @@ static ringcc_result_t socket_init(const char *spec, char *err,
   g_net.ready = 1;
   RCC_INFO(-1, "NET/Socket: using interface %s (%s), %d socket%s per "
                "connection, link timeout %lld ms%s%s%s%s",
-           g_net.ifname, host_str(&g_net.addr, host, sizeof(host)), nsocks,
+           g_net.ifname, rcc_net_socket_host(&g_net.addr, host, sizeof(host)), nsocks,
            nsocks == 1 ? "" : "s", (long long)g_net.link_timeout_ms,
            named ? ", RINGCC_SOCKET_IFNAME=" : "",
            named ? spec : "",
@@ -955,7 +858,7 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
 
   *send_comm = NULL;
   if ((r = handle_decode(handle, &addr, nonce, err, errlen)) != RINGCC_SUCCESS ||
-      (r = sockets_per_connection(&nsocks, err, errlen)) != RINGCC_SUCCESS)
+      (r = rcc_net_socket_count(&nsocks, err, errlen)) != RINGCC_SUCCESS)
     return r;
   struct net_conn *c = conn_new(COMM_SEND, nsocks);
   if (c == NULL)
@@ -985,7 +888,7 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
       r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
                              sizeof(why));
       if (r == RINGCC_SUCCESS) {
-        set_keepalive(c->socks[i].fd);
+        rcc_net_socket_keepalive(c->socks[i].fd, g_net.link_timeout_ms);
         r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
                                 sizeof(why));
       }
@@ -1305,7 +1208,7 @@ static struct net_conn *take_complete(struct net_listen *l, void *hello) {
       if (q->id != id)
         continue;
       c->socks[q->index].fd = q->fd;
-      set_keepalive(q->fd);
+      rcc_net_socket_keepalive(q->fd, g_net.link_timeout_ms);
       l->members[j--] = l->members[--l->nmembers];
     }
     return c;
