@@ -8,11 +8,12 @@
 # figures.
 #
 #   scripts/measure-scale.sh [SHM_NS [TCP_NS]]
-#     defaults: "8 16 32 64 128 256" and "8 16 32 64 128"
+#     defaults: "8 16 32 64 128 256" and "8 16 32 64 128"; "" runs none
+#     (scripts/measure-scale.sh "" "8 16": TCP only)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-shm_ns=${1:-"8 16 32 64 128 256"}
-tcp_ns=${2:-"8 16 32 64 128"}
+shm_ns=${1-"8 16 32 64 128 256"}
+tcp_ns=${2-"8 16 32 64 128"}
 make --no-print-directory build/test/test_scale >/dev/null
 mkdir -p build/measure
 log=build/measure/scale-$(date -u +%Y%m%dT%H%M%SZ).log
