@@ -478,12 +478,11 @@ static struct land *land_find(struct exec *x, const struct rcc_conn *c,
 }
 
 /* Lands the receives of steps i .. i + LAND_AHEAD that can. A connection
- * that refused one (its receive not posted yet, or taking bytes already) is
- * not asked again in this pass: its later ones wait for the next. */
+ * that refuses one may still take a later one (the verbs plugin lands only
+ * receives it has not posted into a slot yet), so each is asked. */
 static void land_ahead(struct exec *x, uint64_t i) {
   struct rcc_step s[LAND_AHEAD];
-  const struct rcc_conn *refused[LAND_AHEAD];
-  int n = 0, nrefused = 0;
+  int n = 0;
   if (x->nland == LAND_MAX)
     return;
   for (uint64_t j = i; j < x->plan->nsteps && n < LAND_AHEAD; j++)
@@ -495,11 +494,6 @@ static void land_ahead(struct exec *x, uint64_t i) {
     size_t bytes = t->nelem * x->esize;
     struct rcc_conn *rc = recv_conn(x, t);
     if (rc->ops == NULL || rc->ops->land == NULL || bytes < LAND_MIN_BYTES)
-      continue;
-    int skip = 0;
-    for (int z = 0; z < nrefused && !skip; z++)
-      skip = refused[z] == rc;
-    if (skip)
       continue;
     uint32_t seq = rc->step; /* this step's message on rc */
     for (int b = 0; b < a; b++)
@@ -513,12 +507,8 @@ static void land_ahead(struct exec *x, uint64_t i) {
     for (int z = 0; z < x->nlent && !clash; z++)
       clash = overlaps(x->lent[z].p, x->lent[z].len, p, bytes) &&
               !lent_done(&x->lent[z]);
-    if (clash)
-      continue;
-    if (rc->ops->land(rc, seq, p, bytes))
+    if (!clash && rc->ops->land(rc, seq, p, bytes))
       x->lands[x->nland++] = (struct land){rc, seq, p};
-    else
-      refused[nrefused++] = rc;
   }
 }
 
