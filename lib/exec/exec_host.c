@@ -191,8 +191,14 @@ static int wait_failed(struct exec *x) {
                           revoked ? "revoked (ringcc_comm_revoke)"
                                   : "aborted",
                           x->at->waiting_for, x->at->peer);
-  if (x->at->conn && !x->at->waiting_send &&
-      __atomic_load_n(&x->at->conn->fifo->closed, __ATOMIC_ACQUIRE))
+  /* A network FIFO closes (its peer's goodbye) only after publishing every
+   * message that came before it: loaded after closed, the tail says whether
+   * the message waited for came too, between the caller's last look and
+   * now (the caller takes it: the call may well succeed). */
+  const struct rcc_conn *wc = x->at->conn;
+  if (wc != NULL && !x->at->waiting_send &&
+      __atomic_load_n(&wc->fifo->closed, __ATOMIC_ACQUIRE) &&
+      __atomic_load_n(&wc->fifo->tail, __ATOMIC_ACQUIRE) == wc->step)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "%s (seq %llu) on rank %d: rank %d destroyed its "
                           "communicator while this rank waits for %s it at "
