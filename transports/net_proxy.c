@@ -567,8 +567,11 @@ static void idle_sleep(struct rcc_proxy *px) {
    * the doorbell: while one may run, only look, do not sleep. */
   for (int j = 0; j < nfds; j++)
     px->pfds[j].revents = 0;
-  if (!changed && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE))
-    poll(px->pfds, (nfds_t)nfds, device_busy(px) ? 0 : timeout);
+  /* With work there already (changed) only look, without sleeping: the
+   * listener is served here alone, and a rank that destroys while its last
+   * message waits for a link its peer makes must take that connection. */
+  if (!__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE))
+    poll(px->pfds, (nfds_t)nfds, changed || device_busy(px) ? 0 : timeout);
   pthread_mutex_lock(&px->lock);
   tell_readable(px, px->pfds, px->pconn, nfds);
   if (listen_now || listener_ready(px->pfds, px->pconn, nfds))
