@@ -445,7 +445,10 @@ RINGCC_API ringcc_result_t ringcc_recv(void *buf, size_t count,
  * in the order it sent them; when messages of several senders are waiting,
  * they are taken in turn, starting after the rank the previous any-source
  * receive of the communicator took (no sender starves); the first piece of
- * a message decides, and the receive then takes that whole message. */
+ * a message decides, and the receive then takes that whole message. A peer
+ * that destroyed its communicator is not waited for (its messages sent
+ * before still come); once every peer has, the receive returns
+ * RINGCC_ERR_INVALID_USAGE. A peer that died fails it (PEER_FAILED). */
 #define RINGCC_ANY_SOURCE (-2)
 
 /* What a ringcc_recv_from received. */

@@ -10,6 +10,10 @@
  * one sender must arrive in the order it sent them; when messages of several
  * senders are all waiting (shared memory, after a barrier), they are taken
  * in turn from after the previous any-source receive's sender.
+ *
+ * Peers that leave (destroy their communicator, then exit) in the middle:
+ * an any-source receive goes on with the others and fails at once when
+ * none is left; a collective waiting on one fails naming it.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -234,6 +238,98 @@ Test(anysource, turns_shm) {
 Test(anysource, named_shorter_shm_tcp) {
   run(4, 0, named_shorter, "named, shorter");
   run(3, 1, named_shorter, "named, shorter");
+}
+
+static int expect(h_ctx_t *h, const char *what, ringcc_result_t r,
+                  ringcc_result_t want, const char *n1, const char *n2);
+
+/* Senders that leave: rank k (k >= 1) sends one message to rank 0 after
+ * (k - 1) x 300 ms, then destroys its communicator and exits. Rank 0's
+ * any-source receives wait meanwhile on peers that are done; a peer that
+ * left in order is not a failure while others may still send. Once every
+ * peer left, one more receive from any source is RINGCC_ERR_INVALID_USAGE
+ * at once, not a wait until the deadline. */
+static int senders_leave(h_ctx_t *h) {
+  const ringcc_datatype_t dt = RINGCC_INT32;
+  h_buf_t buf, want;
+  int rc = 0;
+  if (!h_buf_alloc(&buf, MAX_COUNT * 4) || !h_buf_alloc(&want, MAX_COUNT * 4))
+    return h_fail(h, "out of memory");
+  if (h->rank != 0) {
+    size_t n = msg_count(h->rank, 0);
+    h_sleep_ms(300 * (h->rank - 1));
+    h_fill_pattern(dt, (uint64_t)h->rank, 0, 0, want.p, n);
+    rc = h_ok(h, ringcc_send(want.p, n, dt, 0, h->comm, NULL),
+              "ringcc_send") ? 0 : 1;
+  } else {
+    int seen[MAX_RANKS] = {0};
+    for (int i = 1; i < h->nranks && rc == 0; i++) {
+      ringcc_recv_status_t st = {-7, 12345};
+      h_buf_scribble(&buf, 0x1eaf + (uint64_t)i);
+      if (!h_ok(h, ringcc_recv_from(buf.p, MAX_COUNT, dt, RINGCC_ANY_SOURCE,
+                                    h->comm, NULL, &st),
+                "ringcc_recv_from(RINGCC_ANY_SOURCE) while senders leave")) {
+        rc = 1;
+        break;
+      }
+      if (st.source < 1 || st.source >= h->nranks || seen[st.source]++) {
+        rc = h_fail(h, "receive %d: source %d is not a rank with a message "
+                    "left to send", i, st.source);
+        break;
+      }
+      size_t n = msg_count(st.source, 0);
+      if (st.count != n)
+        rc = h_fail(h, "receive %d from rank %d: count %zu, expected %zu", i,
+                    st.source, st.count, n);
+      h_fill_pattern(dt, (uint64_t)st.source, 0, 0, want.p, n);
+      if (rc == 0 && memcmp(buf.p, want.p, n * 4) != 0)
+        rc = h_fail(h, "receive %d from rank %d: the message differs from "
+                    "what it sent", i, st.source);
+    }
+    double t0 = h_now_s();
+    if (rc == 0)
+      rc = expect(h, "recv(RINGCC_ANY_SOURCE) once every peer left",
+                  ringcc_recv(buf.p, 4, dt, RINGCC_ANY_SOURCE, h->comm, NULL),
+                  RINGCC_ERR_INVALID_USAGE, "every peer destroyed", NULL);
+    if (rc == 0 && h_now_s() - t0 > 30)
+      rc = h_fail(h, "the receive once every peer left took %.1f s",
+                  h_now_s() - t0);
+  }
+  h_buf_free(&buf);
+  h_buf_free(&want);
+  return rc;
+}
+
+Test(anysource, senders_leave_shm_tcp, .timeout = 120) {
+  for (int tcp = 0; tcp < 2; tcp++)
+    for (int n = 3; n <= 5; n++)
+      run(n, tcp, senders_leave, "senders that leave");
+}
+
+/* A collective whose peer left: rank n-1 destroys its communicator without
+ * calling it (a program whose ranks disagree). The others' allreduce ends
+ * with RINGCC_ERR_INVALID_USAGE naming it, within seconds, over shared
+ * memory as over TCP (its goodbye closes its FIFOs), not at the deadline
+ * and not as a failed peer once its process is gone. */
+static int collective_peer_left(h_ctx_t *h) {
+  int64_t x = h->rank, sum = 0;
+  if (h->rank == h->nranks - 1)
+    return 0;
+  h_sleep_ms(200); /* gone by now */
+  double t0 = h_now_s();
+  int rc = expect(h, "allreduce after a peer left",
+                  ringcc_allreduce(&x, &sum, 1, RINGCC_INT64, RINGCC_SUM,
+                                   h->comm, NULL),
+                  RINGCC_ERR_INVALID_USAGE, "destroyed its communicator",
+                  NULL);
+  if (rc == 0 && h_now_s() - t0 > 20)
+    rc = h_fail(h, "the allreduce took %.1f s to fail", h_now_s() - t0);
+  return rc;
+}
+
+Test(anysource, collective_whose_peer_left_shm_tcp, .timeout = 120) {
+  for (int tcp = 0; tcp < 2; tcp++)
+    run(3, tcp, collective_peer_left, "a collective whose peer left");
 }
 
 /* ---- bad arguments and mismatched messages ------------------------------- */

@@ -41,10 +41,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <linux/futex.h>
+#include <limits.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "error.h"
+#include "failure.h"
 #include "log.h"
 #include "proc.h"
 #include "sha256.h"
@@ -256,10 +260,37 @@ static void release(struct shm_state *st) {
   free(st);
 }
 
-/* One reference less to a state whose FIFOs are in use; the last goes. */
-static void unref(struct shm_state *st) {
-  if (__atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) == 0)
-    release(st);
+/* A rank that leaves in order (destroy, no failure known, not aborted)
+ * says so in every FIFO it sends on, as the network's goodbye does
+ * (net_proxy.c): a peer still waiting there for data fails at once, naming
+ * it (exec_host.c), and a receive from any source stops waiting on it
+ * rather than taking its ended process for a dead one. Said by the last
+ * communicator that uses the FIFOs (shrink shares them), before they go. */
+static void say_goodbye(struct ringcc_comm *comm) {
+  if (comm->forked || comm->aborted || comm->edge_transport == NULL ||
+      rcc_comm_fatal(comm) != RINGCC_SUCCESS || rcc_dead_rank(comm, NULL) >= 0)
+    return;
+  for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
+    for (int ch = 0; comm->send_conn[k] && ch < comm->kind_channels[k]; ch++)
+      for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank || comm->edge_transport[p] != &rcc_transport_shm)
+          continue;
+        struct rcc_fifo *f = rcc_send_conn(comm, k, ch, p)->fifo;
+        if (f == NULL)
+          continue;
+        __atomic_store_n(&f->closed, 1, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&f->tail_waiters, __ATOMIC_SEQ_CST) != 0)
+          syscall(SYS_futex, &f->tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+      }
+}
+
+/* One reference less to a state whose FIFOs are in use (comm's, or those
+ * of a communicator shrunk from it); the last says goodbye, and goes. */
+static void unref(struct ringcc_comm *comm, struct shm_state *st) {
+  if (__atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  say_goodbye(comm);
+  release(st);
 }
 
 static void shm_destroy(struct ringcc_comm *comm, void *state) {
@@ -271,9 +302,9 @@ static void shm_destroy(struct ringcc_comm *comm, void *state) {
   struct shm_state *fifos = st->fifos;
   if (fifos != NULL && fifos != st) {
     release(st); /* its own room; the FIFOs are another's */
-    unref(fifos);
+    unref(comm, fifos);
   } else {
-    unref(st); /* the communicators shrunk from this one may still use it */
+    unref(comm, st); /* the communicators shrunk from this one may use it */
   }
 }
 

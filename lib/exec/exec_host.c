@@ -191,14 +191,16 @@ static int wait_failed(struct exec *x) {
                           revoked ? "revoked (ringcc_comm_revoke)"
                                   : "aborted",
                           x->at->waiting_for, x->at->peer);
-  /* A network FIFO closes (its peer's goodbye) only after publishing every
-   * message that came before it: loaded after closed, the tail says whether
-   * the message waited for came too, between the caller's last look and
-   * now (the caller takes it: the call may well succeed). */
+  /* A FIFO closes (its sender's goodbye: net_proxy.c, shm.c) only after
+   * every message that came before it was published: loaded after closed,
+   * the tail says whether the message waited for came too, between the
+   * caller's last look and now (the caller takes it: the call may well
+   * succeed). A peer that left in order is not a dead one, though its
+   * process may be gone since. */
   const struct rcc_conn *wc = x->at->conn;
-  if (wc != NULL && !x->at->waiting_send &&
-      __atomic_load_n(&wc->fifo->closed, __ATOMIC_ACQUIRE) &&
-      __atomic_load_n(&wc->fifo->tail, __ATOMIC_ACQUIRE) == wc->step)
+  int left = wc != NULL && !x->at->waiting_send &&
+             __atomic_load_n(&wc->fifo->closed, __ATOMIC_ACQUIRE);
+  if (left && __atomic_load_n(&wc->fifo->tail, __ATOMIC_ACQUIRE) == wc->step)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "%s (seq %llu) on rank %d: rank %d destroyed its "
                           "communicator while this rank waits for %s it at "
@@ -218,7 +220,7 @@ static int wait_failed(struct exec *x) {
       rcc_peer_lost(comm, RCC_DEAD_RANK(d), peer,
                     (d & RCC_DEAD_UNREACHABLE) != 0);
   }
-  if (rcc_dead_rank(comm, NULL) < 0 && peer >= 0 &&
+  if (rcc_dead_rank(comm, NULL) < 0 && peer >= 0 && !left &&
       (conn == NULL || conn->ops == NULL) && !rcc_peer_alive(comm, peer)) {
     int unreachable = 0; /* it knew of another first: */
     int told = rcc_peer_poisoned(comm, peer, &unreachable);
@@ -1258,14 +1260,21 @@ static int p2p_ready(const struct ringcc_comm *comm, int p) {
   return c->fifo != NULL && slot_ready(c, 0);
 }
 
-/* 1 if rank p will send nothing more: it destroyed its communicator
- * (network FIFOs say so) or its process is gone (same host). */
+/* 1 if rank p will send nothing more: it destroyed its communicator (its
+ * goodbye closed the FIFO). A peer whose process ended without one died:
+ * the wait on it says so. */
 static int peer_left(const struct ringcc_comm *comm, int p) {
   const struct rcc_conn *c = rcc_recv_conn(comm, RCC_CONN_P2P, 0, p);
-  if (c->fifo == NULL ||
-      __atomic_load_n(&c->fifo->closed, __ATOMIC_ACQUIRE))
-    return 1;
-  return c->ops == NULL && !rcc_peer_alive(comm, p);
+  return c->fifo == NULL ||
+         __atomic_load_n(&c->fifo->closed, __ATOMIC_ACQUIRE);
+}
+
+static ringcc_result_t nobody_left(struct exec *x) {
+  return rcc_comm_error(x->comm, RINGCC_ERR_INVALID_USAGE,
+                        "recv (seq %llu) on rank %d from any source: every "
+                        "peer destroyed its communicator, and no message of "
+                        "theirs is left (did all ranks make the same calls?)",
+                        (unsigned long long)x->comm->seq, x->comm->rank);
 }
 
 static int first_ready(const struct ringcc_comm *comm) {
@@ -1295,8 +1304,7 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
       continue;
     }
     /* The next peer's FIFO to sleep on, skipping peers that left: others
-     * may still send. When all have left, the checks below (on the last)
-     * say so. */
+     * may still send. */
     for (int k = 0; k < n; k++) {
       do
         p = (p + 1) % n;
@@ -1304,6 +1312,9 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
       if (!peer_left(comm, p))
         break;
     }
+    if (peer_left(comm, p)) /* every peer left: a message still there? */
+      return (*source = first_ready(comm)) >= 0 ? RINGCC_SUCCESS
+                                                 : nobody_left(x);
     struct rcc_conn *c = rcc_recv_conn(comm, RCC_CONN_P2P, 0, p);
     waiting_on(x, "data (any source) from", p, c, 0);
     uint32_t *word = &c->fifo->tail;
@@ -1317,6 +1328,10 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
       rcc_stats_waited(x->stats, p, 0, rcc_now_ns() - t0);
     if ((*source = first_ready(comm)) >= 0)
       return RINGCC_SUCCESS;
+    /* The peer slept on left meanwhile: others may still send (the next
+     * round sleeps on one of them), and the checks below are not about it. */
+    if (peer_left(comm, p))
+      waiting_on(x, "data (any source) from", -1, NULL, 0);
     int r = wait_failed(x);
     if (r != RINGCC_SUCCESS)
       return (ringcc_result_t)r;
