@@ -155,7 +155,7 @@ static int run_rank(const run_state_t *st, int rank, bool is_thread) {
     }
   }
   int rc = o->body(&ctx);
-  if (!o->skip_init) {
+  if (!o->skip_init && ctx.comm != NULL) { /* (NULL: the body destroyed it) */
     ringcc_result_t r = ringcc_comm_destroy(ctx.comm);
     if (r != RINGCC_SUCCESS && rc == 0) {
       h_fail(&ctx, "ringcc_comm_destroy returned %d (%s)", (int)r,

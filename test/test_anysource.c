@@ -13,7 +13,7 @@
  *
  * Peers that leave (destroy their communicator, then exit) in the middle:
  * an any-source receive goes on with the others and fails at once when
- * none is left; a collective waiting on one fails naming it.
+ * none is left; a collective or a send waiting on one fails naming it.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -330,6 +330,37 @@ static int collective_peer_left(h_ctx_t *h) {
 Test(anysource, collective_whose_peer_left_shm_tcp, .timeout = 120) {
   for (int tcp = 0; tcp < 2; tcp++)
     run(3, tcp, collective_peer_left, "a collective whose peer left");
+}
+
+/* A send whose receiver left: rank 1 destroys its communicator without
+ * receiving rank 0's 64 MiB (more than the FIFO and the sockets' buffers
+ * hold, so the send waits for it), and stays alive 3 s. Rank 0's send ends
+ * with RINGCC_ERR_INVALID_USAGE naming it within seconds, not at the
+ * deadline. */
+static int send_receiver_left(h_ctx_t *h) {
+  size_t n = 64u << 20;
+  if (h->rank == 1) {
+    ringcc_result_t r = ringcc_comm_destroy(h->comm);
+    h->comm = NULL;
+    h_sleep_ms(3000);
+    return h_ok(h, r, "ringcc_comm_destroy") ? 0 : 1;
+  }
+  char *buf = calloc(1, n);
+  if (buf == NULL)
+    return h_fail(h, "out of memory");
+  double t0 = h_now_s();
+  int rc = expect(h, "send of 64 MiB to a rank that left",
+                  ringcc_send(buf, n, RINGCC_UINT8, 1, h->comm, NULL),
+                  RINGCC_ERR_INVALID_USAGE, "rank 1 destroyed", NULL);
+  if (rc == 0 && h_now_s() - t0 > 20)
+    rc = h_fail(h, "the send took %.1f s to fail", h_now_s() - t0);
+  free(buf);
+  return rc;
+}
+
+Test(anysource, send_whose_receiver_left_shm_tcp, .timeout = 120) {
+  for (int tcp = 0; tcp < 2; tcp++)
+    run(2, tcp, send_receiver_left, "a send whose receiver left");
 }
 
 /* ---- bad arguments and mismatched messages ------------------------------- */

@@ -117,6 +117,10 @@ struct exec {
   int grouped;             /* point-to-point of a group (rcc_exec_host_p2p) */
   struct rcc_p2p_op *p2p;  /* rcc_exec_host_p2p's operations, one a channel */
   int allowed;             /* holds the ptrace exception (p2p_place.h) */
+  /* The word the current wait watches and its value before it, or NULL
+   * (wait_failed: a change meanwhile is progress, never a failure). */
+  const uint32_t *wait_word;
+  uint32_t wait_old;
 };
 
 /* The FIFOs of a step: its channel's for collectives; point-to-point
@@ -179,6 +183,26 @@ static const char *timeout_hint(const struct exec *x) {
          "(ringcc_group_start/end) to post sends and receives together";
 }
 
+/* Whether the peer at the other end of the FIFO waited on left in order
+ * (its goodbye): on a receive, the FIFO says; on a send, any FIFO of a host
+ * kind from that peer does (a rank says goodbye on all of them at once; a
+ * link made on first use carries both ways). */
+static int said_goodbye(const struct ringcc_comm *comm,
+                        const struct rcc_conn *c, int send, int peer) {
+  if (!send)
+    return c->fifo != NULL &&
+           __atomic_load_n(&c->fifo->closed, __ATOMIC_ACQUIRE);
+  if (peer < 0 || peer == comm->rank)
+    return 0;
+  for (int k = 0; k < comm->nkinds && k < RCC_CONN_DEVICE; k++)
+    for (int ch = 0; ch < comm->kind_channels[k]; ch++) {
+      const struct rcc_fifo *f = rcc_recv_conn(comm, k, ch, peer)->fifo;
+      if (f != NULL && __atomic_load_n(&f->closed, __ATOMIC_ACQUIRE))
+        return 1;
+    }
+  return 0;
+}
+
 static int wait_failed(struct exec *x) {
   struct ringcc_comm *comm = x->comm;
   int revoked = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE);
@@ -192,15 +216,19 @@ static int wait_failed(struct exec *x) {
                                   : "aborted",
                           x->at->waiting_for, x->at->peer);
   /* A FIFO closes (its sender's goodbye: net_proxy.c, shm.c) only after
-   * every message that came before it was published: loaded after closed,
-   * the tail says whether the message waited for came too, between the
-   * caller's last look and now (the caller takes it: the call may well
+   * every message that came before it was published, and a peer says
+   * goodbye only after it took what it was going to take: loaded after the
+   * goodbye, the word waited on says whether what the caller waits for came
+   * too, between its last look and now (it takes it: the call may well
    * succeed). A peer that left in order is not a dead one, though its
    * process may be gone since. */
-  const struct rcc_conn *wc = x->at->conn;
-  int left = wc != NULL && !x->at->waiting_send &&
-             __atomic_load_n(&wc->fifo->closed, __ATOMIC_ACQUIRE);
-  if (left && __atomic_load_n(&wc->fifo->tail, __ATOMIC_ACQUIRE) == wc->step)
+  int left = x->at->conn != NULL && said_goodbye(comm, x->at->conn,
+                                                 x->at->waiting_send,
+                                                 x->at->peer);
+  if (x->wait_word != NULL &&
+      __atomic_load_n(x->wait_word, __ATOMIC_ACQUIRE) != x->wait_old)
+    return RINGCC_SUCCESS;
+  if (left)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "%s (seq %llu) on rank %d: rank %d destroyed its "
                           "communicator while this rank waits for %s it at "
@@ -292,6 +320,8 @@ static inline __attribute__((always_inline)) int
 wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
                 uint32_t old) {
   struct rcc_conn *conn = (struct rcc_conn *)x->at->conn;
+  x->wait_word = word;
+  x->wait_old = old;
   if (conn != NULL && conn->ops != NULL)
     return conn->ops->wait(conn, word, old, wait_check, x);
 
@@ -969,6 +999,8 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
   __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old || any_ready(w))
     return RINGCC_SUCCESS;
+  x->wait_word = word;
+  x->wait_old = old;
   return wait_failed(x);
 }
 
@@ -1292,6 +1324,7 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
   struct rcc_spin *spin = &comm->spin;
   int n = comm->nranks, p = comm->rank;
   release_engines(comm);
+  x->wait_word = NULL; /* any FIFO: first_ready looks at them all */
   for (int i = 0;; i++) {
     if ((*source = first_ready(comm)) >= 0)
       return RINGCC_SUCCESS;
