@@ -527,13 +527,18 @@ static int progress_links(struct rcc_proxy *px, int listen_ready) {
        * (ECONNREFUSED: the process is gone), or nothing answered (its host
        * is unreachable). */
       int gone = last_errno == ECONNREFUSED;
+      int silent = last_errno == ETIMEDOUT || last_errno == EHOSTUNREACH ||
+                   last_errno == ENETUNREACH || last_errno == EHOSTDOWN ||
+                   last_errno == ENETDOWN;
       size_t at = strlen(err);
-      snprintf(err + at, sizeof(err) - at, "%s",
-               gone ? "; its host answers, but nothing listens there any "
-                      "more (the process ended, or destroyed the "
-                      "communicator)"
-                    : "; its host does not answer (down, or its network "
-                      "is cut)");
+      double s = (double)(now - c->first_refused) / 1e9;
+      if (gone)
+        snprintf(err + at, sizeof(err) - at, "; refused for %.1f s: its "
+                 "host answers, but nothing listens there any more (the "
+                 "process ended, or destroyed the communicator)", s);
+      else if (silent)
+        snprintf(err + at, sizeof(err) - at, "; no answer for %.1f s: its "
+                 "host is down, or its network is cut", s);
       r = gone ? RINGCC_ERR_PEER_FAILED : RINGCC_ERR_NETWORK;
     }
     unwant_link(px, c);
