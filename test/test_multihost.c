@@ -32,7 +32,9 @@
  *                last send is no failure for the ranks still running.
  *   vanishing    a host whose link goes down, or whose packets are dropped,
  *                mid-allreduce: every other rank fails within 10 s naming
- *                it; a link down for 2 s: every rank carries on, exactly;
+ *                it; a link made on first use to a host whose packets
+ *                are dropped: RINGCC_ERR_NETWORK (no answer), not a dead
+ *                peer; a link down for 2 s: every rank carries on, exactly;
  *                1 % loss and 50 +- 20 ms delay: random collectives exact;
  *                8 CPU hogs: no live peer taken for a dead one; a sniffer
  *                on the switch never sees the secret or a key. The suite

@@ -302,7 +302,7 @@ void pair_connect(pair_t *p) {
   uint8_t hello[RCC_NET_HELLO_BYTES] = "a hello from the connector";
   uint8_t got[RCC_NET_HELLO_BYTES];
   int64_t dl = rcc_now_ns() + (int64_t)(WAIT_S * 1e9);
-  cr_assert_eq(P.connect(KEY, p->handle, hello, &p->send, dl, err, sizeof err),
+  cr_assert_eq(P.connect(KEY, p->handle, hello, &p->send, dl, NULL, err, sizeof err),
                RINGCC_SUCCESS, "connect: %s", err);
   cr_assert_eq(P.accept(p->listen, got, &p->recv, dl, err, sizeof err),
                RINGCC_SUCCESS, "accept: %s", err);
@@ -788,9 +788,9 @@ static void t_unproven_offers(void) {
   pair_listen(&p);
   memcpy(mixed, p.handle, sizeof mixed); /* p's address, other's nonce */
   memcpy(mixed + 28, other.handle + 28, 16);
-  cr_assert_eq(P.connect(OTHER_KEY, p.handle, hello, &wrong_key, dl, err,
+  cr_assert_eq(P.connect(OTHER_KEY, p.handle, hello, &wrong_key, dl, NULL, err,
                          sizeof err), RINGCC_SUCCESS, "%s", err);
-  cr_assert_eq(P.connect(KEY, mixed, hello, &wrong_listener, dl, err,
+  cr_assert_eq(P.connect(KEY, mixed, hello, &wrong_listener, dl, NULL, err,
                          sizeof err), RINGCC_SUCCESS, "%s", err);
   void *none = NULL;
   ringcc_result_t r = P.accept(p.listen, got, &none,
@@ -827,7 +827,7 @@ static void t_unproven_offers(void) {
   uint16_t port = htons((uint16_t)rcc_socket_addr_port(&bound));
   memcpy(via, p.handle, sizeof via);
   memcpy(via + 6, &port, 2);
-  cr_assert_eq(P.connect(KEY, via, hello, &caught, dl, err, sizeof err),
+  cr_assert_eq(P.connect(KEY, via, hello, &caught, dl, NULL, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
   while (fd < 0 && rcc_now_ns() < dl) {
     cr_assert_eq(rcc_socket_accept(cap_fd, &fd, NULL, err, sizeof err),
@@ -925,7 +925,7 @@ static void t_setup_timeout(void) {
   uint8_t hello[RCC_NET_HELLO_BYTES] = {0};
   pair_listen(&p);
   int64_t dl = rcc_now_ns() + 300000000LL;
-  cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, err, sizeof err),
+  cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, NULL, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
   cr_assert_eq(P.ready(p.send, dl, err, sizeof err), RINGCC_ERR_TIMEOUT);
   snprintf(want, sizeof want, "NET/IB: the connection to %s did not finish "

@@ -7,7 +7,8 @@
  * strangers at the listener (a socket that does not prove the key is dropped
  * at once, a flood of them or of silent ones does not stop a real peer, a
  * listener out of descriptors backs off, a proof is good for one listener
- * once), IPv6 loopback, and (printed, not asserted) loopback throughput.
+ * once), what a failed connect met (refused, or a host that does not
+ * answer), IPv6 loopback, and (printed, not asserted) loopback throughput.
  *
  * Criterion runs each test in its own process, so the plugin's once-per-
  * process init() is fresh in every test. RINGCC_NSOCKS_PERPEER is read at
@@ -22,6 +23,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -87,7 +89,7 @@ static void make_pair(void *listen_comm, const uint8_t *handle, int nsocks,
   make_hello(hello, nsocks);
   set_nsocks(nsocks);
   cr_assert_eq(P->connect(KEY, handle, hello, send_comm,
-                          rcc_deadline_after_ms(5000), err, sizeof(err)),
+                          rcc_deadline_after_ms(5000), NULL, err, sizeof(err)),
                RINGCC_SUCCESS, "connect: %s", err);
   cr_assert_eq(P->accept(listen_comm, got, recv_comm,
                          rcc_deadline_after_ms(5000), err, sizeof(err)),
@@ -474,7 +476,7 @@ static void *rank_main(void *p) {
   uint8_t *sbuf = malloc((size_t)RCC_NET_MAX_REQUESTS * 65536 * 2);
   uint8_t *rbuf = malloc((size_t)RCC_NET_MAX_REQUESTS * 65536 * 2);
   make_hello(hello, 100 + a->me);
-  if (P->connect(KEY, a->peer_handle, hello, &sc, rcc_deadline_after_ms(5000), err,
+  if (P->connect(KEY, a->peer_handle, hello, &sc, rcc_deadline_after_ms(5000), NULL, err,
                  sizeof(err)) != RINGCC_SUCCESS)
     burst_fail(a, "connect", err);
   else if (P->accept(a->listen_comm, got, &rc, rcc_deadline_after_ms(5000),
@@ -731,7 +733,7 @@ Test(net_socket, sender_process_killed, .timeout = 10) {
     void *sc, *sreq;
     uint8_t *buf = calloc(1, big);
     make_hello(hello, 9);
-    if (P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(5000), err,
+    if (P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(5000), NULL, err,
                    sizeof(err)) != RINGCC_SUCCESS ||
         P->isend(sc, buf, big, 0, NULL, &sreq, err, sizeof(err)) !=
             RINGCC_SUCCESS)
@@ -856,7 +858,7 @@ Test(net_socket, strangers_do_not_stop_a_real_accept, .timeout = 20) {
 
   make_hello(hello, 2);
   set_nsocks(2);
-  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(2000), err,
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(2000), NULL, err,
                           sizeof(err)), RINGCC_SUCCESS, "%s", err);
   int64_t t0 = rcc_now_ns();
   cr_assert_eq(P->accept(l, got, &rc, rcc_deadline_after_ms(3000), err,
@@ -986,7 +988,7 @@ Test(net_socket, flood_of_strangers_then_a_real_peer, .timeout = 60) {
   make_hello(hello, 5);
   set_nsocks(2);
   int64_t t0 = rcc_now_ns();
-  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(3000),
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(3000), NULL,
                           err, sizeof(err)), RINGCC_SUCCESS, "%s", err);
   cr_assert_eq(P->accept(l, got, &rc, rcc_deadline_after_ms(3000), err,
                          sizeof(err)), RINGCC_SUCCESS, "accept: %s", err);
@@ -1047,7 +1049,7 @@ Test(net_socket, out_of_descriptors_backs_off, .timeout = 30) {
   usleep(300000);
   void *sc;
   set_nsocks(1);
-  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(3000),
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(3000), NULL,
                           err, sizeof(err)), RINGCC_SUCCESS, "%s", err);
   int status;
   cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -1135,14 +1137,77 @@ Test(net_socket, bad_socket_count_is_refused, .timeout = 5) {
   init_plugin(NULL);
   void *l = do_listen(handle);
   setenv("RINGCC_NSOCKS_PERPEER", "17", 1);
-  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(1000), err,
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(1000), NULL, err,
                           sizeof(err)), RINGCC_ERR_INVALID_ARGUMENT);
   cr_assert_not_null(strstr(err, "RINGCC_NSOCKS_PERPEER"), "%s", err);
   cr_assert_null(sc);
   uint8_t junk[RCC_NET_HANDLE_BYTES] = {1, 2, 3};
   set_nsocks(1);
-  cr_assert_eq(P->connect(KEY, junk, hello, &sc, rcc_deadline_after_ms(1000), err,
+  cr_assert_eq(P->connect(KEY, junk, hello, &sc, rcc_deadline_after_ms(1000), NULL, err,
                           sizeof(err)), RINGCC_ERR_INVALID_ARGUMENT);
+  P->close_listen(l);
+}
+
+/* ---- what a failed connect met ------------------------------------------------- */
+
+/* A connect that finds no listener says what its last connect() met
+ * (*last_errno, net.h): ECONNREFUSED where the host answered and nothing
+ * listens (the listener closed: its process is gone), no answer where the
+ * host is silent. The proxy tells a lazy link's dead peer from an
+ * unreachable host by it (net_proxy.c, progress_links). The silent host
+ * needs a network namespace of this test's own (root): the listener's
+ * address moves off the interface, so nothing answers for it (ARP). */
+static void connect_fails(const uint8_t *handle, int64_t ms, int *e,
+                          char *err, size_t len) {
+  uint8_t hello[RCC_NET_HELLO_BYTES] = {0};
+  void *sc = (void *)1;
+  *e = -1;
+  set_nsocks(2);
+  cr_assert_eq(P->connect(KEY, handle, hello, &sc, rcc_deadline_after_ms(ms),
+                          e, err, len), RINGCC_ERR_TIMEOUT, "%s", err);
+  cr_assert_null(sc);
+}
+
+Test(net_socket, failed_connect_to_a_closed_listener_is_refused, .timeout = 20) {
+  uint8_t handle[RCC_NET_HANDLE_BYTES];
+  char err[RCC_ERRLEN];
+  int e;
+  setenv("RINGCC_SOCKET_IFNAME", "lo", 1);
+  init_plugin("lo");
+  void *l = do_listen(handle);
+  void *sc, *rc;
+  make_pair(l, handle, 2, &sc, &rc); /* the listener was there */
+  P->close_send(sc);
+  P->close_recv(rc);
+  P->close_listen(l);
+  connect_fails(handle, 300, &e, err, sizeof(err));
+  cr_assert_eq(e, ECONNREFUSED, "errno %d (%s): %s", e, strerror(e), err);
+  cr_assert_not_null(strstr(err, "refused"), "%s", err);
+}
+
+Test(net_socket, failed_connect_to_a_silent_host, .timeout = 20) {
+  uint8_t handle[RCC_NET_HANDLE_BYTES];
+  char err[RCC_ERRLEN];
+  int e;
+  if (geteuid() != 0 || unshare(CLONE_NEWNET) != 0)
+    cr_skip_test("needs root for a network namespace");
+  if (system("ip link set lo up && ip link add d0 type veth peer name d1 && "
+             "ip addr add 198.18.0.1/24 dev d0 && ip link set d0 up && "
+             "ip link set d1 up") != 0)
+    cr_skip_test("no veth pair (ip link add ... type veth failed)");
+  setenv("RINGCC_SOCKET_IFNAME", "d0", 1);
+  init_plugin("d0");
+  void *l = do_listen(handle);
+  /* 198.18.0.1 is nobody's now: an ARP request for it goes unanswered */
+  cr_assert_eq(system("ip addr del 198.18.0.1/24 dev d0 && "
+                      "ip addr add 198.18.0.2/24 dev d0"), 0);
+  int64_t t0 = rcc_now_ns();
+  connect_fails(handle, 500, &e, err, sizeof(err));
+  cr_assert_neq(e, ECONNREFUSED, "%s", err);
+  cr_assert(e == ETIMEDOUT || e == EHOSTUNREACH, "errno %d (%s): %s", e,
+            strerror(e), err);
+  cr_assert_geq(rcc_now_ns() - t0, 450 * MS, "gave up before its deadline: %s", err);
+  cr_assert_null(strstr(err, "refused"), "%s", err);
   P->close_listen(l);
 }
 

@@ -31,7 +31,9 @@
  *                                   init, allreduces and alltoalls; every
  *                                   rank's first call an alltoall at once
  *                                   (n = 8, 16); a rank killed with links
- *                                   to its ring neighbours only;
+ *                                   to its ring neighbours only; a rank
+ *                                   that destroyed its communicator, whose
+ *                                   refused link is a failed peer;
  *   scale/tcp_ranks_defaults        RINGCC_SCALE_N (make scale-check: 128)
  *                                   TCP ranks on this host with default
  *                                   settings; skipped unless that is set.
@@ -67,6 +69,8 @@ typedef struct {
   volatile int new_sockets[MAX_N]; /* sockets the shrink left open more */
   volatile int sockets[MAX_N][4];  /* lazy: sockets after each stage */
   volatile int result[MAX_N];      /* lazy: the call's result */
+  volatile int left, asked;        /* lazy: a rank destroyed; the others
+                                      called */
   char logdir[64]; /* teardown: where each rank's stderr goes */
 } area_t;
 
@@ -1081,6 +1085,62 @@ Test(lazy, kill_of_a_rank_without_links_8, .timeout = 120) {
           bad ? " (NOT: see above)" : "");
   cr_assert_eq(bad, 0, "see above");
   cr_expect(worst < 10, "%.1f s to notice the dead rank", worst);
+  h_shared_free(a, sizeof(*a));
+}
+
+/* Rank 2 of 5 destroys its communicator (its listener closes; its ring
+ * neighbours 1 and 3 get its goodbyes, which nobody passes on); then rank 0,
+ * which connects the link to rank 2 itself, and rank 4, which asks rank 2
+ * to connect it, receive from it: the connection is refused (the host
+ * answers, nothing listens: the plugin's ECONNREFUSED), so the receive ends
+ * with RINGCC_ERR_PEER_FAILED saying so, not RINGCC_ERR_NETWORK (a host that
+ * does not answer). */
+static int body_lazy_left(area_t *a, int rank) {
+  ringcc_comm_t comm;
+  ringcc_result_t r;
+  if (comm_of(a, rank, &comm) != 0)
+    return 1;
+  if (rank == 2) {
+    ringcc_comm_destroy(comm);
+    __atomic_store_n(&a->left, 1, __ATOMIC_RELEASE);
+    return 0;
+  }
+  int rc = 0;
+  double give_up = h_now_s() + 30;
+  while (!__atomic_load_n(&a->left, __ATOMIC_ACQUIRE) && h_now_s() < give_up)
+    h_sleep_ms(5);
+  if (rank == 0 || rank == 4) {
+    int32_t v = 0;
+    double t0 = h_now_s();
+    r = ringcc_recv(&v, 1, RINGCC_INT32, 2, comm, NULL);
+    a->detect_s[rank] = h_now_s() - t0;
+    a->result[rank] = (int)r;
+    const char *m = ringcc_comm_last_error(comm);
+    if (r != RINGCC_ERR_PEER_FAILED || strstr(m, "rank 2") == NULL ||
+        strstr(m, "nothing listens there") == NULL ||
+        strstr(m, "refused for") == NULL)
+      rc = fprintf(stderr, "rank %d: the receive from rank 2, which "
+                   "destroyed its communicator, returned %d: %s\n", rank,
+                   (int)r, m) > 0;
+    __atomic_add_fetch(&a->asked, 1, __ATOMIC_ACQ_REL);
+  }
+  while (__atomic_load_n(&a->asked, __ATOMIC_ACQUIRE) < 2 &&
+         h_now_s() < give_up)
+    h_sleep_ms(5);
+  ringcc_comm_destroy(comm);
+  return rc;
+}
+
+Test(lazy, link_to_a_rank_that_destroyed_is_refused_5, .timeout = 90) {
+  area_t *a = tcp_area(5);
+  int bad = run(a, body_lazy_left, 60);
+  fprintf(stderr, "lazy: rank 2 of 5 destroyed its communicator: the "
+          "receives from it of rank 0 (connects) and rank 4 (asks) failed "
+          "with RINGCC_ERR_PEER_FAILED in %.2f s and %.2f s%s\n",
+          a->detect_s[0], a->detect_s[4], bad ? " (NOT: see above)" : "");
+  cr_assert_eq(bad, 0, "see above");
+  cr_expect(a->detect_s[0] < 10 && a->detect_s[4] < 10,
+            "%.1f s, %.1f s to notice", a->detect_s[0], a->detect_s[4]);
   h_shared_free(a, sizeof(*a));
 }
 

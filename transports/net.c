@@ -436,6 +436,7 @@ static ringcc_result_t alloc_fifo(struct ringcc_comm *comm,
   c->slot_bytes = net_slot_bytes(comm);
   c->is_send = is_send;
   c->peer = peer;
+  c->device = device_kind;
   if (!on_gpu)
     return RINGCC_SUCCESS;
   ringcc_result_t r = alloc_gpu_slots(comm, data, gpu);
@@ -509,7 +510,8 @@ static void connect_why(const struct net_state *st, int peer,
  * hello says so, closed at once. */
 static ringcc_result_t link_connect(struct net_state *st, const int *peers,
                                     int i, int k, const void *handle, int ask,
-                                    int64_t until, char *err, size_t errlen) {
+                                    int64_t until, int *last_errno, char *err,
+                                    size_t errlen) {
   struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
   struct net_hello hello = {.magic = HELLO_MAGIC, .rank = st->comm->rank,
                             .kind = k, .nranks = st->comm->nranks,
@@ -519,7 +521,7 @@ static ringcc_result_t link_connect(struct net_state *st, const int *peers,
   memcpy(wire, &hello, sizeof(hello));
   (void)peers;
   ringcc_result_t r = st->plugin->connect(st->key, handle, wire, &sc, until,
-                                          err, errlen);
+                                          last_errno, err, errlen);
   if (r != RINGCC_SUCCESS || ask) {
     if (sc != NULL)
       st->plugin->close_send(sc);
@@ -545,8 +547,8 @@ static ringcc_result_t connect_one(struct ringcc_comm *comm,
   int sliced = st->plugin->ready == NULL;
   int64_t until = sliced ? slice_end(CONNECT_SLICE_NS, comm->init_deadline)
                          : comm->init_deadline;
-  ringcc_result_t r = link_connect(st, peers, i, k, blob, 0, until, err,
-                                   sizeof(err));
+  ringcc_result_t r = link_connect(st, peers, i, k, blob, 0, until, NULL,
+                                   err, sizeof(err));
   if (r == RINGCC_ERR_TIMEOUT && until < comm->init_deadline)
     return r;
   if (r == RINGCC_SUCCESS)
@@ -758,8 +760,8 @@ static ringcc_result_t link_ready(struct net_state *st, int l, char *err,
 /* The proxy's callbacks (struct rcc_proxy_links): link l is to
  * st->peers[l / nsets] for FIFO set l % nsets. */
 static ringcc_result_t lazy_connect(void *arg, int l, int *asked,
-                                    int64_t deadline_ns, char *err,
-                                    size_t errlen) {
+                                    int64_t deadline_ns, int *last_errno,
+                                    char *err, size_t errlen) {
   struct net_state *st = arg;
   char why[RCC_ERRLEN];
   int i = l / st->nsets, peer = st->peers[i];
@@ -767,7 +769,7 @@ static ringcc_result_t lazy_connect(void *arg, int l, int *asked,
   ringcc_result_t r = link_connect(
       st, st->peers, i, l % st->nsets,
       st->handles + (size_t)i * RCC_NET_HANDLE_BYTES, *asked, deadline_ns,
-      why, sizeof(why));
+      last_errno, why, sizeof(why));
   if (r == RINGCC_SUCCESS && !*asked)
     r = link_ready(st, l, why, sizeof(why));
   if (r != RINGCC_SUCCESS)

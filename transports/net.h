@@ -15,7 +15,11 @@
  *            address, and whatever the plugin's proofs need) goes to peers
  *            through the bootstrap
  *   connect  to a peer's handle, sending a small hello (who we are) that
- *            accept() hands to the core
+ *            accept() hands to the core; a connect that fails says what
+ *            its last attempt met (the errno of connect(): ECONNREFUSED
+ *            where the host answered and nothing listens there, so a lazy
+ *            link's peer is gone; no answer, ETIMEDOUT or EHOSTUNREACH,
+ *            where its host is unreachable)
  *   key      listen and connect get the communicator's network key
  *            (RCC_NET_KEY_BYTES, never sent): a plugin proves it on every
  *            connection it opens (covering the hello) and accepts only
@@ -75,9 +79,14 @@ struct rcc_net_plugin {
   const char *(*device)(void);
   ringcc_result_t (*listen)(const uint8_t *key, void *handle,
                             void **listen_comm, char *err, size_t errlen);
+  /* *last_errno (NULL: not wanted): where it fails, the errno of its last
+   * connect() to the listener (ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH...),
+   * or 0 where it failed otherwise (a preamble that could not be sent, a
+   * bad handle); 0 on success. */
   ringcc_result_t (*connect)(const uint8_t *key, const void *handle,
                              const void *hello, void **send_comm,
-                             int64_t deadline_ns, char *err, size_t errlen);
+                             int64_t deadline_ns, int *last_errno, char *err,
+                             size_t errlen);
   /* Accepts the next connection and returns its hello
    * (RCC_NET_HELLO_BYTES). The core decides whether it is welcome. */
   ringcc_result_t (*accept)(void *listen_comm, void *hello, void **recv_comm,

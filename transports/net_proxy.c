@@ -117,6 +117,13 @@ struct rcc_proxy {
    * was made at init. */
   struct rcc_proxy_links links;
   int listen_now; /* listener_fds: the listener has a connection to take */
+  /* Links wanted and not made yet (want set, no net_comm, not failed):
+   * progress_links walks the links only while there is one, or while a
+   * device FIFO may ask for one (device_due). */
+  int nwant;
+  int device_links;      /* device send FIFOs on links not made at init */
+  int device_seen_valid; /* device_seen holds a count already */
+  uint32_t device_seen;  /* kernels_done at the last look at them */
 };
 
 /* In a poll set, the listener's descriptors (lazy links), not a
@@ -344,7 +351,16 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
  * refuses connections for REFUSED_MS is gone (it closes its listener only
  * when its process ends or it destroys the communicator): the link fails
  * as a link whose peer closed it does, so a call that needs a rank it had
- * no link to still ends with RINGCC_ERR_PEER_FAILED. */
+ * no link to still ends with RINGCC_ERR_PEER_FAILED.
+ *
+ * A round looks at the links only while one is wanted: px->nwant counts
+ * the send connections with want set, no link and not failed, kept where
+ * want changes (want_link sets it, for every way a link comes to be
+ * wanted: an executor's publish or wait, an ask taken by the listener;
+ * link_made and a failed connect clear it; an ask taken at init, before
+ * the proxy starts, is counted by rcc_proxy_start). A kernel publishing
+ * into a device FIFO (CUDA) calls no hook, so for those only the FIFO's
+ * slots tell: see device_due. */
 #define LINK_SLICE_MS 200 /* one connect try, under the lock */
 #define ASK_AGAIN_MS 1000
 #define RETRY_MS 50
@@ -353,10 +369,46 @@ static int progress_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
 /* The caller holds px->lock. */
 static void want_link(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
   struct rcc_proxy_conn *s = &px->conns[(c - px->conns) & ~(ptrdiff_t)1];
-  if (px->links.connect != NULL && s->net_comm == NULL && !s->want) {
+  if (px->links.connect != NULL && s->net_comm == NULL && !s->want &&
+      !s->failed) {
     s->want = 1;
     s->next_try = 0;
+    px->nwant++;
   }
+}
+
+/* The link of send connection c was made, or failed: no longer wanted. */
+static void unwant_link(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
+  if (c->want)
+    px->nwant--;
+  c->want = 0;
+}
+
+/* Whether this round looks at the device FIFOs of links not made yet
+ * (comm->kernels_started/done, as device_busy). Only a communicator with
+ * device FIFOs on such links does, and then only while a kernel runs, or
+ * when one ended since the last look (done moved): a kernel publishes
+ * into a FIFO between its start and its end, so a look after it ended
+ * (done read before the look, acquire) sees what it published, and a
+ * kernel still running is looked at every round. Without the counters
+ * (no kernel state yet) every round looks. The look walks every link. */
+static int device_due(struct rcc_proxy *px) {
+  if (!px->device_links)
+    return 0;
+  const uint32_t *started =
+      __atomic_load_n(&px->comm->kernels_started, __ATOMIC_ACQUIRE);
+  const uint32_t *done =
+      started ? __atomic_load_n(&px->comm->kernels_done, __ATOMIC_ACQUIRE)
+              : NULL;
+  if (done == NULL)
+    return 1;
+  uint32_t d = __atomic_load_n(done, __ATOMIC_ACQUIRE);
+  uint32_t s = __atomic_load_n(started, __ATOMIC_ACQUIRE);
+  if (s == d && px->device_seen_valid && d == px->device_seen)
+    return 0;
+  px->device_seen = d;
+  px->device_seen_valid = 1;
+  return 1;
 }
 
 /* Adds the listener's descriptors (its socket, and those of connections
@@ -388,7 +440,7 @@ static int listener_ready(const struct pollfd *pfds, const int *conn,
 /* Link l was made (its net_comms are set). */
 static void link_made(struct rcc_proxy *px, int l) {
   struct rcc_proxy_conn *c = &px->conns[2 * l];
-  c->want = 0;
+  unwant_link(px, c);
   c->first_refused = 0;
   if (px->plugin->readable != NULL)
     px->plugin->readable(c[1].net_comm, -1);
@@ -413,7 +465,7 @@ static void link_made(struct rcc_proxy *px, int l) {
  * holds px->lock. Returns progress. */
 static int progress_links(struct rcc_proxy *px, int listen_ready) {
   char err[RCC_ERRLEN];
-  int moved = 0, l, asked;
+  int moved = 0, l, asked, last_errno;
   ringcc_result_t r;
   if (px->links.connect == NULL)
     return 0;
@@ -433,18 +485,26 @@ static int progress_links(struct rcc_proxy *px, int listen_ready) {
     else
       link_made(px, l), moved = 1;
   }
+  /* Nothing wanted (the common round): no walk, unless a kernel may have
+   * filled a device FIFO. */
+  int device = device_due(px);
+  if (px->nwant == 0 && !device)
+    return moved;
   for (l = 0; l < px->nconns / 2; l++) {
     struct rcc_proxy_conn *c = &px->conns[2 * l];
     if (c->net_comm != NULL || c->failed)
       continue;
-    /* A kernel fills a staged device FIFO without a hook: its slots say. */
-    if (c->posted != __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE))
+    /* A kernel fills a device FIFO without a hook: its slots say (a host
+     * executor's publish calls want_link itself). */
+    if (device && c->device &&
+        c->posted != __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE))
       want_link(px, c);
     int64_t now = rcc_now_ns();
     if (!c->want || now < c->next_try)
       continue;
     r = px->links.connect(px->links.arg, l, &asked,
-                          now + LINK_SLICE_MS * 1000000LL, err, sizeof(err));
+                          now + LINK_SLICE_MS * 1000000LL, &last_errno, err,
+                          sizeof(err));
     now = rcc_now_ns();
     if (r == RINGCC_SUCCESS) {
       c->first_refused = 0;
@@ -463,11 +523,25 @@ static int progress_links(struct rcc_proxy *px, int listen_ready) {
         c->next_try = now + RETRY_MS * 1000000LL;
         continue;
       }
-      /* No listener there: the process is gone (refused), or its host
-       * (no answer). */
-      r = strstr(err, "refused") != NULL ? RINGCC_ERR_PEER_FAILED
-                                         : RINGCC_ERR_NETWORK;
+      /* No listener there: the host answered that nothing listens
+       * (ECONNREFUSED: the process is gone), or nothing answered (its host
+       * is unreachable). */
+      int gone = last_errno == ECONNREFUSED;
+      int silent = last_errno == ETIMEDOUT || last_errno == EHOSTUNREACH ||
+                   last_errno == ENETUNREACH || last_errno == EHOSTDOWN ||
+                   last_errno == ENETDOWN;
+      size_t at = strlen(err);
+      double s = (double)(now - c->first_refused) / 1e9;
+      if (gone)
+        snprintf(err + at, sizeof(err) - at, "; refused for %.1f s: its "
+                 "host answers, but nothing listens there any more (the "
+                 "process ended, or destroyed the communicator)", s);
+      else if (silent)
+        snprintf(err + at, sizeof(err) - at, "; no answer for %.1f s: its "
+                 "host is down, or its network is cut", s);
+      r = gone ? RINGCC_ERR_PEER_FAILED : RINGCC_ERR_NETWORK;
     }
+    unwant_link(px, c);
     c[1].failed = 1;
     fail(px, c, r, err);
     moved = 1;
@@ -1167,8 +1241,18 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   px->nconns = nconns;
   if (links != NULL)
     px->links = *links;
-  for (int i = 0; i < nconns; i++)
-    conns[i].proxy = px;
+  for (int i = 0; i < nconns; i++) {
+    struct rcc_proxy_conn *c = &conns[i];
+    c->proxy = px;
+    if (!c->is_send)
+      continue;
+    if (links == NULL || c->net_comm != NULL || c->failed) {
+      c->want = 0; /* made at init (an ask that crossed it) */
+      continue;
+    }
+    px->nwant += c->want; /* asked for at init (accept_one) */
+    px->device_links |= c->device;
+  }
   px->pfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));
   px->pconn = calloc(MAX_POLL_FDS, sizeof(int));
   px->xfds = calloc(MAX_POLL_FDS, sizeof(struct pollfd));

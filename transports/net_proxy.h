@@ -41,7 +41,11 @@ struct rcc_proxy_conn {
   /* Lazy links (RINGCC_NET_CONNECT=lazy), on the send connection of a
    * pair (conns[2l], conns[2l + 1] share one link): wanted by a call, and
    * when to connect (or ask the peer to) again. */
-  int want;
+  int want;               /* set and cleared by the proxy (want_link,
+                             link_made), which counts them; before it starts,
+                             net.c may set it (an ask at init) */
+  int device;             /* a kernel fills or drains this FIFO (a device
+                             kind's): it calls no hook */
   int64_t next_try;
   int64_t first_refused; /* the first connect that found no listener */
   void *tell_request;
@@ -64,10 +68,13 @@ struct rcc_proxy_links {
   void *listen_comm;
   /* Link l now: this rank connects it (*asked 0), or asks its peer to
    * connect (*asked 1: the peer connects the pairs where it is the lower
-   * rank). RINGCC_ERR_TIMEOUT: no listener answered by deadline_ns (err
-   * says why: refused, or no answer); try again later. */
+   * rank). RINGCC_ERR_TIMEOUT: no listener answered by deadline_ns; try
+   * again later. *last_errno: the plugin's (net.h), where it fails: the
+   * errno of its last connect() (ECONNREFUSED: the peer's host answered
+   * and nothing listens; else no answer), or 0; err says it in words. */
   ringcc_result_t (*connect)(void *arg, int l, int *asked,
-                             int64_t deadline_ns, char *err, size_t errlen);
+                             int64_t deadline_ns, int *last_errno, char *err,
+                             size_t errlen);
   /* The next connection that proved the key, by deadline_ns: *l the link it
    * made, or -1 (refused: not one this rank expects); *asked 1 where it
    * only asks this rank to connect link *l. RINGCC_ERR_TIMEOUT: none. */

@@ -848,15 +848,17 @@ static void socket_dereg_mr(void *comm, void *mhandle) {
 
 static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
                                       const void *hello, void **send_comm,
-                                      int64_t deadline_ns, char *err,
-                                      size_t errlen) {
+                                      int64_t deadline_ns, int *last_errno,
+                                      char *err, size_t errlen) {
   struct sockaddr_storage addr;
   uint8_t nonce[NONCE_BYTES];
   char why[RCC_ERRLEN];
-  int nsocks;
+  int nsocks, e = 0;
   ringcc_result_t r;
 
   *send_comm = NULL;
+  if (last_errno != NULL)
+    *last_errno = 0;
   if ((r = handle_decode(handle, &addr, nonce, err, errlen)) != RINGCC_SUCCESS ||
       (r = rcc_net_socket_count(&nsocks, err, errlen)) != RINGCC_SUCCESS)
     return r;
@@ -885,8 +887,8 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
      * process stopped after its connect: the listener's gate took it for a
      * silent stranger) is opened again; the listener never saw it. */
     for (int tries = 0;; tries++) {
-      r = rcc_socket_connect(&addr, deadline_ns, &c->socks[i].fd, why,
-                             sizeof(why));
+      r = rcc_socket_connect_errno(&addr, deadline_ns, &c->socks[i].fd, &e,
+                                   why, sizeof(why));
       if (r == RINGCC_SUCCESS) {
         rcc_net_socket_keepalive(c->socks[i].fd, g_net.link_timeout_ms);
         r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
@@ -903,6 +905,8 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
       c->socks[i].fd = -1;
     }
     if (r != RINGCC_SUCCESS) {
+      if (last_errno != NULL)
+        *last_errno = e;
       rcc_errf(err, errlen, r, "NET/Socket: opening socket %d of %d to %s: %s",
                i, nsocks, c->peer, why);
       conn_free(c);

@@ -374,6 +374,7 @@ static void comm_free(struct ringcc_comm *comm) {
   free(comm->ring_rev);
   free(comm->peers);
   free(comm->scratch);
+  free(comm->a2av_scratch);
   free(comm->premul);
   free(comm->premul_stage);
   pthread_mutex_destroy(&comm->premul_lock);

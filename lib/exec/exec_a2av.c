@@ -568,13 +568,21 @@ ringcc_result_t rcc_a2av_run(struct ringcc_comm *comm,
                             .rank = comm->rank, .nsteps = (uint64_t)n + 1},
                    .cma = rcc_cma_usable(comm),
                    .zc = rcc_registry_kind(comm) == RCC_ZC_ONE_HOST};
-  size_t *counts = calloc(4 * (size_t)n, sizeof(*counts));
-  uint8_t *flags = calloc(4 * (size_t)n, 1);
+  /* The per-peer plan (4n counts, 4n flags) lives with the communicator:
+   * its calls that move data run one at a time (rcc_comm_enter refuses a
+   * second thread's; a progress thread's batches run one after another,
+   * and a blocking call waits for them), so one plan serves them all. */
+  size_t cbytes = 4 * (size_t)n * sizeof(size_t), fbytes = 4 * (size_t)n;
+  if (comm->a2av_scratch == NULL)
+    comm->a2av_scratch = malloc(cbytes + fbytes);
   ringcc_result_t r;
-  if (counts == NULL || flags == NULL) {
+  if (comm->a2av_scratch == NULL) {
     r = rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                        "ringcc_alltoallv on rank %d: out of memory", a.me);
   } else {
+    size_t *counts = comm->a2av_scratch;
+    uint8_t *flags = (uint8_t *)comm->a2av_scratch + cbytes;
+    memset(comm->a2av_scratch, 0, cbytes + fbytes);
     a.sc = counts;
     a.sd = counts + n;
     a.rc = counts + 2 * n;
@@ -587,8 +595,6 @@ ringcc_result_t rcc_a2av_run(struct ringcc_comm *comm,
   }
   if (a.allowed) /* the readers are done, or the call failed */
     rcc_cma_allow_peers(comm, 0);
-  free(counts);
-  free(flags);
   free(a.pack);
   return r;
 }

@@ -986,6 +986,12 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
     return RINGCC_SUCCESS;
   waiting_on(x, send ? "a free slot to send to" : "data from", conn->peer,
              conn, send);
+  /* An engine's receive FIFO whose link may not be made yet (net.c's lazy
+   * links): "a slot is free" makes the engine want it, so a sender that
+   * left (and will never make it) is noticed. A send wanted it when it
+   * published. */
+  if (!send && conn->ops != NULL)
+    conn->ops->published(conn);
   uint32_t *word = send ? &conn->fifo->head : &conn->fifo->tail;
   uint32_t *waiters = send ? &conn->fifo->head_waiters
                            : &conn->fifo->tail_waiters;

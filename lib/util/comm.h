@@ -142,6 +142,8 @@ struct ringcc_comm {
                               (exec_host.c rcc_exec_host_recv_from) */
   void *scratch;           /* staging for in-place alltoall */
   size_t scratch_bytes;
+  void *a2av_scratch;      /* AllToAllv's per-peer plan (exec_a2av.c):
+                              made at its first call, for nranks */
   /* Premul-sum ops (coll/premul.c): the live ones, under premul_lock (made
    * and destroyed from any thread, read by the collective that uses one),
    * and the staging of the scaled inputs. */

@@ -700,12 +700,22 @@ static int connect_once(const struct sockaddr_storage *addr,
 ringcc_result_t rcc_socket_connect(const struct sockaddr_storage *addr,
                                    int64_t deadline_ns, int *fd_out, char *err,
                                    size_t errlen) {
+  int last_errno;
+  return rcc_socket_connect_errno(addr, deadline_ns, fd_out, &last_errno, err,
+                                  errlen);
+}
+
+ringcc_result_t rcc_socket_connect_errno(const struct sockaddr_storage *addr,
+                                         int64_t deadline_ns, int *fd_out,
+                                         int *last_errno, char *err,
+                                         size_t errlen) {
   char a[80];
   int64_t start = rcc_now_ns();
   int64_t backoff = CONNECT_BACKOFF_MIN_NS;
   int attempts = 0, e;
 
   *fd_out = -1;
+  *last_errno = 0;
   rcc_socket_addr_str(addr, a, sizeof(a));
   if (addr_len(addr) == 0 || rcc_socket_addr_port(addr) == 0)
     return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
@@ -714,6 +724,7 @@ ringcc_result_t rcc_socket_connect(const struct sockaddr_storage *addr,
   for (;;) {
     attempts++;
     e = connect_once(addr, deadline_ns, fd_out);
+    *last_errno = e;
     if (e == 0) {
       int one = 1;
       (void)setsockopt(*fd_out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

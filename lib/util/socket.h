@@ -67,6 +67,13 @@ ringcc_result_t rcc_socket_accept(int listen_fd, int *fd,
 ringcc_result_t rcc_socket_connect(const struct sockaddr_storage *addr,
                                    int64_t deadline_ns, int *fd, char *err,
                                    size_t errlen);
+/* The same, with *last_errno the errno of the last attempt where it fails
+ * (ECONNREFUSED: the host answered that nothing listens there; ETIMEDOUT,
+ * EHOSTUNREACH, ...: no answer), 0 where it succeeds. */
+ringcc_result_t rcc_socket_connect_errno(const struct sockaddr_storage *addr,
+                                         int64_t deadline_ns, int *fd,
+                                         int *last_errno, char *err,
+                                         size_t errlen);
 ringcc_result_t rcc_socket_set_nodelay(int fd, char *err, size_t errlen);
 /* Sends slen bytes on send_fd while receiving rlen bytes on recv_fd, both at
  * once (no deadlock when two peers exchange large messages); a negative fd

@@ -4,7 +4,8 @@
  * and the helpers both use, declared in test/test_multihost.h): the errors
  * (an unreachable rendezvous, a rank killed on another host, a peer leaving
  * after its last send, a stranger at the rendezvous), the vanishing hosts
- * (link down, packets dropped, a link flap, an impaired network, CPU hogs),
+ * (link down, packets dropped, a lazy link to a host that vanished, a link
+ * flap, an impaired network, CPU hogs),
  * the suite "measure", and the secret that never crosses the wire.
  * test/test_multihost.c describes them all.
  */
@@ -581,6 +582,98 @@ Test(multihost, vanished_host_packets_dropped, .timeout = 90) {
   double worst = vanish_trial(NS_CUT_DROP, true);
   fprintf(stderr, "packets dropped: the last survivor failed %.2f s after "
           "the cut\n", worst);
+}
+
+/* A link made on first use (RINGCC_NET_CONNECT=lazy, the default) to a
+ * host that vanished: 4 hosts, a rank each, linked at init to their ring
+ * neighbours only. Host 2's packets are dropped (ns_cut), then rank 0
+ * receives from rank 2, to which it has no link: its connects go
+ * unanswered (the plugin's ETIMEDOUT or EHOSTUNREACH, not ECONNREFUSED), so
+ * the receive ends with RINGCC_ERR_NETWORK (unreachable), not
+ * RINGCC_ERR_PEER_FAILED, within a few seconds, before rank 2's
+ * neighbours' link checks could pass anything on. */
+typedef struct {
+  volatile int ready, cut, done;
+  double cut_at, failed_at;
+  int code;
+  char message[600];
+} lazy_cut_area_t;
+
+static int body_lazy_cut(h_ctx_t *h) {
+  lazy_cut_area_t *a = h->arg;
+  __atomic_add_fetch(&a->ready, 1, __ATOMIC_ACQ_REL);
+  double give_up = h_now_s() + 40;
+  if (h->rank != 0) { /* nothing to do but stay until rank 0 is done */
+    while (!__atomic_load_n(&a->done, __ATOMIC_ACQUIRE) && h_now_s() < give_up)
+      h_sleep_ms(10);
+    _exit(0); /* rank 2's links are cut: no orderly destroy here */
+  }
+  while (!__atomic_load_n(&a->cut, __ATOMIC_ACQUIRE) && h_now_s() < give_up)
+    h_sleep_ms(1);
+  int32_t v = 0;
+  ringcc_result_t r = ringcc_recv(&v, 1, RINGCC_INT32, 2, h->comm, NULL);
+  a->failed_at = h_now_s();
+  a->code = (int)r;
+  snprintf(a->message, sizeof a->message, "%s",
+           ringcc_comm_last_error(h->comm));
+  __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+typedef struct {
+  lazy_cut_area_t *area;
+  bool ok, running;
+  char why[600];
+  pthread_t tid;
+} lazy_cutter_t;
+
+static void *lazy_cutter(void *p) {
+  lazy_cutter_t *c = p;
+  double give_up = h_now_s() + 30;
+  while (__atomic_load_n(&c->area->ready, __ATOMIC_ACQUIRE) < 4 &&
+         h_now_s() < give_up)
+    h_sleep_ms(1);
+  c->ok = ns_cut(&g_net, 2, NS_CUT_DROP, c->why, sizeof c->why);
+  c->area->cut_at = h_now_s();
+  __atomic_store_n(&c->area->cut, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void start_lazy_cutter(void *p) {
+  lazy_cutter_t *c = p;
+  c->running = pthread_create(&c->tid, NULL, lazy_cutter, c) == 0;
+}
+
+Test(multihost, lazy_link_to_a_vanished_host_is_unreachable, .timeout = 90) {
+  net_up(4);
+  layout_t L = make_layout(4, 1, false);
+  lazy_cut_area_t *a = h_shared_alloc(sizeof *a);
+  cr_assert_not_null(a);
+  ringcc_config_t cfg = test_config(30000);
+  lazy_cutter_t c = {.area = a};
+  ns_run_opts_t o = {.net = &g_net, .nranks = L.nranks, .host_of = L.host_of,
+                     .body = body_lazy_cut, .arg = a, .config = &cfg,
+                     .timeout_s = 60, .name = "lazy link to a vanished host",
+                     .started = start_lazy_cutter, .started_arg = &c};
+  ns_result_t res;
+  bool ran = ns_run(&o, &res);
+  if (c.running)
+    pthread_join(c.tid, NULL);
+  cr_assert(c.ok, "cutting host 2's link: %s", c.why);
+  double delay = a->failed_at - a->cut_at;
+  fprintf(stderr, "lazy link to a vanished host: rank 0's receive from rank 2 "
+          "failed %.2f s after the cut with %s: %s\n", delay,
+          ringcc_strerror((ringcc_result_t)a->code), a->message);
+  cr_expect(ran, "see above");
+  cr_expect_eq(a->code, RINGCC_ERR_NETWORK, "%s",
+               ringcc_strerror((ringcc_result_t)a->code));
+  cr_expect(strstr(a->message, "rank 2") != NULL &&
+                strstr(a->message, "host2") != NULL &&
+                strstr(a->message, "no answer for") != NULL,
+            "%s", a->message);
+  cr_expect_lt(delay, 6.0, "noticed only after %.1f s", delay);
+  ns_result_free(&res);
+  h_shared_free(a, sizeof *a);
 }
 
 /* A link that goes down for 2 s and comes back, well inside the 6 s after

@@ -123,7 +123,7 @@ Test(ib_fake, real_offer_amid_strangers_while_the_listener_is_busy,
   int64_t dl = rcc_now_ns() + (int64_t)(WAIT_S * 1e9);
   for (int i = 0; i < BEFORE + AFTER; i++) {
     if (i == BEFORE)
-      cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, err,
+      cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, NULL, err,
                              sizeof err), RINGCC_SUCCESS, "connect: %s", err);
     fds[i] = stranger_connect(&p);
     if (i % 3 == 1)
@@ -181,7 +181,7 @@ Test(ib_fake, out_of_descriptors_backs_off, .timeout = 60) {
     fds[i] = stranger_connect(&p);
   usleep(300000);
   cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send,
-                         rcc_now_ns() + 15000000000LL, err, sizeof err),
+                         rcc_now_ns() + 15000000000LL, NULL, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
   int status;
   cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -292,7 +292,7 @@ static void rtr_timeout(const char *hint) {
   uint8_t hello[RCC_NET_HELLO_BYTES] = {0}, got[RCC_NET_HELLO_BYTES];
   pair_listen(&p);
   int64_t dl = rcc_now_ns() + 10000000000LL;
-  cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, err, sizeof err),
+  cr_assert_eq(P.connect(KEY, p.handle, hello, &p.send, dl, NULL, err, sizeof err),
                RINGCC_SUCCESS, "%s", err);
   cr_assert_eq(P.accept(p.listen, got, &p.recv, dl, err, sizeof err),
                RINGCC_ERR_NETWORK);

@@ -482,7 +482,8 @@ ringcc_result_t rcc_ib_listen(const uint8_t *key, void *handle,
                               void **listen_comm, char *err, size_t errlen);
 ringcc_result_t rcc_ib_connect(const uint8_t *key, const void *handle,
                                const void *hello, void **send_comm,
-                               int64_t deadline_ns, char *err, size_t errlen);
+                               int64_t deadline_ns, int *last_errno, char *err,
+                               size_t errlen);
 ringcc_result_t rcc_ib_accept(void *listen_comm, void *hello, void **recv_comm,
                               int64_t deadline_ns, char *err, size_t errlen);
 int rcc_ib_listen_fd(const void *listen_comm);

@@ -352,12 +352,15 @@ ringcc_result_t rcc_ib_listen(const uint8_t *key, void *handle,
 
 ringcc_result_t rcc_ib_connect(const uint8_t *key, const void *handle,
                                   const void *hello, void **send_comm,
-                                  int64_t deadline_ns, char *err,
-                                  size_t errlen) {
+                                  int64_t deadline_ns, int *last_errno,
+                                  char *err, size_t errlen) {
   struct sockaddr_storage addr;
   struct ib_comm *c;
   uint8_t offer[WIRE_BYTES], nonce[NONCE_BYTES];
+  int e = 0;
   *send_comm = NULL;
+  if (last_errno != NULL)
+    *last_errno = 0;
   ringcc_result_t r = handle_decode(handle, &addr, nonce, err, errlen);
   if (r == RINGCC_SUCCESS)
     r = rcc_ib_comm_new(COMM_SEND, rcc_ib_state.set.qps, &c, err, errlen);
@@ -372,8 +375,8 @@ ringcc_result_t rcc_ib_connect(const uint8_t *key, const void *handle,
    * process stopped after its connect: the listener's gate took it for a
    * silent stranger) is opened again; the listener never saw it. */
   for (int tries = 0;; tries++) {
-    if ((r = rcc_socket_connect(&addr, deadline_ns, &c->fd, err, errlen)) ==
-        RINGCC_SUCCESS)
+    if ((r = rcc_socket_connect_errno(&addr, deadline_ns, &c->fd, &e, err,
+                                      errlen)) == RINGCC_SUCCESS)
       r = rcc_socket_send_all(c->fd, offer, WIRE_BYTES, deadline_ns, err,
                               errlen);
     if (tries == RECONNECTS || c->fd < 0 ||
@@ -387,6 +390,8 @@ ringcc_result_t rcc_ib_connect(const uint8_t *key, const void *handle,
     c->fd = -1;
   }
   if (r != RINGCC_SUCCESS) {
+    if (last_errno != NULL)
+      *last_errno = e; /* the side channel's: the process, or its host */
     rcc_ib_comm_free(c);
     return r;
   }
