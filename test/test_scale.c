@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,17 @@ typedef struct {
 } area_t;
 
 static area_t *g_a;
+
+/* Says what went wrong on stderr; 1 (a failure) whether or not the line
+ * could be written, so a check never passes for want of a stderr. */
+static int complain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int complain(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  return 1;
+}
 
 static ringcc_config_t cfg_of(const area_t *a, int64_t timeout_ms) {
   ringcc_config_t c = RINGCC_CONFIG_INIT;
@@ -328,7 +340,7 @@ Test(teardown, destroy_of_64_tcp_ranks_warns_nothing, .timeout = 300) {
     FILE *f = fopen(path, "r");
     while (f != NULL && fgets(line, sizeof(line), f) != NULL)
       if (bad || strstr(line, " WARN ") != NULL)
-        warned += fprintf(stderr, "rank %d: %s", r, line) > 0;
+        warned += complain("rank %d: %s", r, line);
     if (f != NULL)
       fclose(f);
     unlink(path);
@@ -413,15 +425,16 @@ static int links_after(const links_seen_t *l, int n, int rank,
       old = l->start[j] == now.start[i];
     fresh += !old;
     if (!old && now.bytes[i] >= smallest)
-      bad = fprintf(stderr, "rank %d (%s): the shrink mapped a new segment of "
-                    "%zu bytes, as large as FIFOs (%zu: a parent's segment "
-                    "over its ranks): it made FIFOs instead of reusing "
-                    "them\n", rank,
-                    what, now.bytes[i], smallest) > 0;
+      bad = complain("rank %d (%s): the shrink mapped a new segment of "
+                     "%zu bytes, as large as FIFOs (%zu: a parent's segment "
+                     "over its ranks): it made FIFOs instead of reusing "
+                     "them\n",
+                     rank, what, now.bytes[i], smallest);
   }
   if (l->n == 0)
-    bad = fprintf(stderr, "rank %d (%s): no shared-memory segment mapped "
-                  "before the shrink\n", rank, what) > 0;
+    bad = complain("rank %d (%s): no shared-memory segment mapped "
+                   "before the shrink\n",
+                   rank, what);
   (void)fresh;
   return bad;
 }
@@ -454,74 +467,66 @@ static int collectives_on(ringcc_comm_t s, int me, int m) {
     buf[k] = me * 100000 + (int)k;
   if (rc == 0 && (ringcc_allgather(buf, out, count, RINGCC_INT32, s, NULL) !=
                   RINGCC_SUCCESS))
-    rc = fprintf(stderr, "rank %d: allgather: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: allgather: %s\n", me, ringcc_comm_last_error(s));
   for (int q = 0; q < m && rc == 0; q++)
     for (size_t k = 0; k < count && rc == 0; k++)
       if (out[(size_t)q * count + k] != q * 100000 + (int)k)
-        rc = fprintf(stderr, "rank %d: allgather block %d element %zu wrong\n",
-                     me, q, k) > 0;
+        rc = complain("rank %d: allgather block %d element %zu wrong\n", me, q,
+                      k);
   for (size_t k = 0; k < count && rc == 0; k++)
     buf[k] = me == m - 1 ? 7 * (int)k : -1;
   if (rc == 0 && ringcc_bcast(buf, count, RINGCC_INT32, m - 1, s, NULL) !=
                      RINGCC_SUCCESS)
-    rc = fprintf(stderr, "rank %d: bcast: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: bcast: %s\n", me, ringcc_comm_last_error(s));
   for (size_t k = 0; k < count && rc == 0; k++)
     if (buf[k] != 7 * (int)k)
-      rc = fprintf(stderr, "rank %d: bcast element %zu wrong\n", me, k) > 0;
+      rc = complain("rank %d: bcast element %zu wrong\n", me, k);
   for (int q = 0; q < m && rc == 0; q++)
     for (size_t k = 0; k < count; k++)
       buf[(size_t)q * count + k] = me * 1000 + q;
   if (rc == 0 && ringcc_alltoall(buf, out, count, RINGCC_INT32, s, NULL) !=
                      RINGCC_SUCCESS)
-    rc = fprintf(stderr, "rank %d: alltoall: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: alltoall: %s\n", me, ringcc_comm_last_error(s));
   for (int q = 0; q < m && rc == 0; q++)
     if (out[(size_t)q * count] != q * 1000 + me)
-      rc = fprintf(stderr, "rank %d: alltoall block %d wrong\n", me, q) > 0;
+      rc = complain("rank %d: alltoall block %d wrong\n", me, q);
   /* reduce_scatter: rank q's block k is sum over ranks of (rank + q + k) */
   for (int q = 0; q < m && rc == 0; q++)
     for (size_t k = 0; k < count; k++)
       buf[(size_t)q * count + k] = me + q + (int)k;
   if (rc == 0 && ringcc_reduce_scatter(buf, out, count, RINGCC_INT32,
                                        RINGCC_SUM, s, NULL) != RINGCC_SUCCESS)
-    rc = fprintf(stderr, "rank %d: reduce_scatter: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: reduce_scatter: %s\n", me,
+                  ringcc_comm_last_error(s));
   for (size_t k = 0; k < count && rc == 0; k++)
     if (out[k] != m * (m - 1) / 2 + m * (me + (int)k))
-      rc = fprintf(stderr, "rank %d: reduce_scatter element %zu wrong\n", me,
-                   k) > 0;
+      rc = complain("rank %d: reduce_scatter element %zu wrong\n", me, k);
   for (size_t k = 0; k < count; k++)
     buf[k] = me + 3 * (int)k;
   if (rc == 0 && ringcc_reduce(buf, out, count, RINGCC_INT32, RINGCC_SUM, 0,
                                s, NULL) != RINGCC_SUCCESS)
-    rc = fprintf(stderr, "rank %d: reduce: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: reduce: %s\n", me, ringcc_comm_last_error(s));
   for (size_t k = 0; k < count && rc == 0 && me == 0; k++)
     if (out[k] != m * (m - 1) / 2 + 3 * m * (int)k)
-      rc = fprintf(stderr, "rank %d: reduce element %zu wrong\n", me, k) > 0;
+      rc = complain("rank %d: reduce element %zu wrong\n", me, k);
   for (size_t k = 0; k < count; k++)
     buf[k] = me * 100000 + (int)k;
   if (rc == 0 && ringcc_gather(buf, out, count, RINGCC_INT32, m - 1, s,
                                NULL) != RINGCC_SUCCESS)
-    rc = fprintf(stderr, "rank %d: gather: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: gather: %s\n", me, ringcc_comm_last_error(s));
   for (int q = 0; q < m && rc == 0 && me == m - 1; q++)
     for (size_t k = 0; k < count && rc == 0; k++)
       if (out[(size_t)q * count + k] != q * 100000 + (int)k)
-        rc = fprintf(stderr, "rank %d: gather block %d element %zu wrong\n",
-                     me, q, k) > 0;
+        rc = complain("rank %d: gather block %d element %zu wrong\n", me, q, k);
   for (int q = 0; q < m; q++)
     for (size_t k = 0; k < count; k++)
       buf[(size_t)q * count + k] = me == 0 ? q * 1000 + (int)k : -1;
   if (rc == 0 && ringcc_scatter(buf, out, count, RINGCC_INT32, 0, s, NULL) !=
                      RINGCC_SUCCESS)
-    rc = fprintf(stderr, "rank %d: scatter: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: scatter: %s\n", me, ringcc_comm_last_error(s));
   for (size_t k = 0; k < count && rc == 0; k++)
     if (out[k] != me * 1000 + (int)k)
-      rc = fprintf(stderr, "rank %d: scatter element %zu wrong\n", me, k) > 0;
+      rc = complain("rank %d: scatter element %zu wrong\n", me, k);
   /* send/recv round the ring (even ranks send first) */
   int right = (me + 1) % m, left = (me + m - 1) % m;
   for (size_t k = 0; k < count; k++)
@@ -533,15 +538,13 @@ static int collectives_on(ringcc_comm_t s, int me, int m) {
                             : ringcc_recv(out, count, RINGCC_INT32, left, s,
                                           NULL);
     if (e != RINGCC_SUCCESS)
-      rc = fprintf(stderr, "rank %d: send/recv: %s\n", me,
-                   ringcc_comm_last_error(s)) > 0;
+      rc = complain("rank %d: send/recv: %s\n", me, ringcc_comm_last_error(s));
   }
   for (size_t k = 0; k < count && rc == 0 && m > 1; k++)
     if (out[k] != left * 7 + (int)k)
-      rc = fprintf(stderr, "rank %d: recv element %zu wrong\n", me, k) > 0;
+      rc = complain("rank %d: recv element %zu wrong\n", me, k);
   if (rc == 0 && ringcc_barrier(s, NULL) != RINGCC_SUCCESS)
-    rc = fprintf(stderr, "rank %d: barrier: %s\n", me,
-                 ringcc_comm_last_error(s)) > 0;
+    rc = complain("rank %d: barrier: %s\n", me, ringcc_comm_last_error(s));
   free(buf);
   free(out);
   return rc;
@@ -756,7 +759,7 @@ static int body_exclude(area_t *a, int rank) {
     }
     int bad[1] = {rank}; /* the caller itself */
     if (ringcc_comm_shrink(comm, bad, 1, &s) != RINGCC_ERR_INVALID_ARGUMENT)
-      rc = fprintf(stderr, "rank %d: exclude of itself accepted\n", rank) > 0;
+      rc = complain("rank %d: exclude of itself accepted\n", rank);
   }
   ringcc_comm_destroy(comm);
   return rc;
@@ -805,21 +808,22 @@ static int body_algos(area_t *a, int rank) {
       if (!a->tcp && links_after(&seen, n, rank, g_algos[i]))
         rc = 1;
       if (rc == 0 && collectives_on(s, rank, n - 1))
-        rc = fprintf(stderr, "rank %d: on the shrunk comm with RINGCC_ALGO="
-                     "%s (above)\n", rank, g_algos[i]) > 0;
+        rc = complain("rank %d: on the shrunk comm with RINGCC_ALGO="
+                      "%s (above)\n",
+                      rank, g_algos[i]);
     }
     /* the parent, after its child ran (all n ranks) */
     if (rc == 0 && exact_allreduce(comm, rank, n, 70000, i, buf, &r) != 0)
-      rc = fprintf(stderr, "rank %d: allreduce on the parent after the child "
-                   "(%s): %s\n", rank, g_algos[i],
-                   ringcc_comm_last_error(comm)) > 0;
+      rc = complain("rank %d: allreduce on the parent after the child "
+                    "(%s): %s\n",
+                    rank, g_algos[i], ringcc_comm_last_error(comm));
     if (rank != last) {
       /* and the child again, after the parent ran */
       if (rc == 0 && exact_allreduce(s, rank, n - 1, 1000, 50 + i, buf, &r) !=
                          0)
-        rc = fprintf(stderr, "rank %d: allreduce on the child after the "
-                     "parent (%s): %s\n", rank, g_algos[i],
-                     ringcc_comm_last_error(s)) > 0;
+        rc = complain("rank %d: allreduce on the child after the "
+                      "parent (%s): %s\n",
+                      rank, g_algos[i], ringcc_comm_last_error(s));
       ringcc_comm_destroy(s);
       s = NULL;
     }
@@ -939,8 +943,9 @@ static int exact_alltoall(ringcc_comm_t comm, int me, int n, size_t count,
     for (size_t k = 0; k < count && rc == 0; k++)
       if (out[(size_t)q * count + k] != q * 1000000 + me * 1000 +
                                             (int)(k % 997) + i)
-        rc = fprintf(stderr, "rank %d: alltoall %d block %d element %zu is "
-                     "%d\n", me, i, q, k, (int)out[(size_t)q * count + k]) > 0;
+        rc = complain("rank %d: alltoall %d block %d element %zu is "
+                      "%d\n",
+                      me, i, q, k, (int)out[(size_t)q * count + k]);
   free(in);
   free(out);
   return rc;
@@ -1119,9 +1124,9 @@ static int body_lazy_left(area_t *a, int rank) {
     if (r != RINGCC_ERR_PEER_FAILED || strstr(m, "rank 2") == NULL ||
         strstr(m, "nothing listens there") == NULL ||
         strstr(m, "refused for") == NULL)
-      rc = fprintf(stderr, "rank %d: the receive from rank 2, which "
-                   "destroyed its communicator, returned %d: %s\n", rank,
-                   (int)r, m) > 0;
+      rc = complain("rank %d: the receive from rank 2, which "
+                    "destroyed its communicator, returned %d: %s\n",
+                    rank, (int)r, m);
     __atomic_add_fetch(&a->asked, 1, __ATOMIC_ACQ_REL);
   }
   while (__atomic_load_n(&a->asked, __ATOMIC_ACQUIRE) < 2 &&
