@@ -642,6 +642,8 @@ static void *lazy_cutter(void *p) {
 static void start_lazy_cutter(void *p) {
   lazy_cutter_t *c = p;
   c->running = pthread_create(&c->tid, NULL, lazy_cutter, c) == 0;
+  if (!c->running)
+    snprintf(c->why, sizeof c->why, "pthread_create failed");
 }
 
 Test(multihost, lazy_link_to_a_vanished_host_is_unreachable, .timeout = 90) {
