@@ -492,8 +492,10 @@ static struct wire_frame heap_pop(struct wire *w) {
  * of a frame (past its virtio_net_hdr). Both sit at even offsets from the
  * TCP header (IPv4 and TCP headers are multiples of 4 bytes), so the TCP
  * checksum, a ones'-complement sum of those words, stays right whether it
- * is already in the frame or left to the device. 1 when it changed bytes. */
-static int wire_corrupt(struct wire *w, uint8_t *frame, size_t len) {
+ * is already in the frame or left to the device. Frames with fewer than
+ * min_payload payload bytes are left alone. 1 when it changed bytes. */
+static int wire_corrupt(struct wire *w, uint8_t *frame, size_t len,
+                        size_t min_payload) {
   uint8_t *eth = frame + VNET_HDR;
   size_t left = len - VNET_HDR;
   if (left < 14 + 20 || eth[12] != 0x08 || eth[13] != 0x00) /* IPv4 */
@@ -508,6 +510,8 @@ static int wire_corrupt(struct wire *w, uint8_t *frame, size_t len) {
   if (doff < 20 || ihl + doff > total)
     return 0;
   uint8_t *pay = tcp + doff;
+  if (total - ihl - doff < min_payload)
+    return 0;
   size_t words = (total - ihl - doff) / 2;
   for (int tries = 0; words >= 2 && tries < 8; tries++) {
     size_t a = (size_t)(wire_uniform(w) * (double)words);
@@ -572,7 +576,9 @@ static void wire_take(struct wire *w, int in, const uint8_t *buf, size_t len) {
       continue;
     memcpy(f.data, buf, len);
     if (w->im.corrupt > 0 && wire_uniform(w) < w->im.corrupt &&
-        wire_corrupt(w, f.data, len))
+        wire_corrupt(w, f.data, len,
+                     (size_t)(w->im.corrupt_min_payload > 0
+                                  ? w->im.corrupt_min_payload : 0)))
       w->stats->corrupted++;
     heap_push(w, f);
   }

@@ -112,6 +112,11 @@ typedef struct {
    * change when its terms swap places), as a faulty switch or NIC memory
    * makes it. */
   double corrupt;
+  /* When > 0, only segments with at least this many payload bytes are
+   * corrupted: a test of the data path sets it above the size of the
+   * bootstrap's and the handshakes' short messages, so that a run is not
+   * lost at init to a corruption the test does not look at. */
+  int corrupt_min_payload;
 } ns_impair_t;
 bool ns_net_impair(ns_net_t *net, const ns_impair_t *im, char *why,
                    size_t len);
