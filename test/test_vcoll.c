@@ -31,7 +31,8 @@
 
 struct spec {
   uint64_t seed;
-  int reg; /* AllToAllv's large-block tests: A2A_REG_* */
+  int reg;  /* AllToAllv's large-block tests: A2A_REG_* */
+  int huge; /* ... with blocks of megabytes */
 };
 
 static uint64_t seed_base(void) {
@@ -211,13 +212,18 @@ enum { A2A_REG_NONE, A2A_REG_BOTH, A2A_REG_RECV };
 static int a2a_large, a2a_reg;
 
 /* The counts rank i sends rank j; symmetric for in place. Large: 0 one
- * time in five, small (up to 300) three in ten, else 3000 to 40000. */
+ * time in five, small (up to 300) three in ten, else 3000 to 40000; huge
+ * (a2a_large 2): 0 one time in five, else 1 to 3 million, so that a call's
+ * traffic passes the 16 MiB from which blocks land by non-temporal stores
+ * (lib/exec/copy.h), at odd addresses. */
 static size_t a2a_count(uint64_t salt, int i, int j, int symmetric) {
   if (symmetric && j < i)
     return a2a_count(salt, j, i, symmetric);
   uint64_t h = h_hash3(salt, 9, (uint64_t)i * MAXN + (uint64_t)j);
   if (!a2a_large)
     return draw_count(salt, 9, (uint64_t)i * MAXN + (uint64_t)j);
+  if (a2a_large == 2)
+    return h % 10 < 2 ? 0 : 1000001 + (h >> 8) % 2000000;
   return h % 10 < 2 ? 0 : h % 10 < 5 ? 1 + (h >> 8) % 300
                                      : 3000 + (h >> 8) % 37001;
 }
@@ -309,7 +315,7 @@ static void run_all(int n, const ringcc_config_t *cfg, const char *what) {
   struct spec s = {seed_base() ^ ((uint64_t)n << 32) ^
                    h_hash3(0, (uint64_t)(cfg ? cfg->algo : 0),
                            (uint64_t)(cfg ? cfg->shm_disable : 0)),
-                   A2A_REG_NONE};
+                   A2A_REG_NONE, 0};
   h_run_opts_t o = {.nranks = n, .body = body_all, .arg = &s, .config = cfg,
                     .timeout_s = 120, .name = what};
   cr_assert(h_run(&o), "%s, n=%d, seed %#llx: failed (above)", what, n,
@@ -502,9 +508,9 @@ static int body_a2a_large(h_ctx_t *h) {
   static const ringcc_datatype_t dts[] = {RINGCC_UINT8, RINGCC_FLOAT16,
                                           RINGCC_FLOAT32, RINGCC_FLOAT64};
   const struct spec *s = h->arg;
-  a2a_large = 1;
+  a2a_large = s->huge ? 2 : 1;
   a2a_reg = s->reg;
-  for (int d = 0; d < 4; d++)
+  for (int d = 0; d < (s->huge ? 2 : 4); d++)
     for (int rep = 0; rep < 3; rep++) {
       uint64_t salt = h_hash3(s->seed, (uint64_t)d, (uint64_t)rep);
       if (check_alltoallv(h, dts[d], salt))
@@ -515,13 +521,25 @@ static int body_a2a_large(h_ctx_t *h) {
   return check_a2a_algorithm(h, s->reg);
 }
 
-static void run_a2a_large(int n, const ringcc_config_t *cfg, int reg,
-                          const char *what) {
-  struct spec s = {seed_base() ^ ((uint64_t)n << 32) ^ 0xa2a, reg};
+static void run_a2a_huge(int n, const ringcc_config_t *cfg, int reg,
+                         int huge, const char *what) {
+  struct spec s = {seed_base() ^ ((uint64_t)n << 32) ^ 0xa2a, reg, huge};
   h_run_opts_t o = {.nranks = n, .body = body_a2a_large, .arg = &s,
                     .config = cfg, .timeout_s = 120, .name = what};
   cr_assert(h_run(&o), "%s, n=%d, seed %#llx: failed (above)", what, n,
             (unsigned long long)s.seed);
+}
+
+static void run_a2a_large(int n, const ringcc_config_t *cfg, int reg,
+                          const char *what) {
+  run_a2a_huge(n, cfg, reg, 0, what);
+}
+
+/* Blocks of megabytes: landed with non-temporal stores, at odd offsets,
+ * read by cross-memory attach or from the registered mapping. */
+Test(a2av, huge_blocks, .timeout = 400) {
+  run_a2a_huge(3, NULL, A2A_REG_NONE, 1, "alltoallv huge blocks");
+  run_a2a_huge(4, NULL, A2A_REG_BOTH, 1, "alltoallv huge registered blocks");
 }
 
 Test(a2av, large_blocks_n_1_to_8, .timeout = 400) {

@@ -78,6 +78,7 @@
 #include "a2av.h"
 #include "board.h"
 #include "clock.h"
+#include "copy.h"
 #include "cma.h"
 #include "comm.h"
 #include "error.h"
@@ -114,6 +115,8 @@ struct a2av {
   struct rcc_plan plan; /* what the board's waits report */
   int64_t deadline;     /* of the board's waits; 0 until the first sleep */
   int n, me, cma, zc;
+  int nt; /* blocks copied into the receive buffer with non-temporal
+             stores (copy.h) */
   int allowed; /* holds a share of the ptrace exception for the call */
   size_t *sc, *sd, *rc, *rd; /* the current phase's plan, in bytes */
   uint8_t *big_s, *big_r;    /* per peer: FORM_READ, FORM_FIFO, else 0 */
@@ -143,6 +146,16 @@ static void place_large(struct a2av *a, int p, const char *block,
   a->big_s[p] = (uint8_t)w->form;
 }
 
+/* A block into the receive buffer, around the cache where the call is
+ * large (a->nt). */
+static void put(const struct a2av *a, void *to, const void *from,
+                size_t bytes) {
+  if (a->nt)
+    rcc_nt_copy(to, from, bytes);
+  else
+    memcpy(to, from, bytes);
+}
+
 /* Reads rank p's block of bytes into `to` in place, as w says. */
 static ringcc_result_t read_in_place(struct a2av *a, int p,
                                      const struct place *w, char *to,
@@ -155,7 +168,7 @@ static ringcc_result_t read_in_place(struct a2av *a, int p,
   int e = 0;
   if (mapped != NULL) {
     rcc_stats_received(comm->stats, p, bytes);
-    memcpy(to, mapped, bytes);
+    put(a, to, mapped, bytes);
   } else if (w->addr != 0 && a->cma) {
     e = rcc_cma_peer_copy(comm, p, to, w->addr, bytes, 0);
   } else {
@@ -216,7 +229,7 @@ static void copy_own(const struct a2av *a) {
   char *own = (char *)v->dst + v->rdispls[a->me] * v->esize;
   const char *mine = (const char *)v->src + v->sdispls[a->me] * v->esize;
   if (v->recvcounts[a->me] > 0 && own != mine)
-    memcpy(own, mine, v->recvcounts[a->me] * v->esize);
+    put(a, own, mine, v->recvcounts[a->me] * v->esize);
 }
 
 /* ---- one round on the board ---------------------------------------------- */
@@ -591,7 +604,15 @@ ringcc_result_t rcc_a2av_run(struct ringcc_comm *comm,
     a.big_r = flags + n;
     a.ack_out = flags + 2 * n;
     a.ack_in = flags + 3 * n;
+    /* Non-temporal stores once the call's traffic, all ranks together
+     * (about n times this rank's), outgrows the caches, as exec_zc.c. */
+    size_t in_bytes = 0;
+    for (int p = 0; p < n; p++)
+      in_bytes += v->recvcounts[p] * v->esize;
+    a.nt = in_bytes * (size_t)n >= RCC_NT_MIN_FOOTPRINT;
     r = board_fits(comm) ? run_board(&a) : run_fifos(&a);
+    if (a.nt)
+      rcc_store_fence(); /* the buffer is the caller's again */
   }
   if (a.allowed) /* the readers are done, or the call failed */
     rcc_cma_allow_peers(comm, 0);

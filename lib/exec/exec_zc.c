@@ -81,23 +81,13 @@
 
 #include "comm.h"
 #include "error.h"
+#include "copy.h"
 #include "exec.h"
 #include "fifo.h"
 #include "reduce.h"
 #include "registry.h"
 #include "zc.h"
 #include "zc_sched.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <emmintrin.h>
-#define HAVE_NT_STORES 1
-#else
-#define HAVE_NT_STORES 0
-#endif
-
-/* Outputs are written with non-temporal stores from this much traffic on,
- * all ranks together (docs/performance.md has the measurement). */
-#define NT_MIN_FOOTPRINT ((size_t)16 << 20)
 
 struct zc {
   struct ringcc_comm *comm;
@@ -120,41 +110,11 @@ struct zc {
 
 /* ---- copies ------------------------------------------------------------------------ */
 
-#if HAVE_NT_STORES
-/* memcpy with streaming stores: the destination's lines are not read. */
-static void nt_copy(void *dst, const void *src, size_t bytes) {
-  char *d = dst;
-  const char *s = src;
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-  if (head > bytes)
-    head = bytes;
-  memcpy(d, s, head);
-  d += head, s += head, bytes -= head;
-  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)s);
-    __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-    __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-    _mm_stream_si128((__m128i *)d, a);
-    _mm_stream_si128((__m128i *)(d + 16), b);
-    _mm_stream_si128((__m128i *)(d + 32), c);
-    _mm_stream_si128((__m128i *)(d + 48), e);
-  }
-  memcpy(d, s, bytes);
-}
-static void store_fence(void) { _mm_sfence(); }
-#else
-static void nt_copy(void *dst, const void *src, size_t bytes) {
-  memcpy(dst, src, bytes);
-}
-static void store_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-#endif
-
 static void put(const struct zc *z, void *dst, const void *src, size_t bytes) {
   if (dst == src || bytes == 0)
     return;
   if (z->nt)
-    nt_copy(dst, src, bytes);
+    rcc_nt_copy(dst, src, bytes);
   else
     memcpy(dst, src, bytes);
 }
@@ -447,7 +407,7 @@ static ringcc_result_t gather_arrivals(struct zc *z, int *all_usable) {
 /* Steps 4 and 5. */
 static ringcc_result_t finish(struct zc *z) {
   struct rcc_registry *reg = z->reg;
-  store_fence();
+  rcc_store_fence();
   publish(&reg->ctl_own->done, z->seq);
   for (int j = 0; j < z->n; j++) {
     int p = reg->local[j];
@@ -501,7 +461,7 @@ static ringcc_result_t run_per_host(struct zc *z) {
   char *block = mine + off * z->esize;
   /* The network engine's thread may send the block straight from here:
    * the non-temporal stores must be visible to it first. */
-  store_fence();
+  rcc_store_fence();
   ringcc_result_t r = rail_allreduce(z, block, block, len, c->dt,
                                      c->op == RINGCC_AVG ? RINGCC_SUM : c->op);
   if (r != RINGCC_SUCCESS)
@@ -690,7 +650,7 @@ ringcc_result_t rcc_exec_zc(struct ringcc_comm *comm,
   for (int j = 0; j < reg->nlocal && call->root >= 0; j++)
     if (reg->local[j] == call->root)
       z.root = j;
-  z.nt = footprint(&z) * (size_t)z.n >= NT_MIN_FOOTPRINT;
+  z.nt = footprint(&z) * (size_t)z.n >= RCC_NT_MIN_FOOTPRINT;
 
   struct rcc_progress *at = &comm->progress;
   RCC_PUT(at->coll, call->coll);
