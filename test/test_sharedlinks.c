@@ -37,6 +37,7 @@
 typedef struct {
   int victim;                       /* death test: parent rank killed */
   volatile int new_sockets[2][MAX_RANKS]; /* per shrink, per parent rank */
+  volatile double shrink_s[2][MAX_RANKS]; /* how long each shrink took */
   volatile double detect_s[MAX_RANKS];
   volatile int good[MAX_RANKS]; /* death test: the rank ended as it should */
 } area_t;
@@ -180,9 +181,12 @@ static int pairs_ok(int who, ringcc_comm_t comm, int me, int m,
 /* comm without rank `ex` (its number there), counting the sockets the
  * shrink left open more into *added; 0, or 1 (printed). */
 static int shrink_without(int who, ringcc_comm_t comm, int ex,
-                          ringcc_comm_t *out, volatile int *added) {
+                          ringcc_comm_t *out, volatile int *added,
+                          volatile double *took) {
   int before = count_sockets();
+  double t0 = h_now_s();
   ringcc_result_t r = ringcc_comm_shrink(comm, &ex, 1, out);
+  *took = h_now_s() - t0;
   *added = count_sockets() - before;
   if (r != RINGCC_SUCCESS)
     return h_fail_rank(who, "shrink without rank %d: %s (%s)", ex,
@@ -209,7 +213,8 @@ static int body_healthy(h_ctx_t *h) {
   int me = rank - (rank > 1), m = n - 1; /* in the child */
   int gme = me, gm = m - 1;              /* in the grandchild */
   if (rc == 0 && rank != 1)
-    rc = shrink_without(rank, parent, 1, &child, &a->new_sockets[0][rank]);
+    rc = shrink_without(rank, parent, 1, &child, &a->new_sockets[0][rank],
+                        &a->shrink_s[0][rank]);
   if (rc == 0 && rank != 1)
     rc = calls_ok(rank, child, me, m, "child");
   if (rc == 0)
@@ -219,7 +224,8 @@ static int body_healthy(h_ctx_t *h) {
     rc = allreduce_ok(rank, child, me, m, 70000, 31, "child, after the "
                       "parent");
   if (rc == 0 && rank != 1 && me != m - 1)
-    rc = shrink_without(rank, child, m - 1, &grand, &a->new_sockets[1][rank]);
+    rc = shrink_without(rank, child, m - 1, &grand, &a->new_sockets[1][rank],
+                        &a->shrink_s[1][rank]);
   if (rc == 0 && grand != NULL)
     rc = calls_ok(rank, grand, gme, gm, "grandchild");
   if (rc == 0 && rank != 1)
@@ -263,14 +269,19 @@ static void healthy(int n) {
   double t0 = h_now_s();
   bool ok = h_run(&o);
   int most[2] = {0, 0};
+  double slowest[2] = {0, 0};
   for (int s = 0; s < 2; s++)
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < n; r++) {
       most[s] = a->new_sockets[s][r] > most[s] ? a->new_sockets[s][r]
                                                : most[s];
+      slowest[s] = a->shrink_s[s][r] > slowest[s] ? a->shrink_s[s][r]
+                                                  : slowest[s];
+    }
   fprintf(stderr, "sharedlinks: n=%d TCP: shrink without rank 1, then its "
           "shrink without its last rank: at most %d and %d sockets more on a "
-          "rank; calls on parent, child and grandchild alternating, the %s "
-          "destroyed first: %s in %.1f s\n", n, most[0], most[1],
+          "rank, %.3f s and %.3f s at most; calls on parent, child and "
+          "grandchild alternating, the %s destroyed first: %s in %.1f s\n",
+          n, most[0], most[1], slowest[0], slowest[1],
           n % 2 ? "parent" : "grandchild", ok ? "exact" : "FAILED",
           h_now_s() - t0);
   cr_assert(ok, "see above");
@@ -300,7 +311,8 @@ static int body_death(h_ctx_t *h) {
   rc = calls_ok(rank, parent, rank, n, "parent");
   int me = rank - (rank > 1), m = n - 1;
   if (rc == 0 && rank != 1)
-    rc = shrink_without(rank, parent, 1, &child, &a->new_sockets[0][rank]);
+    rc = shrink_without(rank, parent, 1, &child, &a->new_sockets[0][rank],
+                        &a->shrink_s[0][rank]);
   if (rc == 0 && rank != 1)
     rc = calls_ok(rank, child, me, m, "child");
   if (rc != 0)
