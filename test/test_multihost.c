@@ -830,18 +830,6 @@ typedef struct {
   volatile int added[NS_MAX_RANKS]; /* sockets the shrink left open more */
 } shrink_area_t;
 
-static int sockets_open(void) {
-  int k = 0;
-  char path[64], target[64];
-  for (int fd = 0; fd < 4096; fd++) {
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    ssize_t l = readlink(path, target, sizeof target - 1);
-    if (l > 0 && (target[l] = '\0', strncmp(target, "socket:", 7) == 0))
-      k++;
-  }
-  return k;
-}
-
 /* An exact allreduce of n floats on comm, as rank me of size. */
 static int shrink_allreduce(h_ctx_t *h, ringcc_comm_t comm, int me, int size,
                             size_t n, uint64_t salt, const char *what) {
@@ -890,11 +878,11 @@ static int body_shrink(h_ctx_t *h) {
   ringcc_comm_t child = NULL;
   int cme = me - (me > gone), m = n - 1;
   if (rc == 0 && me != gone) {
-    int before = sockets_open();
+    int before = h_count_sockets();
     if (!h_ok(h, ringcc_comm_shrink(h->comm, &gone, 1, &child),
               "ringcc_comm_shrink without rank 1"))
       return 1;
-    a->added[me] = sockets_open() - before;
+    a->added[me] = h_count_sockets() - before;
     rc = shrink_allreduce(h, child, cme, m, 300000, 1, "child allreduce");
   }
   if (rc == 0)

@@ -49,20 +49,6 @@ static ringcc_config_t config_tcp(void) {
   return cfg;
 }
 
-static int count_sockets(void) {
-  int k = 0;
-  char path[64], target[64];
-  for (int fd = 0; fd < 4096; fd++) {
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    ssize_t l = readlink(path, target, sizeof(target) - 1);
-    if (l > 0) {
-      target[l] = '\0';
-      k += strncmp(target, "socket:", 7) == 0;
-    }
-  }
-  return k;
-}
-
 /* An exact allreduce of count int32 on comm (rank me of p), salt apart. */
 static int allreduce_ok(int who, ringcc_comm_t comm, int me, int p,
                         size_t count, uint64_t salt, const char *what) {
@@ -183,11 +169,11 @@ static int pairs_ok(int who, ringcc_comm_t comm, int me, int m,
 static int shrink_without(int who, ringcc_comm_t comm, int ex,
                           ringcc_comm_t *out, volatile int *added,
                           volatile double *took) {
-  int before = count_sockets();
+  int before = h_count_sockets();
   double t0 = h_now_s();
   ringcc_result_t r = ringcc_comm_shrink(comm, &ex, 1, out);
   *took = h_now_s() - t0;
-  *added = count_sockets() - before;
+  *added = h_count_sockets() - before;
   if (r != RINGCC_SUCCESS)
     return h_fail_rank(who, "shrink without rank %d: %s (%s)", ex,
                        ringcc_strerror(r), ringcc_comm_last_error(comm));
