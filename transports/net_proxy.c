@@ -180,11 +180,11 @@ static void publish_failure(struct rcc_proxy *px) {
   int woke = 0;
   for (int i = 0; i < px->nusers; i++) {
     struct proxy_user *u = &px->users[i];
-    if (u->fail_conn == NULL || u->fail_published)
+    int q = u->fail_conn != NULL ? user_rank(u, u->fail_conn->peer) : -1;
+    if (q < 0 || u->fail_published)
       continue;
     u->fail_published = woke = 1;
-    publish_to(px, u->comm, user_rank(u, u->fail_conn->peer), u->fail_conn,
-               u->fail_code, u->fail_err);
+    publish_to(px, u->comm, q, u->fail_conn, u->fail_code, u->fail_err);
   }
   struct rcc_proxy_conn *c = px->fail_conn;
   if (c != NULL && !px->fail_published) {
