@@ -119,7 +119,8 @@ int rcc_proxy_users(struct rcc_proxy *proxy, int forked);
  * sound, and parent is the proxy's comm or its last user. */
 int rcc_proxy_shareable(struct rcc_proxy_conn *c,
                         const struct ringcc_comm *parent);
-/* comm uses c, whose peer is its rank `rank`; RINGCC_ERR_OUT_OF_MEMORY. */
+/* comm uses c, whose peer is its rank `rank`; RINGCC_ERR_OUT_OF_MEMORY, or
+ * RINGCC_ERR_NETWORK where c failed since rcc_proxy_shareable said yes. */
 ringcc_result_t rcc_proxy_share(struct rcc_proxy_conn *c,
                                 struct ringcc_comm *comm, int rank);
 /* comm (a user, destroyed) uses none of the connections any more. */

@@ -67,6 +67,10 @@ ringcc_result_t rcc_proxy_share(struct rcc_proxy_conn *c,
   struct rcc_proxy *px = c->proxy;
   ringcc_result_t r = RINGCC_SUCCESS;
   pthread_mutex_lock(&px->lock);
+  if (c->failed || c->bye || c->net_comm == NULL) {
+    r = RINGCC_ERR_NETWORK; /* it failed since the blobs said it would do */
+    goto out;
+  }
   int i = 0;
   while (i < px->nusers && px->users[i].comm != comm)
     i++;
