@@ -21,7 +21,9 @@
  *   parent rank 3 (child rank 2) is killed; the child's allreduce on the
  *   other survivors fails with RINGCC_ERR_PEER_FAILED or
  *   RINGCC_ERR_NETWORK (the parent's proxy carries the link and reports to
- *   the child in its numbering), well before the 60 s timeout.
+ *   the child in its numbering), well before the 60 s timeout. Then the
+ *   parent is destroyed (its proxy handed to the failed child) and the
+ *   child shrunk with exclude NULL: the 3 survivors' collectives exact.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -321,9 +323,24 @@ static int body_death(h_ctx_t *h) {
       rc = h_fail_rank(rank, "the child's allreduce with child rank %d dead "
                        "returned %s: %s", a->victim - 1, ringcc_strerror(r),
                        ringcc_comm_last_error(child));
+    /* The parent goes first (its proxy, which carries the child's links,
+     * is handed to the child), then the child's survivors shrink it. */
+    ringcc_comm_destroy(parent);
+    ringcc_comm_t grand = NULL;
+    int gme = me - (me > a->victim - 1);
+    if (rc == 0 && (r = ringcc_comm_shrink(child, NULL, 0, &grand)) !=
+                       RINGCC_SUCCESS)
+      rc = h_fail_rank(rank, "shrink of the child without its dead rank: "
+                       "%s: %s", ringcc_strerror(r),
+                       ringcc_comm_last_error(child));
+    if (rc == 0)
+      rc = calls_ok(rank, grand, gme, m - 1, "child's child, after a death");
+    if (grand != NULL)
+      ringcc_comm_destroy(grand);
     ringcc_comm_destroy(child);
+  } else {
+    ringcc_comm_destroy(parent);
   }
-  ringcc_comm_destroy(parent);
   a->good[rank] = rc == 0;
   return rc;
 }
@@ -345,7 +362,8 @@ Test(sharedlinks, death_reaches_the_child_n5, .timeout = 180) {
     }
   fprintf(stderr, "sharedlinks: n=5 TCP, shrunk without rank 1, then parent "
           "rank 3 (child rank 2) killed: the child's allreduce failed on every "
-          "survivor within %.2f s%s\n", worst, bad ? " (NOT: see above)" : "");
+          "survivor within %.2f s; the child shrunk after it: %s\n", worst,
+          bad ? "FAILED (see above)" : "exact");
   cr_assert_not(all, "the victim's death was not seen");
   cr_assert_eq(bad, 0, "see above");
   cr_expect(worst < 20, "%.1f s to notice the death", worst);
