@@ -138,16 +138,17 @@ struct ringcc_comm *rcc_proxy_hand_over(struct rcc_proxy *px, int forked,
     rcc_proxy_drain(px, deadline_ns); /* goodbyes on what nobody keeps */
     rcc_proxy_halt(px);
   }
-  /* As destroy does: the links this rank connected (the lower rank) end
-   * first, then the ones it accepted. */
+  /* What the heir does not use ends (every other user's peers are among
+   * its own: the chain). As destroy does: the links this rank connected
+   * (the lower rank) first, then the ones it accepted. */
+  struct proxy_user heir = px->users[0];
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < px->nconns; i++) {
       struct rcc_proxy_conn *c = &px->conns[i];
-      if (!c->kept && c->peer >= 0 &&
+      if (c->peer >= 0 && user_rank(&heir, c->peer) < 0 &&
           (c->peer > px->comm->rank) == (pass == 0))
         close_conn(px, c);
     }
-  struct proxy_user heir = px->users[0];
   memmove(&px->users[0], &px->users[1],
           (size_t)(px->nusers - 1) * sizeof(px->users[0]));
   px->nusers--;
