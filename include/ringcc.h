@@ -234,7 +234,8 @@ RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
  * have failed, agreed among the survivors (every survivor gets the same
  * communicator, or an error). A failure during the shrink is an error,
  * never a hang. The new communicator reuses the survivors' shared-memory
- * FIFOs. Afterwards comm, if it had failed or exclude was NULL, is only fit
+ * FIFOs and, when comm is healthy and exclude given, the network links
+ * they have made already (TCP, verbs). Afterwards comm, if it had failed or exclude was NULL, is only fit
  * for destroy or abort; a healthy comm shrunk with an exclude list stays
  * usable, but never at the same time as the new one (docs/reliability.md).
  * Either may be destroyed first. */

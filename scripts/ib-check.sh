@@ -15,7 +15,8 @@
 #      path and every collective x datatype x op at n = 2, 3, 4, zero copy,
 #      the registration cache, a rank killed mid-collective), and the TCP
 #      variants of test_faults and test_collectives' transport/no_shm_big_n3,
-#      which then run over NET/IB
+#      and test_sharedlinks' healthy_n3 and healthy_n4 (a shrunk communicator
+#      takes over the verbs links), which then run over NET/IB
 #   3. a 3-rank allreduce at RINGCC_DEBUG=INFO: the IB edges and the GID
 #   4. with IB_CHECK_BENCH=1: ib_write_bw and ringcc-bench AllReduce at 1 MiB
 #      and 64 MiB on rxe0 (busbw next to the link's, as a ratio)
@@ -75,6 +76,7 @@ VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -n 1)
 say "building the library, tools and tests without CUDA in $HOST"
 $MAKE --no-print-directory CUDA=0 BUILD="$HOST" all "$HOST/test/test_net_ib" \
   "$HOST/test/test_faults" "$HOST/test/test_collectives" \
+  "$HOST/test/test_sharedlinks" \
   >"$IBVM/build.log" 2>&1 || { tail -n 30 "$IBVM/build.log"; die "build failed"; }
 
 # ---- the initramfs ------------------------------------------------------------

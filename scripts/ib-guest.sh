@@ -137,6 +137,10 @@ else
   # under software emulation on a busy host.)
   suite test_faults '*tcp*'
   suite test_collectives 'transport/no_shm_big_n3'
+  # ringcc_comm_shrink of a healthy communicator: the child takes over the
+  # parent's verbs links (both destroy orders)
+  suite test_sharedlinks 'sharedlinks/healthy_n3'
+  suite test_sharedlinks 'sharedlinks/healthy_n4'
 fi
 echo "IBCHECK CASES passed=$CASES_PASSED failed=$CASES_FAILED"
 

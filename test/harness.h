@@ -173,6 +173,9 @@ bool h_buf_scribble_ok(const h_ctx_t *ctx, const char *what, const h_buf_t *b,
 /* Yama's ptrace_scope: 0 without Yama; 2 or 3 (or unreadable: 3) where a
  * rank cannot read a sibling's memory, so cross-memory attach cannot run. */
 int h_yama_scope(void);
+/* Sockets this process has open (its descriptors 0..4095 in /proc/self/fd
+ * that are sockets): what a call added, counted before and after. */
+int h_count_sockets(void);
 
 /* bytes of host memory: from ringcc_mem_alloc and registered on ctx->comm
  * where registered (every rank registers in the same order), else malloc'd

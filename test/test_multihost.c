@@ -23,6 +23,12 @@
  *                per collective; then 3x2 with each algorithm forced.
  *   split        ringcc_comm_split_type(RINGCC_SPLIT_HOST): one communicator
  *                per host with the right ranks; a split across hosts too.
+ *   shrink       3x2: every pair linked (an alltoall, a send to and a
+ *                receive from every rank), then ringcc_comm_shrink without
+ *                rank 1: the new communicator takes over the shared-memory
+ *                FIFOs and the TCP links between hosts (no socket added
+ *                but its bootstrap ring's 2); allreduces alternate on it
+ *                and on the parent, exact.
  *   examples     build/examples/parallel_groups, 8 ranks on 2 hosts.
  *   errors       an unreachable rendezvous fails in time and names the
  *                address; a rank SIGKILLed on another host during a stream of
@@ -815,6 +821,100 @@ static void split(int nhosts, int per_host, bool interleaved) {
 Test(multihost, split_type_host_2x3, .timeout = 90) { split(2, 3, false); }
 Test(multihost, split_type_host_3x2_interleaved, .timeout = 90) {
   split(3, 2, true);
+}
+
+/* ---- shrink: a healthy communicator's links taken over ------------------ */
+
+typedef struct {
+  layout_t L;
+  volatile int added[NS_MAX_RANKS]; /* sockets the shrink left open more */
+} shrink_area_t;
+
+/* An exact allreduce of n floats on comm, as rank me of size. */
+static int shrink_allreduce(h_ctx_t *h, ringcc_comm_t comm, int me, int size,
+                            size_t n, uint64_t salt, const char *what) {
+  float *in = h_xmalloc(n * 4), *got = h_xmalloc(n * 4);
+  float *want = h_xmalloc(n * 4);
+  h_fill_input(RINGCC_FLOAT32, RINGCC_SUM, me, 0, salt, in, n);
+  h_fill_expected(RINGCC_FLOAT32, RINGCC_SUM, size, 0, salt, want, n);
+  int rc = h_ok(h, ringcc_allreduce(in, got, n, RINGCC_FLOAT32, RINGCC_SUM,
+                                    comm, NULL), what) &&
+                   h_check_elems(h, what, RINGCC_FLOAT32, got, want, n)
+               ? 0
+               : 1;
+  free(in);
+  free(got);
+  free(want);
+  return rc;
+}
+
+static int body_shrink(h_ctx_t *h) {
+  shrink_area_t *a = h->arg;
+  int me = h->rank, n = h->nranks, gone = 1, rc = 0;
+  size_t count = 4096;
+  int32_t *out = h_xmalloc(count * 4 * (size_t)n);
+  int32_t *in = h_xmalloc(count * 4 * (size_t)n);
+  for (size_t k = 0; k < count * (size_t)n; k++)
+    out[k] = me * 1000003 + (int32_t)k;
+  /* Every pair's links: collectives (an alltoall) and point to point. */
+  if (!h_ok(h, ringcc_alltoall(out, in, count, RINGCC_INT32, h->comm, NULL),
+            "alltoall on the parent"))
+    rc = 1;
+  ringcc_group_start();
+  for (int q = 0; q < n; q++)
+    if (q != me) {
+      ringcc_send(out, count, RINGCC_INT32, q, h->comm, NULL);
+      ringcc_recv(in + (size_t)q * count, count, RINGCC_INT32, q, h->comm,
+                  NULL);
+    }
+  if (rc == 0 && !h_ok(h, ringcc_group_end(), "sends and receives"))
+    rc = 1;
+  for (int q = 0; q < n && rc == 0; q++)
+    for (size_t k = 0; k < count && rc == 0 && q != me; k++)
+      if (in[(size_t)q * count + k] != q * 1000003 + (int32_t)k)
+        rc = h_fail(h, "receive from rank %d: element %zu wrong", q, k);
+  free(in);
+  free(out);
+  ringcc_comm_t child = NULL;
+  int cme = me - (me > gone), m = n - 1;
+  if (rc == 0 && me != gone) {
+    int before = h_count_sockets();
+    if (!h_ok(h, ringcc_comm_shrink(h->comm, &gone, 1, &child),
+              "ringcc_comm_shrink without rank 1"))
+      return 1;
+    a->added[me] = h_count_sockets() - before;
+    rc = shrink_allreduce(h, child, cme, m, 300000, 1, "child allreduce");
+  }
+  if (rc == 0)
+    rc = shrink_allreduce(h, h->comm, me, n, 65537, 2, "parent allreduce");
+  if (rc == 0 && child != NULL)
+    rc = shrink_allreduce(h, child, cme, m, 1031, 3, "child allreduce, "
+                          "after the parent");
+  if (child != NULL)
+    ringcc_comm_destroy(child);
+  return rc;
+}
+
+Test(multihost, shrink_takes_over_the_links_3x2, .timeout = 120) {
+  shrink_area_t *a = h_shared_alloc(sizeof(*a));
+  a->L = make_layout(3, 2, false);
+  net_up(3);
+  ringcc_config_t cfg = test_config(30000);
+  ns_run_opts_t o = {.net = &g_net, .nranks = a->L.nranks,
+                     .host_of = a->L.host_of, .body = body_shrink, .arg = a,
+                     .config = &cfg, .timeout_s = 90, .name = a->L.name};
+  bool ok = ns_run(&o, NULL);
+  int most = 0;
+  for (int r = 0; r < a->L.nranks; r++)
+    most = a->added[r] > most ? a->added[r] : most;
+  fprintf(stderr, "multihost: 3x2, healthy shrink without rank 1: at most "
+          "%d sockets more on a rank; allreduces on child and parent: %s\n",
+          most, ok ? "exact" : "FAILED");
+  cr_assert(ok, "%s: shrink failed (see above)", a->L.name);
+  for (int r = 0; r < a->L.nranks; r++)
+    cr_expect(a->added[r] <= 2, "rank %d: the shrink added %d sockets (a "
+              "link connected anew)", r, a->added[r]);
+  h_shared_free(a, sizeof(*a));
 }
 
 /* ---- examples/parallel_groups --------------------------------------------------------- */

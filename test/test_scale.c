@@ -376,21 +376,6 @@ static int shm_maps(unsigned long *start, size_t *bytes, int max) {
   return k;
 }
 
-/* Sockets this process has open (/proc/self/fd). */
-static int count_sockets(void) {
-  int k = 0;
-  char path[64], target[64];
-  for (int fd = 0; fd < 4096; fd++) {
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    ssize_t l = readlink(path, target, sizeof(target) - 1);
-    if (l > 0) {
-      target[l] = '\0';
-      k += strncmp(target, "socket:", 7) == 0;
-    }
-  }
-  return k;
-}
-
 #define MAX_MAPS 1024
 typedef struct {
   unsigned long start[MAX_MAPS];
@@ -400,7 +385,7 @@ typedef struct {
 
 static void links_before(links_seen_t *l) {
   l->n = shm_maps(l->start, l->bytes, MAX_MAPS);
-  l->sockets = count_sockets();
+  l->sockets = h_count_sockets();
 }
 
 /* After a shrink of a communicator of n ranks over shared memory: the
@@ -610,7 +595,7 @@ static int body_kill_shrink(area_t *a, int rank) {
   double t0 = h_now_s();
   r = ringcc_comm_shrink(comm, NULL, 0, &s);
   a->shrink_s[rank] = h_now_s() - t0;
-  a->new_sockets[rank] = count_sockets() - seen.sockets;
+  a->new_sockets[rank] = h_count_sockets() - seen.sockets;
   if (r == RINGCC_SUCCESS && !a->tcp &&
       links_after(&seen, a->n, rank, "kill, then shrink"))
     rc = 1;
@@ -969,14 +954,14 @@ static int body_lazy_sockets(area_t *a, int rank) {
     return 1;
   int32_t *buf = h_xmalloc(65536 * sizeof(int32_t));
   int rc = 0;
-  a->sockets[rank][0] = count_sockets();
+  a->sockets[rank][0] = h_count_sockets();
   for (int i = 0; i < 3 && rc == 0; i++)
     rc = exact_allreduce(comm, rank, a->n, i == 0 ? 1 : i == 1 ? 4096 : 65536,
                          i, buf, &r) != 0;
-  a->sockets[rank][1] = count_sockets();
+  a->sockets[rank][1] = h_count_sockets();
   for (int i = 0; i < 2 && rc == 0; i++) {
     rc = exact_alltoall(comm, rank, a->n, 1000, i, &r) != 0;
-    a->sockets[rank][2 + i] = count_sockets();
+    a->sockets[rank][2 + i] = h_count_sockets();
   }
   if (rc != 0)
     fprintf(stderr, "rank %d: %s\n", rank, ringcc_comm_last_error(comm));

@@ -52,6 +52,7 @@
 #include "crc32c.h"
 #include "env.h"
 #include "error.h"
+#include "failure.h"
 #include "fifo.h"
 #include "topo.h"
 #include "transport.h"
@@ -100,7 +101,18 @@ struct net_state {
   uint8_t *handles; /* and their listen handles (RCC_NET_HANDLE_BYTES) */
   struct rcc_proxy *proxy;
   char describe[96];
+  /* A shrunk communicator's: the child ranks whose parent links this rank
+   * can take over (a bit each, sent in the blob after the handle), and the
+   * states (of the parent, or of a communicator it was shrunk from) whose
+   * proxies carry the links it took. */
+  uint8_t reuse_map[RCC_TRANSPORT_BLOB_BYTES - RCC_NET_HANDLE_BYTES];
+  struct net_state **borrowed;
+  int nborrowed;
+  const char *all_blobs; /* during connect only */
 };
+#define REUSE_MAP_BYTES (RCC_TRANSPORT_BLOB_BYTES - RCC_NET_HANDLE_BYTES)
+_Static_assert(REUSE_MAP_BYTES * 8 >= RCC_PROXY_SHARE_MAX, "reuse map size");
+#define REUSE_BIT(map, q) (((map)[(q) / 8] >> ((q) % 8)) & 1)
 
 /* The network plugins, best first: RINGCC_NET names one, else the first that
  * every rank with network edges can use carries them. A new plugin is one
@@ -312,12 +324,144 @@ static void net_key(const struct ringcc_comm *comm,
   rcc_hmac_sha256(comm->key, sizeof(comm->key), label, sizeof(label), key);
 }
 
+/* ---- links taken over from the communicator this one was shrunk from ----
+ * ringcc_comm_shrink of a healthy communicator (an explicit exclude list):
+ * where the parent's link to a survivor for a FIFO set is made and sound,
+ * and the survivor can take its end too, the child's connections for that
+ * set are the parent's (net_proxy.c: the parent's proxy carries them for
+ * both, the child a user of it), no new connection. Each rank says which
+ * (peer, set) links it can take in its blob (a bit each after the handle,
+ * so up to REUSE_MAP_BYTES * 8 of them: nranks x sets); a pair takes a link
+ * over where both can, and makes it anew otherwise (at init, or on first
+ * use), so both ends always decide alike. The child's steps start where
+ * the FIFOs' counters stand (links.h): parent and child never run calls at
+ * the same time. A parent that knows of a failure keeps its links (the
+ * child connects anew), as does a communicator with device FIFOs. */
+#define REUSE_BIT_OF(nsets, q, set) ((q) * (nsets) + (set))
+
+static int parent_set_reusable(const struct ringcc_comm *comm,
+                               const struct net_state *st, int q, int set) {
+  const struct ringcc_comm *pc = comm->parent;
+  int pq = comm->parent_rank[q], k, ch;
+  if (pq < 0 || pq >= pc->nranks || pq == pc->rank ||
+      pc->edge_transport[pq] != &rcc_transport_net)
+    return 0;
+  rcc_fifo_set_kind(comm, set, &k, &ch);
+  struct rcc_conn *ends[2] = {rcc_send_conn(pc, k, ch, pq),
+                              rcc_recv_conn(pc, k, ch, pq)};
+  for (int j = 0; j < 2; j++) {
+    struct rcc_proxy_conn *e = rcc_proxy_engine(ends[j]);
+    const struct net_state *home =
+        e != NULL ? rcc_proxy_state(e->proxy) : NULL;
+    if (home == NULL || home->plugin != st->plugin ||
+        !rcc_proxy_shareable(e, pc))
+      return 0;
+  }
+  return 1;
+}
+
+/* Whether this shrunk communicator may take links over at all: the parent
+ * healthy, the same FIFO layout, room in the blobs' map. */
+static int may_reuse(const struct ringcc_comm *comm, int nsets) {
+  const struct ringcc_comm *pc = comm->parent;
+  if (pc == NULL || comm->parent_rank == NULL ||
+      (size_t)comm->nranks * (size_t)nsets > REUSE_MAP_BYTES * 8 ||
+      rcc_comm_fatal(pc) != RINGCC_SUCCESS || rcc_dead_rank(pc, NULL) >= 0 ||
+      __atomic_load_n(&pc->async_error, __ATOMIC_ACQUIRE) || pc->revoked ||
+      pc->aborted || comm->nkinds != pc->nkinds ||
+      comm->nkinds == RCC_MAX_CONN_KINDS || /* device FIFOs: not shared */
+      comm->set.nslots != pc->set.nslots ||
+      comm->set.net_chunk_bytes != pc->set.net_chunk_bytes)
+    return 0;
+  for (int k = 0; k < comm->nkinds; k++)
+    if (comm->kind_channels[k] != pc->kind_channels[k])
+      return 0;
+  return 1;
+}
+
+static void reuse_map(const struct ringcc_comm *comm, struct net_state *st,
+                      const int *peers, int npeers) {
+  int nsets = rcc_fifo_sets(comm, comm->nkinds);
+  memset(st->reuse_map, 0, sizeof(st->reuse_map));
+  if (!may_reuse(comm, nsets))
+    return;
+  for (int i = 0; i < npeers; i++)
+    for (int set = 0; set < nsets; set++)
+      if (parent_set_reusable(comm, st, peers[i], set)) {
+        int b = REUSE_BIT_OF(nsets, peers[i], set);
+        st->reuse_map[b / 8] |= (uint8_t)(1u << (b % 8));
+      }
+}
+
+/* Whether the link to peer for FIFO set `set` is taken over (both ends
+ * can: this rank's map and the peer's, in its blob). */
+static int taken_over(const struct ringcc_comm *comm,
+                      const struct net_state *st, const char *all_blobs,
+                      int peer, int set) {
+  int nsets = rcc_fifo_sets(comm, comm->nkinds);
+  if ((size_t)comm->nranks * (size_t)nsets > REUSE_MAP_BYTES * 8)
+    return 0;
+  const uint8_t *theirs = (const uint8_t *)all_blobs +
+                          (size_t)peer * RCC_TRANSPORT_BLOB_BYTES +
+                          RCC_NET_HANDLE_BYTES;
+  return REUSE_BIT(st->reuse_map, REUSE_BIT_OF(nsets, peer, set)) &&
+         REUSE_BIT(theirs, REUSE_BIT_OF(nsets, comm->rank, set));
+}
+
+/* st uses links of home's proxy (home: once, in st->borrowed). */
+static int borrow(struct net_state *st, struct net_state *home) {
+  for (int i = 0; i < st->nborrowed; i++)
+    if (st->borrowed[i] == home)
+      return 0;
+  struct net_state **more =
+      realloc(st->borrowed, (size_t)(st->nborrowed + 1) * sizeof(*more));
+  if (more == NULL)
+    return -1;
+  st->borrowed = more;
+  st->borrowed[st->nborrowed++] = home;
+  return 0;
+}
+
+/* The connections to child rank q for FIFO set `set`: the parent's, from
+ * their counters. */
+static ringcc_result_t adopt_link(struct ringcc_comm *comm,
+                                  struct net_state *st, int q, int set) {
+  const struct ringcc_comm *pc = comm->parent;
+  int pq = comm->parent_rank[q], k, ch;
+  rcc_fifo_set_kind(comm, set, &k, &ch);
+  struct rcc_conn *ends[2] = {rcc_send_conn(comm, k, ch, q),
+                              rcc_recv_conn(comm, k, ch, q)};
+  struct rcc_conn *pends[2] = {rcc_send_conn(pc, k, ch, pq),
+                               rcc_recv_conn(pc, k, ch, pq)};
+  for (int j = 0; j < 2; j++) {
+    struct rcc_proxy_conn *e = rcc_proxy_engine(pends[j]);
+    ringcc_result_t r = e != NULL ? rcc_proxy_share(e, comm, q)
+                                  : RINGCC_ERR_INTERNAL;
+    if (r == RINGCC_SUCCESS && borrow(st, rcc_proxy_state(e->proxy)) != 0)
+      r = RINGCC_ERR_OUT_OF_MEMORY;
+    if (r != RINGCC_SUCCESS)
+      return rcc_comm_error(comm, r, "net on rank %d: cannot take over the "
+                            "link to rank %d (host %s) of the communicator "
+                            "this one was shrunk from: %s", comm->rank, q,
+                            comm->peers[q].hostname,
+                            r == RINGCC_ERR_NETWORK
+                                ? "it failed during the shrink"
+                                : ringcc_strerror(r));
+    rcc_proxy_bind(ends[j], e);
+    ends[j]->peer = q;
+    ends[j]->step = __atomic_load_n(j == 0 ? &e->fifo->tail : &e->fifo->head,
+                                    __ATOMIC_ACQUIRE);
+  }
+  comm->links_reused++;
+  comm->net_links_reused++;
+  return RINGCC_SUCCESS;
+}
+
 static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
                                  int npeers, void *blob, void **state) {
   char err[RCC_ERRLEN];
   struct net_state *st = calloc(1, sizeof(*st));
   int chosen = -1, lazy = 0;
-  (void)peers;
   *state = st;
   if (st == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
@@ -334,6 +478,9 @@ static ringcc_result_t net_setup(struct ringcc_comm *comm, const int *peers,
   if (lazy && !st->lazy)
     RCC_INFO(comm->rank, "net: RINGCC_NET_CONNECT=lazy: NET/%s connects "
              "every link at init", st->plugin->name);
+  reuse_map(comm, st, peers, npeers);
+  memcpy((uint8_t *)blob + RCC_NET_HANDLE_BYTES, st->reuse_map,
+         REUSE_MAP_BYTES);
   net_key(comm, st->key);
   r = st->plugin->listen(st->key, blob, &st->listen_comm, err, sizeof(err));
   if (r != RINGCC_SUCCESS)
@@ -467,7 +614,7 @@ static struct rcc_proxy_conn *recv_slot(struct net_state *st, int my_rank,
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     if (!c->is_send && c->peer == peer && (i / 2) % st->nsets == kind)
-      return c->net_comm ? NULL : c;
+      return c->net_comm || c->adopted ? NULL : c;
   }
   return NULL;
 }
@@ -577,7 +724,8 @@ static ringcc_result_t link_accept(struct net_state *st, void *rc,
     st->plugin->close_recv(rc); /* it only asks */
     for (int i = 0; i < st->nconns && *l < 0; i += 2)
       if (st->conns[i].peer == peer && (i / 2) % st->nsets == kind)
-        *l = st->conns[i].net_comm == NULL ? i / 2 : -2;
+        *l = st->conns[i].net_comm == NULL && !st->conns[i].adopted ? i / 2
+                                                                    : -2;
     *asked = *l >= 0;
     if (*l == -2)
       *l = -1; /* made already: the ask crossed our connect */
@@ -671,7 +819,7 @@ static ringcc_result_t connect_and_accept(struct ringcc_comm *comm,
       for (int k = 0; k < st->nsets; k++) {
         struct rcc_proxy_conn *c = &st->conns[2 * (i * st->nsets + k)];
         if ((st->duplex && peers[i] < comm->rank) || c->net_comm != NULL ||
-            !linked_at_init(st, peers[i]))
+            !linked_at_init(st, peers[i]) || c->adopted)
           continue; /* the lower rank connects; we accept. Or done, or
                        lazy */
         r = connect_one(comm, st, peers, i, k, all_blobs);
@@ -833,14 +981,19 @@ static ringcc_result_t lazy_keep(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
-static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
-                                   const int *peers, int npeers,
-                                   const char *all_blobs) {
+/* The links this communicator makes itself (every one, unless it took
+ * some over from the one it was shrunk from). */
+static ringcc_result_t connect_new(struct ringcc_comm *comm,
+                                   struct net_state *st, const int *peers,
+                                   int npeers, const char *all_blobs) {
   char err[RCC_ERRLEN];
-  struct net_state *st = state;
   ringcc_result_t r;
-  if (npeers == 0)
+  if (npeers == 0) {
+    if (st->listen_comm != NULL) /* every link taken over: none to make */
+      st->plugin->close_listen(st->listen_comm);
+    st->listen_comm = NULL;
     return RINGCC_SUCCESS;
+  }
   st->nsets = rcc_fifo_sets(comm, comm->nkinds);
   st->nconns = 2 * st->nsets * npeers;
   /* A connection per peer and FIFO set, of up to RCC_NET_SOCKET_MAX_SOCKS
@@ -852,9 +1005,6 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                      RCC_NET_SOCKET_MAX_SOCKS + 256;
   rcc_socket_raise_fd_limit(fds, why);
   st->duplex = st->plugin->reverse != NULL;
-  int lower = 0; /* peers that connect to us (at init) */
-  for (int i = 0; i < npeers; i++)
-    lower += peers[i] < comm->rank && linked_at_init(st, peers[i]);
   st->conns = calloc((size_t)st->nconns, sizeof(*st->conns));
   st->gpu_data = calloc((size_t)st->nconns, sizeof(*st->gpu_data));
   if (st->conns == NULL || st->gpu_data == NULL)
@@ -866,9 +1016,18 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                         i % 2 == 0, set_is_device(comm, (i / 2) % st->nsets),
                         &st->gpu_data[i])) != RINGCC_SUCCESS)
       return r;
+  int expected = 0; /* links that peers connect to us (at init) */
+  for (int i = 0; i < st->nconns; i += 2) {
+    struct rcc_proxy_conn *c = &st->conns[i];
+    if (st->all_blobs != NULL &&
+        taken_over(comm, st, st->all_blobs, c->peer, (i / 2) % st->nsets))
+      c->adopted = c->failed = c[1].adopted = c[1].failed = 1;
+    else if (!st->duplex ||
+             (c->peer < comm->rank && linked_at_init(st, c->peer)))
+      expected++;
+  }
   if ((r = connect_and_accept(comm, st, peers, npeers, all_blobs,
-                              st->duplex ? lower * st->nsets
-                                         : st->nconns / 2)) != RINGCC_SUCCESS ||
+                              expected)) != RINGCC_SUCCESS ||
       (r = ready_all(comm, st)) != RINGCC_SUCCESS)
     return r;
   if (st->lazy && (r = lazy_keep(comm, st, peers, npeers, all_blobs, fds)) !=
@@ -901,12 +1060,14 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
                                  .connect = lazy_connect,
                                  .accept = lazy_accept};
   if ((r = rcc_proxy_start(comm, st->plugin, st->conns, st->nconns,
-                           st->lazy ? &lazy : NULL, &st->proxy)) !=
+                           st->lazy ? &lazy : NULL, st, &st->proxy)) !=
       RINGCC_SUCCESS)
     return r;
   for (int i = 0; i < st->nconns; i++) {
     struct rcc_proxy_conn *c = &st->conns[i];
     int kind, ch;
+    if (c->adopted)
+      continue; /* bound to the parent's (adopt_link) */
     rcc_fifo_set_kind(comm, (i / 2) % st->nsets, &kind, &ch);
     rcc_proxy_bind(c->is_send ? rcc_send_conn(comm, kind, ch, c->peer)
                               : rcc_recv_conn(comm, kind, ch, c->peer),
@@ -915,14 +1076,58 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
   return RINGCC_SUCCESS;
 }
 
+static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
+                                   const int *peers, int npeers,
+                                   const char *all_blobs) {
+  struct net_state *st = state;
+  int nsets = rcc_fifo_sets(comm, comm->nkinds), nfresh = 0;
+  int *fresh = calloc((size_t)npeers + 1, sizeof(int));
+  ringcc_result_t r = RINGCC_SUCCESS;
+  if (fresh == NULL)
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "net on rank %d: out of memory", comm->rank);
+  st->all_blobs = all_blobs; /* for connect_new's taken_over() */
+  for (int i = 0; i < npeers; i++) {
+    int all = 1;
+    for (int set = 0; set < nsets && all; set++)
+      all = taken_over(comm, st, all_blobs, peers[i], set);
+    if (!all)
+      fresh[nfresh++] = peers[i];
+  }
+  r = connect_new(comm, st, fresh, nfresh, all_blobs);
+  for (int i = 0; i < npeers && r == RINGCC_SUCCESS; i++) {
+    int before = comm->net_links_reused;
+    for (int set = 0; set < nsets && r == RINGCC_SUCCESS; set++)
+      if (taken_over(comm, st, all_blobs, peers[i], set))
+        r = adopt_link(comm, st, peers[i], set);
+    comm->net_peers_reused += comm->net_links_reused > before;
+  }
+  st->all_blobs = NULL;
+  comm->net_peers_fresh = nfresh;
+  if (r == RINGCC_SUCCESS && comm->net_links_reused > 0)
+    RCC_INFO(comm->rank, "net: %d links (of %d peers x %d FIFO sets) are "
+             "the communicator's this one was shrunk from (no new "
+             "connection); %d peers get links of their own",
+             comm->net_links_reused, npeers, nsets, nfresh);
+  free(fresh);
+  return r;
+}
+
 static void net_finish(struct ringcc_comm *comm, void *state) {
   (void)comm, (void)state;
 }
 
-static void net_destroy(struct ringcc_comm *comm, void *state) {
-  struct net_state *st = state;
-  if (st == NULL)
+/* The state comm made (or took over): with users of its links left, the
+ * first of them takes it over (net_proxy.c) and destroys it later. */
+static void destroy_own(struct ringcc_comm *comm, struct net_state *st) {
+  if (rcc_proxy_users(st->proxy, comm->forked) > 0) {
+    st->comm = rcc_proxy_hand_over(st->proxy, comm->forked,
+                                   rcc_deadline_after_ms(comm->set.timeout_ms));
+    if (st->listen_comm != NULL) /* the links it keeps are made */
+      st->plugin->close_listen(st->listen_comm);
+    st->listen_comm = NULL;
     return;
+  }
   if (comm->forked) { /* a child's copy: no goodbye, no thread to stop */
     rcc_proxy_forget(st->proxy);
   } else {
@@ -959,7 +1164,23 @@ static void net_destroy(struct ringcc_comm *comm, void *state) {
   free(st->handles);
   memset(st->key, 0, sizeof(st->key));
   free(st->gpu_data);
+  free(st->borrowed);
   free(st);
+}
+
+static void net_destroy(struct ringcc_comm *comm, void *state) {
+  struct net_state *st = state;
+  if (st == NULL)
+    return;
+  for (int i = 0; i < st->nborrowed; i++) {
+    struct net_state *home = st->borrowed[i];
+    if (home->comm == comm) /* handed over to this one */
+      destroy_own(comm, home);
+    else
+      rcc_proxy_unshare(home->proxy, comm, comm->forked);
+  }
+  st->nborrowed = 0;
+  destroy_own(comm, st);
 }
 
 static const char *net_describe(void *state) {

@@ -58,6 +58,7 @@
 #include "log.h"
 #include "net.h"
 #include "net_proxy.h"
+#include "net_proxy_int.h"
 #include "spin.h"
 #include "topo.h"
 
@@ -83,48 +84,6 @@
 /* An executor waiting on the network sleeps in poll() this long at most
  * between its checks of the deadline and of abort. */
 #define WAIT_SLICE_MS 20
-
-struct rcc_proxy {
-  struct ringcc_comm *comm;
-  const struct rcc_net_plugin *plugin;
-  struct rcc_proxy_conn *conns;
-  int nconns;
-  int doorbell;
-  volatile int stop;
-  volatile int closing;    /* destroy: send goodbyes once drained */
-  volatile int bye_done;   /* every goodbye went out, and every peer's
-                              came in (or BYE_WAIT_MS passed) */
-  int64_t bye_wait_until;  /* progress_goodbye: for the peers' goodbyes */
-  volatile int byes_out;   /* this rank's goodbyes went out */
-  volatile int told;       /* every FAIL message went out, or TELL_MS passed */
-  int64_t tell_deadline;
-  /* The first connection that failed, published after the round that saw
-   * it, so that what its peer sent before it went is read first. */
-  struct rcc_proxy_conn *fail_conn;
-  ringcc_result_t fail_code;
-  int64_t next_link_check; /* check_links */
-  char fail_err[RCC_ERRLEN];
-  int fail_published;
-  pthread_t thread;
-  struct pollfd *pfds;
-  int *pconn;          /* the connection of each of pfds (-1: doorbell) */
-  /* Rounds run under lock, in the proxy thread or in the executor (push). */
-  pthread_mutex_t lock;
-  volatile int driven; /* the executor polls the sockets (drive) */
-  struct pollfd *xfds; /* the executor's poll set */
-  int *xconn;          /* the connection of each of xfds */
-  /* Lazy links (RINGCC_NET_CONNECT=lazy): connect == NULL where every link
-   * was made at init. */
-  struct rcc_proxy_links links;
-  int listen_now; /* listener_fds: the listener has a connection to take */
-  /* Links wanted and not made yet (want set, no net_comm, not failed):
-   * progress_links walks the links only while there is one, or while a
-   * device FIFO may ask for one (device_due). */
-  int nwant;
-  int device_links;      /* device send FIFOs on links not made at init */
-  int device_seen_valid; /* device_seen holds a count already */
-  uint32_t device_seen;  /* kernels_done at the last look at them */
-};
 
 /* In a poll set, the listener's descriptors (lazy links), not a
  * connection's. */
@@ -173,17 +132,24 @@ static ringcc_result_t fail(struct rcc_proxy *px, struct rcc_proxy_conn *c,
     px->fail_code = r;
     snprintf(px->fail_err, sizeof(px->fail_err), "%s", err);
   }
+  for (int i = 0; i < px->nusers; i++) {
+    struct proxy_user *u = &px->users[i];
+    if (u->fail_conn == NULL && user_rank(u, c->peer) >= 0) {
+      u->fail_conn = c;
+      u->fail_code = r;
+      snprintf(u->fail_err, sizeof(u->fail_err), "%s", err);
+    }
+  }
   return r;
 }
 
-/* After a round: the first failure becomes the communicator's. A peer that
- * went away is recorded as dead unless, in the same round, it had named
- * another rank as dead before leaving (failure.c). */
-static void publish_failure(struct rcc_proxy *px) {
-  struct rcc_proxy_conn *c = px->fail_conn;
-  if (c == NULL || px->fail_published)
-    return;
-  px->fail_published = 1;
+/* A failure of c (code, err) becomes comm's, where c's peer is rank peer
+ * (px->comm's, or a user's number for it). A peer that went away is
+ * recorded as dead unless, in the same round, it had named another rank
+ * as dead before leaving (failure.c). */
+static void publish_to(struct rcc_proxy *px, struct ringcc_comm *comm,
+                       int peer, struct rcc_proxy_conn *c,
+                       ringcc_result_t code, const char *err) {
   /* A peer that went away is dead; one the network lost (no answer, an
    * error) is unreachable: either way the peers are told (failure.c), so
    * that they name it, not this rank, which leaves after its error. */
@@ -192,21 +158,41 @@ static void publish_failure(struct rcc_proxy *px) {
    * errno, RINGCC_ERR_SYSTEM): the error then names that cause alone. */
   int corrupt = px->plugin->corrupt != NULL && c->net_comm != NULL &&
                 px->plugin->corrupt(c->net_comm);
-  if (px->fail_code == RINGCC_ERR_PEER_FAILED)
-    rcc_peer_dead(px->comm, c->peer, px->comm->rank);
-  else if (px->fail_code == RINGCC_ERR_NETWORK && !corrupt)
-    rcc_peer_lost(px->comm, c->peer, px->comm->rank, 1);
-  const struct rcc_peer_info *peer = &px->comm->peers[c->peer];
+  if (code == RINGCC_ERR_PEER_FAILED)
+    rcc_peer_dead(comm, peer, comm->rank);
+  else if (code == RINGCC_ERR_NETWORK && !corrupt)
+    rcc_peer_lost(comm, peer, comm->rank, 1);
+  const struct rcc_peer_info *info = &comm->peers[peer];
   char ranks[128];
-  rcc_host_ranks(px->comm, c->peer, ranks, sizeof(ranks));
-  rcc_comm_set_async_error(px->comm, px->fail_code,
+  rcc_host_ranks(comm, peer, ranks, sizeof(ranks));
+  rcc_comm_set_async_error(comm, code,
                            "network %s rank %d -> rank %d (host %s, which "
                            "holds %s): %s",
                            c->is_send ? "send" : "receive",
-                           c->is_send ? px->comm->rank : c->peer,
-                           c->is_send ? c->peer : px->comm->rank,
-                           peer->hostname, ranks, px->fail_err);
-  wake_all(px);
+                           c->is_send ? comm->rank : peer,
+                           c->is_send ? peer : comm->rank, info->hostname,
+                           ranks, err);
+}
+
+/* After a round: the first failure becomes the communicator's, and the
+ * first on a connection a user shares becomes that user's. */
+static void publish_failure(struct rcc_proxy *px) {
+  int woke = 0;
+  for (int i = 0; i < px->nusers; i++) {
+    struct proxy_user *u = &px->users[i];
+    int q = u->fail_conn != NULL ? user_rank(u, u->fail_conn->peer) : -1;
+    if (q < 0 || u->fail_published)
+      continue;
+    u->fail_published = woke = 1;
+    publish_to(px, u->comm, q, u->fail_conn, u->fail_code, u->fail_err);
+  }
+  struct rcc_proxy_conn *c = px->fail_conn;
+  if (c != NULL && !px->fail_published) {
+    px->fail_published = woke = 1;
+    publish_to(px, px->comm, c->peer, c, px->fail_code, px->fail_err);
+  }
+  if (woke)
+    wake_all(px);
 }
 
 /* A FAIL message: the peer names a dead rank and sends nothing more. */
@@ -234,6 +220,28 @@ static int fail_message(struct rcc_proxy *px, struct rcc_proxy_conn *c,
                            (int)comm->peers[dead].pid,
                            comm->peers[dead].hostname,
                            unreachable ? "is unreachable" : "died");
+  for (int i = 0; i < px->nusers; i++) {
+    struct proxy_user *u = &px->users[i];
+    int from = user_rank(u, c->peer), d = user_rank(u, dead);
+    if (from < 0)
+      continue;
+    if (d >= 0)
+      rcc_peer_lost(u->comm, d, from, unreachable);
+    /* A rank it excluded: the link is over for it all the same (the peer
+     * sends nothing more on it). */
+    char who[96];
+    if (d >= 0)
+      snprintf(who, sizeof(who), "rank %d", d);
+    else
+      snprintf(who, sizeof(who), "rank %d of the communicator it was shrunk "
+               "from (one it excluded)", dead);
+    rcc_comm_set_async_error(
+        u->comm, unreachable ? RINGCC_ERR_NETWORK : RINGCC_ERR_PEER_FAILED,
+        "rank %d (host %s) reports that %s (pid %d on host %s) %s", from,
+        comm->peers[c->peer].hostname, who, (int)comm->peers[dead].pid,
+        comm->peers[dead].hostname,
+        unreachable ? "is unreachable" : "died");
+  }
   wake_all(px);
   return 1;
 }
@@ -716,7 +724,7 @@ static int progress_tell(struct rcc_proxy *px) {
 static int bye_awaited(const struct rcc_proxy_conn *c) {
   uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE);
   return !c->is_send && !c->failed && !c->bye && c->net_comm != NULL &&
-         (c->done != c->posted || (uint32_t)(c->posted - head) < c->nslots);
+         !c->kept && (c->done != c->posted || (uint32_t)(c->posted - head) < c->nslots);
 }
 
 /* Once every send FIFO is empty, post a goodbye on each; bye_done when all
@@ -741,8 +749,8 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   }
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
-    if (!c->is_send || c->bye == 2 || c->net_comm == NULL)
-      continue;
+    if (!c->is_send || c->bye == 2 || c->net_comm == NULL || c->kept)
+      continue; /* (kept: another communicator goes on with it) */
     if (!c->bye) {
       *r = px->plugin->isend(c->net_comm, c->data, 0, IMM_BYE, c->mhandle,
                              &c->bye_request, err, sizeof(err));
@@ -899,6 +907,14 @@ static int sends_pending(struct rcc_proxy *px) {
       return 1;
   }
   return 0;
+}
+
+static void *proxy_main(void *arg);
+
+int rcc_proxy_run(struct rcc_proxy *px) {
+  int e = pthread_create(&px->thread, NULL, proxy_main, px);
+  px->has_thread = e == 0;
+  return e;
 }
 
 static void *proxy_main(void *arg) {
@@ -1230,12 +1246,13 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
                                 const struct rcc_net_plugin *plugin,
                                 struct rcc_proxy_conn *conns, int nconns,
                                 const struct rcc_proxy_links *links,
-                                struct rcc_proxy **out) {
+                                void *state, struct rcc_proxy **out) {
   struct rcc_proxy *px = calloc(1, sizeof(*px));
   if (px == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "init on rank %d: out of memory", comm->rank);
   px->comm = comm;
+  px->state = state;
   px->plugin = plugin;
   px->conns = conns;
   px->nconns = nconns;
@@ -1273,7 +1290,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   for (int i = 0; i < nconns && plugin->readable != NULL; i++)
     if (!conns[i].is_send && conns[i].net_comm != NULL)
       plugin->readable(conns[i].net_comm, -1);
-  int e = pthread_create(&px->thread, NULL, proxy_main, px);
+  int e = rcc_proxy_run(px);
   if (e != 0) {
     rcc_proxy_forget(px);
     struct rlimit rl;
@@ -1289,6 +1306,16 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
   }
   *out = px;
   return RINGCC_SUCCESS;
+}
+
+void rcc_proxy_halt(struct rcc_proxy *px) {
+  if (!px->has_thread)
+    return;
+  __atomic_store_n(&px->stop, 1, __ATOMIC_RELEASE);
+  ring(px->doorbell);
+  pthread_join(px->thread, NULL);
+  px->has_thread = 0;
+  px->stop = 0;
 }
 
 void rcc_proxy_drain(struct rcc_proxy *px, int64_t deadline_ns) {
@@ -1335,15 +1362,21 @@ void rcc_proxy_forget(struct rcc_proxy *px) {
   free(px->pconn);
   free(px->xfds);
   free(px->xconn);
+  for (int i = 0; i < px->nusers; i++)
+    free(px->users[i].rank);
+  free(px->users);
   free(px);
 }
 
 void rcc_proxy_stop(struct rcc_proxy *px) {
   if (px == NULL)
     return;
-  __atomic_store_n(&px->stop, 1, __ATOMIC_RELEASE);
-  ring(px->doorbell);
-  pthread_join(px->thread, NULL);
+  rcc_proxy_halt(px);
   pthread_mutex_destroy(&px->lock);
   rcc_proxy_forget(px);
+}
+
+/* The proxy's connection behind an executor's end (net_proxy_share.c). */
+struct rcc_proxy_conn *rcc_proxy_engine(const struct rcc_conn *end) {
+  return end != NULL && end->ops == &net_conn_ops ? end->engine : NULL;
 }

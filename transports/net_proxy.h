@@ -38,6 +38,10 @@ struct rcc_proxy_conn {
   int64_t suspect_ns;     /* alive() first said the peer is suspected, or 0 */
   int64_t suspect_warned; /* when that was last logged */
   int tell;               /* send: 1 the FAIL message is posted, 2 done */
+  int adopted;            /* a shrunk communicator's connection whose link is
+                             the parent's (net.c): unused, failed */
+  int kept;               /* a communicator shrunk from the proxy's uses it
+                             too: no goodbye at the proxy's comm's destroy */
   /* Lazy links (RINGCC_NET_CONNECT=lazy), on the send connection of a
    * pair (conns[2l], conns[2l + 1] share one link): wanted by a call, and
    * when to connect (or ask the peer to) again. */
@@ -88,7 +92,7 @@ ringcc_result_t rcc_proxy_start(struct ringcc_comm *comm,
                                 const struct rcc_net_plugin *plugin,
                                 struct rcc_proxy_conn *conns, int nconns,
                                 const struct rcc_proxy_links *links,
-                                struct rcc_proxy **out);
+                                void *state, struct rcc_proxy **out);
 /* The executor's end of c: the FIFO, and the hooks that drive the proxy. */
 void rcc_proxy_bind(struct rcc_conn *end, struct rcc_proxy_conn *c);
 /* Sends every filled slot, then a goodbye on every send connection, so
@@ -98,5 +102,34 @@ void rcc_proxy_stop(struct rcc_proxy *proxy);
 /* In a child forked from the process that started it (destroy after fork):
  * the thread is not here; frees the memory and the doorbell only. */
 void rcc_proxy_forget(struct rcc_proxy *proxy);
+
+/* Links shared with a communicator shrunk from the proxy's
+ * (ringcc_comm_shrink of a healthy one), net_proxy.c has the rules. At most
+ * this many ranks (the blob's map of them, net.c). */
+#define RCC_PROXY_SHARE_MAX 1024
+/* The proxy's connection behind an executor's end, or NULL (not one). */
+struct rcc_proxy_conn *rcc_proxy_engine(const struct rcc_conn *end);
+/* The state rcc_proxy_start was given (net.c's). */
+void *rcc_proxy_state(const struct rcc_proxy *proxy);
+/* Communicators besides the proxy's own that use its connections. forked:
+ * called in a process forked from the one that started the proxy (its
+ * lock is not taken: the thread is not here, and may have held it). */
+int rcc_proxy_users(struct rcc_proxy *proxy, int forked);
+/* Whether a communicator shrunk from parent may use c: its link is made and
+ * sound, and parent is the proxy's comm or its last user. */
+int rcc_proxy_shareable(struct rcc_proxy_conn *c,
+                        const struct ringcc_comm *parent);
+/* comm uses c, whose peer is its rank `rank`; RINGCC_ERR_OUT_OF_MEMORY, or
+ * RINGCC_ERR_NETWORK where c failed since rcc_proxy_shareable said yes. */
+ringcc_result_t rcc_proxy_share(struct rcc_proxy_conn *c,
+                                struct ringcc_comm *comm, int rank);
+/* comm (a user, destroyed) uses none of the connections any more. */
+void rcc_proxy_unshare(struct rcc_proxy *proxy, struct ringcc_comm *comm,
+                       int forked);
+/* The proxy's comm is destroyed while users remain: the connections no
+ * user keeps end (goodbyes first, unless forked), and the first user takes
+ * the proxy over, in its numbering; returns it. */
+struct ringcc_comm *rcc_proxy_hand_over(struct rcc_proxy *proxy, int forked,
+                                        int64_t deadline_ns);
 
 #endif /* RCC_NET_PROXY_H */

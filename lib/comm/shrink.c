@@ -25,10 +25,11 @@
  * with the parent's configuration, like a split's, but its transports may
  * take over the parent's intact links between the same two processes:
  * shared memory does (shm.c: the child's connections point at the parent's
- * FIFOs, no new FIFO is made), the network makes new connections to the
- * survivors (its proxy belongs to the parent and its links' goodbyes close
- * them at the parent's destroy). A link to an excluded rank is never
- * taken. The board and tuner are built for the survivors.
+ * FIFOs, no new FIFO is made); the network does where the parent is
+ * healthy (net.c: the parent's proxy carries the links it made for both,
+ * the child a user of it, net_proxy_share.c), and makes new connections
+ * after a failure (a stream may have stopped mid-message). A link to an
+ * excluded rank is never taken. The board and tuner are built for the survivors.
  *
  * Parent and child after the shrink (docs/reliability.md):
  * - a parent that knows of a failure (a dead rank, a sticky error) or was
@@ -474,11 +475,16 @@ static ringcc_result_t shrink(struct ringcc_comm *comm, const int *exclude,
       net_peers++;
     else if (q != me)
       shm_peers++;
+  int shm_reused = child->links_reused > child->net_links_reused ? shm_peers
+                                                                 : 0;
   RCC_INFO(comm->rank, "ringcc_comm_shrink: reused %d links of the parent "
-           "(shared-memory FIFOs to %d peers, no new FIFO); %d network peers "
-           "connected anew; the new communicator in %.3f s; the parent is %s",
-           child->links_reused, child->links_reused > 0 ? shm_peers : 0,
-           net_peers, (double)(rcc_now_ns() - t0) / 1e9,
+           "(shared-memory FIFOs to %d peers; %d network links to %d peers; "
+           "no new FIFO or connection for them); %d of %d network peers "
+           "connected anew (one link or more); the new communicator in %.3f "
+           "s; the parent is %s", child->links_reused, shm_reused,
+           child->net_links_reused, child->net_peers_reused,
+           child->net_peers_fresh, net_peers,
+           (double)(rcc_now_ns() - t0) / 1e9,
            retire ? "only fit for destroy or abort now"
                   : "usable (not at the same time as the new one)");
   return RINGCC_SUCCESS;

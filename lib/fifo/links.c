@@ -32,9 +32,9 @@ void rcc_links_resync(struct ringcc_comm *comm) {
       for (int p = 0; p < comm->nranks; p++) {
         struct rcc_conn *s = rcc_send_conn(comm, k, ch, p);
         struct rcc_conn *r = rcc_recv_conn(comm, k, ch, p);
-        if (s->fifo != NULL && s->ops == NULL && s->head_mirror == NULL)
+        if (s->fifo != NULL && s->head_mirror == NULL)
           s->step = __atomic_load_n(&s->fifo->tail, __ATOMIC_ACQUIRE);
-        if (r->fifo != NULL && r->ops == NULL && r->head_mirror == NULL)
+        if (r->fifo != NULL && r->head_mirror == NULL)
           r->step = __atomic_load_n(&r->fifo->head, __ATOMIC_ACQUIRE);
       }
 }

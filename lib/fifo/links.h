@@ -1,6 +1,7 @@
 /*
  * links.h - FIFOs that a communicator shares with the one shrunk from it
- * (ringcc_comm_shrink reuses the parent's intact shared-memory links).
+ * (ringcc_comm_shrink reuses the parent's intact links: shared-memory
+ * FIFOs, and network connections with their FIFOs, net.c).
  *
  * Two communicators that share links are never used at once (the rule in
  * docs/reliability.md), but one after the other: each keeps its own end of
@@ -22,8 +23,9 @@ int rcc_links_share(struct ringcc_comm *parent, struct ringcc_comm *child);
 void rcc_links_use(struct ringcc_comm *comm);
 /* At destroy: one reference less (the record goes with the last). */
 void rcc_links_drop(struct ringcc_comm *comm);
-/* The steps of comm's shared-memory FIFOs (both ends executors) from their
- * counters: a send FIFO's tail, a receive FIFO's head. */
+/* The steps of comm's host FIFOs (shared memory, and the network's, whose
+ * other end is the proxy) from their counters: a send FIFO's tail, a
+ * receive FIFO's head. */
 void rcc_links_resync(struct ringcc_comm *comm);
 
 #endif /* RCC_LINKS_H */

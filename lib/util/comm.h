@@ -169,6 +169,10 @@ struct ringcc_comm {
   void *parent_state;      /* the parent's state of the transport being set
                               up (transport.c), NULL without a parent */
   int links_reused;        /* of the parent's, by the transports at init */
+  int net_links_reused;    /* network links (peer x FIFO set) of the
+                              parent's, among those (net.c) */
+  int net_peers_reused;    /* network peers with one of those or more */
+  int net_peers_fresh;     /* network peers with a link of its own */
   struct rcc_links *links; /* FIFOs shared with a shrunk communicator or
                               its parent (links.h); NULL: none */
   int64_t init_deadline;   /* for transports' connect phase */

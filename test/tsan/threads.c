@@ -16,6 +16,11 @@
  *              the tuner picks (one-shot when small) on the other
  *   tcp        4 ranks with shm_disable = 1: the TCP plugin and its proxy
  *              thread
+ *   shrink-tcp as tcp, then ranks 0..2 shrink their communicator without
+ *              rank 3 (ringcc_comm_shrink, healthy: the child takes over the
+ *              parent's TCP links and its proxy); allreduces alternate on
+ *              the child and the parent, then the parent is destroyed (its
+ *              proxy handed to the child) and the child runs again
  *
  *   async-error  4 ranks over shared memory; rank 3 withholds the last
  *              allreduce, so the others' calls time out (3 s) while the
@@ -85,6 +90,7 @@ struct phase {
   int trace;       /* RINGCC_TRACE, RINGCC_STATS=time; the monitor also
                       reads the statistics and sends SIGUSR1 */
   int algo[MAX_COMMS]; /* config.algo of each communicator (0: auto) */
+  int shrink;      /* after the rounds: the shrink-tcp steps (above) */
   ringcc_unique_id_t ids[MAX_COMMS];
   ringcc_comm_t comms[MAX_COMMS][NRANKS]; /* published for the monitor */
   atomic_int ready, done;
@@ -314,6 +320,8 @@ static void withheld_call(struct worker *w, int32_t *a, int32_t *b) {
   }
 }
 
+static void shrink_steps(struct worker *w);
+
 static void *worker_main(void *p) {
   struct worker *w = p;
   struct phase *ph = w->ph;
@@ -357,6 +365,8 @@ static void *worker_main(void *p) {
       break;
   if (ph->withhold && !w->failed && w->rank != ph->withhold - 1)
     withheld_call(w, buf[0], buf[1]);
+  if (ph->shrink && !w->failed)
+    shrink_steps(w);
   for (int k = 0; k < 3; k++) {
     if (!ph->registered) {
       free(buf[k]);
@@ -369,6 +379,63 @@ static void *worker_main(void *p) {
       fail(w, "mem_free", r);
   }
   return NULL;
+}
+
+/* An allreduce of count int32 on comm (rank me of m), every element
+ * checked: 0, or 1 with w->msg. */
+static int checked_allreduce(struct worker *w, ringcc_comm_t comm, int me,
+                             int m, size_t count, int salt, const char *what) {
+  int32_t *x = malloc(count * sizeof(int32_t));
+  if (x == NULL)
+    return snprintf(w->msg, sizeof(w->msg), "out of memory"), w->failed = 1;
+  for (size_t k = 0; k < count; k++)
+    x[k] = me * 1000 + (int32_t)(k % 977) + salt;
+  ringcc_result_t r = ringcc_allreduce(x, x, count, RINGCC_INT32, RINGCC_SUM,
+                                       comm, NULL);
+  if (r != RINGCC_SUCCESS) {
+    free(x);
+    snprintf(w->msg, sizeof(w->msg), "%s rank %d: allreduce on the %s: %s: "
+             "%s", w->ph->name, w->rank, what, ringcc_strerror(r),
+             ringcc_comm_last_error(comm));
+    return w->failed = 1;
+  }
+  for (size_t k = 0; k < count && !w->failed; k++) {
+    int32_t want = 1000 * m * (m - 1) / 2 + m * ((int32_t)(k % 977) + salt);
+    if (x[k] != want) {
+      snprintf(w->msg, sizeof(w->msg), "%s rank %d: allreduce on the %s: "
+               "element %zu is %d, expected %d", w->ph->name, w->rank, what,
+               k, (int)x[k], (int)want);
+      w->failed = 1;
+    }
+  }
+  free(x);
+  return w->failed;
+}
+
+/* The shrink-tcp steps: the parent is destroyed here (w->comm NULL). */
+static void shrink_steps(struct worker *w) {
+  int gone = NRANKS - 1;
+  ringcc_comm_t child = NULL;
+  if (w->rank != gone) {
+    ringcc_result_t r = ringcc_comm_shrink(w->comm, &gone, 1, &child);
+    if (r != RINGCC_SUCCESS) {
+      fail(w, "comm_shrink", r);
+      return;
+    }
+    checked_allreduce(w, child, w->rank, NRANKS - 1, 70000, 1, "child");
+  }
+  if (!w->failed)
+    checked_allreduce(w, w->comm, w->rank, NRANKS, 70000, 2, "parent");
+  if (!w->failed && child != NULL)
+    checked_allreduce(w, child, w->rank, NRANKS - 1, 1000, 3, "child");
+  ringcc_comm_destroy(w->comm);
+  w->ph->comms[w->which][w->rank] = NULL;
+  w->comm = NULL;
+  if (!w->failed && child != NULL)
+    checked_allreduce(w, child, w->rank, NRANKS - 1, 70000, 4,
+                      "child, its parent destroyed");
+  if (child != NULL)
+    ringcc_comm_destroy(child);
 }
 
 /* Calls ringcc_comm_report on every communicator until the workers finish. */
@@ -521,6 +588,8 @@ int main(void) {
        .shm_disable = 0,
        .algo = {RINGCC_ALGO_TREE, RINGCC_ALGO_AUTO}},
       {.name = "tcp", .ncomms = 1, .shm_disable = 1, .monitor = 1},
+      {.name = "shrink-tcp", .ncomms = 1, .shm_disable = 1, .iters = 4,
+       .shrink = 1},
       {.name = "async-error",
        .ncomms = 1,
        .shm_disable = 0,
