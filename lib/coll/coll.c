@@ -709,6 +709,7 @@ static ringcc_result_t run_inside(struct call *c) {
     if (comm->trace != NULL) /* a trace implies timing */
       rcc_trace_poll_signal(comm);
   }
+  comm->failed_locally = 0;
   if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
     r = check_agreement(c, &mismatch);
   if (r == RINGCC_SUCCESS)
@@ -722,12 +723,14 @@ static ringcc_result_t run_inside(struct call *c) {
         rcc_trace_flush(comm, "error");
     }
   }
-  /* A mismatch the check found is seen by every rank before any data moved:
-   * the communicator stays usable. Any other failure leaves FIFOs in an
+  /* A mismatch the check found is seen by every rank before any data moved,
+   * and the executor marks the failures it left every FIFO in a known
+   * state after (a mismatched message taken whole or refused): the
+   * communicator stays usable. Any other failure leaves FIFOs in an
    * unknown state. */
-  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !mismatch)
-    rcc_comm_set_fatal(comm, r);
-  return r;
+  if (mismatch)
+    comm->failed_locally = 1;
+  return rcc_comm_end_call(comm, r);
 }
 
 /* ---- inside a group (group.c) ------------------------------------------ */
@@ -849,9 +852,9 @@ ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
                                      : "counts or displs is NULL");
   }
   RCC_PUT(comm->seq, comm->seq + 1);
+  comm->failed_locally = 0;
   r = rcc_allgatherv_plan_run(comm, sendbuf, recvbuf, counts, displs, dt);
-  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
-    rcc_comm_set_fatal(comm, r);
+  rcc_comm_end_call(comm, r);
   rcc_comm_leave(comm, RCC_ENTER_CALL);
   return r;
 }

@@ -117,6 +117,14 @@ struct exec {
   int grouped;             /* point-to-point of a group (rcc_exec_host_p2p) */
   struct rcc_p2p_op *p2p;  /* rcc_exec_host_p2p's operations, one a channel */
   int allowed;             /* holds the ptrace exception (p2p_place.h) */
+  /* A point-to-point receive whose message does not match (check_meta): the
+   * meta word of the piece at its FIFO's head, not taken yet. */
+  int misfit;
+  uint64_t misfit_meta;
+  /* The first failure of a point-to-point run that left its FIFO in a known
+   * state (local, below), and its message; the others run on. */
+  ringcc_result_t local;
+  char *local_msg; /* RCC_ERRLEN bytes, where a run may fail locally */
   /* The word the current wait watches and its value before it, or NULL
    * (wait_failed: a change meanwhile is progress, never a failure). */
   const uint32_t *wait_word;
@@ -387,17 +395,26 @@ static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
       ((meta & RCC_META_LAST) != 0) == (s->last != 0))
     return RINGCC_SUCCESS;
   struct ringcc_comm *comm = x->comm;
-  if (s->conn_kind == RCC_CONN_P2P)
+  if (s->conn_kind == RCC_CONN_P2P) {
+    /* A piece that starts no message of its own: the receive takes the
+     * rest of this message and drops it (local, below). */
+    x->misfit = !(meta & RCC_META_PLACE);
+    x->misfit_meta = meta;
     return rcc_comm_error(
         comm, RINGCC_ERR_INVALID_USAGE,
         "ringcc_recv on rank %d from rank %d: the message does not match: "
-        "expected %zu elements, the sender's message is %s (send and recv "
-        "counts and datatypes must agree)",
+        "expected %zu %s elements (count), the sender's message is %s (send "
+        "and recv counts and datatypes must agree)%s",
         comm->rank, s->recv_peer, x->plan->count,
-        (meta & RCC_META_PLACE)         ? "longer"
+        ringcc_datatype_name(x->p2p != NULL ? x->p2p[x->channel].dt
+                                            : x->dt),
+        (meta & RCC_META_PLACE) || RCC_META_BYTES(meta) > bytes ? "longer"
+        : (meta & RCC_META_LAST)                                ? "shorter"
         : RCC_META_BYTES(meta) != bytes ? "of a different size"
-        : (meta & RCC_META_LAST)        ? "shorter"
-                                      : "longer");
+                                        : "longer",
+        x->misfit ? "; the rest of the message is taken and dropped, the "
+                    "communicator stays usable" : "");
+  }
   return rcc_comm_error(
       comm, RINGCC_ERR_INVALID_USAGE,
       "%s (seq %llu) on rank %d: rank %d sent %u bytes at step %llu where %zu "
@@ -894,6 +911,8 @@ struct chan {
   int after;    /* the channel that must finish first (same FIFO), or -1 */
   struct rcc_conn *placed; /* sent as its place: the FIFO whose head ... */
   uint32_t placed_seq;     /* ... reaching this acknowledges it */
+  int draining; /* a receive that failed locally takes the rest of its
+                   message, dropping it */
 };
 
 /* Channel k cannot start yet: the one before it on its FIFO runs. */
@@ -1043,6 +1062,8 @@ static void release_engines(struct ringcc_comm *comm) {
   }
 }
 
+static ringcc_result_t local_failure(struct exec *x, ringcc_result_t r);
+
 /* Step 0 of a point-to-point message (rcc_exec_host_p2p), its FIFO ready
  * for it: 1 where the message moves as its place (p2p_place.h), or failed
  * (*r), 0 where the step runs as usual. The receiver hands the slot back
@@ -1077,11 +1098,90 @@ static int place_step(struct exec *x, struct chan *k, int c,
     return 1;
   if (!(meta & RCC_META_PLACE))
     return 0;
-  *r = rcc_p2p_place_take(x->comm, s->recv_peer, in, RCC_META_BYTES(meta),
-                          op->buf, bytes, k->esize, 1, &got, &op->ran);
-  if (*r == RINGCC_SUCCESS)
+  int ack;
+  *r = rcc_p2p_place_take(x->comm, rc, in, RCC_META_BYTES(meta), op->buf,
+                          bytes, op->dt, 1, &got, &op->ran, &ack);
+  if (ack)
     rcc_proto_recv_end(rc);
+  if (*r == RINGCC_ERR_INVALID_USAGE && ack)
+    *r = local_failure(x, *r); /* refused: the FIFO is past it */
   return 1;
+}
+
+/* A failure after which every FIFO of the run is in a known state (a
+ * message refused, or taken whole): kept (the first one, with its message)
+ * while the run goes on; RINGCC_SUCCESS. */
+static ringcc_result_t local_failure(struct exec *x, ringcc_result_t r) {
+  if (x->local == RINGCC_SUCCESS) {
+    x->local = r;
+    pthread_mutex_lock(&x->comm->error_lock);
+    memcpy(x->local_msg, x->comm->last_error, RCC_ERRLEN);
+    pthread_mutex_unlock(&x->comm->error_lock);
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* Channel k's receive found a piece that does not match (x->misfit): it
+ * takes that piece, and the rest of the message after it (draining), so
+ * that the FIFO is at the next message. */
+static void misfit_taken(struct exec *x, struct chan *k,
+                         const struct rcc_step *s) {
+  struct rcc_conn *rc = recv_conn(x, s);
+  rcc_proto_recv_end(rc);
+  rcc_stats_received(x->stats, s->recv_peer, RCC_META_BYTES(x->misfit_meta));
+  x->misfit = 0;
+  if (x->misfit_meta & RCC_META_LAST)
+    k->i = k->plan.nsteps;
+  else
+    k->draining = 1;
+}
+
+/* The next piece of a message channel k drains, its slot ready. */
+static ringcc_result_t drain_piece(struct exec *x, struct chan *k,
+                                   const struct rcc_step *s) {
+  struct rcc_conn *rc = recv_conn(x, s);
+  const char *in;
+  uint64_t meta;
+  int r = rcc_proto_recv_begin(x, rc, &in, &meta);
+  if (r != 0)
+    return (ringcc_result_t)r;
+  if (meta & RCC_META_PLACE) /* not a piece of a message begun */
+    return rcc_comm_error(x->comm, RINGCC_ERR_INTERNAL,
+                          "ringcc_recv on rank %d from rank %d: a message "
+                          "read in place in the middle of a message (a bug "
+                          "in libringcc, or ranks that run different builds "
+                          "of it)", x->comm->rank, s->recv_peer);
+  rcc_proto_recv_end(rc);
+  rcc_stats_received(x->stats, s->recv_peer, RCC_META_BYTES(meta));
+  if (meta & RCC_META_LAST) {
+    k->draining = 0;
+    k->i = k->plan.nsteps;
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* The sender: the messages sent as their place whose acknowledgement came
+ * (the FIFO's head passed them), each refused or not (rcc_p2p_place_acked).
+ * Runs before any send that may fill a slot again, so a refusal is read
+ * before a later message's could take its entry. */
+static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
+  for (int c = 0; c < n; c++) {
+    struct rcc_conn *sc = ch[c].placed;
+    if (sc == NULL || (int32_t)(__atomic_load_n(&sc->fifo->head,
+                                                __ATOMIC_ACQUIRE) -
+                                ch[c].placed_seq) < 0)
+      continue;
+    int local;
+    ch[c].placed = NULL;
+    ringcc_result_t r =
+        rcc_p2p_place_acked(x->comm, sc, ch[c].placed_seq - 1,
+                            x->p2p[c].count, x->p2p[c].dt, &local);
+    if (r != RINGCC_SUCCESS && !local)
+      return r;
+    if (r != RINGCC_SUCCESS)
+      local_failure(x, r);
+  }
+  return RINGCC_SUCCESS;
 }
 
 /* Runs the channels' plans to the end, or to the first failure. */
@@ -1111,6 +1211,13 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
       RCC_PUT(x->at->block, s.block);
       RCC_PUT(x->at->nelem, s.nelem);
       moved = 1;
+      if (x->p2p != NULL && k->draining) {
+        r = drain_piece(x, k, &s);
+        continue;
+      }
+      if (x->p2p != NULL && rcc_step_sends(s.kind) &&
+          (r = placed_collect(x, ch, n)) != RINGCC_SUCCESS)
+        continue;
       if (x->p2p != NULL && k->i == 0 && place_step(x, k, c, &s, &r)) {
         k->i = k->plan.nsteps; /* the whole message */
         continue;
@@ -1120,6 +1227,11 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
                                                          : STEP_RECV_HALF;
       r = x->comm->trace != NULL ? traced_step(x, &s, k->i, part)
                                  : run_part(x, &s, k->i, part);
+      if (r != RINGCC_SUCCESS && x->misfit) {
+        misfit_taken(x, k, &s);
+        r = local_failure(x, r);
+        continue;
+      }
       if (s.kind == RCC_STEP_SEND_RECV && !k->half)
         k->half = 1;
       else
@@ -1206,8 +1318,7 @@ static void p2p_plan(struct ringcc_comm *comm, const struct rcc_p2p_op *op,
 
 /* The sender's acknowledgements: a message sent as its place has been read
  * once its FIFO's head passed its slot. */
-static ringcc_result_t placed_wait(struct exec *x, const struct chan *ch,
-                                   int n) {
+static ringcc_result_t placed_wait(struct exec *x, struct chan *ch, int n) {
   for (int c = 0; c < n; c++) {
     struct rcc_conn *sc = ch[c].placed;
     uint32_t head;
@@ -1221,7 +1332,7 @@ static ringcc_result_t placed_wait(struct exec *x, const struct chan *ch,
         return r;
     }
   }
-  return RINGCC_SUCCESS;
+  return placed_collect(x, ch, n);
 }
 
 ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
@@ -1234,6 +1345,7 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
                           "ringcc_group_end on rank %d: out of memory for %d "
                           "sends and receives", comm->rank, n);
   uint64_t total = 0;
+  char local_msg[RCC_ERRLEN];
   for (int c = 0; c < n; c++) {
     p2p_plan(comm, &ops[c], &ch[c].plan);
     ch[c].src = ch[c].dst = ops[c].buf; /* a send reads it, a recv writes */
@@ -1255,6 +1367,7 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
       .timing = comm->stats->timing,
       .grouped = grouped,
       .p2p = ops,
+      .local_msg = local_msg,
   };
   RCC_PUT(x.at->coll, ch[0].plan.coll);
   RCC_PUT(x.at->alg, RCC_ALG_P2P);
@@ -1273,6 +1386,11 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
   ringcc_result_t r = run_channels(&x, ch, n);
   if (r == RINGCC_SUCCESS)
     r = placed_wait(&x, ch, n);
+  if (r == RINGCC_SUCCESS && x.local != RINGCC_SUCCESS) {
+    r = x.local; /* the first one's sentence, as the result */
+    rcc_comm_set_last_error(comm, x.local_msg);
+    comm->failed_locally = 1;
+  }
   rcc_p2p_place_end(comm, &x.allowed);
   RCC_PUT(x.at->active, 0);
   free(ch);
@@ -1308,6 +1426,7 @@ static int peer_left(const struct ringcc_comm *comm, int p) {
 }
 
 static ringcc_result_t nobody_left(struct exec *x) {
+  x->local = RINGCC_ERR_INVALID_USAGE; /* nothing moved */
   return rcc_comm_error(x->comm, RINGCC_ERR_INVALID_USAGE,
                         "recv (seq %llu) on rank %d from any source: every "
                         "peer destroyed its communicator, and no message of "
@@ -1377,6 +1496,32 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
   }
 }
 
+/* After a piece that does not fit (at the FIFO's head, with meta): takes
+ * it and the rest of its message, dropping them, so that the FIFO is at the
+ * next message; the failure r is then local. */
+static ringcc_result_t drop_rest(struct exec *x, struct rcc_conn *rc,
+                                 uint64_t meta, ringcc_result_t r) {
+  for (;;) {
+    const char *in;
+    rcc_proto_recv_end(rc);
+    rcc_stats_received(x->stats, rc->peer, RCC_META_BYTES(meta));
+    if (meta & RCC_META_LAST) {
+      x->local = r;
+      return r;
+    }
+    waiting_on(x, "the rest of a refused message from", rc->peer, rc, 0);
+    int w = rcc_proto_recv_begin(x, rc, &in, &meta);
+    if (w != 0)
+      return (ringcc_result_t)w;
+    if (meta & RCC_META_PLACE)
+      return rcc_comm_error(x->comm, RINGCC_ERR_INTERNAL,
+                            "ringcc_recv on rank %d from rank %d: a message "
+                            "read in place in the middle of a message (a "
+                            "bug in libringcc, or ranks that run different "
+                            "builds of it)", x->comm->rank, rc->peer);
+  }
+}
+
 /* The message's pieces from src into dst (at most cap bytes); *got: its
  * bytes. */
 static ringcc_result_t recv_message(struct exec *x, int src, size_t cap,
@@ -1394,15 +1539,21 @@ static ringcc_result_t recv_message(struct exec *x, int src, size_t cap,
       return (ringcc_result_t)r;
     size_t bytes = RCC_META_BYTES(meta);
     if ((meta & RCC_META_PLACE) && i == 0) { /* read in place, then acked */
-      int alg;
-      r = rcc_p2p_place_take(comm, src, in, bytes, x->dst, cap, x->esize, 0,
-                             got, &alg);
-      if (r == RINGCC_SUCCESS)
+      int alg, ack;
+      r = rcc_p2p_place_take(comm, rc, in, bytes, x->dst, cap, x->dt, 0, got,
+                             &alg, &ack);
+      if (ack)
         rcc_proto_recv_end(rc);
+      if (r == RINGCC_ERR_INVALID_USAGE && ack)
+        x->local = RINGCC_ERR_INVALID_USAGE; /* refused: nothing moved */
       return (ringcc_result_t)r;
     }
     if (bytes > cap - *got || bytes % x->esize != 0)
-      return rcc_p2p_misfit(comm, src, *got + bytes, cap, x->esize, 0);
+      return drop_rest(x, rc, meta,
+                       rcc_p2p_misfit(comm, src, *got + bytes, cap, x->dt, 0,
+                                      "; the rest of the message is taken "
+                                      "and dropped, the communicator stays "
+                                      "usable"));
     copy_bytes(x->dst + *got, in, bytes);
     *got += bytes;
     rcc_proto_recv_end(rc);
@@ -1449,8 +1600,12 @@ ringcc_result_t rcc_exec_host_recv_from(struct ringcc_comm *comm,
   }
   if (r == RINGCC_SUCCESS)
     r = recv_message(&x, peer, plan->count * x.esize, &got);
-  if (r == RINGCC_SUCCESS && exact)
-    r = rcc_p2p_misfit(comm, peer, got, plan->count * x.esize, x.esize, 1);
+  if (r == RINGCC_SUCCESS && exact) /* taken whole: local */
+    x.local = r = rcc_p2p_misfit(comm, peer, got, plan->count * x.esize, dt,
+                                 1, "; the message was taken, the "
+                                 "communicator stays usable");
+  /* Failures that left every FIFO where it was, or past a whole message. */
+  comm->failed_locally = r != RINGCC_SUCCESS && r == x.local;
   RCC_PUT(x.at->active, 0);
   *source = peer;
   *count = got / x.esize;
