@@ -329,3 +329,81 @@ Test(in_place, sender_buffer_unmapped, .timeout = 60) {
                     .timeout_s = 40, .name = "unmapped"};
   cr_assert(h_run(&o));
 }
+
+/* ---- vcoll: uneven collectives whose counts do not pair up --------------- */
+
+/* With RINGCC_CHECK=1 (config.check), 3 ranks: an AllToAllv where rank 0
+ * sends rank 1 one element more than rank 1 receives from it, an AllGatherv
+ * where rank 2 receives one element less from rank 1 than rank 1 sends, and
+ * a Gather whose sendcount differs on rank 2. Every rank fails at once with
+ * RINGCC_ERR_INVALID_USAGE naming the ranks and the argument (without the
+ * check such calls fail with a piece of the wrong size, or wait for the
+ * deadline); the communicator then works. */
+static int vcounts_body(h_ctx_t *h) {
+  enum { N = 3, B = 7 };
+  size_t sc[N], rc_[N], sd[N], rd[N], ag[N], agd[N];
+  int32_t sbuf[N * (B + 1)], rbuf[N * (B + 1)], g[N * (B + 1)];
+  int me = h->rank, rc = 0;
+  for (int j = 0; j < N; j++) {
+    sc[j] = rc_[j] = ag[j] = B;
+    sd[j] = rd[j] = agd[j] = (size_t)j * (B + 1);
+  }
+  if (me == 0)
+    sc[1] = B + 1;
+  if (me == 2)
+    ag[1] = B - 1;
+  memset(sbuf, 0, sizeof sbuf);
+  double t0 = h_now_s();
+  rc = expect(h, "alltoallv whose counts do not pair up",
+              ringcc_alltoallv(sbuf, sc, sd, rbuf, rc_, rd, RINGCC_INT32,
+                               h->comm, NULL),
+              RINGCC_ERR_INVALID_USAGE,
+              (const char *const[]){"RINGCC_CHECK",
+                                    "rank 0 sends rank 1 8 elements "
+                                    "('sendcounts'[1])",
+                                    "rank 1 receives 7 from rank 0 "
+                                    "('recvcounts'[0])", NULL});
+  if (rc == 0)
+    rc = expect(h, "allgatherv whose counts do not pair up",
+                ringcc_allgatherv(sbuf, B, rbuf, ag, agd, RINGCC_INT32,
+                                  h->comm, NULL),
+                RINGCC_ERR_INVALID_USAGE,
+                (const char *const[]){"rank 1 sends 7 elements ('sendcount')",
+                                      "rank 2 receives 6 from it "
+                                      "('recvcounts'[1])", NULL});
+  if (rc == 0)
+    rc = expect(h, "gather whose sendcount differs on rank 2",
+                ringcc_gather(sbuf, g, me == 2 ? B + 1 : B, RINGCC_INT32, 0,
+                              h->comm, NULL),
+                RINGCC_ERR_INVALID_USAGE,
+                (const char *const[]){"count: rank 0 has 7, rank 2 has 8",
+                                      NULL});
+  if (rc == 0 && h_now_s() - t0 > LIMIT_S)
+    rc = h_fail(h, "the three mismatches took %.1f s", h_now_s() - t0);
+  /* A correct AllToAllv, every element checked. */
+  sc[1] = ag[1] = B;
+  for (int j = 0; j < N && rc == 0; j++)
+    h_fill_pattern(RINGCC_INT32, (uint64_t)(me * N + j), 0, 5,
+                   sbuf + sd[j], B);
+  if (rc == 0 &&
+      !h_ok(h, ringcc_alltoallv(sbuf, sc, sd, rbuf, rc_, rd, RINGCC_INT32,
+                                h->comm, NULL), "the alltoallv after them"))
+    rc = 1;
+  for (int j = 0; j < N && rc == 0; j++) {
+    int32_t want[B];
+    h_fill_pattern(RINGCC_INT32, (uint64_t)(j * N + me), 0, 5, want, B);
+    rc = !h_check_elems(h, "the alltoallv after the mismatches",
+                        RINGCC_INT32, rbuf + rd[j], want, B);
+  }
+  return rc ? rc : still_works(h, 1000, 21);
+}
+
+Test(vcoll, counts_that_do_not_pair_up_with_check, .timeout = 120) {
+  for (int tcp = 0; tcp < 2; tcp++) {
+    ringcc_config_t cfg = transport(tcp);
+    cfg.check = 1;
+    h_run_opts_t o = {.nranks = 3, .body = vcounts_body, .config = &cfg,
+                      .timeout_s = 60, .name = "vcoll counts"};
+    cr_assert(h_run(&o), "over %s", tcp ? "TCP" : "shared memory");
+  }
+}
