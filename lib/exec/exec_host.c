@@ -1121,16 +1121,31 @@ static ringcc_result_t local_failure(struct exec *x, ringcc_result_t r) {
   return RINGCC_SUCCESS;
 }
 
+/* Takes and drops the piece at rc's head (its meta word), of a message
+ * that does not match its receive; *last: it was the message's last. */
+static ringcc_result_t drop_piece(struct exec *x, struct rcc_conn *rc,
+                                  uint64_t meta, int *last) {
+  if (meta & RCC_META_PLACE) /* not a piece of a message begun */
+    return rcc_comm_error(x->comm, RINGCC_ERR_INTERNAL,
+                          "ringcc_recv on rank %d from rank %d: a message "
+                          "read in place in the middle of a message (a bug "
+                          "in libringcc, or ranks that run different builds "
+                          "of it)", x->comm->rank, rc->peer);
+  rcc_proto_recv_end(rc);
+  rcc_stats_received(x->stats, rc->peer, RCC_META_BYTES(meta));
+  *last = (meta & RCC_META_LAST) != 0;
+  return RINGCC_SUCCESS;
+}
+
 /* Channel k's receive found a piece that does not match (x->misfit): it
- * takes that piece, and the rest of the message after it (draining), so
- * that the FIFO is at the next message. */
+ * takes that piece, and the rest of the message after it (draining, one
+ * piece as each comes), so that the FIFO is at the next message. */
 static void misfit_taken(struct exec *x, struct chan *k,
                          const struct rcc_step *s) {
-  struct rcc_conn *rc = recv_conn(x, s);
-  rcc_proto_recv_end(rc);
-  rcc_stats_received(x->stats, s->recv_peer, RCC_META_BYTES(x->misfit_meta));
-  x->misfit = 0;
-  if (x->misfit_meta & RCC_META_LAST)
+  int last;
+  x->misfit = 0; /* not a place: dropped */
+  (void)drop_piece(x, recv_conn(x, s), x->misfit_meta, &last);
+  if (last)
     k->i = k->plan.nsteps;
   else
     k->draining = 1;
@@ -1142,18 +1157,10 @@ static ringcc_result_t drain_piece(struct exec *x, struct chan *k,
   struct rcc_conn *rc = recv_conn(x, s);
   const char *in;
   uint64_t meta;
-  int r = rcc_proto_recv_begin(x, rc, &in, &meta);
-  if (r != 0)
+  int last, r = rcc_proto_recv_begin(x, rc, &in, &meta);
+  if (r != 0 || (r = drop_piece(x, rc, meta, &last)) != 0)
     return (ringcc_result_t)r;
-  if (meta & RCC_META_PLACE) /* not a piece of a message begun */
-    return rcc_comm_error(x->comm, RINGCC_ERR_INTERNAL,
-                          "ringcc_recv on rank %d from rank %d: a message "
-                          "read in place in the middle of a message (a bug "
-                          "in libringcc, or ranks that run different builds "
-                          "of it)", x->comm->rank, s->recv_peer);
-  rcc_proto_recv_end(rc);
-  rcc_stats_received(x->stats, s->recv_peer, RCC_META_BYTES(meta));
-  if (meta & RCC_META_LAST) {
+  if (last) {
     k->draining = 0;
     k->i = k->plan.nsteps;
   }
@@ -1503,22 +1510,16 @@ static ringcc_result_t drop_rest(struct exec *x, struct rcc_conn *rc,
                                  uint64_t meta, ringcc_result_t r) {
   for (;;) {
     const char *in;
-    rcc_proto_recv_end(rc);
-    rcc_stats_received(x->stats, rc->peer, RCC_META_BYTES(meta));
-    if (meta & RCC_META_LAST) {
+    int last, w = drop_piece(x, rc, meta, &last);
+    if (w != 0)
+      return (ringcc_result_t)w;
+    if (last) {
       x->local = r;
       return r;
     }
     waiting_on(x, "the rest of a refused message from", rc->peer, rc, 0);
-    int w = rcc_proto_recv_begin(x, rc, &in, &meta);
-    if (w != 0)
+    if ((w = rcc_proto_recv_begin(x, rc, &in, &meta)) != 0)
       return (ringcc_result_t)w;
-    if (meta & RCC_META_PLACE)
-      return rcc_comm_error(x->comm, RINGCC_ERR_INTERNAL,
-                            "ringcc_recv on rank %d from rank %d: a message "
-                            "read in place in the middle of a message (a "
-                            "bug in libringcc, or ranks that run different "
-                            "builds of it)", x->comm->rank, rc->peer);
   }
 }
 
