@@ -675,8 +675,8 @@ static int check_counts(const struct call *c, char *msg, size_t len,
 /* All ranks all-gather what they were asked to do and compare: the same
  * table on every rank, so every rank fails alike, naming ranks and field. */
 static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
-  static const char *const fields[] = {"collective number", "collective", "count",
-                                       "datatype", "op", "root"};
+  static const char *const fields[] = {"collective number", "collective",
+                                       "count", "datatype", "op", "root"};
   struct ringcc_comm *comm = c->comm;
   int n = comm->nranks;
   int uneven = c->coll == RCC_COLL_ALLGATHERV || c->coll == RCC_COLL_ALLTOALLV;
