@@ -603,7 +603,9 @@ RINGCC_API ringcc_result_t ringcc_wait(ringcc_request_t req);
  * expects nothing, waits until the deadline: they are the caller's to keep
  * equal, as in MPI. With RINGCC_CHECK=1 every rank fails alike before any
  * data moves, naming the ranks and the argument ('sendcounts'[j],
- * 'recvcounts'[q]), and the communicator stays usable.
+ * 'recvcounts'[q]), and the communicator stays usable; so does an
+ * AllToAllv over shared memory on one host whose pair of ranks disagrees
+ * (both fail, naming each other; the other blocks move).
  * Host buffers: every algorithm. Device buffers: Gather and Scatter run
  * (the direct schedule, enqueued on stream); AllGatherv and AllToAllv on
  * device buffers return RINGCC_ERR_UNSUPPORTED (docs/cuda.md). */

@@ -11,16 +11,22 @@
  * ringcc_comm_get_async_error must still say RINGCC_SUCCESS.
  *
  *   p2p           ringcc_recv and ringcc_recv_from whose count does not
- *                match the message: shorter and longer, small (in one
- *                slot), several slots, larger than the FIFO (read in place
- *                over shared memory: its sender fails too, naming the
- *                receive), plain and in a group whose other operations must
- *                still complete exactly;
+ *                 match the message: shorter and longer, small (in one
+ *                 slot), several slots, larger than the FIFO (read in place
+ *                 over shared memory: its sender fails too, naming the
+ *                 receive), plain and in a group whose other operations must
+ *                 still complete exactly;
  *   group         a group whose send to this rank itself does not match its
- *                receive from it: its operations with the peer still run;
+ *                 receive from it: its operations with the peer still run;
+ *   vcoll         with RINGCC_CHECK=1, an AllToAllv and an AllGatherv
+ *                 whose counts do not pair up across ranks and a Gather
+ *                 whose count differs: every rank fails alike, naming the
+ *                 ranks and the argument; without it, an AllToAllv on the
+ *                 board whose pair of ranks disagrees: both fail, naming
+ *                 each other, the third rank gets its blocks;
  *   in_place      a message read in place whose sender unmaps the buffer
- *                before the receiver reads it: both fail at once with
- *                RINGCC_ERR_SYSTEM (fatal), not at the deadline.
+ *                 before the receiver reads it: both fail at once with
+ *                 RINGCC_ERR_SYSTEM (fatal), not at the deadline.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -406,4 +412,53 @@ Test(vcoll, counts_that_do_not_pair_up_with_check, .timeout = 120) {
                       .timeout_s = 60, .name = "vcoll counts"};
     cr_assert(h_run(&o), "over %s", tcp ? "TCP" : "shared memory");
   }
+}
+
+/* Without RINGCC_CHECK, over shared memory (AllToAllv on the board, whose
+ * places carry each pair's sizes): rank 0 sends rank 1 one element more
+ * than rank 1 receives. Ranks 0 and 1 fail at once naming each other, rank
+ * 2 gets its blocks; every communicator then works (both ranks of the pair
+ * saw it, and the other blocks moved). */
+static int a2av_pair_body(h_ctx_t *h) {
+  enum { N = 3, B = 7 };
+  size_t sc[N], rcn[N], sd[N], rd[N];
+  int32_t sbuf[N * (B + 1)], rbuf[N * (B + 1)], want[B];
+  int me = h->rank, rc = 0;
+  for (int j = 0; j < N; j++) {
+    sc[j] = rcn[j] = B;
+    sd[j] = rd[j] = (size_t)j * (B + 1);
+    h_fill_pattern(RINGCC_INT32, (uint64_t)(me * N + j), 0, 6, sbuf + sd[j],
+                   B);
+  }
+  if (me == 0)
+    sc[1] = B + 1;
+  double t0 = h_now_s();
+  ringcc_result_t r = ringcc_alltoallv(sbuf, sc, sd, rbuf, rcn, rd,
+                                       RINGCC_INT32, h->comm, NULL);
+  if (me == 2)
+    rc = expect(h, "the alltoallv of the rank outside the pair", r,
+                RINGCC_SUCCESS, NULL);
+  else
+    rc = expect(h, "an alltoallv whose pair of ranks disagrees", r,
+                RINGCC_ERR_INVALID_USAGE,
+                (const char *const[]){me == 0 ? "rank 1 sends it 28 bytes"
+                                              : "rank 0 sends it 32 bytes",
+                                      "sendcounts and recvcounts", NULL});
+  if (rc == 0 && h_now_s() - t0 > LIMIT_S)
+    rc = h_fail(h, "the alltoallv took %.1f s", h_now_s() - t0);
+  for (int j = 0; j < N && rc == 0; j++) {
+    if ((me == 0 && j == 1) || (me == 1 && j == 0))
+      continue; /* the pair moved nothing between them */
+    h_fill_pattern(RINGCC_INT32, (uint64_t)(j * N + me), 0, 6, want, B);
+    rc = !h_check_elems(h, "a block of the alltoallv outside the pair",
+                        RINGCC_INT32, rbuf + rd[j], want, B);
+  }
+  return rc ? rc : still_works(h, 1000, 23);
+}
+
+Test(vcoll, alltoallv_pair_that_disagrees_shm, .timeout = 60) {
+  ringcc_config_t cfg = transport(0);
+  h_run_opts_t o = {.nranks = 3, .body = a2av_pair_body, .config = &cfg,
+                    .timeout_s = 40, .name = "alltoallv pair"};
+  cr_assert(h_run(&o));
 }

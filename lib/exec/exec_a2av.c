@@ -120,6 +120,8 @@ struct a2av {
   uint8_t *ack_out, *ack_in; /* FIFOs: the last phase's bytes, one per peer;
                                 board: the peers read (ack_in) */
   char *pack;
+  int mismatched; /* board: the only failure of reading the places was a
+                     size that a pair of ranks does not agree on */
 };
 
 /* ---- what both ways share ---------------------------------------------- */
@@ -411,6 +413,7 @@ static ringcc_result_t read_all(struct a2av *a, uint32_t seq) {
     if (r != RINGCC_SUCCESS && r != RINGCC_ERR_INVALID_USAGE)
       return r;
   }
+  a->mismatched = first != RINGCC_SUCCESS; /* sizes only (take) */
   return first;
 }
 
@@ -451,12 +454,19 @@ static ringcc_result_t run_board(struct a2av *a) {
   /* After a size mismatch (both ends of the pair saw it and move nothing
    * between them) the other pairs still move their blocks, so that no
    * rank waits for this one in the FIFOs. */
+  ringcc_result_t f = RINGCC_SUCCESS;
   if (r == RINGCC_SUCCESS || r == RINGCC_ERR_INVALID_USAGE) {
-    ringcc_result_t f = fifo_blocks(a);
+    f = fifo_blocks(a);
     r = r != RINGCC_SUCCESS ? r : f;
   }
   ringcc_result_t w = wait_readers(a, seq);
   RCC_PUT(at->active, 0);
+  /* Both ranks of each pair that disagree saw it, and every other block
+   * moved: every FIFO and the board are where a correct call leaves them,
+   * so the failure is local (docs/reliability.md). */
+  if (r == RINGCC_ERR_INVALID_USAGE && a->mismatched &&
+      f == RINGCC_SUCCESS && w == RINGCC_SUCCESS)
+    comm->failed_locally = 1;
   return r != RINGCC_SUCCESS ? r : w;
 }
 
