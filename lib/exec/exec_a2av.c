@@ -66,6 +66,7 @@
  * region size are agreed at init), whatever the counts: ranks send
  * different sums, so a choice by size would split them.
  */
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -82,6 +83,7 @@
 #include "comm.h"
 #include "error.h"
 #include "exec.h"
+#include "failure.h"
 #include "fifo.h"
 #include "registry.h"
 #include "stats.h"
@@ -166,6 +168,13 @@ static ringcc_result_t read_in_place(struct a2av *a, int p,
                           "%zu bytes (registration slot %u) is not mapped "
                           "here and cross-memory attach is not usable",
                           a->me, p, bytes, (unsigned)w->slot);
+  }
+  if (e != 0 && (e == ESRCH || !rcc_peer_alive(comm, p))) {
+    rcc_peer_dead(comm, p, comm->rank); /* died or exited, not a bad read */
+    return rcc_comm_error(comm, RINGCC_ERR_PEER_FAILED,
+                          "ringcc_alltoallv on rank %d: rank %d (pid %d) is "
+                          "gone while this rank read its block in place (%s)",
+                          a->me, p, (int)comm->peers[p].pid, strerror(e));
   }
   if (e != 0)
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
