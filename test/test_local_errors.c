@@ -14,8 +14,9 @@
  *                 match the message: shorter and longer, small (in one
  *                 slot), several slots, larger than the FIFO (read in place
  *                 over shared memory: its sender fails too, naming the
- *                 receive), plain and in a group whose other operations must
- *                 still complete exactly;
+ *                 receive), plain and in a group (ended by
+ *                 ringcc_group_end, or as a request) whose other operations
+ *                 must still complete exactly;
  *   group         a group whose send to this rank itself does not match its
  *                 receive from it: its operations with the peer still run;
  *   vcoll         with RINGCC_CHECK=1, an AllToAllv and an AllGatherv
@@ -114,6 +115,7 @@ struct mismatch {
   size_t sent, posted; /* float32 elements */
   bool upto;           /* ringcc_recv_from (at most), else ringcc_recv */
   bool grouped;        /* each rank's call in a group with another exchange */
+  bool request;        /* the group ended by ringcc_group_end_async, waited */
   int tcp;
 };
 
@@ -136,7 +138,7 @@ static int mismatch_body(h_ctx_t *h) {
   memset(side, 0xee, sizeof side);
   int rc = 0;
   double t0 = h_now_s();
-  ringcc_result_t r, g = RINGCC_SUCCESS;
+  ringcc_result_t r;
   if (m->grouped)
     ringcc_group_start();
   if (h->rank == 1) {
@@ -155,7 +157,10 @@ static int mismatch_body(h_ctx_t *h) {
     if (r != RINGCC_SUCCESS)
       rc = h_fail(h, "recording the call in the group: %s",
                   ringcc_strerror(r));
-    r = g = ringcc_group_end();
+    ringcc_request_t req = NULL;
+    r = m->request ? ringcc_group_end_async(&req) : ringcc_group_end();
+    if (m->request && r == RINGCC_SUCCESS)
+      r = ringcc_wait(req);
   }
   double took = h_now_s() - t0;
   char what[160], posted[96];
@@ -179,7 +184,6 @@ static int mismatch_body(h_ctx_t *h) {
   if (rc == 0 && m->grouped && h->rank == 1)
     rc = !h_check_elems(h, "the group's other message", RINGCC_INT32, side,
                         side_want, 1000);
-  (void)g;
   free(buf);
   return rc ? rc : still_works(h, m->posted + 3, m->sent);
 }
@@ -192,7 +196,8 @@ static void mismatch_run(struct mismatch m) {
                       .name = "mismatched receive"};
     cr_assert(h_run(&o), "%s of %zu float32 for a message of %zu%s over %s",
               m.upto ? "recv_from" : "recv", m.posted, m.sent,
-              m.grouped ? " (grouped)" : "", m.tcp ? "TCP" : "shared memory");
+              m.request ? " (a request)" : m.grouped ? " (grouped)" : "",
+              m.tcp ? "TCP" : "shared memory");
   }
 }
 
@@ -222,13 +227,18 @@ Test(p2p, larger_than_the_fifo, .timeout = 240) {
                                  .upto = true});
 }
 
-/* In a group with another exchange, which must still complete exactly. */
+/* In a group with another exchange, which must still complete exactly;
+ * the group ended by ringcc_group_end or as a request. */
 Test(p2p, grouped, .timeout = 240) {
   mismatch_run((struct mismatch){.sent = 200, .posted = 100, .grouped = true});
   mismatch_run((struct mismatch){.sent = 100000, .posted = 60000,
                                  .grouped = true});
   mismatch_run((struct mismatch){.sent = 1000000, .posted = 999999,
                                  .grouped = true});
+  mismatch_run((struct mismatch){.sent = 100000, .posted = 60000,
+                                 .grouped = true, .request = true});
+  mismatch_run((struct mismatch){.sent = 1000000, .posted = 999999,
+                                 .grouped = true, .request = true});
 }
 
 /* ---- group: a send to this rank itself that does not match ------------- */
