@@ -41,6 +41,18 @@ extern "C" {
   (RINGCC_VERSION_MAJOR * 10000 + RINGCC_VERSION_MINOR * 100 +                 \
    RINGCC_VERSION_PATCH)
 
+/* Result codes. After a failed call the communicator is usable again
+ * (the failure was local: every FIFO is at a message boundary) for
+ * RINGCC_ERR_INVALID_ARGUMENT, RINGCC_ERR_OUT_OF_MEMORY, a call wrong in
+ * this state found before anything moved, a RINGCC_CHECK mismatch, and the
+ * point-to-point mismatches: a receive whose message does not match its
+ * count (the receive takes the rest of the message, or, for a message read
+ * in place, refuses it, and then its sender fails too), a group's send to
+ * itself that does not match its receive, a receive from RINGCC_ANY_SOURCE
+ * whose peers all left. Every other failure (RINGCC_ERR_TIMEOUT,
+ * _PEER_FAILED, _NETWORK, _SYSTEM, _ABORTED, a collective whose ranks'
+ * counts differ) makes it unusable: later calls return the same code at
+ * once; destroy or shrink it. docs/reliability.md has the table. */
 typedef enum {
   RINGCC_SUCCESS = 0,
   RINGCC_ERR_INVALID_ARGUMENT = 1, /* a bad argument; nothing was sent */
@@ -461,8 +473,11 @@ typedef struct {
 /* ringcc_recv (peer a rank or RINGCC_ANY_SOURCE) that accepts a message of
  * at most count elements, as MPI_Recv, and fills *status (may be NULL) with
  * its sender and length; a longer message fails the call
- * (RINGCC_ERR_INVALID_USAGE) and leaves the communicator unusable, as any
- * mismatched message does. Host buffers only (RINGCC_ERR_UNSUPPORTED for
+ * (RINGCC_ERR_INVALID_USAGE, naming the sender and count), as a message
+ * of another length fails ringcc_recv: the receive takes the rest of the
+ * message and drops it (or refuses a message read in place, whose send then
+ * fails too, naming the receive), and the communicator stays usable. Host
+ * buffers only (RINGCC_ERR_UNSUPPORTED for
  * device buffers). Not in DESIGN.md's fixed set: an addition. */
 RINGCC_API ringcc_result_t ringcc_recv_from(void *buf, size_t count,
                                             ringcc_datatype_t dt, int peer,
@@ -538,7 +553,10 @@ RINGCC_API ringcc_result_t ringcc_comm_predict(ringcc_comm_t comm,
  * copy to the matching receive from itself. Grouped sends and receives take
  * host buffers. ringcc_group_end without ringcc_group_start is
  * RINGCC_ERR_INVALID_USAGE; a failure at the end returns the first one
- * (ringcc_comm_last_error of its communicator says which).
+ * (ringcc_comm_last_error of its communicator says which). A send or
+ * receive that fails locally (a mismatched message, a send to itself that
+ * does not match its receive: see the result codes) does not stop the
+ * group's others, which run to their end.
  *
  * Requests. ringcc_group_end_async ends the outermost group like
  * ringcc_group_end but returns at once with *req: the work runs on the
@@ -582,8 +600,13 @@ RINGCC_API ringcc_result_t ringcc_wait(ringcc_request_t req);
  * the call only. Zero counts are allowed anywhere (an empty block moves no
  * message). Where a count a rank sends and the count its peer receives
  * differ, the call fails with RINGCC_ERR_INVALID_USAGE (a piece of the
- * wrong size) or, where one side expects nothing, waits until the
- * deadline: they are the caller's to keep equal, as in MPI.
+ * wrong size; the communicator is then unusable) or, where one side
+ * expects nothing, waits until the deadline: they are the caller's to keep
+ * equal, as in MPI. With RINGCC_CHECK=1 every rank fails alike before any
+ * data moves, naming the ranks and the argument ('sendcounts'[j],
+ * 'recvcounts'[q]), and the communicator stays usable; so does an
+ * AllToAllv over shared memory on one host whose pair of ranks disagrees
+ * (both fail, naming each other; the other blocks move).
  * Host buffers: every algorithm. Device buffers: Gather and Scatter run
  * (the direct schedule, enqueued on stream); AllGatherv and AllToAllv on
  * device buffers return RINGCC_ERR_UNSUPPORTED (docs/cuda.md). */

@@ -580,7 +580,7 @@ static ringcc_result_t execute(const struct call *c,
 /* ---- RINGCC_CHECK: do all ranks make the same call? ------------------- */
 
 struct check_desc {
-  uint64_t seq;
+  uint64_t seq; /* comm->checked_calls: collectives checked so far */
   uint64_t count;
   int32_t coll;
   int32_t dt;
@@ -616,22 +616,75 @@ static int field_value(const struct check_desc *d, int field, char *buf,
   }
 }
 
+/* mine (bytes each) from every rank into all, rank by rank. */
+static ringcc_result_t check_gather(struct ringcc_comm *comm, const void *mine,
+                                    void *all, size_t bytes) {
+  struct rcc_plan plan = {.coll = RCC_COLL_ALLGATHER, .nranks = comm->nranks,
+                          .rank = comm->rank, .pos = comm->ring_pos,
+                          .ring = comm->ring, .count = bytes,
+                          .chunk_elems = comm->ring_chunk_bytes};
+  rcc_plan_ring(&plan);
+  return rcc_exec_host(comm, &plan, mine, all, RINGCC_UINT8, RINGCC_SUM);
+}
+
+/* AllGatherv and AllToAllv: every rank's counts, all-gathered (nranks
+ * rows of 2 x nranks: what it sends to each rank, what it receives from
+ * each), must pair up: what rank q sends rank j is what j receives from q.
+ * The first pair that does not, in the same words on every rank (into msg,
+ * len bytes); 0 where all do. */
+static int check_counts(const struct call *c, char *msg, size_t len,
+                        ringcc_result_t *r) {
+  struct ringcc_comm *comm = c->comm;
+  size_t n = (size_t)comm->nranks, row = 2 * n;
+  uint64_t *all = calloc(n * row + row, sizeof(*all)), *mine = all + n * row;
+  int a2av = c->coll == RCC_COLL_ALLTOALLV, found = 0;
+  if (all == NULL) {
+    *r = rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY, "%s on rank %d: out "
+                        "of memory for RINGCC_CHECK's counts", c->fn,
+                        comm->rank);
+    return 0;
+  }
+  for (size_t j = 0; j < n; j++) {
+    const size_t *send = a2av && c->sendbuf != RINGCC_IN_PLACE
+                             ? c->sendcounts : c->recvcounts;
+    mine[j] = a2av ? send[j] : c->count; /* allgatherv: one block to all */
+    mine[n + j] = c->recvcounts[j];
+  }
+  *r = check_gather(comm, mine, all, row * sizeof(*all));
+  for (size_t q = 0; q < n && *r == RINGCC_SUCCESS && !found; q++)
+    for (size_t j = 0; j < n && !found; j++) {
+      uint64_t sent = all[q * row + j], expected = all[j * row + n + q];
+      if (sent == expected)
+        continue;
+      found = 1;
+      if (a2av)
+        snprintf(msg, len, "rank %zu sends rank %zu %llu elements "
+                 "('sendcounts'[%zu]), rank %zu receives %llu from rank %zu "
+                 "('recvcounts'[%zu])", q, j, (unsigned long long)sent, j, j,
+                 (unsigned long long)expected, q, q);
+      else
+        snprintf(msg, len, "rank %zu sends %llu elements ('sendcount'), "
+                 "rank %zu receives %llu from it ('recvcounts'[%zu])", q,
+                 (unsigned long long)sent, j, (unsigned long long)expected,
+                 q);
+    }
+  free(all);
+  return found;
+}
+
 /* All ranks all-gather what they were asked to do and compare: the same
  * table on every rank, so every rank fails alike, naming ranks and field. */
 static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
-  static const char *const fields[] = {"sequence number", "collective", "count",
-                                       "datatype", "op", "root"};
+  static const char *const fields[] = {"collective number", "collective",
+                                       "count", "datatype", "op", "root"};
   struct ringcc_comm *comm = c->comm;
   int n = comm->nranks;
   int uneven = c->coll == RCC_COLL_ALLGATHERV || c->coll == RCC_COLL_ALLTOALLV;
-  struct check_desc mine = {comm->seq, uneven ? 0 : c->count, c->coll, c->dt,
+  struct check_desc mine = {++comm->checked_calls, uneven ? 0 : c->count,
+                            c->coll, c->dt,
                             (c->uses & USES_OP) ? c->op : -1,
                             (c->uses & USES_ROOT) ? c->root : -1};
   struct check_desc *all = calloc((size_t)n, sizeof(*all));
-  struct rcc_plan plan = {.coll = RCC_COLL_ALLGATHER, .nranks = n,
-                          .rank = comm->rank, .pos = comm->ring_pos,
-                          .ring = comm->ring, .count = sizeof(mine),
-                          .chunk_elems = comm->ring_chunk_bytes};
   char msg[RCC_ERRLEN], a[48], b[48];
   int off = 0;
 
@@ -639,9 +692,7 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "%s on rank %d: out of memory for RINGCC_CHECK",
                           c->fn, comm->rank);
-  rcc_plan_ring(&plan);
-  ringcc_result_t r = rcc_exec_host(comm, &plan, &mine, all, RINGCC_UINT8,
-                                    RINGCC_SUM);
+  ringcc_result_t r = check_gather(comm, &mine, all, sizeof(mine));
   int gathered = r == RINGCC_SUCCESS;
   for (int f = 0; f < 6 && gathered; f++)
     for (int q = 1; q < n; q++) {
@@ -657,6 +708,10 @@ static ringcc_result_t check_agreement(const struct call *c, int *mismatch) {
       break; /* one rank per field keeps the message short */
     }
   free(all);
+  /* The same call everywhere: do the uneven one's counts pair up? */
+  if (r == RINGCC_SUCCESS && uneven &&
+      check_counts(c, msg + off, sizeof(msg) - (size_t)off, &r))
+    r = RINGCC_ERR_INVALID_USAGE;
   *mismatch = r == RINGCC_ERR_INVALID_USAGE;
   if (r == RINGCC_ERR_INVALID_USAGE)
     return rcc_comm_error(comm, r,
@@ -709,6 +764,7 @@ static ringcc_result_t run_inside(struct call *c) {
     if (comm->trace != NULL) /* a trace implies timing */
       rcc_trace_poll_signal(comm);
   }
+  comm->failed_locally = 0;
   if (comm->set.check && comm->nranks > 1 && !(c->uses & USES_PEER))
     r = check_agreement(c, &mismatch);
   if (r == RINGCC_SUCCESS)
@@ -722,12 +778,14 @@ static ringcc_result_t run_inside(struct call *c) {
         rcc_trace_flush(comm, "error");
     }
   }
-  /* A mismatch the check found is seen by every rank before any data moved:
-   * the communicator stays usable. Any other failure leaves FIFOs in an
+  /* A mismatch the check found is seen by every rank before any data moved,
+   * and the executor marks the failures it left every FIFO in a known
+   * state after (a mismatched message taken whole or refused): the
+   * communicator stays usable. Any other failure leaves FIFOs in an
    * unknown state. */
-  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !mismatch)
-    rcc_comm_set_fatal(comm, r);
-  return r;
+  if (mismatch)
+    comm->failed_locally = 1;
+  return rcc_comm_end_call(comm, r);
 }
 
 /* ---- inside a group (group.c) ------------------------------------------ */
@@ -849,9 +907,9 @@ ringcc_result_t rcc_allgatherv_ring(ringcc_comm_t comm, const void *sendbuf,
                                      : "counts or displs is NULL");
   }
   RCC_PUT(comm->seq, comm->seq + 1);
+  comm->failed_locally = 0;
   r = rcc_allgatherv_plan_run(comm, sendbuf, recvbuf, counts, displs, dt);
-  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
-    rcc_comm_set_fatal(comm, r);
+  rcc_comm_end_call(comm, r);
   rcc_comm_leave(comm, RCC_ENTER_CALL);
   return r;
 }

@@ -123,20 +123,22 @@ static int next_self(const struct batch *b, int i, int send) {
   return i;
 }
 
-/* The send to this rank that matches the k-th receive from it: the k-th. */
-static ringcc_result_t self_copies(struct batch *b, int *nremote) {
+/* Whether the group's sends to this rank itself match its receives from
+ * it (the k-th send the k-th receive, of the same bytes). */
+static ringcc_result_t self_match(struct batch *b, int *nsend) {
   struct ringcc_comm *comm = b->comm;
-  int nsend = 0, nrecv = 0, n = 0;
+  int nrecv = 0;
+  *nsend = 0;
   for (int i = 0; i < b->np2p; i++)
     if (b->p2p[i].peer == comm->rank)
-      b->p2p[i].send ? nsend++ : nrecv++;
-  if (nsend != nrecv)
+      b->p2p[i].send ? (*nsend)++ : nrecv++;
+  if (*nsend != nrecv)
     return rcc_comm_error(comm, RINGCC_ERR_INVALID_USAGE,
                           "ringcc_group_end on rank %d: the group sends %d "
                           "message(s) to this rank itself and receives %d "
                           "from it; each send to oneself needs its receive "
-                          "in the same group", comm->rank, nsend, nrecv);
-  for (int k = 0, s = -1, r = -1; k < nsend; k++) {
+                          "in the same group", comm->rank, *nsend, nrecv);
+  for (int k = 0, s = -1, r = -1; k < *nsend; k++) {
     s = next_self(b, s + 1, 1);
     r = next_self(b, r + 1, 0);
     size_t sb = b->p2p[s].count * ringcc_datatype_size(b->p2p[s].dt);
@@ -148,18 +150,29 @@ static ringcc_result_t self_copies(struct batch *b, int *nremote) {
                             "%zu (send and recv counts and datatypes must "
                             "agree)", comm->rank, k, sb, rb);
   }
-  for (int k = 0, s = -1, r = -1; k < nsend; k++) {
+  return RINGCC_SUCCESS;
+}
+
+/* The send to this rank that matches the k-th receive from it: the k-th,
+ * copied where they match (else none is, and the result says why); the
+ * operations with other ranks go to the front (*nremote of them) and run
+ * all the same, so that no peer waits for a message this rank owes it. */
+static ringcc_result_t self_copies(struct batch *b, int *nremote) {
+  struct ringcc_comm *comm = b->comm;
+  int nsend = 0, n = 0;
+  ringcc_result_t r = self_match(b, &nsend);
+  for (int k = 0, s = -1, q = -1; k < nsend && r == RINGCC_SUCCESS; k++) {
     s = next_self(b, s + 1, 1);
-    r = next_self(b, r + 1, 0);
+    q = next_self(b, q + 1, 0);
     size_t bytes = b->p2p[s].count * ringcc_datatype_size(b->p2p[s].dt);
     if (bytes > 0)
-      memmove(b->p2p[r].buf, b->p2p[s].buf, bytes);
+      memmove(b->p2p[q].buf, b->p2p[s].buf, bytes);
   }
   for (int i = 0; i < b->np2p; i++) /* the others, in order, to the front */
     if (b->p2p[i].peer != comm->rank)
       b->p2p[n++] = b->p2p[i];
   *nremote = n;
-  return RINGCC_SUCCESS;
+  return r;
 }
 
 static ringcc_result_t run_p2p(struct batch *b) {
@@ -173,24 +186,30 @@ static ringcc_result_t run_p2p(struct batch *b) {
     return code;
   }
   int nremote = 0;
-  ringcc_result_t r = self_copies(b, &nremote);
-  if (r != RINGCC_SUCCESS || nremote == 0)
-    return r;
-  RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
-  struct rcc_stats_mark mark = {.sent = comm->stats->sent_total};
-  r = rcc_exec_host_p2p(comm, b->p2p, nremote, 1);
-  /* Each counted in its row as a blocking call is, by what moved it; the
-   * batch's bytes on the wire go to its first. */
-  for (int i = 0; i < nremote && r == RINGCC_SUCCESS; i++) {
-    const struct rcc_p2p_op *op = &b->p2p[i];
-    rcc_stats_count(comm->stats, op->send ? RCC_COLL_SEND : RCC_COLL_RECV,
-                    op->ran, op->count * ringcc_datatype_size(op->dt), &mark);
-    mark.sent = comm->stats->sent_total;
+  ringcc_result_t self = self_copies(b, &nremote), r = RINGCC_SUCCESS;
+  comm->failed_locally = 0;
+  if (nremote > 0) {
+    RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
+    struct rcc_stats_mark mark = {.sent = comm->stats->sent_total};
+    r = rcc_exec_host_p2p(comm, b->p2p, nremote, 1);
+    /* Each counted in its row as a blocking call is, by what moved it; the
+     * batch's bytes on the wire go to its first. */
+    for (int i = 0; i < nremote && r == RINGCC_SUCCESS; i++) {
+      const struct rcc_p2p_op *op = &b->p2p[i];
+      rcc_stats_count(comm->stats, op->send ? RCC_COLL_SEND : RCC_COLL_RECV,
+                      op->ran, op->count * ringcc_datatype_size(op->dt),
+                      &mark);
+      mark.sent = comm->stats->sent_total;
+    }
   }
-  /* Data moved: the FIFOs are in an unknown state after a failure. */
-  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY)
-    rcc_comm_set_fatal(comm, r);
-  return r;
+  /* A mismatch of this rank with itself moved nothing: local. */
+  if (r == RINGCC_SUCCESS && self != RINGCC_SUCCESS) {
+    comm->failed_locally = 1;
+    r = self;
+  }
+  /* Data moved: the FIFOs are in an unknown state after a failure, unless
+   * the executor marked it local. */
+  return rcc_comm_end_call(comm, r);
 }
 
 /* Runs the batch inside its communicator; the first failure ends it. */

@@ -66,6 +66,7 @@
  * region size are agreed at init), whatever the counts: ranks send
  * different sums, so a choice by size would split them.
  */
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -83,6 +84,7 @@
 #include "comm.h"
 #include "error.h"
 #include "exec.h"
+#include "failure.h"
 #include "fifo.h"
 #include "registry.h"
 #include "stats.h"
@@ -123,6 +125,8 @@ struct a2av {
   uint8_t *ack_out, *ack_in; /* FIFOs: the last phase's bytes, one per peer;
                                 board: the peers read (ack_in) */
   char *pack;
+  int mismatched; /* board: the only failure of reading the places was a
+                     size that a pair of ranks does not agree on */
 };
 
 /* ---- what both ways share ---------------------------------------------- */
@@ -177,6 +181,13 @@ static ringcc_result_t read_in_place(struct a2av *a, int p,
                           "%zu bytes (registration slot %u) is not mapped "
                           "here and cross-memory attach is not usable",
                           a->me, p, bytes, (unsigned)w->slot);
+  }
+  if (e != 0 && (e == ESRCH || !rcc_peer_alive(comm, p))) {
+    rcc_peer_dead(comm, p, comm->rank); /* died or exited, not a bad read */
+    return rcc_comm_error(comm, RINGCC_ERR_PEER_FAILED,
+                          "ringcc_alltoallv on rank %d: rank %d (pid %d) is "
+                          "gone while this rank read its block in place (%s)",
+                          a->me, p, (int)comm->peers[p].pid, strerror(e));
   }
   if (e != 0)
     return rcc_comm_error(comm, RINGCC_ERR_SYSTEM,
@@ -424,6 +435,7 @@ static ringcc_result_t read_all(struct a2av *a, uint32_t seq) {
     if (r != RINGCC_SUCCESS && r != RINGCC_ERR_INVALID_USAGE)
       return r;
   }
+  a->mismatched = first != RINGCC_SUCCESS; /* sizes only (take) */
   return first;
 }
 
@@ -464,12 +476,19 @@ static ringcc_result_t run_board(struct a2av *a) {
   /* After a size mismatch (both ends of the pair saw it and move nothing
    * between them) the other pairs still move their blocks, so that no
    * rank waits for this one in the FIFOs. */
+  ringcc_result_t f = RINGCC_SUCCESS;
   if (r == RINGCC_SUCCESS || r == RINGCC_ERR_INVALID_USAGE) {
-    ringcc_result_t f = fifo_blocks(a);
+    f = fifo_blocks(a);
     r = r != RINGCC_SUCCESS ? r : f;
   }
   ringcc_result_t w = wait_readers(a, seq);
   RCC_PUT(at->active, 0);
+  /* Both ranks of each pair that disagree saw it, and every other block
+   * moved: every FIFO and the board are where a correct call leaves them,
+   * so the failure is local (docs/reliability.md). */
+  if (r == RINGCC_ERR_INVALID_USAGE && a->mismatched &&
+      f == RINGCC_SUCCESS && w == RINGCC_SUCCESS)
+    comm->failed_locally = 1;
   return r != RINGCC_SUCCESS ? r : w;
 }
 

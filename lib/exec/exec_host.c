@@ -34,19 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RCC_HD
-#define RCC_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define RCC_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-#define RCC_PROTO_WAIT(ctx, word, waiters, old)                                \
-  host_wait((struct exec *)(ctx), (word), (waiters), (old))
-#define RCC_PROTO_WAKE(conn, word, waiters) host_wake((conn), (word), (waiters))
-
-struct exec;
-static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
-                     uint32_t old);
-struct rcc_conn;
-static void host_wake(const struct rcc_conn *c, uint32_t *word,
-                      uint32_t *waiters);
+#include "exec_host.h"
 
 #include "agree.h"
 #include "algorithms.h"
@@ -77,52 +65,6 @@ static void host_wake(const struct rcc_conn *c, uint32_t *word,
 #define LAND_AHEAD 64
 #define LAND_MIN_BYTES 16384
 
-/* A network send from the user's memory, pending until the FIFO's head
- * reaches seq. */
-struct lent_send {
-  const char *p;
-  size_t len;
-  struct rcc_conn *conn;
-  uint32_t seq;
-};
-
-struct land {
-  struct rcc_conn *conn;
-  uint32_t seq; /* the message: conn's FIFO sequence number */
-  char *p;
-};
-
-struct exec {
-  struct ringcc_comm *comm;
-  const struct rcc_plan *plan;
-  const char *src;
-  char *dst;
-  size_t esize;
-  ringcc_datatype_t dt;
-  rcc_reduce_fn reduce;
-  int64_t deadline; /* 0 until the first sleep (no clock read per call) */
-  struct rcc_progress *at; /* == &comm->progress */
-  int lending;             /* network sends may come from src and dst */
-  int nlent;
-  struct lent_send *lent; /* LENT_MAX entries, nlent in use (not zeroed
-                             per call) */
-  int land;           /* network receives may land in dst */
-  int nland;
-  struct land *lands; /* LAND_MAX entries, nland in use */
-  int channel;        /* of the plan running: which FIFOs its steps use */
-  struct rcc_stats *stats; /* bytes per edge; waits when timing */
-  int timing;              /* waits are timed (stats.h) */
-  int64_t wait_recv_ns;    /* the current step's waits, when timing */
-  int64_t wait_send_ns;
-  int grouped;             /* point-to-point of a group (rcc_exec_host_p2p) */
-  struct rcc_p2p_op *p2p;  /* rcc_exec_host_p2p's operations, one a channel */
-  int allowed;             /* holds the ptrace exception (p2p_place.h) */
-  /* The word the current wait watches and its value before it, or NULL
-   * (wait_failed: a change meanwhile is progress, never a failure). */
-  const uint32_t *wait_word;
-  uint32_t wait_old;
-};
-
 /* The FIFOs of a step: its channel's for collectives; point-to-point
  * kinds have one channel. */
 static struct rcc_conn *send_conn(const struct exec *x,
@@ -136,29 +78,7 @@ static struct rcc_conn *recv_conn(const struct exec *x,
   return rcc_recv_conn(x->comm, s->conn_kind, ch, s->recv_peer);
 }
 
-/* Records what this rank is about to wait for (the hang report reads it). */
-static inline void waiting_on(struct exec *x, const char *what, int peer,
-                              const struct rcc_conn *conn, int send) {
-  RCC_PUT(x->at->waiting_for, what);
-  RCC_PUT(x->at->peer, peer);
-  RCC_PUT(x->at->conn, conn);
-  RCC_PUT(x->at->waiting_send, send);
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ volatile("yield");
-#endif
-}
-
-static long futex(uint32_t *word, int op, uint32_t val,
-                  const struct timespec *ts) {
-  return syscall(SYS_futex, word, op, val, ts, NULL, 0);
-}
-
-static void host_wake(const struct rcc_conn *c, uint32_t *word,
+void rcc_host_wake(const struct rcc_conn *c, uint32_t *word,
                       uint32_t *waiters) {
   if (c->ops != NULL) { /* an engine's FIFO: it takes the slot from here */
     c->ops->published((struct rcc_conn *)c);
@@ -203,7 +123,7 @@ static int said_goodbye(const struct ringcc_comm *comm,
   return 0;
 }
 
-static int wait_failed(struct exec *x) {
+int rcc_host_wait_failed(struct exec *x) {
   struct ringcc_comm *comm = x->comm;
   int revoked = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE);
   if (comm->aborted || revoked)
@@ -314,7 +234,7 @@ static int wait_failed(struct exec *x) {
 }
 
 /* An engine's wait runs these checks after each sleep. */
-static int wait_check(void *ctx) { return wait_failed(ctx); }
+static int wait_check(void *ctx) { return rcc_host_wait_failed(ctx); }
 
 static inline __attribute__((always_inline)) int
 wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
@@ -349,7 +269,7 @@ wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
     __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old)
       return 0;
-    int r = wait_failed(x);
+    int r = rcc_host_wait_failed(x);
     if (r != RINGCC_SUCCESS)
       return r;
   }
@@ -358,7 +278,7 @@ wait_for_change(struct exec *x, uint32_t *word, uint32_t *waiters,
 /* Where timing is on, a wait is timed and charged to the step (the trace)
  * and to the edge waited on (stats); waits happen only when data or a slot
  * is not there yet, so a call that never waits reads no clock here. */
-static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
+int rcc_host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
                      uint32_t old) {
   if (!x->timing)
     return wait_for_change(x, word, waiters, old);
@@ -376,28 +296,32 @@ static int host_wait(struct exec *x, uint32_t *word, uint32_t *waiters,
 
 #include "proto.h"
 
-static inline void copy_bytes(void *dst, const void *src, size_t bytes) {
-  if (dst != src && bytes > 0)
-    memcpy(dst, src, bytes);
-}
-
 static ringcc_result_t check_meta(struct exec *x, const struct rcc_step *s,
                                   uint64_t meta, size_t bytes) {
   if (RCC_META_BYTES(meta) == bytes && !(meta & RCC_META_PLACE) &&
       ((meta & RCC_META_LAST) != 0) == (s->last != 0))
     return RINGCC_SUCCESS;
   struct ringcc_comm *comm = x->comm;
-  if (s->conn_kind == RCC_CONN_P2P)
+  if (s->conn_kind == RCC_CONN_P2P) {
+    /* A piece that starts no message of its own: the receive takes the
+     * rest of this message and drops it (local, below). */
+    x->misfit = !(meta & RCC_META_PLACE);
+    x->misfit_meta = meta;
     return rcc_comm_error(
         comm, RINGCC_ERR_INVALID_USAGE,
         "ringcc_recv on rank %d from rank %d: the message does not match: "
-        "expected %zu elements, the sender's message is %s (send and recv "
-        "counts and datatypes must agree)",
+        "expected %zu %s elements (count), the sender's message is %s (send "
+        "and recv counts and datatypes must agree)%s",
         comm->rank, s->recv_peer, x->plan->count,
-        (meta & RCC_META_PLACE)         ? "longer"
+        ringcc_datatype_name(x->p2p != NULL ? x->p2p[x->channel].dt
+                                            : x->dt),
+        (meta & RCC_META_PLACE) || RCC_META_BYTES(meta) > bytes ? "longer"
+        : (meta & RCC_META_LAST)                                ? "shorter"
         : RCC_META_BYTES(meta) != bytes ? "of a different size"
-        : (meta & RCC_META_LAST)        ? "shorter"
-                                      : "longer");
+                                        : "longer",
+        x->misfit ? "; the rest of the message is taken and dropped, the "
+                    "communicator stays usable" : "");
+  }
   return rcc_comm_error(
       comm, RINGCC_ERR_INVALID_USAGE,
       "%s (seq %llu) on rank %d: rank %d sent %u bytes at step %llu where %zu "
@@ -432,8 +356,8 @@ static int lent_wait(struct exec *x, const char *p, size_t len) {
     while (!lent_done(e)) {
       uint32_t head = __atomic_load_n(&e->conn->fifo->head, __ATOMIC_ACQUIRE);
       waiting_on(x, "its data to leave for", e->conn->peer, e->conn, 1);
-      int r = host_wait(x, &e->conn->fifo->head, &e->conn->fifo->head_waiters,
-                        head);
+      int r = rcc_host_wait(x, &e->conn->fifo->head,
+                            &e->conn->fifo->head_waiters, head);
       if (r != RINGCC_SUCCESS)
         return r;
     }
@@ -894,19 +818,13 @@ struct chan {
   int after;    /* the channel that must finish first (same FIFO), or -1 */
   struct rcc_conn *placed; /* sent as its place: the FIFO whose head ... */
   uint32_t placed_seq;     /* ... reaching this acknowledges it */
+  int draining; /* a receive that failed locally takes the rest of its
+                   message, dropping it */
 };
 
 /* Channel k cannot start yet: the one before it on its FIFO runs. */
 static int chan_waits_turn(const struct chan *ch, const struct chan *k) {
   return k->after >= 0 && ch[k->after].i < ch[k->after].plan.nsteps;
-}
-
-/* 1 if the FIFO a step half waits on is ready for it. */
-static int slot_ready(const struct rcc_conn *c, int send) {
-  if (send)
-    return (uint32_t)(c->step - __atomic_load_n(&c->fifo->head,
-                                                __ATOMIC_ACQUIRE)) < c->nslots;
-  return __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE) != c->step;
 }
 
 /* Whether channel k's next step (or half) can run now; if not, *word and
@@ -1007,10 +925,10 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
     return RINGCC_SUCCESS;
   x->wait_word = word;
   x->wait_old = old;
-  return wait_failed(x);
+  return rcc_host_wait_failed(x);
 }
 
-/* As host_wait: where timing is on, the wait is charged to the edge the
+/* As rcc_host_wait: where timing is on, the wait is charged to the edge the
  * first blocked channel waits on (the stats; a trace shows channel steps
  * without their waits between them). */
 static ringcc_result_t wait_channels(struct chan_wait *w, struct chan *k,
@@ -1033,7 +951,7 @@ static ringcc_result_t wait_channels(struct chan_wait *w, struct chan *k,
 
 /* Hands the engine serving the communicator's network FIFOs (one serves
  * them all) its sockets back for the run. */
-static void release_engines(struct ringcc_comm *comm) {
+void rcc_host_release_engines(struct ringcc_comm *comm) {
   for (int p = 0; p < comm->nranks; p++) {
     struct rcc_conn *conn = rcc_send_conn(comm, RCC_CONN_COLL, 0, p);
     if (conn->fifo != NULL && conn->ops != NULL) {
@@ -1042,6 +960,8 @@ static void release_engines(struct ringcc_comm *comm) {
     }
   }
 }
+
+static ringcc_result_t local_failure(struct exec *x, ringcc_result_t r);
 
 /* Step 0 of a point-to-point message (rcc_exec_host_p2p), its FIFO ready
  * for it: 1 where the message moves as its place (p2p_place.h), or failed
@@ -1077,11 +997,97 @@ static int place_step(struct exec *x, struct chan *k, int c,
     return 1;
   if (!(meta & RCC_META_PLACE))
     return 0;
-  *r = rcc_p2p_place_take(x->comm, s->recv_peer, in, RCC_META_BYTES(meta),
-                          op->buf, bytes, k->esize, 1, &got, &op->ran);
-  if (*r == RINGCC_SUCCESS)
+  int ack;
+  *r = rcc_p2p_place_take(x->comm, rc, in, RCC_META_BYTES(meta), op->buf,
+                          bytes, op->dt, 1, &got, &op->ran, &ack);
+  if (ack)
     rcc_proto_recv_end(rc);
+  if (*r == RINGCC_ERR_INVALID_USAGE && ack)
+    *r = local_failure(x, *r); /* refused: the FIFO is past it */
   return 1;
+}
+
+/* A failure after which every FIFO of the run is in a known state (a
+ * message refused, or taken whole): kept (the first one, with its message)
+ * while the run goes on; RINGCC_SUCCESS. */
+static ringcc_result_t local_failure(struct exec *x, ringcc_result_t r) {
+  if (x->local == RINGCC_SUCCESS) {
+    x->local = r;
+    pthread_mutex_lock(&x->comm->error_lock);
+    memcpy(x->local_msg, x->comm->last_error, RCC_ERRLEN);
+    pthread_mutex_unlock(&x->comm->error_lock);
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* Takes and drops the piece at rc's head (its meta word), of a message
+ * that does not match its receive; *last: it was the message's last. */
+ringcc_result_t rcc_host_drop_piece(struct exec *x, struct rcc_conn *rc,
+                                  uint64_t meta, int *last) {
+  if (meta & RCC_META_PLACE) /* not a piece of a message begun */
+    return rcc_comm_error(x->comm, RINGCC_ERR_INTERNAL,
+                          "ringcc_recv on rank %d from rank %d: a message "
+                          "read in place in the middle of a message (a bug "
+                          "in libringcc, or ranks that run different builds "
+                          "of it)", x->comm->rank, rc->peer);
+  rcc_proto_recv_end(rc);
+  rcc_stats_received(x->stats, rc->peer, RCC_META_BYTES(meta));
+  *last = (meta & RCC_META_LAST) != 0;
+  return RINGCC_SUCCESS;
+}
+
+/* Channel k's receive found a piece that does not match (x->misfit): it
+ * takes that piece, and the rest of the message after it (draining, one
+ * piece as each comes), so that the FIFO is at the next message. */
+static void misfit_taken(struct exec *x, struct chan *k,
+                         const struct rcc_step *s) {
+  int last;
+  x->misfit = 0; /* not a place: dropped */
+  (void)rcc_host_drop_piece(x, recv_conn(x, s), x->misfit_meta, &last);
+  if (last)
+    k->i = k->plan.nsteps;
+  else
+    k->draining = 1;
+}
+
+/* The next piece of a message channel k drains, its slot ready. */
+static ringcc_result_t drain_piece(struct exec *x, struct chan *k,
+                                   const struct rcc_step *s) {
+  struct rcc_conn *rc = recv_conn(x, s);
+  const char *in;
+  uint64_t meta;
+  int last, r = rcc_proto_recv_begin(x, rc, &in, &meta);
+  if (r != 0 || (r = rcc_host_drop_piece(x, rc, meta, &last)) != 0)
+    return (ringcc_result_t)r;
+  if (last) {
+    k->draining = 0;
+    k->i = k->plan.nsteps;
+  }
+  return RINGCC_SUCCESS;
+}
+
+/* The sender: the messages sent as their place whose acknowledgement came
+ * (the FIFO's head passed them), each refused or not (rcc_p2p_place_acked).
+ * Runs before any send that may fill a slot again, so a refusal is read
+ * before a later message's could take its entry. */
+static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
+  for (int c = 0; c < n; c++) {
+    struct rcc_conn *sc = ch[c].placed;
+    if (sc == NULL || (int32_t)(__atomic_load_n(&sc->fifo->head,
+                                                __ATOMIC_ACQUIRE) -
+                                ch[c].placed_seq) < 0)
+      continue;
+    int local;
+    ch[c].placed = NULL;
+    ringcc_result_t r =
+        rcc_p2p_place_acked(x->comm, sc, ch[c].placed_seq - 1,
+                            x->p2p[c].count, x->p2p[c].dt, &local);
+    if (r != RINGCC_SUCCESS && !local)
+      return r;
+    if (r != RINGCC_SUCCESS)
+      local_failure(x, r);
+  }
+  return RINGCC_SUCCESS;
 }
 
 /* Runs the channels' plans to the end, or to the first failure. */
@@ -1111,6 +1117,13 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
       RCC_PUT(x->at->block, s.block);
       RCC_PUT(x->at->nelem, s.nelem);
       moved = 1;
+      if (x->p2p != NULL && k->draining) {
+        r = drain_piece(x, k, &s);
+        continue;
+      }
+      if (x->p2p != NULL && rcc_step_sends(s.kind) &&
+          (r = placed_collect(x, ch, n)) != RINGCC_SUCCESS)
+        continue;
       if (x->p2p != NULL && k->i == 0 && place_step(x, k, c, &s, &r)) {
         k->i = k->plan.nsteps; /* the whole message */
         continue;
@@ -1120,6 +1133,11 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
                                                          : STEP_RECV_HALF;
       r = x->comm->trace != NULL ? traced_step(x, &s, k->i, part)
                                  : run_part(x, &s, k->i, part);
+      if (r != RINGCC_SUCCESS && x->misfit) {
+        misfit_taken(x, k, &s);
+        r = local_failure(x, r);
+        continue;
+      }
       if (s.kind == RCC_STEP_SEND_RECV && !k->half)
         k->half = 1;
       else
@@ -1176,7 +1194,7 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
   RCC_PUT(x.at->nsteps, total);
   waiting_on(&x, "nothing", -1, NULL, 0);
   RCC_PUT(x.at->active, 1);
-  release_engines(comm);
+  rcc_host_release_engines(comm);
   ringcc_result_t r = run_channels(&x, ch, n);
   RCC_PUT(x.at->active, 0);
   return r;
@@ -1206,8 +1224,7 @@ static void p2p_plan(struct ringcc_comm *comm, const struct rcc_p2p_op *op,
 
 /* The sender's acknowledgements: a message sent as its place has been read
  * once its FIFO's head passed its slot. */
-static ringcc_result_t placed_wait(struct exec *x, const struct chan *ch,
-                                   int n) {
+static ringcc_result_t placed_wait(struct exec *x, struct chan *ch, int n) {
   for (int c = 0; c < n; c++) {
     struct rcc_conn *sc = ch[c].placed;
     uint32_t head;
@@ -1216,12 +1233,12 @@ static ringcc_result_t placed_wait(struct exec *x, const struct chan *ch,
                                              __ATOMIC_ACQUIRE)) -
                      ch[c].placed_seq) < 0) {
       waiting_on(x, "its message to be read in place by", sc->peer, sc, 1);
-      int r = host_wait(x, &sc->fifo->head, &sc->fifo->head_waiters, head);
+      int r = rcc_host_wait(x, &sc->fifo->head, &sc->fifo->head_waiters, head);
       if (r != RINGCC_SUCCESS)
         return r;
     }
   }
-  return RINGCC_SUCCESS;
+  return placed_collect(x, ch, n);
 }
 
 ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
@@ -1234,6 +1251,7 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
                           "ringcc_group_end on rank %d: out of memory for %d "
                           "sends and receives", comm->rank, n);
   uint64_t total = 0;
+  char local_msg[RCC_ERRLEN];
   for (int c = 0; c < n; c++) {
     p2p_plan(comm, &ops[c], &ch[c].plan);
     ch[c].src = ch[c].dst = ops[c].buf; /* a send reads it, a recv writes */
@@ -1255,6 +1273,7 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
       .timing = comm->stats->timing,
       .grouped = grouped,
       .p2p = ops,
+      .local_msg = local_msg,
   };
   RCC_PUT(x.at->coll, ch[0].plan.coll);
   RCC_PUT(x.at->alg, RCC_ALG_P2P);
@@ -1273,187 +1292,14 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
   ringcc_result_t r = run_channels(&x, ch, n);
   if (r == RINGCC_SUCCESS)
     r = placed_wait(&x, ch, n);
+  if (r == RINGCC_SUCCESS && x.local != RINGCC_SUCCESS) {
+    r = x.local; /* the first one's sentence, as the result */
+    rcc_comm_set_last_error(comm, x.local_msg);
+    comm->failed_locally = 1;
+  }
   rcc_p2p_place_end(comm, &x.allowed);
   RCC_PUT(x.at->active, 0);
   free(ch);
-  return r;
-}
-
-/* ---- point-to-point receive from any source ---------------------------------
- *
- * ringcc_recv_from and ringcc_recv(RINGCC_ANY_SOURCE): the sender is the
- * first peer whose point-to-point FIFO holds a piece, looking from
- * comm->any_source_next on (round robin, so no sender starves); then that
- * sender's whole message is received piece by piece, as long as it is (up
- * to the buffer), until the piece flagged last. Messages of one sender stay
- * in order: it is one FIFO. Looking polls every FIFO, yields, then sleeps
- * on one of them (in turn) a slice at a time: a message on another is seen
- * at the slice's end at the latest. Network FIFOs are served by their
- * engine's thread meanwhile (release_engines), which wakes sleepers as an
- * executor does. */
-#define ANY_SOURCE_SLICE_NS 1000000L
-
-static int p2p_ready(const struct ringcc_comm *comm, int p) {
-  const struct rcc_conn *c = rcc_recv_conn(comm, RCC_CONN_P2P, 0, p);
-  return c->fifo != NULL && slot_ready(c, 0);
-}
-
-/* 1 if rank p will send nothing more: it destroyed its communicator (its
- * goodbye closed the FIFO). A peer whose process ended without one died:
- * the wait on it says so. */
-static int peer_left(const struct ringcc_comm *comm, int p) {
-  const struct rcc_conn *c = rcc_recv_conn(comm, RCC_CONN_P2P, 0, p);
-  return c->fifo == NULL ||
-         __atomic_load_n(&c->fifo->closed, __ATOMIC_ACQUIRE);
-}
-
-static ringcc_result_t nobody_left(struct exec *x) {
-  return rcc_comm_error(x->comm, RINGCC_ERR_INVALID_USAGE,
-                        "recv (seq %llu) on rank %d from any source: every "
-                        "peer destroyed its communicator, and no message of "
-                        "theirs is left (did all ranks make the same calls?)",
-                        (unsigned long long)x->comm->seq, x->comm->rank);
-}
-
-static int first_ready(const struct ringcc_comm *comm) {
-  int n = comm->nranks;
-  for (int k = 0; k < n; k++) {
-    int p = (comm->any_source_next + k) % n;
-    if (p != comm->rank && p2p_ready(comm, p))
-      return p;
-  }
-  return -1;
-}
-
-static ringcc_result_t wait_any_source(struct exec *x, int *source) {
-  struct ringcc_comm *comm = x->comm;
-  struct rcc_spin *spin = &comm->spin;
-  int n = comm->nranks, p = comm->rank;
-  release_engines(comm);
-  x->wait_word = NULL; /* any FIFO: first_ready looks at them all */
-  for (int i = 0;; i++) {
-    if ((*source = first_ready(comm)) >= 0)
-      return RINGCC_SUCCESS;
-    if (i < spin->now) {
-      cpu_relax();
-      continue;
-    }
-    if (i < spin->now + spin->yields) {
-      sched_yield();
-      continue;
-    }
-    /* The next peer's FIFO to sleep on, skipping peers that left: others
-     * may still send. */
-    for (int k = 0; k < n; k++) {
-      do
-        p = (p + 1) % n;
-      while (p == comm->rank);
-      if (!peer_left(comm, p))
-        break;
-    }
-    if (peer_left(comm, p)) /* every peer left: a message still there? */
-      return (*source = first_ready(comm)) >= 0 ? RINGCC_SUCCESS
-                                                 : nobody_left(x);
-    struct rcc_conn *c = rcc_recv_conn(comm, RCC_CONN_P2P, 0, p);
-    waiting_on(x, "data (any source) from", p, c, 0);
-    uint32_t *word = &c->fifo->tail;
-    struct timespec slice = {0, ANY_SOURCE_SLICE_NS};
-    int64_t t0 = x->timing ? rcc_now_ns() : 0;
-    __atomic_fetch_add(&c->fifo->tail_waiters, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == c->step)
-      futex(word, FUTEX_WAIT, c->step, &slice);
-    __atomic_fetch_sub(&c->fifo->tail_waiters, 1, __ATOMIC_SEQ_CST);
-    if (x->timing)
-      rcc_stats_waited(x->stats, p, 0, rcc_now_ns() - t0);
-    if ((*source = first_ready(comm)) >= 0)
-      return RINGCC_SUCCESS;
-    /* The peer slept on left meanwhile: others may still send (the next
-     * round sleeps on one of them), and the checks below are not about it. */
-    if (peer_left(comm, p))
-      waiting_on(x, "data (any source) from", -1, NULL, 0);
-    int r = wait_failed(x);
-    if (r != RINGCC_SUCCESS)
-      return (ringcc_result_t)r;
-  }
-}
-
-/* The message's pieces from src into dst (at most cap bytes); *got: its
- * bytes. */
-static ringcc_result_t recv_message(struct exec *x, int src, size_t cap,
-                                    size_t *got) {
-  struct ringcc_comm *comm = x->comm;
-  struct rcc_conn *rc = rcc_recv_conn(comm, RCC_CONN_P2P, 0, src);
-  *got = 0;
-  for (uint64_t i = 0;; i++) {
-    const char *in;
-    uint64_t meta;
-    RCC_PUT(x->at->step, i);
-    waiting_on(x, "data from", src, rc, 0);
-    int r = rcc_proto_recv_begin(x, rc, &in, &meta);
-    if (r != 0)
-      return (ringcc_result_t)r;
-    size_t bytes = RCC_META_BYTES(meta);
-    if ((meta & RCC_META_PLACE) && i == 0) { /* read in place, then acked */
-      int alg;
-      r = rcc_p2p_place_take(comm, src, in, bytes, x->dst, cap, x->esize, 0,
-                             got, &alg);
-      if (r == RINGCC_SUCCESS)
-        rcc_proto_recv_end(rc);
-      return (ringcc_result_t)r;
-    }
-    if (bytes > cap - *got || bytes % x->esize != 0)
-      return rcc_p2p_misfit(comm, src, *got + bytes, cap, x->esize, 0);
-    copy_bytes(x->dst + *got, in, bytes);
-    *got += bytes;
-    rcc_proto_recv_end(rc);
-    rcc_stats_received(x->stats, src, bytes);
-    if (meta & RCC_META_LAST)
-      return RINGCC_SUCCESS;
-  }
-}
-
-ringcc_result_t rcc_exec_host_recv_from(struct ringcc_comm *comm,
-                                        const struct rcc_plan *plan, int peer,
-                                        void *dst, ringcc_datatype_t dt,
-                                        int exact, int *source,
-                                        size_t *count) {
-  struct exec x = {
-      .comm = comm,
-      .plan = plan,
-      .dst = dst,
-      .esize = ringcc_datatype_size(dt),
-      .dt = dt,
-      .at = &comm->progress,
-      .stats = comm->stats,
-      .timing = comm->stats->timing,
-  };
-  ringcc_result_t r = RINGCC_SUCCESS;
-  size_t got = 0;
-
-  RCC_PUT(x.at->coll, plan->coll);
-  RCC_PUT(x.at->alg, plan->alg);
-  RCC_PUT(x.at->channel, 0);
-  RCC_PUT(x.at->nsteps, plan->nsteps);
-  RCC_PUT(x.at->step, (uint64_t)0);
-  RCC_PUT(x.at->kind, (int)RCC_STEP_RECV);
-  RCC_PUT(x.at->block, peer);
-  RCC_PUT(x.at->nelem, plan->count);
-  waiting_on(&x, "nothing", -1, NULL, 0);
-  RCC_PUT(x.at->active, 1);
-  if (peer == RINGCC_ANY_SOURCE) {
-    r = wait_any_source(&x, &peer);
-    if (r == RINGCC_SUCCESS) {
-      comm->any_source_next = (peer + 1) % comm->nranks;
-      RCC_PUT(x.at->block, peer);
-    }
-  }
-  if (r == RINGCC_SUCCESS)
-    r = recv_message(&x, peer, plan->count * x.esize, &got);
-  if (r == RINGCC_SUCCESS && exact)
-    r = rcc_p2p_misfit(comm, peer, got, plan->count * x.esize, x.esize, 1);
-  RCC_PUT(x.at->active, 0);
-  *source = peer;
-  *count = got / x.esize;
   return r;
 }
 
@@ -1466,7 +1312,7 @@ ringcc_result_t rcc_exec_host_wait(struct ringcc_comm *comm,
   struct exec x = {.comm = comm, .plan = plan, .at = &comm->progress,
                    .deadline = *deadline, .stats = comm->stats,
                    .timing = comm->stats->timing};
-  int r = host_wait(&x, word, waiters, old);
+  int r = rcc_host_wait(&x, word, waiters, old);
   *deadline = x.deadline;
   return (ringcc_result_t)r;
 }

@@ -51,22 +51,36 @@ int rcc_p2p_place_offer(struct ringcc_comm *comm, const struct rcc_conn *c,
                         const void *buf, size_t bytes,
                         struct rcc_p2p_where *w, int *allowed);
 
-/* The receiver, given a slot flagged RCC_META_PLACE (slot_bytes in its
- * meta word) from rank peer: checks that the message fits dst (cap bytes;
- * exact: it must be cap bytes long; a whole number of esize-byte elements)
- * and reads it there; *got: its bytes; *alg: how (as rcc_p2p_place_offer).
- * The caller hands the slot back then, which acknowledges it. */
-ringcc_result_t rcc_p2p_place_take(struct ringcc_comm *comm, int peer,
-                                   const char *slot, size_t slot_bytes,
-                                   void *dst, size_t cap, size_t esize,
-                                   int exact, size_t *got, int *alg);
+/* The receiver, given the slot at rc's head flagged RCC_META_PLACE
+ * (slot_bytes in its meta word): checks that the message fits dst (cap
+ * bytes of dt; exact: it must be cap bytes long) and reads it there; *got:
+ * its bytes; *alg: how (as rcc_p2p_place_offer). *ack 1: the caller hands
+ * the slot back now (rcc_proto_recv_end, the acknowledgement): the message
+ * was read, or refused
+ * because it does not match (RINGCC_ERR_INVALID_USAGE: nothing moved, the
+ * FIFO is past it) or because the read failed (RINGCC_ERR_SYSTEM): the
+ * refusal says why to the sender (rcc_p2p_place_acked). */
+ringcc_result_t rcc_p2p_place_take(struct ringcc_comm *comm,
+                                   struct rcc_conn *rc, const char *slot,
+                                   size_t slot_bytes, void *dst, size_t cap,
+                                   ringcc_datatype_t dt, int exact,
+                                   size_t *got, int *alg, int *ack);
 
-/* A receive from rank peer with room for cap bytes (exact: it takes
- * exactly cap) of a message of bytes, in esize-byte elements: the error
- * (RINGCC_ERR_INVALID_USAGE, said on comm) where it does not match. */
+/* The sender, once sc's head passed its message of count elements of dt in
+ * slot number seq: RINGCC_SUCCESS where it was read, else the receiver's
+ * refusal as this rank's error (*local 1: a receive that does not match,
+ * RINGCC_ERR_INVALID_USAGE; 0: its read failed, RINGCC_ERR_SYSTEM). */
+ringcc_result_t rcc_p2p_place_acked(struct ringcc_comm *comm,
+                                    struct rcc_conn *sc, uint32_t seq,
+                                    size_t count, ringcc_datatype_t dt,
+                                    int *local);
+
+/* A receive from rank peer with room for cap bytes of dt (exact: it takes
+ * exactly cap) of a message of bytes: the error (RINGCC_ERR_INVALID_USAGE,
+ * said on comm, the sentence ending with then) where it does not match. */
 ringcc_result_t rcc_p2p_misfit(struct ringcc_comm *comm, int peer,
-                               size_t bytes, size_t cap, size_t esize,
-                               int exact);
+                               size_t bytes, size_t cap, ringcc_datatype_t dt,
+                               int exact, const char *then);
 
 /* The sender, at the end of the call (its receivers have read, or it
  * failed): withdraws the ptrace exception where *allowed. */

@@ -64,6 +64,18 @@ struct rcc_fifo {
   uint32_t closed; /* the sender's rank left cleanly (network FIFOs) */
   uint32_t dead;   /* 1 + a rank known dead, written by either end
                       (failure.c); 0 while none is */
+  /* Messages read in place (RCC_META_PLACE) that their receiver refused,
+   * by slot (exec_p2p_place.c): written by the receiver before it hands
+   * the slot back, read and cleared by the sender once the head passed
+   * it, before it fills that slot again. */
+  struct rcc_refusal {
+    uint32_t seq1;  /* 1 + the message's FIFO sequence number; 0: none */
+    int32_t err;    /* 0: the receive does not match it; else the errno
+                       of the receiver's failed read */
+    uint64_t count; /* the receive's count, in elements of dt */
+    uint32_t dt;    /* its ringcc_datatype_t */
+    uint32_t exact; /* 1: exactly count (ringcc_recv); 0: at most */
+  } refused[RCC_FIFO_MAX_SLOTS];
 };
 #define RCC_FIFO_DATA_OFFSET 4096
 RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,

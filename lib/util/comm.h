@@ -213,6 +213,17 @@ struct ringcc_comm {
    * (rcc_comm_set_fatal, rcc_comm_fatal): ringcc_comm_get_async_error may
    * run in another thread (a framework's watchdog) during a call. */
   ringcc_result_t fatal;
+  /* Set by an executor, read by the call that ran it (one thread, inside
+   * the communicator): the current call's failure left every FIFO in a
+   * known state (a mismatched message taken whole or refused, see
+   * rcc_comm_failed_locally), so the communicator stays usable. Cleared
+   * at each call's start. */
+  int failed_locally;
+  /* Collectives that ran RINGCC_CHECK's agreement so far (coll.c): the
+   * number it compares, the same on ranks that made the same collectives
+   * whatever sends and receives some of them made between (those count in
+   * seq). */
+  uint64_t checked_calls;
   pthread_mutex_t error_lock; /* last_error's writers (error.c) */
   char last_error[RCC_ERRLEN];
 

@@ -76,6 +76,15 @@ ringcc_result_t rcc_comm_set_fatal(struct ringcc_comm *comm,
   return (ringcc_result_t)expected;
 }
 
+ringcc_result_t rcc_comm_end_call(struct ringcc_comm *comm,
+                                  ringcc_result_t r) {
+  int local = comm->failed_locally;
+  comm->failed_locally = 0;
+  if (r != RINGCC_SUCCESS && r != RINGCC_ERR_OUT_OF_MEMORY && !local)
+    rcc_comm_set_fatal(comm, r);
+  return r;
+}
+
 ringcc_result_t rcc_comm_fatal(const struct ringcc_comm *comm) {
   return (ringcc_result_t)__atomic_load_n((const int *)&comm->fatal,
                                           __ATOMIC_ACQUIRE);

@@ -48,6 +48,12 @@ void rcc_comm_set_async_error(struct ringcc_comm *comm, ringcc_result_t code,
  * (the first wins); returns the code it has. Any thread. */
 ringcc_result_t rcc_comm_set_fatal(struct ringcc_comm *comm,
                                    ringcc_result_t code);
+/* The call that ran inside comm failed with r: makes comm unusable unless
+ * r is RINGCC_SUCCESS, RINGCC_ERR_OUT_OF_MEMORY (nothing moved) or a
+ * failure its executor marked local (comm->failed_locally: every FIFO in a
+ * known state, docs/reliability.md "Which failures leave the communicator
+ * usable"); returns r. The calling thread is inside comm. */
+ringcc_result_t rcc_comm_end_call(struct ringcc_comm *comm, ringcc_result_t r);
 /* Its sticky failure, RINGCC_SUCCESS while none. Any thread. */
 ringcc_result_t rcc_comm_fatal(const struct ringcc_comm *comm);
 /* Makes last_error msg, as one writer (any thread); no log line. */
