@@ -325,17 +325,18 @@ static void net_key(const struct ringcc_comm *comm,
 }
 
 /* ---- links taken over from the communicator this one was shrunk from ----
- * ringcc_comm_shrink of a healthy communicator (an explicit exclude list):
- * where the parent's link to a survivor for a FIFO set is made and sound,
+ * ringcc_comm_shrink, of a healthy communicator or after a failure: where
+ * the parent's link to a survivor for a FIFO set is made and sound,
  * and the survivor can take its end too, the child's connections for that
  * set are the parent's (net_proxy.c: the parent's proxy carries them for
  * both, the child a user of it), no new connection. Each rank says which
  * (peer, set) links it can take in its blob (a bit each after the handle,
  * so up to REUSE_MAP_BYTES * 8 of them: nranks x sets); a pair takes a link
  * over where both can, and makes it anew otherwise (at init, or on first
- * use), so both ends always decide alike. The child's steps start where
- * the FIFOs' counters stand (links.h): parent and child never run calls at
- * the same time. A parent that knows of a failure keeps its links (the
+ * use), so both ends always decide alike. Each link taken over is resynced
+ * at a message boundary (resync_adopted), then the child's steps start
+ * where the FIFOs' counters stand (links.h): parent and child never run
+ * calls at the same time. A revoked or aborted parent keeps its links (the
  * child connects anew), as does a communicator with device FIFOs. */
 #define REUSE_BIT_OF(nsets, q, set) ((q) * (nsets) + (set))
 
@@ -361,7 +362,8 @@ static int parent_set_reusable(const struct ringcc_comm *comm,
 }
 
 /* Whether this shrunk communicator may take links over at all: the parent
- * healthy, the same FIFO layout, room in the blobs' map. */
+ * not revoked or aborted (a failure is fine: each link is resynced), the
+ * same FIFO layout, room in the blobs' map. */
 static int may_reuse(const struct ringcc_comm *comm, int nsets) {
   const struct ringcc_comm *pc = comm->parent;
   if (pc == NULL || comm->parent_rank == NULL ||

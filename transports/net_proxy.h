@@ -113,7 +113,7 @@ void rcc_proxy_stop(struct rcc_proxy *proxy);
 void rcc_proxy_forget(struct rcc_proxy *proxy);
 
 /* Links shared with a communicator shrunk from the proxy's
- * (ringcc_comm_shrink of a healthy one), net_proxy.c has the rules. At most
+ * (ringcc_comm_shrink), net_proxy_share.c has the rules. At most
  * this many ranks (the blob's map of them, net.c). */
 #define RCC_PROXY_SHARE_MAX 1024
 /* The proxy's connection behind an executor's end, or NULL (not one). */

@@ -2,8 +2,9 @@
  * net_proxy_share.c - the network proxy's connections shared with
  * communicators shrunk from its own (net.c, net_proxy.h).
  *
- * ringcc_comm_shrink of a healthy communicator hands the new one the
- * intact links between the same two processes: its ends are bound to this
+ * ringcc_comm_shrink hands the new one the intact links between the same
+ * two processes (after a failure too: each resynced at a message boundary
+ * first, rcc_proxy_resync): its ends are bound to this
  * proxy's connections (rcc_proxy_share), and it becomes a user, with its
  * own number for each rank it reaches here. Failures on a connection reach
  * every communicator that uses it, each in its own numbers; the connections
