@@ -203,16 +203,22 @@ static int init_parent(h_ctx_t *h, ringcc_comm_t *comm) {
               "init") ? 0 : 1;
 }
 
+/* The parent, with every collective run on it and every pair's
+ * point-to-point link made (so every link between survivors exists). */
+static int linked_parent(h_ctx_t *h, ringcc_comm_t *parent) {
+  if (init_parent(h, parent) != 0)
+    return 1;
+  int rc = calls_ok(h->rank, *parent, h->rank, h->nranks, "parent");
+  return rc != 0 ? rc
+                 : pairs_ok(h->rank, *parent, h->rank, h->nranks, "parent");
+}
+
 static int body_healthy(h_ctx_t *h) {
   area_t *a = h->arg;
   int n = h->nranks, rank = h->rank, rc;
   ringcc_comm_t parent, child = NULL, grand = NULL;
   int parent_first = n % 2 == 1;
-  if (init_parent(h, &parent) != 0)
-    return 1;
-  rc = calls_ok(rank, parent, rank, n, "parent");
-  if (rc == 0)
-    rc = pairs_ok(rank, parent, rank, n, "parent");
+  rc = linked_parent(h, &parent);
   int me = rank - (rank > 1), m = n - 1; /* in the child */
   int gme = me, gm = m - 1;              /* in the grandchild */
   if (rc == 0 && rank != 1)
@@ -434,13 +440,7 @@ static int body_killed(h_ctx_t *h) {
   area_t *a = h->arg;
   int n = h->nranks, rank = h->rank, rc;
   ringcc_comm_t parent, child = NULL;
-  if (init_parent(h, &parent) != 0)
-    return 1;
-  /* Every pair linked (both FIFO sets), so every survivor link exists. */
-  rc = calls_ok(rank, parent, rank, n, "parent");
-  if (rc == 0)
-    rc = pairs_ok(rank, parent, rank, n, "parent");
-  if (rc != 0)
+  if ((rc = linked_parent(h, &parent)) != 0)
     return rc;
   if (rank == a->victims[0] || rank == a->victims[1]) {
     pthread_t t;
