@@ -479,10 +479,10 @@ static ringcc_result_t shrink(struct ringcc_comm *comm, const int *exclude,
   int shm_reused = child->links_reused > child->net_links_reused ? shm_peers
                                                                  : 0;
   RCC_INFO(comm->rank, "ringcc_comm_shrink: reused %d links of the parent "
-           "(shared-memory FIFOs to %d peers; %d network links to %d peers; "
-           "no new FIFO or connection for them); %d of %d network peers "
-           "connected anew (one link or more); the new communicator in %.3f "
-           "s; the parent is %s", child->links_reused, shm_reused,
+           "(shared-memory FIFOs to %d peers; %d network links to %d peers, "
+           "resynced; no new FIFO or connection for them); %d of %d network "
+           "peers connected anew (one link or more); the new communicator in "
+           "%.3f s; the parent is %s", child->links_reused, shm_reused,
            child->net_links_reused, child->net_peers_reused,
            child->net_peers_fresh, net_peers,
            (double)(rcc_now_ns() - t0) / 1e9,
