@@ -15,8 +15,9 @@
 #      path and every collective x datatype x op at n = 2, 3, 4, zero copy,
 #      the registration cache, a rank killed mid-collective), and the TCP
 #      variants of test_faults and test_collectives' transport/no_shm_big_n3,
-#      and test_sharedlinks' healthy_n3 and healthy_n4 (a shrunk communicator
-#      takes over the verbs links), which then run over NET/IB
+#      and test_sharedlinks' healthy_n3, healthy_n4 and killed_1_of_3 (a
+#      shrunk communicator takes over the verbs links, after a rank killed
+#      mid-collective too: resynced), which then run over NET/IB
 #   3. a 3-rank allreduce at RINGCC_DEBUG=INFO: the IB edges and the GID
 #   4. with IB_CHECK_BENCH=1: ib_write_bw and ringcc-bench AllReduce at 1 MiB
 #      and 64 MiB on rxe0 (busbw next to the link's, as a ratio)

@@ -138,9 +138,11 @@ else
   suite test_faults '*tcp*'
   suite test_collectives 'transport/no_shm_big_n3'
   # ringcc_comm_shrink of a healthy communicator: the child takes over the
-  # parent's verbs links (both destroy orders)
+  # parent's verbs links (both destroy orders); and after a rank killed
+  # mid-collective, the survivors' links resynced (RESYNC messages)
   suite test_sharedlinks 'sharedlinks/healthy_n3'
   suite test_sharedlinks 'sharedlinks/healthy_n4'
+  suite test_sharedlinks 'sharedlinks/killed_1_of_3'
 fi
 echo "IBCHECK CASES passed=$CASES_PASSED failed=$CASES_FAILED"
 

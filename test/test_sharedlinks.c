@@ -24,8 +24,20 @@
  *   the child in its numbering), well before the 60 s timeout. Then the
  *   parent is destroyed (its proxy handed to the failed child) and the
  *   child shrunk with exclude NULL: the 3 survivors' collectives exact.
+ * - killed_*: 1 or 2 ranks killed with SIGKILL (from a thread of their own)
+ *   DURING large collectives (allreduces of 8 MiB, alltoalls of 16 MiB)
+ *   that every rank runs in a loop, so the survivors' streams to each other
+ *   stop mid-call with slots in flight and FAIL messages among them. The
+ *   survivors' calls fail; they shrink with exclude NULL, and the shrink
+ *   adds no more than the new bootstrap ring's 2 sockets (every link
+ *   between survivors is taken over and resynced, net_proxy.h). Then every
+ *   collective exact on the child, forced to each algorithm in turn
+ *   (RINGCC_ALGO, read by a shrink of the child without its last rank, which
+ *   destroys the child instead: again no new link), an 8 MiB allreduce, and
+ *   the grandchild's calls after the parent is destroyed.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +54,9 @@ typedef struct {
   volatile double shrink_s[2][MAX_RANKS]; /* how long each shrink took */
   volatile double detect_s[MAX_RANKS];
   volatile int good[MAX_RANKS]; /* death test: the rank ended as it should */
+  int victims[2];               /* killed_*: parent ranks killed, or -1 */
+  int kill_ms;                  /* killed_*: when, after the loop starts */
+  volatile int failed_calls[MAX_RANKS]; /* calls done before the failure */
 } area_t;
 
 static ringcc_config_t config_tcp(void) {
@@ -188,16 +203,22 @@ static int init_parent(h_ctx_t *h, ringcc_comm_t *comm) {
               "init") ? 0 : 1;
 }
 
+/* The parent, with every collective run on it and every pair's
+ * point-to-point link made (so every link between survivors exists). */
+static int linked_parent(h_ctx_t *h, ringcc_comm_t *parent) {
+  if (init_parent(h, parent) != 0)
+    return 1;
+  int rc = calls_ok(h->rank, *parent, h->rank, h->nranks, "parent");
+  return rc != 0 ? rc
+                 : pairs_ok(h->rank, *parent, h->rank, h->nranks, "parent");
+}
+
 static int body_healthy(h_ctx_t *h) {
   area_t *a = h->arg;
   int n = h->nranks, rank = h->rank, rc;
   ringcc_comm_t parent, child = NULL, grand = NULL;
   int parent_first = n % 2 == 1;
-  if (init_parent(h, &parent) != 0)
-    return 1;
-  rc = calls_ok(rank, parent, rank, n, "parent");
-  if (rc == 0)
-    rc = pairs_ok(rank, parent, rank, n, "parent");
+  rc = linked_parent(h, &parent);
   int me = rank - (rank > 1), m = n - 1; /* in the child */
   int gme = me, gm = m - 1;              /* in the grandchild */
   if (rc == 0 && rank != 1)
@@ -369,3 +390,167 @@ Test(sharedlinks, death_reaches_the_child_n5, .timeout = 180) {
   cr_expect(worst < 20, "%.1f s to notice the death", worst);
   h_shared_free(a, sizeof(*a));
 }
+
+/* ---- killed during large collectives, then shrink(NULL) --------------- */
+
+static int killer_ms;
+static void *killer(void *arg) {
+  (void)arg;
+  h_sleep_ms(killer_ms);
+  kill(getpid(), SIGKILL);
+  return NULL;
+}
+
+/* This process's rank in the communicator without the victims. */
+static int rank_without(const area_t *a, int rank) {
+  int r = rank;
+  for (int v = 0; v < 2; v++)
+    r -= a->victims[v] >= 0 && a->victims[v] < rank;
+  return r;
+}
+
+/* Large collectives in a loop until one fails (the victims die meanwhile):
+ * 0 when a call failed as it should, else 1 (printed). */
+static int run_until_failure(int rank, ringcc_comm_t comm, int n, area_t *a) {
+  const size_t big = 2u << 20; /* int32: 8 MiB */
+  int32_t *x = h_xmalloc(big * 4), *y = h_xmalloc(big * 4);
+  memset(x, 0, big * 4);
+  ringcc_result_t r = RINGCC_SUCCESS;
+  int i;
+  for (i = 0; i < 10000 && r == RINGCC_SUCCESS; i++)
+    r = i % 2 == 0 ? ringcc_allreduce(x, y, big, RINGCC_INT32, RINGCC_SUM,
+                                      comm, NULL)
+                   : ringcc_alltoall(x, y, big / (size_t)n, RINGCC_INT32,
+                                     comm, NULL);
+  a->failed_calls[rank] = i;
+  free(x);
+  free(y);
+  if (r != RINGCC_ERR_PEER_FAILED && r != RINGCC_ERR_NETWORK)
+    return h_fail_rank(rank, "the large collectives with ranks %d and %d "
+                       "killed returned %s after %d calls: %s",
+                       a->victims[0], a->victims[1], ringcc_strerror(r), i,
+                       ringcc_comm_last_error(comm));
+  return 0;
+}
+
+static const char *const algos[] = {"ring", "tree", "oneshot", "recdoubling",
+                                    "rabenseifner", "direct"};
+
+static int body_killed(h_ctx_t *h) {
+  area_t *a = h->arg;
+  int n = h->nranks, rank = h->rank, rc;
+  ringcc_comm_t parent, child = NULL;
+  if ((rc = linked_parent(h, &parent)) != 0)
+    return rc;
+  if (rank == a->victims[0] || rank == a->victims[1]) {
+    pthread_t t;
+    killer_ms = a->kill_ms + (rank == a->victims[1] ? 37 : 0);
+    if (pthread_create(&t, NULL, killer, NULL) != 0)
+      raise(SIGKILL);
+  }
+  rc = run_until_failure(rank, parent, n, a);
+  if (rank == a->victims[0] || rank == a->victims[1])
+    h_sleep_ms(60000); /* the killer comes */
+  if (rc != 0)
+    return rc;
+  int m = n - 1 - (a->victims[1] >= 0), me = rank_without(a, rank);
+  int before = h_count_sockets();
+  double t0 = h_now_s();
+  ringcc_result_t r = ringcc_comm_shrink(parent, NULL, 0, &child);
+  a->shrink_s[0][rank] = h_now_s() - t0;
+  a->new_sockets[0][rank] = h_count_sockets() - before;
+  if (r != RINGCC_SUCCESS)
+    return h_fail_rank(rank, "shrink(NULL) after the deaths: %s (%s)",
+                       ringcc_strerror(r), ringcc_comm_last_error(parent));
+  int cm = 0, cme = -1;
+  if (ringcc_comm_size(child, &cm) != RINGCC_SUCCESS || cm != m ||
+      ringcc_comm_rank(child, &cme) != RINGCC_SUCCESS || cme != me)
+    return h_fail_rank(rank, "the shrunk communicator: rank %d of %d, not %d "
+                       "of %d", cme, cm, me, m);
+  rc = calls_ok(rank, child, me, m, "child, after the deaths");
+  if (rc == 0)
+    rc = allreduce_ok(rank, child, me, m, 2u << 20, 40, "child, 8 MiB");
+  if (rc == 0)
+    rc = pairs_ok(rank, child, me, m, "child");
+  /* Each algorithm forced on a shrink of the child without its last rank
+   * (healthy: its links taken over again); the last rank sits out. */
+  for (int i = 0; i < (int)(sizeof(algos) / sizeof(algos[0])) && rc == 0 &&
+                  m > 2;
+       i++) {
+    if (me == m - 1) {
+      rc = allreduce_ok(rank, child, me, m, 1000, 50 + i, "child");
+      continue;
+    }
+    ringcc_comm_t grand = NULL;
+    int last = m - 1;
+    setenv("RINGCC_ALGO", algos[i], 1);
+    rc = shrink_without(rank, child, last, &grand, &a->new_sockets[1][rank],
+                        &a->shrink_s[1][rank]);
+    unsetenv("RINGCC_ALGO");
+    if (rc == 0 && a->new_sockets[1][rank] > 2)
+      rc = h_fail_rank(rank, "the shrink of the child (RINGCC_ALGO=%s) added "
+                       "%d sockets", algos[i], a->new_sockets[1][rank]);
+    if (rc == 0)
+      rc = calls_ok(rank, grand, me, m - 1, algos[i]);
+    if (grand != NULL)
+      ringcc_comm_destroy(grand);
+    if (rc == 0)
+      rc = allreduce_ok(rank, child, me, m, 1000, 50 + i, "child");
+  }
+  /* The parent goes (its proxy handed to the child), the child goes on. */
+  ringcc_comm_destroy(parent);
+  if (rc == 0)
+    rc = calls_ok(rank, child, me, m, "child, the parent destroyed");
+  ringcc_comm_destroy(child);
+  a->good[rank] = rc == 0;
+  return rc;
+}
+
+static void killed(int n, int v0, int v1, int kill_ms) {
+  area_t *a = h_shared_alloc(sizeof(*a));
+  a->victims[0] = v0;
+  a->victims[1] = v1;
+  a->kill_ms = kill_ms;
+  h_run_opts_t o = {.nranks = n, .body = body_killed, .arg = a,
+                    .skip_init = true, .timeout_s = 150,
+                    .name = "shrink after deaths during large collectives"};
+  double t0 = h_now_s();
+  bool all = h_run(&o); /* false: the victims died */
+  int bad = 0, most[2] = {0, 0}, calls = 0;
+  double slowest = 0;
+  for (int r = 0; r < n; r++) {
+    if (r == v0 || r == v1)
+      continue;
+    bad += !a->good[r];
+    for (int s = 0; s < 2; s++)
+      most[s] = a->new_sockets[s][r] > most[s] ? a->new_sockets[s][r]
+                                               : most[s];
+    slowest = a->shrink_s[0][r] > slowest ? a->shrink_s[0][r] : slowest;
+    calls = a->failed_calls[r] > calls ? a->failed_calls[r] : calls;
+  }
+  char who[32];
+  if (v1 >= 0)
+    snprintf(who, sizeof(who), "ranks %d and %d", v0, v1);
+  else
+    snprintf(who, sizeof(who), "rank %d", v0);
+  fprintf(stderr, "sharedlinks: n=%d TCP, %s killed %d ms into 8 MiB "
+          "allreduces and alltoalls (%d calls at most before the failure): "
+          "shrink(NULL) %.3f s at most, at most %d sockets more on a rank "
+          "(and %d on the child's shrinks, one per algorithm); calls on the "
+          "child and grandchildren: %s in %.1f s\n", n, who, kill_ms, calls,
+          slowest, most[0], most[1], bad ? "FAILED (see above)" : "exact",
+          h_now_s() - t0);
+  cr_assert_not(all, "the victims' deaths were not seen");
+  cr_assert_eq(bad, 0, "see above");
+  for (int r = 0; r < n; r++)
+    if (r != v0 && r != v1)
+      cr_expect(a->new_sockets[0][r] <= 2, "rank %d: shrink(NULL) added %d "
+                "sockets (a survivor link connected anew)", r,
+                a->new_sockets[0][r]);
+  h_shared_free(a, sizeof(*a));
+}
+
+Test(sharedlinks, killed_1_of_3, .timeout = 180) { killed(3, 1, -1, 150); }
+Test(sharedlinks, killed_1_of_4, .timeout = 180) { killed(4, 0, -1, 300); }
+Test(sharedlinks, killed_2_of_6, .timeout = 180) { killed(6, 2, 5, 200); }
+Test(sharedlinks, killed_2_of_8, .timeout = 180) { killed(8, 0, 3, 400); }

@@ -325,17 +325,18 @@ static void net_key(const struct ringcc_comm *comm,
 }
 
 /* ---- links taken over from the communicator this one was shrunk from ----
- * ringcc_comm_shrink of a healthy communicator (an explicit exclude list):
- * where the parent's link to a survivor for a FIFO set is made and sound,
+ * ringcc_comm_shrink, of a healthy communicator or after a failure: where
+ * the parent's link to a survivor for a FIFO set is made and sound,
  * and the survivor can take its end too, the child's connections for that
  * set are the parent's (net_proxy.c: the parent's proxy carries them for
  * both, the child a user of it), no new connection. Each rank says which
  * (peer, set) links it can take in its blob (a bit each after the handle,
  * so up to REUSE_MAP_BYTES * 8 of them: nranks x sets); a pair takes a link
  * over where both can, and makes it anew otherwise (at init, or on first
- * use), so both ends always decide alike. The child's steps start where
- * the FIFOs' counters stand (links.h): parent and child never run calls at
- * the same time. A parent that knows of a failure keeps its links (the
+ * use), so both ends always decide alike. Each link taken over is resynced
+ * at a message boundary (resync_adopted), then the child's steps start
+ * where the FIFOs' counters stand (links.h): parent and child never run
+ * calls at the same time. A revoked or aborted parent keeps its links (the
  * child connects anew), as does a communicator with device FIFOs. */
 #define REUSE_BIT_OF(nsets, q, set) ((q) * (nsets) + (set))
 
@@ -361,14 +362,13 @@ static int parent_set_reusable(const struct ringcc_comm *comm,
 }
 
 /* Whether this shrunk communicator may take links over at all: the parent
- * healthy, the same FIFO layout, room in the blobs' map. */
+ * not revoked or aborted (a failure is fine: each link is resynced), the
+ * same FIFO layout, room in the blobs' map. */
 static int may_reuse(const struct ringcc_comm *comm, int nsets) {
   const struct ringcc_comm *pc = comm->parent;
   if (pc == NULL || comm->parent_rank == NULL ||
       (size_t)comm->nranks * (size_t)nsets > REUSE_MAP_BYTES * 8 ||
-      rcc_comm_fatal(pc) != RINGCC_SUCCESS || rcc_dead_rank(pc, NULL) >= 0 ||
-      __atomic_load_n(&pc->async_error, __ATOMIC_ACQUIRE) || pc->revoked ||
-      pc->aborted || comm->nkinds != pc->nkinds ||
+      pc->revoked || pc->aborted || comm->nkinds != pc->nkinds ||
       comm->nkinds == RCC_MAX_CONN_KINDS || /* device FIFOs: not shared */
       comm->set.nslots != pc->set.nslots ||
       comm->set.net_chunk_bytes != pc->set.net_chunk_bytes)
@@ -448,12 +448,58 @@ static ringcc_result_t adopt_link(struct ringcc_comm *comm,
                                 ? "it failed during the shrink"
                                 : ringcc_strerror(r));
     rcc_proxy_bind(ends[j], e);
-    ends[j]->peer = q;
-    ends[j]->step = __atomic_load_n(j == 0 ? &e->fifo->tail : &e->fifo->head,
-                                    __ATOMIC_ACQUIRE);
+    ends[j]->peer = q; /* its step: once resynced (resync_adopted) */
   }
   comm->links_reused++;
   comm->net_links_reused++;
+  return RINGCC_SUCCESS;
+}
+
+/* The links taken over, resynced at a message boundary (net_proxy.h): the
+ * parent's streams may have stopped mid-call, or been ended by a FAIL
+ * message, when it failed; a healthy parent's are resynced all the same
+ * (its peers do it alike: both ends of a link decide alike, the blobs).
+ * Then each end starts where its FIFO's counter stands. */
+static ringcc_result_t resync_adopted(struct ringcc_comm *comm,
+                                      const struct net_state *st) {
+  int nsets = rcc_fifo_sets(comm, comm->nkinds), n = 0;
+  struct rcc_proxy_conn **e =
+      malloc((size_t)comm->nranks * (size_t)nsets * 2 * sizeof(*e));
+  struct rcc_conn **ends =
+      malloc((size_t)comm->nranks * (size_t)nsets * 2 * sizeof(*ends));
+  if (e == NULL || ends == NULL) {
+    free(e), free(ends);
+    return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
+                          "net on rank %d: out of memory", comm->rank);
+  }
+  for (int q = 0; q < comm->nranks; q++)
+    for (int set = 0; set < nsets && q != comm->rank; set++) {
+      int k, ch;
+      rcc_fifo_set_kind(comm, set, &k, &ch);
+      struct rcc_conn *two[2] = {rcc_send_conn(comm, k, ch, q),
+                                 rcc_recv_conn(comm, k, ch, q)};
+      for (int j = 0; j < 2; j++) {
+        struct rcc_proxy_conn *c = rcc_proxy_engine(two[j]);
+        if (c != NULL && c->proxy != NULL &&
+            rcc_proxy_state(c->proxy) != st)
+          ends[n] = two[j], e[n++] = c;
+      }
+    }
+  char err[RCC_ERRLEN];
+  int64_t t0 = rcc_now_ns();
+  ringcc_result_t r = rcc_proxy_resync(
+      e, n, rcc_deadline_after_ms(comm->set.timeout_ms), err, sizeof(err));
+  for (int i = 0; i < n && r == RINGCC_SUCCESS; i++)
+    ends[i]->step = __atomic_load_n(e[i]->is_send ? &e[i]->fifo->tail
+                                                  : &e[i]->fifo->head,
+                                    __ATOMIC_ACQUIRE);
+  free(e), free(ends);
+  if (r != RINGCC_SUCCESS)
+    return rcc_comm_error(comm, r, "net on rank %d: cannot take over the "
+                          "links of the communicator this one was shrunk "
+                          "from: %s", comm->rank, err);
+  RCC_INFO(comm->rank, "net: %d connections taken over, resynced in %.3f s",
+           n, (double)(rcc_now_ns() - t0) / 1e9);
   return RINGCC_SUCCESS;
 }
 
@@ -1102,6 +1148,8 @@ static ringcc_result_t net_connect(struct ringcc_comm *comm, void *state,
         r = adopt_link(comm, st, peers[i], set);
     comm->net_peers_reused += comm->net_links_reused > before;
   }
+  if (r == RINGCC_SUCCESS && comm->net_links_reused > 0)
+    r = resync_adopted(comm, st);
   st->all_blobs = NULL;
   comm->net_peers_fresh = nfresh;
   if (r == RINGCC_SUCCESS && comm->net_links_reused > 0)

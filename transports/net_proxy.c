@@ -134,7 +134,7 @@ static ringcc_result_t fail(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   }
   for (int i = 0; i < px->nusers; i++) {
     struct proxy_user *u = &px->users[i];
-    if (u->fail_conn == NULL && user_rank(u, c->peer) >= 0) {
+    if (u->fail_conn == NULL && c->shared && user_rank(u, c->peer) >= 0) {
       u->fail_conn = c;
       u->fail_code = r;
       snprintf(u->fail_err, sizeof(u->fail_err), "%s", err);
@@ -209,7 +209,7 @@ static int fail_message(struct rcc_proxy *px, struct rcc_proxy_conn *c,
     *r = fail(px, c, RINGCC_ERR_NETWORK, err);
     return 0;
   }
-  c->bye = 1;
+  c->bye = c->fail_heard = 1;
   rcc_peer_lost(comm, dead, c->peer, unreachable);
   rcc_comm_set_async_error(comm,
                            unreachable ? RINGCC_ERR_NETWORK
@@ -223,8 +223,9 @@ static int fail_message(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   for (int i = 0; i < px->nusers; i++) {
     struct proxy_user *u = &px->users[i];
     int from = user_rank(u, c->peer), d = user_rank(u, dead);
-    if (from < 0)
-      continue;
+    if (from < 0 || !c->shared || c->resync != 2)
+      continue; /* (not a connection it took over, or one whose RESYNC has
+                   not come: what comes before it is the old one's) */
     if (d >= 0)
       rcc_peer_lost(u->comm, d, from, unreachable);
     /* A rank it excluded: the link is over for it all the same (the peer
@@ -243,6 +244,66 @@ static int fail_message(struct rcc_proxy *px, struct rcc_proxy_conn *c,
         unreachable ? "is unreachable" : "died");
   }
   wake_all(px);
+  return 1;
+}
+
+/* A send connection being resynced (rcc_proxy_resync): once every slot
+ * filled so far is posted, the RESYNC message goes after them (and after a
+ * FAIL message posted before: its request is retired here, the proxy's comm
+ * may be done telling). Returns progress. */
+static int resync_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                       uint32_t tail, ringcc_result_t *r) {
+  char err[RCC_ERRLEN];
+  int moved = 0, done = 0;
+  size_t bytes;
+  uint32_t imm;
+  if (c->tell == 1) {
+    if (px->plugin->test(c->tell_request, &done, &bytes, &imm, err,
+                         sizeof(err)) != RINGCC_SUCCESS || done)
+      c->tell = 2, moved = 1;
+    done = 0;
+  }
+  if (c->resync == 1 && c->posted == tail) {
+    *r = px->plugin->isend(c->net_comm, c->data, 0, IMM_RESYNC, c->mhandle,
+                           &c->resync_request, err, sizeof(err));
+    if (*r != RINGCC_SUCCESS)
+      return fail(px, c, *r, err), 0;
+    if (c->resync_request != NULL)
+      c->resync = 2, moved = 1;
+  }
+  if (c->resync == 2) {
+    *r = px->plugin->test(c->resync_request, &done, &bytes, &imm, err,
+                          sizeof(err));
+    if (*r != RINGCC_SUCCESS)
+      return fail(px, c, *r, err), 0;
+    if (done)
+      c->resync = 3, c->resync_request = NULL, moved = 1;
+  }
+  return moved;
+}
+
+/* A receive connection being resynced: a message (or FAIL message) that
+ * came before the peer's RESYNC is the old communicator's, dropped (both
+ * counters pass it; nobody reads this FIFO meanwhile), and RESYNC itself
+ * too; a goodbye there means the peer left instead. Returns 1 once RESYNC
+ * came, 0 for a message dropped, -1 where the link failed. */
+static int resync_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                       uint32_t imm, ringcc_result_t *r) {
+  if ((imm & IMM_BYE) != 0) {
+    char err[RCC_ERRLEN];
+    snprintf(err, sizeof(err), "rank %d said goodbye on a link being taken "
+             "over by a shrunk communicator (it destroyed the communicator "
+             "instead)", c->peer);
+    *r = fail(px, c, RINGCC_ERR_PEER_FAILED, err);
+    return -1;
+  }
+  c->to[c->done % c->nslots] = NULL;
+  c->done++;
+  __atomic_store_n(&c->fifo->tail, c->done, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->fifo->head, c->done, __ATOMIC_RELEASE);
+  if ((imm & (IMM_RESYNC | IMM_FAIL)) != IMM_RESYNC)
+    return 0;
+  c->resync = 2;
   return 1;
 }
 
@@ -273,6 +334,10 @@ static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
     c->posted++;
     moved = 1;
   }
+  if (c->resync != 0 && c->resync != 3 && resync_send(px, c, tail, r))
+    moved = 1;
+  if (c->failed)
+    return 0;
   while (c->done != c->posted) {
     int done = 0;
     size_t bytes;
@@ -325,6 +390,12 @@ static int progress_recv_posts(struct rcc_proxy *px, struct rcc_proxy_conn *c,
       return fail(px, c, *r, err), 0;
     if (!done)
       break;
+    if (c->resync == 1) { /* the old communicator's: dropped */
+      if (resync_recv(px, c, imm, r) < 0)
+        return 0;
+      moved = 1;
+      continue;
+    }
     if ((imm & IMM_FAIL) && !(imm & IMM_BYE))
       return fail_message(px, c, imm, r);
     if (imm & IMM_BYE) { /* the peer left cleanly: nothing more comes */
@@ -621,8 +692,9 @@ static void idle_sleep(struct rcc_proxy *px) {
     uint32_t *waiters, *word = idle_word(c, &waiters);
     __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
     if (c->failed || c->net_comm == NULL || (!c->is_send && c->bye) ||
-        (failed && c->is_send))
-      continue; /* nothing more comes from it, or only EOF; or no link */
+        (failed && c->is_send && !c->shared))
+      continue; /* nothing more comes from it, or only EOF; or no link (a
+                   link a user took over goes on for the user) */
     uint32_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
     /* Work arrived while we were deciding to sleep: do not sleep. */
     if (c->is_send ? now != c->posted
@@ -671,8 +743,20 @@ static void idle_sleep(struct rcc_proxy *px) {
   }
 }
 
+/* Whether a user (a communicator shrunk from px->comm) has px->comm's rank
+ * p among its ranks. */
+static int user_has(const struct rcc_proxy *px, int p) {
+  for (int i = 0; i < px->nusers; i++)
+    if (user_rank(&px->users[i], p) >= 0)
+      return 1;
+  return 0;
+}
+
 /* Once a dead rank is known, names it on every send connection (failure.c),
- * for at most TELL_MS; told when done. Returns progress. */
+ * for at most TELL_MS; told when done. Not on a connection a user took over
+ * where no user has the dead rank (a rank the shrink excluded: the user's
+ * peer learned it before its own shrink, and the user must not). Returns
+ * progress. */
 static int progress_tell(struct rcc_proxy *px) {
   char err[RCC_ERRLEN];
   int dead = rcc_dead_rank(px->comm, NULL);
@@ -684,7 +768,8 @@ static int progress_tell(struct rcc_proxy *px) {
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
     if (!c->is_send || c->failed || c->bye || c->peer == dead ||
-        c->tell == 2 || c->net_comm == NULL)
+        c->tell == 2 || c->net_comm == NULL ||
+        (c->tell == 0 && c->shared && !user_has(px, dead)))
       continue;
     if (c->tell == 0) {
       ringcc_result_t r = px->plugin->isend(
@@ -741,8 +826,10 @@ static int progress_goodbye(struct rcc_proxy *px, ringcc_result_t *r) {
   int moved = 0, pending = 0;
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
-    if (!c->is_send)
-      continue;
+    if (!c->is_send || c->failed)
+      continue; /* (failed: what it holds never leaves; a link of the
+                   communicator this one was shrunk from after a failure,
+                   closed at the hand-over) */
     if (c->done != c->posted ||
         c->posted != __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE))
       return 0; /* not drained yet */
@@ -851,13 +938,16 @@ static void check_links(struct rcc_proxy *px) {
   char err[RCC_ERRLEN], first[RCC_ERRLEN];
   int64_t now = rcc_now_ns();
   int due[1024], ndue = 0;
+  /* After px->comm failed, the links users took over are still checked for
+   * them. */
+  int failed = px->fail_conn != NULL;
   if (px->plugin->alive == NULL || now < px->next_link_check ||
-      px->fail_conn != NULL)
+      (failed && px->nusers == 0))
     return;
   px->next_link_check = now + RCC_NET_LINK_CHECK_MS * 1000000LL;
   for (int i = 0; i < px->nconns; i++) {
     struct rcc_proxy_conn *c = &px->conns[i];
-    if (c->failed || c->bye || c->net_comm == NULL)
+    if (c->failed || c->bye || c->net_comm == NULL || (failed && !c->shared))
       continue;
     err[0] = '\0';
     ringcc_result_t r = px->plugin->alive(c->net_comm, err, sizeof(err));
@@ -871,7 +961,7 @@ static void check_links(struct rcc_proxy *px) {
       due[ndue++] = i;
     }
   }
-  if (ndue > 0 && px->fail_conn == NULL)
+  if (ndue > 0 && (px->fail_conn == NULL || failed))
     warn_suspects(px, due, ndue, first, now);
   publish_failure(px);
 }
@@ -894,6 +984,18 @@ static int proxy_round(struct rcc_proxy *px) {
   publish_failure(px);
   moved |= progress_tell(px);
   return moved;
+}
+
+int rcc_proxy_round(struct rcc_proxy *px) {
+  int moved = proxy_round(px);
+  check_links(px);
+  return moved;
+}
+
+void rcc_proxy_fail(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                    ringcc_result_t r, const char *err) {
+  fail(px, c, r, err);
+  publish_failure(px);
 }
 
 /* A send connection with slots not yet handed over, or not yet sent; the

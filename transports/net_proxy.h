@@ -42,6 +42,15 @@ struct rcc_proxy_conn {
                              the parent's (net.c): unused, failed */
   int kept;               /* a communicator shrunk from the proxy's uses it
                              too: no goodbye at the proxy's comm's destroy */
+  int shared;             /* this connection is one a user took over
+                             (rcc_proxy_share): failures on it reach users */
+  int fail_heard;         /* recv: bye was set by a FAIL message, not by a
+                             goodbye (a resync may re-arm it) */
+  /* The resync of a link taken over (rcc_proxy_resync): send: 1 the RESYNC
+   * message is due once every filled slot is posted, 2 posted, 3 done;
+   * recv: 1 messages are dropped until RESYNC comes, 2 it came. */
+  int resync;
+  void *resync_request;
   /* Lazy links (RINGCC_NET_CONNECT=lazy), on the send connection of a
    * pair (conns[2l], conns[2l + 1] share one link): wanted by a call, and
    * when to connect (or ask the peer to) again. */
@@ -104,7 +113,7 @@ void rcc_proxy_stop(struct rcc_proxy *proxy);
 void rcc_proxy_forget(struct rcc_proxy *proxy);
 
 /* Links shared with a communicator shrunk from the proxy's
- * (ringcc_comm_shrink of a healthy one), net_proxy.c has the rules. At most
+ * (ringcc_comm_shrink), net_proxy_share.c has the rules. At most
  * this many ranks (the blob's map of them, net.c). */
 #define RCC_PROXY_SHARE_MAX 1024
 /* The proxy's connection behind an executor's end, or NULL (not one). */
@@ -123,6 +132,18 @@ int rcc_proxy_shareable(struct rcc_proxy_conn *c,
  * RINGCC_ERR_NETWORK where c failed since rcc_proxy_shareable said yes. */
 ringcc_result_t rcc_proxy_share(struct rcc_proxy_conn *c,
                                 struct ringcc_comm *comm, int rank);
+/* Resyncs the n connections (each taken over with rcc_proxy_share) at a
+ * message boundary, so the new user starts on empty streams: a send
+ * connection posts a RESYNC message after everything the proxy's comm put
+ * in its FIFO (FAIL messages included); a receive connection drops what
+ * came and comes until its peer's RESYNC (a FAIL message heard before
+ * included). Waits until every RESYNC went out and came in, or deadline_ns
+ * (RINGCC_ERR_TIMEOUT), or a connection fails (its error); err says which
+ * connection. Afterwards a send FIFO's tail and a receive FIFO's head are
+ * where the new user starts. */
+ringcc_result_t rcc_proxy_resync(struct rcc_proxy_conn *const *c, int n,
+                                 int64_t deadline_ns, char *err,
+                                 size_t errlen);
 /* comm (a user, destroyed) uses none of the connections any more. */
 void rcc_proxy_unshare(struct rcc_proxy *proxy, struct ringcc_comm *comm,
                        int forked);

@@ -81,6 +81,19 @@ static inline int user_rank(const struct proxy_user *u, int p) {
   return p >= 0 ? u->rank[p] : -1;
 }
 
+/* The immediate of the message that ends a stream taken over by a shrunk
+ * communicator (rcc_proxy_resync): what came before it is the old
+ * communicator's, dropped; what comes after it the new one's. The other
+ * immediates (a goodbye, a FAIL message) are net_proxy.c's. */
+#define IMM_RESYNC 0x10000000u
+
+/* One round over every connection, and the link check when due; the
+ * caller holds the lock. Returns progress. */
+int rcc_proxy_round(struct rcc_proxy *px);
+/* c failed (r, err), published at once; the caller holds the lock. */
+void rcc_proxy_fail(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                    ringcc_result_t r, const char *err);
+
 /* Starts the thread (rcc_proxy_start, and after a hand-over): 0 or the
  * errno of pthread_create. */
 int rcc_proxy_run(struct rcc_proxy *px);

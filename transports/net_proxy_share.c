@@ -2,8 +2,9 @@
  * net_proxy_share.c - the network proxy's connections shared with
  * communicators shrunk from its own (net.c, net_proxy.h).
  *
- * ringcc_comm_shrink of a healthy communicator hands the new one the
- * intact links between the same two processes: its ends are bound to this
+ * ringcc_comm_shrink hands the new one the intact links between the same
+ * two processes (after a failure too: each resynced at a message boundary
+ * first, rcc_proxy_resync): its ends are bound to this
  * proxy's connections (rcc_proxy_share), and it becomes a user, with its
  * own number for each rank it reaches here. Failures on a connection reach
  * every communicator that uses it, each in its own numbers; the connections
@@ -17,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "log.h"
 #include "net.h"
@@ -46,6 +49,8 @@ static void keep_marks(struct rcc_proxy *px) {
     c->kept = 0;
     for (int k = 0; k < px->nusers && !c->kept; k++)
       c->kept = user_rank(&px->users[k], c->peer) >= 0;
+    if (!c->kept)
+      c->shared = 0;
   }
 }
 
@@ -56,8 +61,11 @@ int rcc_proxy_shareable(struct rcc_proxy_conn *c,
   /* The chain: a new user is shrunk from the last one (or from comm). */
   const struct ringcc_comm *last =
       px->nusers > 0 ? px->users[px->nusers - 1].comm : px->comm;
-  int ok = last == parent && c->net_comm != NULL && !c->failed && !c->bye &&
-           c->tell == 0 && px->fail_conn == NULL && !px->closing;
+  /* After a failure too: a stream that stopped mid-call, or that a FAIL
+   * message ended (a receive's bye, fail_heard), is resynced when taken
+   * (rcc_proxy_resync); a goodbye ends it for good. */
+  int ok = last == parent && c->net_comm != NULL && !c->failed &&
+           (!c->bye || (!c->is_send && c->fail_heard)) && !px->closing;
   pthread_mutex_unlock(&px->lock);
   return ok;
 }
@@ -67,7 +75,8 @@ ringcc_result_t rcc_proxy_share(struct rcc_proxy_conn *c,
   struct rcc_proxy *px = c->proxy;
   ringcc_result_t r = RINGCC_SUCCESS;
   pthread_mutex_lock(&px->lock);
-  if (c->failed || c->bye || c->net_comm == NULL) {
+  if (c->failed || (c->bye && (c->is_send || !c->fail_heard)) ||
+      c->net_comm == NULL) {
     r = RINGCC_ERR_NETWORK; /* it failed since the blobs said it would do */
     goto out;
   }
@@ -93,10 +102,110 @@ ringcc_result_t rcc_proxy_share(struct rcc_proxy_conn *c,
     px->nusers++;
   }
   px->users[i].rank[c->peer] = rank;
-  c->kept = 1;
+  c->kept = c->shared = 1;
 out:
   pthread_mutex_unlock(&px->lock);
   return r;
+}
+
+/* Starts the resync of c (rcc_proxy_resync); the caller holds the lock. */
+static void resync_start(struct rcc_proxy_conn *c) {
+  if (c->is_send) {
+    c->resync = 1;
+    return;
+  }
+  uint32_t head = __atomic_load_n(&c->fifo->head, __ATOMIC_ACQUIRE), s;
+  /* The peer's RESYNC may have come already (its shrink got here first),
+   * and the new communicator's messages after it: they stay. */
+  for (s = head; s != c->done; s++)
+    if ((uint32_t)(c->fifo->meta[s % c->nslots] >> 32) == IMM_RESYNC)
+      break;
+  int found = s != c->done;
+  if (!found && c->bye && c->fail_heard) {
+    /* A FAIL message took the receive posted at done, and nothing was
+     * read after it: that receive is retired, and the link re-armed. */
+    c->to[c->done % c->nslots] = NULL;
+    c->done++;
+    c->bye = c->fail_heard = 0;
+  }
+  uint32_t start = found ? s + 1 : c->done; /* the new user's first */
+  for (uint32_t t = head; t != start; t++)
+    c->to[t % c->nslots] = NULL;
+  c->resync = found ? 2 : 1;
+  __atomic_store_n(&c->fifo->tail, c->done, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->fifo->head, start, __ATOMIC_RELEASE);
+}
+
+static int resync_done(const struct rcc_proxy_conn *c) {
+  return c->resync == (c->is_send ? 3 : 2);
+}
+
+ringcc_result_t rcc_proxy_resync(struct rcc_proxy_conn *const *c, int n,
+                                 int64_t deadline_ns, char *err,
+                                 size_t errlen) {
+  uint64_t one = 1;
+  for (int i = 0; i < n; i++) {
+    struct rcc_proxy *px = c[i]->proxy;
+    pthread_mutex_lock(&px->lock);
+    resync_start(c[i]);
+    pthread_mutex_unlock(&px->lock);
+    /* The proxy thread polls the sockets (an executor may have left them
+     * to itself: the plugin reads a socket poll() found ready), now. */
+    __atomic_store_n(&px->driven, 0, __ATOMIC_RELEASE);
+    ssize_t w = write(px->doorbell, &one, sizeof(one));
+    (void)w;
+  }
+  /* The rounds run here too, for the RESYNC messages to go out at once. */
+  for (int sleep_us = 20;; sleep_us = sleep_us < 1000 ? 2 * sleep_us : 1000) {
+    int pending = -1, failed = -1;
+    for (int i = 0; i < n; i++) {
+      struct rcc_proxy *px = c[i]->proxy;
+      int seen = 0;
+      for (int j = 0; j < i && !seen; j++)
+        seen = c[j]->proxy == px;
+      if (!seen) {
+        pthread_mutex_lock(&px->lock);
+        rcc_proxy_round(px);
+        pthread_mutex_unlock(&px->lock);
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      struct rcc_proxy *px = c[i]->proxy;
+      pthread_mutex_lock(&px->lock);
+      if (c[i]->failed && failed < 0)
+        failed = i;
+      else if (!resync_done(c[i]) && pending < 0)
+        pending = i;
+      pthread_mutex_unlock(&px->lock);
+    }
+    int bad = failed >= 0 ? failed : pending;
+    if (bad < 0)
+      return RINGCC_SUCCESS;
+    if (failed >= 0 || rcc_now_ns() >= deadline_ns) {
+      /* Never half a resync: what did not finish fails, for every
+       * communicator that uses it. */
+      ringcc_result_t r = failed >= 0 ? RINGCC_ERR_NETWORK : RINGCC_ERR_TIMEOUT;
+      snprintf(err, errlen, "the %s link with rank %d (of the communicator "
+               "shrunk from) %s", c[bad]->is_send ? "send" : "receive",
+               c[bad]->peer,
+               failed >= 0 ? "failed while it was resynced"
+                           : c[bad]->is_send
+                                 ? "did not take its RESYNC message before "
+                                   "the deadline"
+                                 : "brought no RESYNC message before the "
+                                   "deadline (the peer did not shrink, or "
+                                   "is stopped)");
+      for (int i = 0; i < n; i++) {
+        struct rcc_proxy *px = c[i]->proxy;
+        pthread_mutex_lock(&px->lock);
+        if (!c[i]->failed && !resync_done(c[i]))
+          rcc_proxy_fail(px, c[i], r, err);
+        pthread_mutex_unlock(&px->lock);
+      }
+      return r;
+    }
+    usleep((useconds_t)sleep_us);
+  }
 }
 
 void rcc_proxy_unshare(struct rcc_proxy *px, struct ringcc_comm *comm,

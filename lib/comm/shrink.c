@@ -25,10 +25,11 @@
  * with the parent's configuration, like a split's, but its transports may
  * take over the parent's intact links between the same two processes:
  * shared memory does (shm.c: the child's connections point at the parent's
- * FIFOs, no new FIFO is made); the network does where the parent is
- * healthy (net.c: the parent's proxy carries the links it made for both,
- * the child a user of it, net_proxy_share.c), and makes new connections
- * after a failure (a stream may have stopped mid-message). A link to an
+ * FIFOs, no new FIFO is made); so does the network, for the links that
+ * are made and sound (net.c: the parent's proxy carries them for both, the
+ * child a user of it, net_proxy_share.c), each resynced at a message
+ * boundary first (after a failure a stream may have stopped mid-call, or
+ * been ended by a FAIL message: rcc_proxy_resync). A link to an
  * excluded rank is never taken. The board and tuner are built for the survivors.
  *
  * Parent and child after the shrink (docs/reliability.md):
@@ -478,10 +479,10 @@ static ringcc_result_t shrink(struct ringcc_comm *comm, const int *exclude,
   int shm_reused = child->links_reused > child->net_links_reused ? shm_peers
                                                                  : 0;
   RCC_INFO(comm->rank, "ringcc_comm_shrink: reused %d links of the parent "
-           "(shared-memory FIFOs to %d peers; %d network links to %d peers; "
-           "no new FIFO or connection for them); %d of %d network peers "
-           "connected anew (one link or more); the new communicator in %.3f "
-           "s; the parent is %s", child->links_reused, shm_reused,
+           "(shared-memory FIFOs to %d peers; %d network links to %d peers, "
+           "resynced; no new FIFO or connection for them); %d of %d network "
+           "peers connected anew (one link or more); the new communicator in "
+           "%.3f s; the parent is %s", child->links_reused, shm_reused,
            child->net_links_reused, child->net_peers_reused,
            child->net_peers_fresh, net_peers,
            (double)(rcc_now_ns() - t0) / 1e9,
