@@ -246,9 +246,11 @@ RINGCC_API ringcc_result_t ringcc_comm_split_type(ringcc_comm_t comm, int type,
  * have failed, agreed among the survivors (every survivor gets the same
  * communicator, or an error). A failure during the shrink is an error,
  * never a hang. The new communicator reuses the survivors' shared-memory
- * FIFOs and, when comm is healthy and exclude given, the network links
- * they have made already (TCP, verbs). Afterwards comm, if it had failed or exclude was NULL, is only fit
- * for destroy or abort; a healthy comm shrunk with an exclude list stays
+ * FIFOs and the network links they have made already between each other
+ * (TCP, verbs; each resynced at a message boundary first, so that what a
+ * failed call left in a stream never reaches it; a revoked or aborted
+ * comm's links are not reused). Afterwards comm, if it had failed or
+ * exclude was NULL, is only fit for destroy or abort; a healthy comm shrunk with an exclude list stays
  * usable, but never at the same time as the new one (docs/reliability.md).
  * Either may be destroyed first. */
 RINGCC_API ringcc_result_t ringcc_comm_shrink(ringcc_comm_t comm,
