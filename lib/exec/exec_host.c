@@ -986,6 +986,7 @@ static int place_step(struct exec *x, struct chan *k, int c,
     rcc_proto_send_end(sc, sizeof(w) | RCC_META_LAST | RCC_META_PLACE);
     k->placed = sc;
     k->placed_seq = sc->step;
+    x->nplaced++;
     op->ran = alg;
     return 1;
   }
@@ -1071,7 +1072,7 @@ static ringcc_result_t drain_piece(struct exec *x, struct chan *k,
  * Runs before any send that may fill a slot again, so a refusal is read
  * before a later message's could take its entry. */
 static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
-  for (int c = 0; c < n; c++) {
+  for (int c = 0; c < n && x->nplaced > 0; c++) {
     struct rcc_conn *sc = ch[c].placed;
     if (sc == NULL || (int32_t)(__atomic_load_n(&sc->fifo->head,
                                                 __ATOMIC_ACQUIRE) -
@@ -1079,6 +1080,7 @@ static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
       continue;
     int local;
     ch[c].placed = NULL;
+    x->nplaced--;
     ringcc_result_t r =
         rcc_p2p_place_acked(x->comm, sc, ch[c].placed_seq - 1,
                             x->p2p[c].count, x->p2p[c].dt, &local);

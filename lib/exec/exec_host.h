@@ -91,6 +91,8 @@ struct exec {
    * state (local, below), and its message; the others run on. */
   ringcc_result_t local;
   char *local_msg; /* RCC_ERRLEN bytes, where a run may fail locally */
+  int nplaced; /* point-to-point channels whose message, sent as its place,
+                  is not acknowledged yet (exec_host.c: placed_collect) */
   /* The word the current wait watches and its value before it, or NULL
    * (rcc_host_wait_failed: a change meanwhile is progress, never a
    * failure). */
