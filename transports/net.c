@@ -1191,14 +1191,7 @@ static void destroy_own(struct ringcc_comm *comm, struct net_state *st) {
       struct rcc_proxy_conn *c = &st->conns[i];
       if ((c->peer > comm->rank) != (pass == 0))
         continue;
-      if (c->net_comm) {
-        if (c->mhandle)
-          st->plugin->dereg_mr(c->net_comm, c->mhandle);
-        if (c->is_send)
-          st->plugin->close_send(c->net_comm);
-        else
-          st->plugin->close_recv(c->net_comm);
-      }
+      rcc_proxy_conn_close(st->plugin, c);
       free(c->fifo);
 #if RINGCC_HAVE_CUDA
       if (st->gpu_data && st->gpu_data[i])

@@ -147,6 +147,10 @@ ringcc_result_t rcc_proxy_resync(struct rcc_proxy_conn *const *c, int n,
 /* comm (a user, destroyed) uses none of the connections any more. */
 void rcc_proxy_unshare(struct rcc_proxy *proxy, struct ringcc_comm *comm,
                        int forked);
+/* Deregisters and closes c's plugin connection, if it has one (the proxy
+ * thread halted): destroy, and the ends no user keeps at a hand-over. */
+void rcc_proxy_conn_close(const struct rcc_net_plugin *plugin,
+                          struct rcc_proxy_conn *c);
 /* The proxy's comm is destroyed while users remain: the connections no
  * user keeps end (goodbyes first, unless forked), and the first user takes
  * the proxy over, in its numbering; returns it. */

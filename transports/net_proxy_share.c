@@ -225,16 +225,21 @@ void rcc_proxy_unshare(struct rcc_proxy *px, struct ringcc_comm *comm,
     pthread_mutex_unlock(&px->lock);
 }
 
+void rcc_proxy_conn_close(const struct rcc_net_plugin *plugin,
+                          struct rcc_proxy_conn *c) {
+  if (c->net_comm == NULL)
+    return;
+  if (c->mhandle != NULL)
+    plugin->dereg_mr(c->net_comm, c->mhandle);
+  if (c->is_send)
+    plugin->close_send(c->net_comm);
+  else
+    plugin->close_recv(c->net_comm);
+}
+
 /* Ends connection c (nobody keeps it): the thread is halted. */
 static void close_conn(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
-  if (c->net_comm != NULL) {
-    if (c->mhandle != NULL)
-      px->plugin->dereg_mr(c->net_comm, c->mhandle);
-    if (c->is_send)
-      px->plugin->close_send(c->net_comm);
-    else
-      px->plugin->close_recv(c->net_comm);
-  }
+  rcc_proxy_conn_close(px->plugin, c);
   c->net_comm = c->mhandle = NULL;
   c->failed = 1;
   c->peer = -1;
