@@ -88,6 +88,7 @@
 #include "fifo.h"
 #include "registry.h"
 #include "stats.h"
+#include "thp.h"
 #include "topo.h"
 #include "trace.h"
 #include "tsan_sync.h"
@@ -145,6 +146,8 @@ static void place_large(struct a2av *a, int p, const char *block,
     w->addr = (uint64_t)(uintptr_t)block;
     if (!a->allowed) /* peers read this buffer: before they learn it */
       rcc_cma_allow_peers(a->comm, a->allowed = 1);
+    if (w->slot == RCC_ZC_NO_SLOT) /* pinned by the reader: huge pages */
+      rcc_thp_note(a->comm, block, bytes);
   }
   w->form = w->slot == RCC_ZC_NO_SLOT && !a->cma ? FORM_FIFO : FORM_READ;
   a->big_s[p] = (uint8_t)w->form;

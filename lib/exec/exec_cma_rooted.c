@@ -43,6 +43,7 @@
 #include "exec.h"
 #include "failure.h"
 #include "schedule.h"
+#include "thp.h"
 #include "topo.h"
 
 /* A direct Gather or Scatter of one 8-byte word per rank over the FIFOs. */
@@ -111,6 +112,8 @@ static ringcc_result_t run_root(struct ringcc_comm *comm,
     addr[p] = (uint64_t)(base + (size_t)p * c->block);
   uint64_t mine = 0, ok = 0;
   rcc_cma_allow_peers(comm, 1);
+  /* the peers pin this buffer: huge pages where it is reused */
+  rcc_thp_note(comm, (const void *)base, (size_t)n * c->block);
   ringcc_result_t r = words(comm, RCC_COLL_SCATTER, me, addr, &mine);
   if (r == RINGCC_SUCCESS) { /* the own block, while peers move theirs */
     char *own_dst = c->gather ? (char *)c->dst + (size_t)me * c->block

@@ -34,6 +34,7 @@
 #include "registry.h"
 #include "schedule.h"
 #include "stats.h"
+#include "thp.h"
 #include "topo.h"
 #include "tsan_sync.h"
 
@@ -53,6 +54,8 @@ int rcc_p2p_place_offer(struct ringcc_comm *comm, const struct rcc_conn *c,
     w->addr = (uint64_t)(uintptr_t)buf;
     if (!*allowed) /* the receiver reads it: before it learns where */
       rcc_cma_allow_peers(comm, *allowed = 1);
+    if (w->slot == RCC_ZC_NO_SLOT) /* pinned by the reader: huge pages */
+      rcc_thp_note(comm, buf, bytes);
   }
   if (w->slot == RCC_ZC_NO_SLOT && w->addr == 0)
     return -1;

@@ -60,6 +60,8 @@ struct rcc_settings {
   int net_zerocopy; /* network sends from the user's buffers
                        (RINGCC_NET_ZEROCOPY) */
   int checksum;     /* CRC-32C of network payloads (RINGCC_CHECKSUM) */
+  int thp; /* huge pages for buffers peers read in place (RINGCC_THP,
+              thp.h) */
 };
 
 /* Where a communicator stands, kept up to date by the executor for error

@@ -1,0 +1,34 @@
+/*
+ * thp.h - transparent huge pages for the user buffers that peers on this
+ * host pin by cross-memory attach (thp.c).
+ *
+ * process_vm_readv / process_vm_writev pin the other process's pages one
+ * 4 KiB page at a time; where that memory is mapped by 2 MiB pages the
+ * kernel walks and pins 512 times fewer entries, and the same copy runs
+ * about 1.4 times as fast on this project's machines (docs/performance.md,
+ * "Huge pages for buffers read in place"). A rank whose buffer its peers
+ * will read or write in place therefore notes it here before it hands them
+ * the address; a range noted a second time (a buffer the program reuses,
+ * as a training loop or a benchmark does) is collapsed into huge pages
+ * with madvise(MADV_COLLAPSE), which keeps its contents. A range seen only
+ * once is left alone: collapsing costs about two copies of it.
+ *
+ * RINGCC_THP=0 turns it off (per communicator). A range the kernel
+ * refuses (kernels before Linux 6.1 have no MADV_COLLAPSE; file mappings,
+ * MADV_NOHUGEPAGE) is not tried again while the table remembers it.
+ */
+#ifndef RCC_THP_H
+#define RCC_THP_H
+
+#include <stddef.h>
+
+struct ringcc_comm;
+
+/* Ranges whose 2 MiB-aligned interior is smaller than this are not noted. */
+#define RCC_THP_MIN_BYTES ((size_t)2 << 20)
+
+/* Peers will pin [buf, buf + bytes) of this process in this call. */
+void rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
+                  size_t bytes);
+
+#endif /* RCC_THP_H */
