@@ -8,9 +8,11 @@
 #                          scatter"] [--max "4:64M 8:16M"] [--configs "..."]
 #                          [--factor 4] [--out DIR]
 #
-# Configurations (--configs, default all but ringcc-cma and ringcc-fifo):
-# ringcc-shm (the tuner's choice: Gather and Scatter by cross-memory attach
-# from 64 KiB a block, AllToAllv's blocks over 8 KiB read in place),
+# Configurations (--configs, default all but ringcc-nothp, ringcc-cma and
+# ringcc-fifo): ringcc-shm (the tuner's choice: Gather and Scatter by
+# cross-memory attach from 64 KiB a block, AllToAllv's blocks over 8 KiB
+# read in place; buffers read in place collapsed into huge pages once
+# reused), ringcc-nothp (the same with RINGCC_THP=0),
 # ringcc-reg (the same on buffers registered once, ringcc-bench --register:
 # AllToAllv's large blocks read by memcpy from the peer's memory as mapped
 # by registration, not by the kernel; Gather and Scatter as ringcc-shm),
@@ -81,6 +83,7 @@ for rep in $(seq 1 "$reps"); do
         log="$out/logs/r${rep}_${coll}_${cfg}_n${n}.log"
         case $cfg in
           ringcc-shm) cmd=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
+          ringcc-nothp) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_THP=0 "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-reg) cmd=(env -u RINGCC_SHM_DISABLE "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" --register "${args[@]}") ;;
           ringcc-cma) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=cma "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-fifo) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=direct "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
@@ -112,9 +115,10 @@ for path in glob.glob(os.path.join(out, "logs", "*.log")):
         if len(f) >= 9 and f[0].isdigit() and f[2] == "float32":
             rows.setdefault((coll, n, int(f[0]) // n), {}).setdefault(cfg, []).append(float(f[5]))
             wrong += int(f[8]) if f[8].isdigit() else 0
-order = ["ringcc-shm", "ringcc-reg", "ringcc-cma", "ringcc-fifo", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
+order = ["ringcc-shm", "ringcc-nothp", "ringcc-reg", "ringcc-cma", "ringcc-fifo", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
 present = [c for c in order if any(c in v for v in rows.values())]
-ratios = [(m, r) for m, r in (("mpi-vader", "ringcc-shm"), ("mpi-vader", "ringcc-reg"),
+ratios = [(m, r) for m, r in (("mpi-vader", "ringcc-shm"), ("mpi-vader", "ringcc-nothp"),
+                               ("mpi-vader", "ringcc-reg"),
                                ("mpi-vader", "ringcc-cma"),
                                ("mpi-tcp", "ringcc-tcp"), ("ringcc-fifo", "ringcc-cma"))
           if m in present and r in present]

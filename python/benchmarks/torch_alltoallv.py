@@ -3,15 +3,22 @@
 job (a benchmark, not a test).
 
     python3 python/benchmarks/torch_alltoallv.py [--n 4] [--reps 5]
-        [--sizes 1M,16M] [--out DIR]
+        [--sizes 1M,16M] [--batch-bytes 256M] [--old-batches] [--out DIR]
 
 It starts --n ranks of itself on this host, each with the default group on
 "ringcc" and a "gloo" group of the same ranks. For every size S (the bytes
 one rank sends, CPU float32) rank i sends rank j rows of 256 floats in the
 proportion ((i + j) mod n) (ringcc-bench's uneven rule: some splits empty,
 the largest about 2 S/n). It times batches of dist.all_to_all_single,
-alternating the two backends batch by batch (--reps batches each), and
-reports the median batch's time per call (the slowest rank's) and the
+alternating the two backends batch by batch (--reps batches each). A
+batch is a barrier (gloo), one untimed call of the backend, then as many
+timed calls as move --batch-bytes per rank (3 to 50: 16 calls at 16 MiB by
+default). Where ranks outnumber cores they leave the barrier milliseconds
+apart, and the first call after it waits for the last; before 2026-12-06
+that call was timed, in batches of 4 calls at 16 MiB, which put about a
+quarter of that wait into every call of the faster backend (--old-batches
+measures that way again: no untimed call, 64 MiB a batch). It reports
+the median batch's time per call (the slowest rank's) and the
 ratio gloo / ringcc. A third column, "direct", times the same exchange on
 the ringcc group's own communicator through the Python binding
 (Comm.alltoallv, no torch.distributed, no worker thread): ringcc/direct is
@@ -76,11 +83,14 @@ def worker(args):
             if not torch.equal(outs["ringcc"], outs[k]):
                 raise SystemExit(f"rank {rank}: ringcc and {k} differ at "
                                  f"{size}")
-        iters = max(3, min(50, (64 << 20) // max(size, 1)))
+        batch = (64 << 20) if args.old_batches else args.batch_bytes
+        iters = max(3, min(50, batch // max(size, 1)))
         samples = {k: [] for k in KINDS}
         for rep in range(args.reps):
             for k in (KINDS if rep % 2 else KINDS[::-1]):
                 dist.barrier(group=groups["gloo"])
+                if not args.old_batches:
+                    call(k)  # untimed: the ranks leave the barrier apart
                 t0 = time.perf_counter()
                 for _ in range(iters):
                     call(k)
@@ -100,13 +110,13 @@ def worker(args):
         print(f"torch all_to_all_single with splits, n = {n}, CPU float32, "
               f"median of {args.reps} batches (load {os.getloadavg()[0]:.1f})")
         print("| bytes sent per rank | ringcc (ms) | gloo (ms) | gloo/ringcc "
-              "| direct (ms) | ringcc/direct |")
-        print("|---|---|---|---|---|---|")
+              "| direct (ms) | ringcc/direct | calls a batch |")
+        print("|---|---|---|---|---|---|---|")
         for r in results:
             print(f"| {r['bytes']} | {r['ringcc'] * 1e3:.2f} | "
                   f"{r['gloo'] * 1e3:.2f} | {r['gloo'] / r['ringcc']:.2f} | "
                   f"{r['direct'] * 1e3:.2f} | "
-                  f"{r['ringcc'] / r['direct']:.2f} |")
+                  f"{r['ringcc'] / r['direct']:.2f} | {r['iters']} |")
     dist.destroy_process_group()
 
 
@@ -115,6 +125,12 @@ def main():
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--sizes", default="1M,16M")
+    ap.add_argument("--batch-bytes", type=parse_size, default=256 << 20,
+                    help="calls per batch: this many bytes sent per rank "
+                         "(3 to 50 calls)")
+    ap.add_argument("--old-batches", action="store_true",
+                    help="as before 2026-12-06: the first call after the "
+                         "barrier timed, 64 MiB a batch")
     ap.add_argument("--out", default=os.path.join(ROOT, "build",
                                                   "python-bench"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -126,7 +142,9 @@ def main():
                MASTER_PORT=str(free_port()), WORLD_SIZE=str(args.n),
                RINGCC_SECRET=secrets.token_hex(16), OMP_NUM_THREADS="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker",
-           "--reps", str(args.reps), "--sizes", args.sizes, "--out", args.out]
+           "--reps", str(args.reps), "--sizes", args.sizes, "--out", args.out,
+           "--batch-bytes", str(args.batch_bytes)] + \
+        (["--old-batches"] if args.old_batches else [])
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r),
                                             LOCAL_RANK=str(r)))
              for r in range(args.n)]

@@ -743,16 +743,19 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 self._call("ringcc_alltoall", inp.address, out.address,
                            inp.count // n, inp.dtype)
             return self._submit("all_to_all", [input], run, [output], [out, inp])
-        send = self._splits(input, input_split_sizes, "input")
-        recv = self._splits(output, output_split_sizes, "output")
         if out.cuda:  # ringcc_alltoallv runs host buffers only
+            send = self._splits(input, input_split_sizes, "input")
+            recv = self._splits(output, output_split_sizes, "output")
+
             def run():
                 self._exchange(send, recv)
             return self._submit("all_to_all", [input], run, [output], [out, inp])
         # one ringcc_alltoallv: the blocks' elements (of the flat view) and
-        # where they start
-        sc, sd = self._counts([_flat(b).numel() for b in send])
-        rc, rd = self._counts([_flat(b).numel() for b in recv])
+        # where they start, from the split sizes (no views made)
+        sc, sd = self._counts(self._split_counts(inp, input_split_sizes,
+                                                 "input"))
+        rc, rd = self._counts(self._split_counts(out, output_split_sizes,
+                                                 "output"))
 
         def run():
             self._call("ringcc_alltoallv", inp.address, sc, sd, out.address,
@@ -771,8 +774,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     alltoall_base = all_to_all_single
 
-    def _splits(self, tensor, sizes, name):
-        """The blocks of `tensor` (views of rows) for each rank."""
+    def _split_sizes(self, tensor, sizes, name):
+        """The rows of `tensor` for each rank (split sizes checked); and the
+        rows it has."""
         n = self.size()
         rows = tensor.shape[0] if tensor.dim() else 1
         if not sizes:
@@ -787,8 +791,20 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             raise ValueError(f"ringcc: argument '{name}_split_sizes' "
                              f"{list(sizes)} does not add up to the {rows} "
                              f"rows of '{name}'")
-        return list(torch.split(tensor, list(sizes), dim=0)) if tensor.dim() \
+        return list(sizes), rows
+
+    def _splits(self, tensor, sizes, name):
+        """The blocks of `tensor` (views of rows) for each rank."""
+        sizes, _ = self._split_sizes(tensor, sizes, name)
+        return list(torch.split(tensor, sizes, dim=0)) if tensor.dim() \
             else [tensor]
+
+    def _split_counts(self, arg, sizes, name):
+        """The elements of each rank's block in arg's flat view (an _Arg),
+        from the split sizes in rows."""
+        sizes, rows = self._split_sizes(arg.tensor, sizes, name)
+        per = arg.count // rows if rows else 0
+        return [s * per for s in sizes]
 
     def _exchange(self, send, recv):
         """Block send[j] to rank j, block recv[i] from rank i, in the pairs
