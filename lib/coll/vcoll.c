@@ -72,9 +72,15 @@ static ringcc_result_t check_blocks(struct ringcc_comm *comm,
   return RINGCC_SUCCESS;
 }
 
-static const size_t *sort_displs;
+/* A block of the receive buffer: where it starts, and whose it is. */
+struct placed {
+  size_t displ;
+  int rank;
+};
+
 static int by_displ(const void *a, const void *b) {
-  size_t x = sort_displs[*(const int *)a], y = sort_displs[*(const int *)b];
+  size_t x = ((const struct placed *)a)->displ,
+         y = ((const struct placed *)b)->displ;
   return x < y ? -1 : x > y;
 }
 
@@ -85,19 +91,18 @@ static ringcc_result_t check_disjoint(struct ringcc_comm *comm,
                                       const size_t *counts, const char *cname,
                                       const size_t *displs, const char *dname) {
   int n = comm->nranks, m = 0;
-  int *order = malloc((size_t)n * sizeof(*order));
+  struct placed *order = malloc((size_t)n * sizeof(*order));
   if (order == NULL)
     return rcc_comm_error(comm, RINGCC_ERR_OUT_OF_MEMORY,
                           "%s on rank %d: no memory to check '%s'", v->fn,
                           comm->rank, dname);
   for (int i = 0; i < n; i++)
     if (counts[i] > 0)
-      order[m++] = i;
-  sort_displs = displs; /* under the communicator: one call at a time */
+      order[m++] = (struct placed){displs[i], i};
   qsort(order, (size_t)m, sizeof(*order), by_displ);
   ringcc_result_t r = RINGCC_SUCCESS;
   for (int k = 1; k < m && r == RINGCC_SUCCESS; k++) {
-    int a = order[k - 1], b = order[k];
+    int a = order[k - 1].rank, b = order[k].rank;
     if (displs[a] + counts[a] > displs[b])
       r = bad(comm, v, "blocks %d ('%s'[%d] = %zu, '%s'[%d] = %zu) and %d "
               "('%s'[%d] = %zu) of the receive buffer overlap", a, dname, a,

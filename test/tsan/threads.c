@@ -46,6 +46,11 @@
  *              exchanges that exec_cma.c annotates for TSan; the small
  *              AllReduces run one-shot on the board (exec_host.c), whose
  *              regions each rank maps at an address of its own
+ *   a2av-large 4 ranks over shared memory, then AllToAllv of 5 MiB blocks
+ *              on the same buffers three times: read in place (threads
+ *              read each other's buffers with memcpy, ordered by the
+ *              board's seq words), each sender collapsing its buffer into
+ *              huge pages at the second call (lib/mem/thp.c)
  *   registered 4 ranks whose buffers come from ringcc_mem_alloc and are
  *              registered, with algo = zerocopy: every collective but
  *              send/recv and barrier reads and writes its peers' buffers in
@@ -91,6 +96,7 @@ struct phase {
                       reads the statistics and sends SIGUSR1 */
   int algo[MAX_COMMS]; /* config.algo of each communicator (0: auto) */
   int shrink;      /* after the rounds: the shrink-tcp steps (above) */
+  int a2av_large;  /* after the rounds: the a2av-large steps (above) */
   ringcc_unique_id_t ids[MAX_COMMS];
   ringcc_comm_t comms[MAX_COMMS][NRANKS]; /* published for the monitor */
   atomic_int ready, done;
@@ -321,6 +327,7 @@ static void withheld_call(struct worker *w, int32_t *a, int32_t *b) {
 }
 
 static void shrink_steps(struct worker *w);
+static void a2av_large_steps(struct worker *w);
 
 static void *worker_main(void *p) {
   struct worker *w = p;
@@ -367,6 +374,8 @@ static void *worker_main(void *p) {
     withheld_call(w, buf[0], buf[1]);
   if (ph->shrink && !w->failed)
     shrink_steps(w);
+  if (ph->a2av_large && !w->failed)
+    a2av_large_steps(w);
   for (int k = 0; k < 3; k++) {
     if (!ph->registered) {
       free(buf[k]);
@@ -379,6 +388,51 @@ static void *worker_main(void *p) {
       fail(w, "mem_free", r);
   }
   return NULL;
+}
+
+/* AllToAllv of 5 MiB blocks (each holds a whole 2 MiB huge page) on the
+ * same buffers A2AV_CALLS times, the contents new each time: the blocks
+ * are read in place, and from the second call on the ranks' threads
+ * collapse their send buffers' pages (lib/mem/thp.c) while the others run
+ * their own calls. */
+#define A2AV_BLOCK ((size_t)5 << 18) /* int32: 5 MiB */
+#define A2AV_CALLS 3
+static void a2av_large_steps(struct worker *w) {
+  const int n = NRANKS, me = w->rank;
+  size_t total = A2AV_BLOCK * n, sc[NRANKS], sd[NRANKS], rc[NRANKS],
+         rd[NRANKS];
+  int32_t *s = malloc(total * sizeof(int32_t)),
+          *r = malloc(total * sizeof(int32_t));
+  if (s == NULL || r == NULL) {
+    snprintf(w->msg, sizeof(w->msg), "a2av-large: out of memory");
+    w->failed = 1;
+  }
+  for (int j = 0; j < n; j++) {
+    sc[j] = rc[j] = A2AV_BLOCK;
+    sd[j] = (size_t)(n - 1 - j) * A2AV_BLOCK; /* reversed */
+    rd[j] = (size_t)j * A2AV_BLOCK;
+  }
+  for (int call = 0; call < A2AV_CALLS && !w->failed; call++) {
+    for (int j = 0; j < n; j++)
+      for (size_t i = 0; i < A2AV_BLOCK; i++)
+        s[sd[j] + i] = (int32_t)((me * 8 + j) * 1000003 + (int)i + call);
+    ringcc_result_t res = ringcc_alltoallv(s, sc, sd, r, rc, rd, RINGCC_INT32,
+                                           w->comm, NULL);
+    if (res != RINGCC_SUCCESS) {
+      fail(w, "alltoallv (large blocks)", res);
+      break;
+    }
+    for (int j = 0; j < n && !w->failed; j++)
+      for (size_t i = 0; i < A2AV_BLOCK; i++) {
+        int32_t want = (int32_t)((j * 8 + me) * 1000003 + (int)i + call);
+        if (r[rd[j] + i] != want) {
+          wrong(w, "alltoallv (large blocks)", rd[j] + i, r[rd[j] + i], want);
+          break;
+        }
+      }
+  }
+  free(s);
+  free(r);
 }
 
 /* An allreduce of count int32 on comm (rank me of m), every element
@@ -611,6 +665,8 @@ int main(void) {
        .ncomms = 1,
        .shm_disable = 0,
        .algo = {RINGCC_ALGO_DIRECT}},
+      {.name = "a2av-large", .ncomms = 1, .shm_disable = 0, .iters = 2,
+       .a2av_large = 1},
       {.name = "registered",
        .ncomms = 1,
        .shm_disable = 0,
