@@ -1234,11 +1234,19 @@ static struct rcc_proxy_conn *engine(const struct rcc_conn *c) {
 }
 
 /* A slot published: hand it to the network from the executor's thread, so
- * the proxy thread need not wake up; unless a send could not finish. */
+ * the proxy thread need not wake up; unless a send could not finish. A
+ * receive slot freed is posted here too; where the proxy thread serves the
+ * sockets (no executor drives them), it may be asleep in a poll() that
+ * left this connection's sockets out, having had no receive posted on them
+ * (all slots full), and would not see the bytes until its POLL_MS round:
+ * ring it to poll again. */
 static void op_published(struct rcc_conn *end) {
   struct rcc_proxy_conn *c = engine(end);
   if (push(c->proxy, c) != 0)
     drive(c->proxy, 0); /* the proxy thread finishes it */
+  else if (!c->is_send &&
+           !__atomic_load_n(&c->proxy->driven, __ATOMIC_ACQUIRE))
+    ring(c->proxy->doorbell);
 }
 
 /* Waiting on a network FIFO: this thread sleeps in poll() on the sockets
