@@ -98,6 +98,55 @@ Test(groups, symmetric_8mib_tcp, .timeout = 120) {
   run("symmetric 8 MiB", 2, symmetric_body, NULL, true, 0);
 }
 
+/* Blocking calls, outside a group: a token one way, then a message larger
+ * than the FIFO the other way, round after round (a pipeline's control
+ * message and its payload). The receiver frees slots while the network
+ * engine's thread serves the sockets alone; it must take the rest of the
+ * message when it comes (before b256f0d it slept through it until its
+ * 100 ms round). Every element checked; the time of a round trip is
+ * printed, not judged. */
+static int token_then_large_body(h_ctx_t *h) {
+  size_t n = 4 * MIB / 4 + 3;
+  char *buf = h_xmalloc(n * 4);
+  double t0 = h_now_s();
+  const int rounds = 12;
+  for (int k = 0; k < rounds; k++) {
+    int32_t token = k;
+    if (h->rank == 0) {
+      if (!ok(h, h->comm, ringcc_send(&token, 1, RINGCC_INT32, 1, h->comm,
+                                      NULL), "send token") ||
+          !ok(h, h->comm, ringcc_recv(buf, n, RINGCC_INT32, 1, h->comm, NULL),
+              "recv large") ||
+          !check_msg(h, "a large message after a token", RINGCC_INT32, buf,
+                     1, 0, k, n))
+        return 1;
+    } else {
+      token = -1;
+      if (!ok(h, h->comm, ringcc_recv(&token, 1, RINGCC_INT32, 0, h->comm,
+                                      NULL), "recv token"))
+        return 1;
+      if (token != k)
+        return h_fail(h, "round %d: the token says %d", k, (int)token);
+      h_fill_pattern(RINGCC_INT32, owner(1, 0, k), 0, 7, buf, n);
+      if (!ok(h, h->comm, ringcc_send(buf, n, RINGCC_INT32, 0, h->comm, NULL),
+              "send large"))
+        return 1;
+    }
+  }
+  if (h->rank == 0)
+    printf("token then 4 MiB, blocking, 2 ranks: %.2f ms a round trip\n",
+           (h_now_s() - t0) * 1e3 / rounds);
+  free(buf);
+  return 0;
+}
+
+Test(p2p, token_then_large_blocking_tcp, .timeout = 120) {
+  run("token then large", 2, token_then_large_body, NULL, true, 0);
+}
+Test(p2p, token_then_large_blocking_shm, .timeout = 120) {
+  run("token then large", 2, token_then_large_body, NULL, false, 0);
+}
+
 /* Outside a group the same exchange still hangs, and says what to do. */
 static int send_send_body(h_ctx_t *h) {
   size_t n = 8 * MIB / 4;
