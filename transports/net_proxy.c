@@ -1233,19 +1233,23 @@ static struct rcc_proxy_conn *engine(const struct rcc_conn *c) {
   return c->engine;
 }
 
-/* A slot published: hand it to the network from the executor's thread, so
- * the proxy thread need not wake up; unless a send could not finish. A
- * receive slot freed is posted here too; where the proxy thread serves the
- * sockets (no executor drives them), it may be asleep in a poll() that
- * left this connection's sockets out, having had no receive posted on them
- * (all slots full), and would not see the bytes until its POLL_MS round:
- * ring it to poll again. */
+/* A slot published (a send filled, a receive slot freed): hand it to the
+ * network from the executor's thread, so the proxy thread need not wake
+ * up; unless a send could not finish. This hook stands in for the futex
+ * wake of a FIFO without an engine (rcc_host_wake), so it keeps that
+ * protocol too: a proxy thread asleep in idle_sleep is this FIFO word's
+ * waiter, and its poll() set predates what push just posted (a receive on
+ * a connection that had none pending, all its slots full, left the
+ * connection's sockets out of it: it would see the bytes only at its
+ * POLL_MS round), so it is rung to look again. */
 static void op_published(struct rcc_conn *end) {
   struct rcc_proxy_conn *c = engine(end);
+  uint32_t *waiters;
   if (push(c->proxy, c) != 0)
     drive(c->proxy, 0); /* the proxy thread finishes it */
-  else if (!c->is_send &&
-           !__atomic_load_n(&c->proxy->driven, __ATOMIC_ACQUIRE))
+  (void)idle_word(c, &waiters);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the post before the look */
+  if (__atomic_load_n(waiters, __ATOMIC_RELAXED) != 0)
     ring(c->proxy->doorbell);
 }
 
