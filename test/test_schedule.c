@@ -15,6 +15,14 @@
  *   even      the same run of plans without counts gives the same steps as
  *             plans whose counts are all equal (the layout the public
  *             collectives use)
+ *   alltoallv the AllToAllv schedule (lib/algo/direct.c) of every rank, n =
+ *             1..8, chunks of 1..4 elements, random uneven counts with
+ *             zeros and displacements out of order with gaps, run against
+ *             each other through FIFOs of two slots (the fewest
+ *             RINGCC_NSLOTS allows), a send waiting while its FIFO is full:
+ *             nobody is left waiting, every piece has the size its
+ *             receiver expects, and every element of every block lands
+ *             where its displacement says (the gaps untouched)
  *   executor  rcc_allgatherv_ring (coll.h) on 4 forked ranks over shared
  *             memory, one and three channels: the host executor runs an
  *             uneven plan, every element checked
@@ -395,6 +403,249 @@ Test(even, counts_all_equal_give_the_plain_plans_steps) {
               }
             }
       }
+  }
+}
+
+/* ---- AllToAllv through FIFOs of two slots -------------------------------- */
+
+#define A2AV_RANKS 8
+#define A2AV_SLOTS 2 /* RINGCC_NSLOTS' least */
+
+struct a2av_msg {
+  int64_t *data;
+  size_t nelem;
+};
+
+struct a2av_sim {
+  int n;
+  size_t sc[A2AV_RANKS][A2AV_RANKS], sd[A2AV_RANKS][A2AV_RANKS];
+  size_t rc[A2AV_RANKS][A2AV_RANKS], rd[A2AV_RANKS][A2AV_RANKS];
+  size_t slen[A2AV_RANKS], rlen[A2AV_RANKS];
+  int64_t *src[A2AV_RANKS], *dst[A2AV_RANKS];
+  /* fifo[q][r]: rank q to rank r, A2AV_SLOTS messages at most */
+  struct a2av_msg fifo[A2AV_RANKS][A2AV_RANKS][A2AV_SLOTS];
+  unsigned head[A2AV_RANKS][A2AV_RANKS], count[A2AV_RANKS][A2AV_RANKS];
+  char why[256];
+};
+
+/* A random layout: rank q sends rank r sc[q][r] elements (zeros often),
+ * its blocks in a shuffled order with gaps between them; r's receive
+ * displacements likewise. */
+static void a2av_layout(struct a2av_sim *m, int n, unsigned *seed) {
+  m->n = n;
+  for (int q = 0; q < n; q++)
+    for (int r = 0; r < n; r++) {
+      unsigned x = (unsigned)rand_r(seed);
+      m->sc[q][r] = x % 4 == 0 ? 0 : x % 23;
+      m->rc[r][q] = m->sc[q][r];
+    }
+  for (int q = 0; q < n; q++) {
+    int order[A2AV_RANKS];
+    for (int k = 0; k < 2; k++) { /* the send side, then the receive side */
+      size_t(*c)[A2AV_RANKS] = k == 0 ? m->sc : m->rc;
+      size_t(*d)[A2AV_RANKS] = k == 0 ? m->sd : m->rd;
+      for (int b = 0; b < n; b++)
+        order[b] = b;
+      for (int b = n - 1; b > 0; b--) {
+        int o = rand_r(seed) % (b + 1), t = order[b];
+        order[b] = order[o];
+        order[o] = t;
+      }
+      size_t at = 0;
+      for (int b = 0; b < n; b++) {
+        at += (size_t)(rand_r(seed) % 3); /* a gap */
+        d[q][order[b]] = at;
+        at += c[q][order[b]];
+      }
+      if (k == 0)
+        m->slen[q] = at + 1;
+      else
+        m->rlen[q] = at + 1;
+    }
+  }
+}
+
+/* Rank r's step s, against its FIFOs: 1 done, 0 must wait, -1 wrong. */
+static int a2av_run_step(struct a2av_sim *m, int r, const struct rcc_step *s) {
+  switch (s->kind) {
+  case RCC_STEP_COPY:
+    if (s->src_off + s->nelem > m->slen[r] ||
+        s->dst_off + s->nelem > m->rlen[r])
+      break;
+    memcpy(m->dst[r] + s->dst_off, m->src[r] + s->src_off,
+           s->nelem * sizeof(int64_t));
+    return 1;
+  case RCC_STEP_SEND: {
+    int to = s->send_peer;
+    if (to < 0 || to >= m->n || to == r || s->src_off + s->nelem > m->slen[r])
+      break;
+    if (m->count[r][to] == A2AV_SLOTS)
+      return 0;
+    struct a2av_msg *g =
+        &m->fifo[r][to][(m->head[r][to] + m->count[r][to]) % A2AV_SLOTS];
+    g->nelem = s->nelem;
+    g->data = malloc((s->nelem + 1) * sizeof(int64_t));
+    memcpy(g->data, m->src[r] + s->src_off, s->nelem * sizeof(int64_t));
+    m->count[r][to]++;
+    return 1;
+  }
+  case RCC_STEP_RECV: {
+    int from = s->recv_peer;
+    if (from < 0 || from >= m->n || from == r ||
+        s->dst_off + s->nelem > m->rlen[r])
+      break;
+    if (m->count[from][r] == 0)
+      return 0;
+    struct a2av_msg *g = &m->fifo[from][r][m->head[from][r]];
+    if (g->nelem != s->nelem) {
+      snprintf(m->why, sizeof m->why, "rank %d expects %zu elements from "
+               "rank %d; the piece holds %zu", r, s->nelem, from, g->nelem);
+      return -1;
+    }
+    memcpy(m->dst[r] + s->dst_off, g->data, s->nelem * sizeof(int64_t));
+    free(g->data);
+    m->head[from][r] = (m->head[from][r] + 1) % A2AV_SLOTS;
+    m->count[from][r]--;
+    return 1;
+  }
+  default:
+    break;
+  }
+  snprintf(m->why, sizeof m->why, "rank %d: step kind %d, peers %d/%d, "
+           "offsets %zu/%zu, %zu elements: not a step of this call", r,
+           s->kind, s->send_peer, s->recv_peer, s->src_off, s->dst_off,
+           s->nelem);
+  return -1;
+}
+
+/* Runs every rank's AllToAllv plan (chunk elements a piece) against the
+ * others; 0, or -1 with m->why. */
+static int a2av_simulate(struct a2av_sim *m, size_t chunk) {
+  int n = m->n;
+  struct rcc_plan plans[A2AV_RANKS];
+  uint64_t next[A2AV_RANKS] = {0};
+  for (int r = 0; r < n; r++) {
+    plans[r] = (struct rcc_plan){
+        .alg = RCC_ALG_PAIRWISE_V, .sched = RCC_SCHED_DIRECT,
+        .coll = RCC_COLL_ALLTOALLV, .nranks = n, .rank = r, .nchannels = 1,
+        .granule = 1, .counts = m->sc[r], .displs = m->sd[r],
+        .recv_counts = m->rc[r], .recv_displs = m->rd[r],
+        .chunk_elems = chunk, .root = -1};
+    rcc_plan_build(&plans[r]);
+  }
+  for (int progress = 1; progress;) {
+    progress = 0;
+    for (int r = 0; r < n; r++)
+      while (next[r] < plans[r].nsteps) {
+        struct rcc_step s;
+        rcc_plan_step(&plans[r], next[r], &s);
+        int ran = a2av_run_step(m, r, &s);
+        if (ran < 0)
+          return -1;
+        if (ran == 0)
+          break;
+        next[r]++;
+        progress = 1;
+      }
+  }
+  for (int r = 0; r < n; r++)
+    if (next[r] != plans[r].nsteps) {
+      snprintf(m->why, sizeof m->why, "rank %d stuck at step %llu of %llu",
+               r, (unsigned long long)next[r],
+               (unsigned long long)plans[r].nsteps);
+      return -1;
+    }
+  for (int q = 0; q < n; q++)
+    for (int r = 0; r < n; r++)
+      if (m->count[q][r] != 0) {
+        snprintf(m->why, sizeof m->why, "a piece from rank %d to rank %d "
+                 "was never received", q, r);
+        return -1;
+      }
+  return 0;
+}
+
+static int a2av_check(int n, size_t chunk, unsigned seed) {
+  static struct a2av_sim m;
+  unsigned s = seed;
+  int bad = 0;
+  memset(&m, 0, sizeof m);
+  a2av_layout(&m, n, &s);
+  for (int r = 0; r < n; r++) {
+    m.src[r] = malloc(m.slen[r] * sizeof(int64_t));
+    m.dst[r] = malloc(m.rlen[r] * sizeof(int64_t));
+    for (size_t e = 0; e < m.slen[r]; e++)
+      m.src[r][e] = input(r, e);
+    for (size_t e = 0; e < m.rlen[r]; e++)
+      m.dst[r][e] = GAP;
+  }
+  if (a2av_simulate(&m, chunk) != 0) {
+    bad = 1;
+    fprintf(stderr, "alltoallv n=%d chunk=%zu seed %u: %s\n", n, chunk, seed,
+            m.why);
+  }
+  for (int r = 0; r < n && !bad; r++)
+    for (size_t e = 0; e < m.rlen[r] && !bad; e++) {
+      int64_t want = GAP;
+      for (int q = 0; q < n; q++)
+        if (e >= m.rd[r][q] && e < m.rd[r][q] + m.rc[r][q])
+          want = input(q, m.sd[q][r] + (e - m.rd[r][q]));
+      if (m.dst[r][e] != want) {
+        bad = 1;
+        fprintf(stderr, "alltoallv n=%d chunk=%zu seed %u: rank %d element "
+                "%zu is %lld, not %lld\n", n, chunk, seed, r, e,
+                (long long)m.dst[r][e], (long long)want);
+      }
+    }
+  for (int q = 0; q < n; q++) {
+    free(m.src[q]);
+    free(m.dst[q]);
+    for (int r = 0; r < n; r++) /* pieces left by a failure */
+      for (; m.count[q][r] > 0; m.count[q][r]--) {
+        free(m.fifo[q][r][m.head[q][r]].data);
+        m.head[q][r] = (m.head[q][r] + 1) % A2AV_SLOTS;
+      }
+  }
+  return bad ? -1 : 0;
+}
+
+Test(alltoallv, every_rank_through_two_slot_fifos) {
+  int cases = 0;
+  for (int n = 1; n <= A2AV_RANKS; n++)
+    for (size_t chunk = 1; chunk <= 4; chunk++)
+      for (unsigned seed = 1; seed <= 40; seed++, cases++)
+        cr_assert_eq(a2av_check(n, chunk, seed * 7919u + (unsigned)n), 0);
+  cr_assert_eq(cases, 8 * 4 * 40);
+}
+
+/* Every step of a plan is one of its own and the steps past the end are
+ * none: the layer search stops at the plan's end. */
+Test(alltoallv, steps_past_the_end_are_none) {
+  static struct a2av_sim m;
+  unsigned seed = 12345;
+  for (int n = 2; n <= A2AV_RANKS; n++) {
+    memset(&m, 0, sizeof m);
+    a2av_layout(&m, n, &seed);
+    for (int r = 0; r < n; r++) {
+      struct rcc_plan p = {
+          .alg = RCC_ALG_PAIRWISE_V, .sched = RCC_SCHED_DIRECT,
+          .coll = RCC_COLL_ALLTOALLV, .nranks = n, .rank = r,
+          .nchannels = 1, .granule = 1, .counts = m.sc[r],
+          .displs = m.sd[r], .recv_counts = m.rc[r], .recv_displs = m.rd[r],
+          .chunk_elems = 3, .root = -1};
+      rcc_plan_build(&p);
+      struct rcc_step s;
+      for (uint64_t i = 1; i < p.nsteps; i++) {
+        rcc_plan_step(&p, i, &s);
+        cr_assert(s.kind == RCC_STEP_SEND || s.kind == RCC_STEP_RECV,
+                  "n=%d rank %d step %llu of %llu: kind %d", n, r,
+                  (unsigned long long)i, (unsigned long long)p.nsteps, s.kind);
+      }
+      for (uint64_t i = p.nsteps; i < p.nsteps + 3; i++) {
+        rcc_plan_step(&p, i, &s);
+        cr_assert_eq(s.kind, RCC_STEP_NONE);
+      }
+    }
   }
 }
 

@@ -443,12 +443,19 @@ static struct land *land_find(struct exec *x, const struct rcc_conn *c,
  * that refuses one may still take a later one (the verbs plugin lands only
  * receives it has not posted into a slot yet), so each is asked. */
 static void land_ahead(struct exec *x, uint64_t i) {
-  struct rcc_step s[LAND_AHEAD];
+  struct rcc_step *s = x->ahead;
   int n = 0;
   if (x->nland == LAND_MAX)
     return;
-  for (uint64_t j = i; j < x->plan->nsteps && n < LAND_AHEAD; j++)
+  if (i >= x->ahead_at && i < x->ahead_at + (uint64_t)x->nahead) {
+    n = x->nahead - (int)(i - x->ahead_at); /* the steps still ahead */
+    memmove(s, s + (i - x->ahead_at), (size_t)n * sizeof(*s));
+  }
+  for (uint64_t j = i + (uint64_t)n; j < x->plan->nsteps && n < LAND_AHEAD;
+       j++)
     rcc_plan_step(x->plan, j, &s[n++]);
+  x->ahead_at = i;
+  x->nahead = n;
   for (int a = 0; a < n && x->nland < LAND_MAX; a++) {
     const struct rcc_step *t = &s[a];
     if (t->kind != RCC_STEP_RECV && t->kind != RCC_STEP_RECV_COPY_SEND)
@@ -744,6 +751,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
                               void *dst, ringcc_datatype_t dt, ringcc_op_t op) {
   struct lent_send lent[LENT_MAX]; /* only [0, nlent) is ever read */
   struct land lands[LAND_MAX];
+  struct rcc_step ahead[LAND_AHEAD];
   struct exec x = {
       .comm = comm,
       .plan = plan,
@@ -764,6 +772,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
               plan->coll != RCC_COLL_RECV &&
               plan->chunk_elems * ringcc_datatype_size(dt) >= LAND_MIN_BYTES,
       .lands = lands,
+      .ahead = ahead,
       .stats = comm->stats,
       .timing = comm->stats->timing,
   };
@@ -847,6 +856,7 @@ static int chan_ready(struct exec *x, const struct chan *k,
 
 static void chan_select(struct exec *x, struct chan *k, int c) {
   x->plan = &k->plan;
+  x->nahead = 0; /* land_ahead's steps were another plan's */
   x->src = k->src;
   x->dst = k->dst;
   x->esize = k->esize;

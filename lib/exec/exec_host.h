@@ -75,6 +75,13 @@ struct exec {
   int land;           /* network receives may land in dst */
   int nland;
   struct land *lands; /* LAND_MAX entries, nland in use */
+  /* The steps land_ahead looked at last: steps ahead_at .. ahead_at +
+   * nahead - 1 of the plan (LAND_AHEAD entries), kept for its next look,
+   * which starts a step or a few later (a step of AllToAllv's schedule costs
+   * a search over its layers). */
+  struct rcc_step *ahead;
+  uint64_t ahead_at;
+  int nahead;
   int channel;        /* of the plan running: which FIFOs its steps use */
   struct rcc_stats *stats; /* bytes per edge; waits when timing */
   int timing;              /* waits are timed (stats.h) */
