@@ -29,20 +29,20 @@
  *              recvcounts[r] on rank p (checked by the size of every
  *              piece), so both ends skip it alike.
  *              T = (n-1)*alpha + max over ranks of the bytes sent * beta
- *              Before 2026-12-06 it went round by round (rank r sending to
- *              (r+k)%n and receiving from (r-k)%n in round k, one pair at
- *              a time); every pair at once took 4-37% less time over TCP
- *              at n = 4 from 64 KiB blocks: a rank whose round's peer has
- *              no CPU still moves the others' pieces (docs/performance.md).
+ *              Rounds of one pair at a time (rank r sending to (r+k)%n
+ *              and receiving from (r-k)%n in round k, as AllToAll does)
+ *              were slower over TCP: a rank whose round's peer had no CPU
+ *              waited, where now it moves the others' pieces (measured in
+ *              docs/performance.md).
  *
  * Counts are in elements, pieces at most chunk_elems (one FIFO slot).
  */
 #include "algorithms.h"
 #include "schedule.h"
 
-/* AllToAllv's sends run this many pieces ahead of its receives: 1 was the
- * fastest of 0, 1, 2 and 4 over TCP at n = 4 (by 1-5%, 2026-12-06). A FIFO
- * must hold A2AV_AHEAD + 1 pieces of a pair: RINGCC_NSLOTS >= 2. */
+/* AllToAllv's sends run this many pieces ahead of its receives (the
+ * fastest of 0, 1, 2 and 4 over TCP: docs/performance.md). A FIFO must hold
+ * A2AV_AHEAD + 1 pieces of a pair: RINGCC_NSLOTS >= 2. */
 #define A2AV_AHEAD 1
 
 /* Gather, Scatter; AllToAllv with S = the most bytes one rank sends (the
