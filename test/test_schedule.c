@@ -181,6 +181,35 @@ static int run_step(struct sim *m, int r, const struct rcc_step *s) {
   return 1;
 }
 
+/* Runs the ranks' plans against each other, each as far as step() lets it
+ * (1: the step ran, 0: it must wait for another rank), round after round,
+ * until none moves; next[r] is where rank r stopped. -1 where step() found
+ * a step wrong. */
+static int run_plans(int n, const struct rcc_plan *plans, uint64_t *next,
+                     int (*step)(void *ctx, int r, const struct rcc_step *s),
+                     void *ctx) {
+  for (int progress = 1; progress;) {
+    progress = 0;
+    for (int r = 0; r < n; r++)
+      while (next[r] < plans[r].nsteps) {
+        struct rcc_step s;
+        rcc_plan_step(&plans[r], next[r], &s);
+        int ran = step(ctx, r, &s);
+        if (ran < 0)
+          return -1;
+        if (ran == 0)
+          break;
+        next[r]++;
+        progress = 1;
+      }
+  }
+  return 0;
+}
+
+static int ring_step(void *ctx, int r, const struct rcc_step *s) {
+  return run_step(ctx, r, s);
+}
+
 /* Rank r's plan of channel c of the call. */
 static void channel_plan(const struct layout *l, int coll, int r, int c,
                          int nch, size_t chunk, size_t granule, int uneven,
@@ -221,22 +250,8 @@ static int simulate(struct sim *m, int nch, size_t chunk, size_t granule,
     for (int r = 0; r < m->n; r++)
       channel_plan(m->l, m->coll, r, c, nch, chunk, granule, uneven, ring,
                    ring_rev, &plans[r]);
-    for (int progress = 1; progress;) {
-      progress = 0;
-      for (int r = 0; r < m->n; r++) {
-        while (next[r] < plans[r].nsteps) {
-          struct rcc_step s;
-          rcc_plan_step(&plans[r], next[r], &s);
-          int ran = run_step(m, r, &s);
-          if (ran < 0)
-            return -1;
-          if (ran == 0)
-            break;
-          next[r]++;
-          progress = 1;
-        }
-      }
-    }
+    if (run_plans(m->n, plans, next, ring_step, m) != 0)
+      return -1;
     for (int r = 0; r < m->n; r++) {
       if (next[r] != plans[r].nsteps) {
         snprintf(m->why, sizeof m->why, "channel %d: rank %d stuck at step "
@@ -518,6 +533,10 @@ static int a2av_run_step(struct a2av_sim *m, int r, const struct rcc_step *s) {
   return -1;
 }
 
+static int a2av_step(void *ctx, int r, const struct rcc_step *s) {
+  return a2av_run_step(ctx, r, s);
+}
+
 /* Runs every rank's AllToAllv plan (chunk elements a piece) against the
  * others; 0, or -1 with m->why. */
 static int a2av_simulate(struct a2av_sim *m, size_t chunk) {
@@ -533,21 +552,8 @@ static int a2av_simulate(struct a2av_sim *m, size_t chunk) {
         .chunk_elems = chunk, .root = -1};
     rcc_plan_build(&plans[r]);
   }
-  for (int progress = 1; progress;) {
-    progress = 0;
-    for (int r = 0; r < n; r++)
-      while (next[r] < plans[r].nsteps) {
-        struct rcc_step s;
-        rcc_plan_step(&plans[r], next[r], &s);
-        int ran = a2av_run_step(m, r, &s);
-        if (ran < 0)
-          return -1;
-        if (ran == 0)
-          break;
-        next[r]++;
-        progress = 1;
-      }
-  }
+  if (run_plans(n, plans, next, a2av_step, m) != 0)
+    return -1;
   for (int r = 0; r < n; r++)
     if (next[r] != plans[r].nsteps) {
       snprintf(m->why, sizeof m->why, "rank %d stuck at step %llu of %llu",
