@@ -616,12 +616,10 @@ static int a2av_check(int n, size_t chunk, unsigned seed) {
 }
 
 Test(alltoallv, every_rank_through_two_slot_fifos) {
-  int cases = 0;
   for (int n = 1; n <= A2AV_RANKS; n++)
     for (size_t chunk = 1; chunk <= 4; chunk++)
-      for (unsigned seed = 1; seed <= 40; seed++, cases++)
+      for (unsigned seed = 1; seed <= 40; seed++)
         cr_assert_eq(a2av_check(n, chunk, seed * 7919u + (unsigned)n), 0);
-  cr_assert_eq(cases, 8 * 4 * 40);
 }
 
 /* Every step of a plan is one of its own and the steps past the end are

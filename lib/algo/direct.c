@@ -21,10 +21,14 @@
  *              receives piece j of the block of each peer (r-k)%n, where
  *              those blocks have such pieces. Sends run one piece ahead of
  *              receives (A2AV_AHEAD), so while a rank copies what arrived
- *              the next pieces are already on their way; a FIFO holds at
- *              most two of a pair's pieces that its receiver has not
- *              taken, and RINGCC_NSLOTS is at least 2, so no rank waits
- *              for a slot that only a waiting rank could free. A side of 0
+ *              the next pieces are already on their way. With two slots a
+ *              FIFO (RINGCC_NSLOTS >= 2) nothing deadlocks: a send of piece
+ *              j+1 (layer j) that finds its FIFO full waits for a receiver
+ *              that has not taken piece j-1, so is at a layer below j; a
+ *              receive of piece j waits for a sender that has not sent
+ *              it, so is at a layer below j-1; the rank at the lowest
+ *              layer therefore never waits. (One slot would let a send
+ *              wait for a receiver at the same layer.) A side of 0
  *              elements has no step: sendcounts[p] on rank r equals
  *              recvcounts[r] on rank p (checked by the size of every
  *              piece), so both ends skip it alike.
@@ -105,20 +109,17 @@ RCC_HD void rcc_plan_direct(struct rcc_plan *p) {
     p->nsteps = pieces;
 }
 
-/* AllToAllv step i >= 1: its layer j (a binary search over a2av_before,
- * O(n log(pieces)) divisions), then its place in that layer. */
+/* AllToAllv step 1 <= i < nsteps: its layer j (a binary search over
+ * a2av_before, O(n log(pieces)) divisions), then its place in that layer. */
 RCC_HD static void alltoallv_step(const struct rcc_plan *p, uint64_t i,
                                   struct rcc_step *s) {
   int n = p->nranks, r = p->rank;
   size_t C = p->chunk_elems;
   uint64_t t = i - 1;
-  /* a2av_before(lo) <= t < a2av_before(hi) */
+  /* a2av_before(lo) <= t < a2av_before(hi); t < nsteps - 1, all layers'
+   * steps, so the doubling ends */
   int64_t lo = -A2AV_AHEAD, hi = 1;
   while (a2av_before(p, hi) <= t) {
-    if (hi > ((int64_t)1 << 61)) { /* past the end: no such step */
-      s->kind = RCC_STEP_NONE;
-      return;
-    }
     lo = hi;
     hi *= 2;
   }
@@ -157,7 +158,6 @@ RCC_HD static void alltoallv_step(const struct rcc_plan *p, uint64_t i,
     s->nelem = rcc_min_sz(C, p->recv_counts[from] - off);
     return;
   }
-  s->kind = RCC_STEP_NONE; /* past the end: no such step */
 }
 
 /* Gather, Scatter: the root's step i >= 1 is piece (i-1)/(n-1) of peer
@@ -207,6 +207,10 @@ RCC_HD void rcc_direct_step(const struct rcc_plan *p, uint64_t i,
   rcc_step_whole(p, s);
   if (p->coll != RCC_COLL_ALLTOALLV) {
     rooted_step(p, i, s);
+    return;
+  }
+  if (i >= p->nsteps) { /* past the end: no such step */
+    s->kind = RCC_STEP_NONE;
     return;
   }
   if (i == 0) { /* the own block: a local copy */
