@@ -307,15 +307,12 @@ static int resync_recv(struct rcc_proxy *px, struct rcc_proxy_conn *c,
   return 1;
 }
 
-/* Posts what can be posted and retires what completed; returns progress. */
-static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
-                         ringcc_result_t *r) {
+/* Hands the published slots of a send connection to the plugin (which may
+ * only queue them); 1 if any. */
+static int post_sends(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                      uint32_t tail, ringcc_result_t *r) {
   char err[RCC_ERRLEN];
   int moved = 0;
-  uint32_t tail = __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE);
-
-  if (c->net_comm == NULL)
-    return 0; /* a lazy link not made yet (progress_links) */
   while (c->posted != tail) {
     uint32_t slot = c->posted % c->nslots;
     uint64_t meta = c->fifo->meta[slot];
@@ -334,6 +331,20 @@ static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
     c->posted++;
     moved = 1;
   }
+  return moved;
+}
+
+/* Posts what can be posted and retires what completed; returns progress. */
+static int progress_send(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                         ringcc_result_t *r) {
+  char err[RCC_ERRLEN];
+  uint32_t tail = __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE);
+
+  if (c->net_comm == NULL)
+    return 0; /* a lazy link not made yet (progress_links) */
+  int moved = post_sends(px, c, tail, r);
+  if (c->failed)
+    return 0;
   if (c->resync != 0 && c->resync != 3 && resync_send(px, c, tail, r))
     moved = 1;
   if (c->failed)
@@ -1253,6 +1264,37 @@ static void op_published(struct rcc_conn *end) {
     ring(c->proxy->doorbell);
 }
 
+/* A send published to leave with the ones the executor publishes next
+ * (published_later in proto.h): handed to the plugin, which queues it
+ * (TCP) or posts it (verbs); op_flush, or the executor's next wait, moves
+ * the queue, so a run of sends leaves in one sendmsg() a socket, not one
+ * each (docs/performance.md). The proxy thread, if it runs a round
+ * meanwhile, may send them sooner. */
+static void op_published_later(struct rcc_conn *end) {
+  struct rcc_proxy_conn *c = engine(end);
+  struct rcc_proxy *px = c->proxy;
+  pthread_mutex_lock(&px->lock);
+  want_link(px, c);
+  if (!c->failed && c->net_comm != NULL) {
+    ringcc_result_t r = RINGCC_SUCCESS;
+    (void)post_sends(px, c, __atomic_load_n(&c->fifo->tail, __ATOMIC_ACQUIRE),
+                     &r);
+    publish_failure(px);
+  }
+  pthread_mutex_unlock(&px->lock);
+}
+
+/* Moves what op_published_later queued on c (all of c's posted sends); as
+ * op_published, unless the executor waits through the engine next
+ * (then_wait), which then moves what the sockets could not take yet: the
+ * proxy thread is left asleep. */
+static void op_flush(struct rcc_conn *end, int then_wait) {
+  if (!then_wait)
+    op_published(end);
+  else
+    (void)push(engine(end)->proxy, engine(end));
+}
+
 /* Waiting on a network FIFO: this thread sleeps in poll() on the sockets
  * itself and progresses the connections that are ready (the proxy thread
  * stands aside), so a message that arrives wakes the thread that wants it,
@@ -1336,6 +1378,8 @@ static void op_reclaim(struct rcc_conn *end) {
 
 static const struct rcc_conn_ops net_conn_ops = {
     .published = op_published,
+    .published_later = op_published_later,
+    .flush = op_flush,
     .wait = op_wait,
     .notify = op_notify,
     .release = op_release,

@@ -506,9 +506,49 @@ static void land_release(struct exec *x) {
   x->nland = 0;
 }
 
-/* Publishes a network slot whose bytes are at p (NULL: in the slot). */
+/* ---- sends that leave together ----------------------------------------------
+ *
+ * A run of plain sends from the user's buffers (a Scatter root's pieces, a
+ * Broadcast root's, an AllToAllv layer's) is published without a copy, a
+ * few microseconds apart. Handed to the network one by one, each leaves in
+ * a sendmsg() of its own; held until the run ends (published_later), a
+ * socket's queue leaves in one, which the kernel's loopback and TCP paths
+ * take at the rate of one large write (docs/performance.md). Nothing is
+ * held across anything that takes time: the loop flushes before any other
+ * step, and a send that waits for a free slot or for a lent send to leave
+ * waits through the engine, which moves them all. */
+
+static void held_flush(struct exec *x, int then_wait) {
+  /* Only the last may wake the engine's thread for what is left: before
+   * it, the others' sends still count as pending. */
+  for (int i = 0; i < x->nheld; i++)
+    x->held[i]->ops->flush(x->held[i], then_wait || i < x->nheld - 1);
+  x->nheld = 0;
+}
+
+/* Whether step s may run with sends still held: it is one more send over
+ * a network connection. */
+static int holds_through(const struct exec *x, const struct rcc_step *s) {
+  return s->kind == RCC_STEP_SEND && send_conn(x, s)->ops != NULL;
+}
+
+/* c's next publish may be held: c is noted among the held connections. */
+static int hold_on(struct exec *x, struct rcc_conn *c) {
+  if (!x->hold || c->ops->published_later == NULL || c->ops->flush == NULL)
+    return 0;
+  for (int i = 0; i < x->nheld; i++)
+    if (x->held[i] == c)
+      return 1;
+  if (x->nheld == RCC_HELD_MAX)
+    held_flush(x, 0);
+  x->held[x->nheld++] = c;
+  return 1;
+}
+
+/* Publishes a network slot whose bytes are at p (NULL: in the slot); the
+ * send of a plain SEND step from the user's buffer may be held (above). */
 static int send_publish(struct exec *x, struct rcc_conn *c, const char *p,
-                        size_t bytes, uint64_t meta) {
+                        size_t bytes, uint64_t meta, int plain) {
   if (p != NULL && x->nlent == LENT_MAX) {
     /* Forget those that left; wait only if none did. */
     for (int i = 0; i < x->nlent;)
@@ -522,7 +562,12 @@ static int send_publish(struct exec *x, struct rcc_conn *c, const char *p,
   }
   if (can_lend(c)) /* p, or NULL: this slot's bytes are in the slot */
     c->ops->lend(c, p);
-  rcc_proto_send_end(c, meta);
+  if (plain && p != NULL && hold_on(x, c)) {
+    rcc_proto_send_post(c, meta);
+    c->ops->published_later(c);
+  } else {
+    rcc_proto_send_end(c, meta);
+  }
   if (p != NULL)
     x->lent[x->nlent++] = (struct lent_send){p, bytes, c, c->step};
   return RINGCC_SUCCESS;
@@ -609,7 +654,7 @@ static ringcc_result_t send_half(struct exec *x, const struct rcc_step *s) {
     return r;
   if (lent == NULL)
     copy_bytes(out, x->src + s->src_off * x->esize, bytes);
-  return send_publish(x, sc, lent, bytes, meta_of(s, bytes));
+  return send_publish(x, sc, lent, bytes, meta_of(s, bytes), 0);
 }
 
 static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
@@ -678,7 +723,8 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
       (r = lent_wait(x, x->dst + s->dst_off * x->esize, bytes)) != 0)
     return r;
   step_data(x, s, in, out);
-  if (sc && (r = send_publish(x, sc, lent, bytes, meta_of(s, bytes))) != 0)
+  if (sc && (r = send_publish(x, sc, lent, bytes, meta_of(s, bytes),
+                             s->kind == RCC_STEP_SEND)) != 0)
     return r;
   if (sc)
     rcc_stats_sent(x->stats, s->send_peer, bytes);
@@ -766,6 +812,7 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
        * data is in the slots, as it always has. */
       .lending = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND,
       .lent = lent,
+      .hold = 1,
       /* Only where pieces are large enough to be worth it; not for
        * ringcc_recv (its message may be shorter than the buffer). */
       .land = comm->set.net_zerocopy && plan->coll != RCC_COLL_SEND &&
@@ -792,9 +839,13 @@ ringcc_result_t rcc_exec_host(struct ringcc_comm *comm,
     RCC_PUT(x.at->kind, (int)cur.kind);
     RCC_PUT(x.at->block, cur.block);
     RCC_PUT(x.at->nelem, cur.nelem);
+    if (x.nheld > 0 && !holds_through(&x, &cur))
+      held_flush(&x, 0);
     r = traced ? traced_step(&x, &cur, i, STEP_WHOLE)
                : run_step(&x, &cur, i);
   }
+  /* Every held send is lent: lent_wait, next, waits for them to leave. */
+  held_flush(&x, r == RINGCC_SUCCESS);
   if (r == RINGCC_SUCCESS && x.nlent > 0)
     r = lent_wait(&x, NULL, 0);
   if (r != RINGCC_SUCCESS && x.nlent > 0)

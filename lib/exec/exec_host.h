@@ -58,6 +58,8 @@ struct land {
   char *p;
 };
 
+#define RCC_HELD_MAX 16 /* connections with sends held at once (exec.hold) */
+
 struct exec {
   struct ringcc_comm *comm;
   const struct rcc_plan *plan;
@@ -72,6 +74,13 @@ struct exec {
   int nlent;
   struct lent_send *lent; /* LENT_MAX entries, nlent in use (not zeroed
                              per call) */
+  /* Network sends lent from the user's buffers that wait for the next ones
+   * (published_later, proto.h): only the single-channel loop holds them,
+   * and it flushes their connections before every step but another such
+   * send, and at the end. */
+  int hold;
+  int nheld;
+  struct rcc_conn *held[RCC_HELD_MAX];
   int land;           /* network receives may land in dst */
   int nland;
   struct land *lands; /* LAND_MAX entries, nland in use */

@@ -142,6 +142,17 @@ struct rcc_conn_ops {
    * progresses several channels and sleeps on their counters): the
    * engine's own thread moves the slots and wakes futex sleepers. */
   void (*release)(struct rcc_conn *c);
+  /* Send FIFO, optional (with flush): like published, but the engine may
+   * hold the slot back until flush(c), or until the executor next waits
+   * through it, so that the sends the executor publishes one after another
+   * leave together (over TCP, in one sendmsg() a socket; see
+   * docs/performance.md). The executor flushes before anything but another
+   * such send, so no send is held while the executor computes or waits
+   * elsewhere. */
+  void (*published_later)(struct rcc_conn *c);
+  /* then_wait: the executor waits through the engine next (wait()), so what
+   * the network cannot take at once may wait for it. */
+  void (*flush)(struct rcc_conn *c, int then_wait);
   /* Send FIFO, before every publish where the engine offers it: the slot
    * about to be published (number c->step) leaves from p instead, which the
    * executor keeps unchanged until the FIFO's head passes it (a send
@@ -189,12 +200,19 @@ RCC_HD static inline int rcc_proto_send_begin(void *ctx, struct rcc_conn *c,
   return 0;
 }
 
-/* Sender: publish the slot filled since rcc_proto_send_begin. */
-RCC_HD static inline void rcc_proto_send_end(struct rcc_conn *c,
-                                             uint64_t meta) {
+/* Sender: make the slot filled since rcc_proto_send_begin visible, without
+ * waking anybody (rcc_proto_send_end does both). */
+RCC_HD static inline void rcc_proto_send_post(struct rcc_conn *c,
+                                              uint64_t meta) {
   c->fifo->meta[c->step % c->nslots] = meta;
   c->step++;
   RCC_STORE_RELEASE(&c->fifo->tail, c->step);
+}
+
+/* Sender: publish the slot filled since rcc_proto_send_begin. */
+RCC_HD static inline void rcc_proto_send_end(struct rcc_conn *c,
+                                             uint64_t meta) {
+  rcc_proto_send_post(c, meta);
   RCC_PROTO_WAKE(c, &c->fifo->tail, &c->fifo->tail_waiters);
 }
 
