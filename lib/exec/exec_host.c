@@ -509,7 +509,7 @@ static void land_release(struct exec *x) {
 /* ---- sends that leave together ----------------------------------------------
  *
  * A run of plain sends from the user's buffers (a Scatter root's pieces, a
- * Broadcast root's, an AllToAllv layer's) is published without a copy, a
+ * Gather peer's, an AllToAllv layer's) is published without a copy, a
  * few microseconds apart. Handed to the network one by one, each leaves in
  * a sendmsg() of its own; held until the run ends (published_later), a
  * socket's queue leaves in one, which the kernel's loopback and TCP paths
