@@ -21,7 +21,9 @@
 # Gather and Scatter by the FIFOs' direct schedule, AllToAllv by the
 # pairwise exchange, at every size; with ringcc-cma, the tuner's
 # threshold), ringcc-tcp (RINGCC_SHM_DISABLE=1), mpi-vader (btl
-# self,vader), mpi-tcp (btl self,tcp on lo).
+# self,vader), mpi-tcp (btl self,tcp on lo), tcp-raw (bench/tcp_bench.c:
+# the same exchange written directly on one loopback socket per pair, no
+# library: what the exchange itself costs over TCP here).
 #
 # Sizes: per-rank blocks of 1 KiB to the --max of each n (default 64 MiB at
 # n = 4, 16 MiB at n = 8: the buffers of 8 ranks at 64 MiB a block are 8 GiB,
@@ -42,7 +44,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4
+configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp tcp-raw" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4
 out=build/bench-results/vcoll-$(date -u +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -62,7 +64,9 @@ mkdir -p "$out/logs" build/bench
 make --no-print-directory all > "$out/build.log" 2>&1 || { echo "make all failed: $out/build.log" >&2; exit 1; }
 gcc -std=c11 -O2 -g -Wall -Wextra -Werror -c bench/bench_common.c -o build/bench/bench_common.o &&
   mpicc -std=c11 -O2 -g -Wall -Wextra -Werror bench/mpi_bench.c build/bench/bench_common.o \
-    -o build/bench/mpi-bench -lm || exit 1
+    -o build/bench/mpi-bench -lm &&
+  gcc -std=c11 -O2 -g -Wall -Wextra -Werror bench/tcp_bench.c build/bench/bench_common.o \
+    -o build/bench/tcp-bench -lm || exit 1
 BIN=$ROOT/build/bin BB=$ROOT/build/bench
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca pml ob1)
 read -r -a CONFIGS <<< "$configs"
@@ -89,6 +93,7 @@ for rep in $(seq 1 "$reps"); do
           ringcc-fifo) cmd=(env -u RINGCC_SHM_DISABLE RINGCC_ALGO=direct "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           ringcc-tcp) cmd=(env RINGCC_SHM_DISABLE=1 RINGCC_SOCKET_IFNAME==lo "$BIN/ringcc-run" -np "$n" --no-prefix "$BIN/ringcc-bench" --coll "$coll" "${args[@]}") ;;
           mpi-vader) cmd=("${MPIRUN[@]}" --mca btl self,vader -np "$n" "$BB/mpi-bench" --coll "$coll" "${args[@]}" --in-place 0) ;;
+          tcp-raw) cmd=("$BB/tcp-bench" --nranks "$n" --coll "$coll" "${args[@]}") ;;
           mpi-tcp) cmd=("${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np "$n" "$BB/mpi-bench" --coll "$coll" "${args[@]}" --in-place 0) ;;
         esac
         load=$(cut -d' ' -f1 /proc/loadavg)
@@ -115,19 +120,21 @@ for path in glob.glob(os.path.join(out, "logs", "*.log")):
         if len(f) >= 9 and f[0].isdigit() and f[2] == "float32":
             rows.setdefault((coll, n, int(f[0]) // n), {}).setdefault(cfg, []).append(float(f[5]))
             wrong += int(f[8]) if f[8].isdigit() else 0
-order = ["ringcc-shm", "ringcc-nothp", "ringcc-reg", "ringcc-cma", "ringcc-fifo", "mpi-vader", "ringcc-tcp", "mpi-tcp"]
+order = ["ringcc-shm", "ringcc-nothp", "ringcc-reg", "ringcc-cma", "ringcc-fifo", "mpi-vader", "ringcc-tcp", "mpi-tcp", "tcp-raw"]
 present = [c for c in order if any(c in v for v in rows.values())]
 ratios = [(m, r) for m, r in (("mpi-vader", "ringcc-shm"), ("mpi-vader", "ringcc-nothp"),
                                ("mpi-vader", "ringcc-reg"),
                                ("mpi-vader", "ringcc-cma"),
-                               ("mpi-tcp", "ringcc-tcp"), ("ringcc-fifo", "ringcc-cma"))
+                               ("mpi-tcp", "ringcc-tcp"), ("tcp-raw", "ringcc-tcp"),
+                               ("tcp-raw", "mpi-tcp"), ("ringcc-fifo", "ringcc-cma"))
           if m in present and r in present]
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 with open(os.path.join(out, "table.md"), "w") as t:
     t.write(f"median time per call (us) over the repetitions; block = bytes per rank; "
             f"ratio = Open MPI / ringcc (> 1: ringcc faster; ringcc-fifo/ringcc-cma > 1: "
-            f"cross-memory attach faster); wrong elements: {wrong}\n\n")
+            f"cross-memory attach faster; tcp-raw/X > 1: X faster than the raw sockets); "
+            f"wrong elements: {wrong}\n\n")
     t.write("| coll | n | block | " + " | ".join(present) + " | "
             + " | ".join(f"{m}/{r}" for m, r in ratios) + " |\n")
     t.write("|---" * (3 + len(present) + len(ratios)) + "|\n")
