@@ -441,15 +441,28 @@ static struct land *land_find(struct exec *x, const struct rcc_conn *c,
 
 /* Lands the receives of steps i .. i + LAND_AHEAD that can. A connection
  * that refuses one may still take a later one (the verbs plugin lands only
- * receives it has not posted into a slot yet), so each is asked. */
+ * receives it has not posted into a slot yet), so each is asked. It runs
+ * before every receive, so it stays linear in the look-ahead: one pass
+ * counts each receive's message number on its connection, and a receive
+ * found clear of the steps before it (x->clear) is not checked again (the
+ * window only loses steps before it as it moves on, and a send lent since
+ * came from one of those, checked then). */
 static void land_ahead(struct exec *x, uint64_t i) {
   struct rcc_step *s = x->ahead;
-  int n = 0;
+  struct {
+    const struct rcc_conn *conn;
+    uint32_t n; /* receives on conn in the window so far */
+  } seen[LAND_AHEAD];
+  int n = 0, nseen = 0;
   if (x->nland == LAND_MAX)
     return;
   if (i >= x->ahead_at && i < x->ahead_at + (uint64_t)x->nahead) {
-    n = x->nahead - (int)(i - x->ahead_at); /* the steps still ahead */
-    memmove(s, s + (i - x->ahead_at), (size_t)n * sizeof(*s));
+    int moved = (int)(i - x->ahead_at); /* < nahead <= LAND_AHEAD */
+    n = x->nahead - moved; /* the steps still ahead */
+    memmove(s, s + moved, (size_t)n * sizeof(*s));
+    x->clear >>= moved;
+  } else {
+    x->clear = 0;
   }
   for (uint64_t j = i + (uint64_t)n; j < x->plan->nsteps && n < LAND_AHEAD;
        j++)
@@ -458,25 +471,37 @@ static void land_ahead(struct exec *x, uint64_t i) {
   x->nahead = n;
   for (int a = 0; a < n && x->nland < LAND_MAX; a++) {
     const struct rcc_step *t = &s[a];
-    if (t->kind != RCC_STEP_RECV && t->kind != RCC_STEP_RECV_COPY_SEND)
+    if (!receives(t->kind))
       continue;
-    size_t bytes = t->nelem * x->esize;
     struct rcc_conn *rc = recv_conn(x, t);
-    if (rc->ops == NULL || rc->ops->land == NULL || bytes < LAND_MIN_BYTES)
-      continue;
-    uint32_t seq = rc->step; /* this step's message on rc */
-    for (int b = 0; b < a; b++)
-      seq += receives(s[b].kind) && recv_conn(x, &s[b]) == rc;
-    if (land_find(x, rc, seq) != NULL)
+    int k = 0;
+    while (k < nseen && seen[k].conn != rc)
+      k++;
+    if (k == nseen) {
+      seen[k].conn = rc;
+      seen[k].n = 0;
+      nseen++;
+    }
+    uint32_t seq = rc->step + seen[k].n++; /* this step's message on rc */
+    size_t bytes = t->nelem * x->esize;
+    if ((t->kind != RCC_STEP_RECV && t->kind != RCC_STEP_RECV_COPY_SEND) ||
+        rc->ops == NULL || rc->ops->land == NULL || bytes < LAND_MIN_BYTES ||
+        land_find(x, rc, seq) != NULL)
       continue;
     char *p = x->dst + t->dst_off * x->esize;
-    int clash = 0;
-    for (int b = 0; b < a && !clash; b++)
-      clash = step_touches(x, &s[b], p, bytes);
-    for (int z = 0; z < x->nlent && !clash; z++)
-      clash = overlaps(x->lent[z].p, x->lent[z].len, p, bytes) &&
-              !lent_done(&x->lent[z]);
-    if (!clash && rc->ops->land(rc, seq, p, bytes))
+    uint64_t bit = (uint64_t)1 << a;
+    if (!(x->clear & bit)) {
+      int clash = 0;
+      for (int b = 0; b < a && !clash; b++)
+        clash = step_touches(x, &s[b], p, bytes);
+      for (int z = 0; z < x->nlent && !clash; z++)
+        clash = overlaps(x->lent[z].p, x->lent[z].len, p, bytes) &&
+                !lent_done(&x->lent[z]);
+      if (clash)
+        continue;
+      x->clear |= bit;
+    }
+    if (rc->ops->land(rc, seq, p, bytes))
       x->lands[x->nland++] = (struct land){rc, seq, p};
   }
 }

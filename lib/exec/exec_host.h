@@ -91,6 +91,7 @@ struct exec {
   struct rcc_step *ahead;
   uint64_t ahead_at;
   int nahead;
+  uint64_t clear; /* bit a: ahead[a] checked clear of the steps before it */
   int channel;        /* of the plan running: which FIFOs its steps use */
   struct rcc_stats *stats; /* bytes per edge; waits when timing */
   int timing;              /* waits are timed (stats.h) */
