@@ -442,11 +442,11 @@ static struct land *land_find(struct exec *x, const struct rcc_conn *c,
 /* Lands the receives of steps i .. i + LAND_AHEAD that can. A connection
  * that refuses one may still take a later one (the verbs plugin lands only
  * receives it has not posted into a slot yet), so each is asked. It runs
- * before every receive, so it stays linear in the look-ahead: one pass
- * counts each receive's message number on its connection, and a receive
- * found clear of the steps before it (x->clear) is not checked again (the
- * window only loses steps before it as it moves on, and a send lent since
- * came from one of those, checked then). */
+ * before every receive, so a pass does little more than look at each step
+ * ahead once: one pass counts each receive's message number on its
+ * connection, and a receive found clear of the steps before it (x->clear)
+ * is not checked again (the window only loses steps before it as it moves
+ * on, and a send lent since came from one of those, checked then). */
 static void land_ahead(struct exec *x, uint64_t i) {
   struct rcc_step *s = x->ahead;
   struct {
