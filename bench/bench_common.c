@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1431,4 +1433,107 @@ int bc_run(const struct bc_backend *be, const struct bc_options *o, int rank,
   if (t.wrong) return BC_EXIT_WRONG;
   /* rank 0's JSON failure is every rank's */
   return be->sum_ll(be->ctx, status) ? BC_EXIT_FAILED : 0;
+}
+
+/* ---- ranks forked by the program (BC_OPT_FORK) ------------------------ */
+
+#define FORK_MAX 1024
+static pid_t g_ranks[FORK_MAX]; /* 0 once reaped */
+static int g_nranks;
+static const char *g_prog;
+static volatile sig_atomic_t g_watchdog_fired = 0;
+static volatile sig_atomic_t g_stop_signal = 0; /* SIGTERM/SIGINT/SIGHUP */
+
+static void kill_ranks(void) {
+  for (int r = 0; r < g_nranks; r++)
+    if (g_ranks[r] > 0)
+      kill(g_ranks[r], SIGKILL);
+}
+
+/* Kills the ranks; wait_ranks() then reaps them. */
+static void on_watchdog(int sig) {
+  static const char msg[] = ": watchdog (-T) expired, ranks killed\n";
+  (void)sig;
+  g_watchdog_fired = 1;
+  kill_ranks();
+  ssize_t w = write(2, g_prog, strlen(g_prog));
+  w = write(2, msg, sizeof msg - 1);
+  (void)w;
+}
+
+/* Stopped from outside (timeout(1), ^C): stop the ranks the same way. */
+static void on_stop(int sig) {
+  g_stop_signal = sig;
+  kill_ranks();
+}
+
+/* Waits for every rank; the first failure stops the others. Returns the
+ * worst exit status. */
+static int wait_ranks(void) {
+  int worst = 0;
+  for (int left = g_nranks; left > 0; left--) {
+    int st = 0, r = 0;
+    pid_t p;
+    while ((p = wait(&st)) < 0 && errno == EINTR) {
+    }
+    if (p < 0)
+      break;
+    while (r < g_nranks && g_ranks[r] != p)
+      r++;
+    if (r == g_nranks)
+      continue;
+    g_ranks[r] = 0;
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (rc != 0 && !g_watchdog_fired && !g_stop_signal) {
+      if (rc != BC_EXIT_WRONG)
+        fprintf(stderr, "%s: rank %d exited with status %d%s\n", g_prog, r,
+                rc, worst ? "" : "; stopping the others");
+      if (!worst && rc != BC_EXIT_WRONG)
+        kill_ranks();
+      if (rc > worst)
+        worst = rc;
+    }
+  }
+  return worst;
+}
+
+int bc_fork_ranks(const char *prog, const struct bc_options *o,
+                  int (*rank_main)(const struct bc_options *o, int rank,
+                                   void *arg),
+                  void *arg) {
+  g_prog = prog;
+  g_nranks = 0;
+  if (o->nranks < 1 || o->nranks > FORK_MAX) {
+    fprintf(stderr, "%s: --nranks %d: 1 to %d\n", prog, o->nranks, FORK_MAX);
+    return BC_EXIT_USAGE;
+  }
+  fflush(stdout); /* a child must not inherit unwritten output */
+  fflush(stderr);
+  for (int r = 0; r < o->nranks; r++) {
+    pid_t p = fork();
+    if (p < 0) {
+      fprintf(stderr, "%s: fork: %s\n", prog, strerror(errno));
+      kill_ranks();
+      wait_ranks();
+      return BC_EXIT_FAILED;
+    }
+    if (p == 0) {
+      int rc = rank_main(o, r, arg);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+    g_ranks[g_nranks++] = p;
+  }
+  /* Installed only now: a rank keeps the default actions. */
+  signal(SIGALRM, on_watchdog);
+  signal(SIGTERM, on_stop);
+  signal(SIGINT, on_stop);
+  signal(SIGHUP, on_stop);
+  alarm((unsigned)o->watchdog_s);
+  int worst = wait_ranks();
+  alarm(0);
+  if (g_stop_signal)
+    return 128 + g_stop_signal;
+  return g_watchdog_fired ? 124 : worst;
 }

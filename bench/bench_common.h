@@ -179,6 +179,18 @@ int bc_coll_of_prog(const char *argv0);
 int bc_run(const struct bc_backend *be, const struct bc_options *o, int rank,
            int nranks);
 
+/* For the programs that fork their own ranks (BC_OPT_FORK): forks
+ * o->nranks processes, rank r running rank_main(o, r, arg) and exiting with
+ * what it returns, and waits for them. The first rank that fails (but for
+ * BC_EXIT_WRONG, which every rank returns alike) stops the others; after -T
+ * seconds (124), or on SIGTERM/SIGINT/SIGHUP (128 + signal), all are
+ * stopped. Returns the worst exit status, BC_EXIT_FAILED if a fork failed.
+ * prog names the program in its messages. */
+int bc_fork_ranks(const char *prog, const struct bc_options *o,
+                  int (*rank_main)(const struct bc_options *o, int rank,
+                                   void *arg),
+                  void *arg);
+
 const char *bc_coll_name(enum bc_coll coll);
 /* The uneven collectives' counts (the rule in every program's --help): with
  * b = the plan's per-rank block (arg) and n ranks, rank `from` sends rank

@@ -16,25 +16,23 @@
 // loop, the check of every element, the columns and the JSON - is
 // bench_common.c, the measurement of tools/ringcc-bench.c too.
 //
-// The parent only waits: when a rank fails it stops the others; after -T
-// seconds (exit 124), or on SIGTERM/SIGINT/SIGHUP (exit 128+signal), it stops
-// them all. The store directory is removed in every case.
+// The parent only waits (bc_fork_ranks): when a rank fails it stops the
+// others; after -T seconds (exit 124), or on SIGTERM/SIGINT/SIGHUP (exit
+// 128+signal), it stops them all. The store directory is removed in every
+// case.
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -171,8 +169,17 @@ void gloo_abort_job(void* ctx) {
   _exit(BC_EXIT_FAILED);
 }
 
-int rank_main(const struct bc_options& o, int rank, const std::string& store_dir,
-              const std::string& library) {
+// What every rank needs from the parent.
+struct RankArgs {
+  std::string store_dir;
+  std::string library;
+};
+
+int rank_main(const struct bc_options* op, int rank, void* arg) {
+  const struct bc_options& o = *op;
+  const RankArgs& args = *static_cast<const RankArgs*>(arg);
+  const std::string& store_dir = args.store_dir;
+  const std::string& library = args.library;
   GlooRank g;
   g.rank = rank;
   g.timeout = std::chrono::milliseconds((int64_t)o.watchdog_s * 1000);
@@ -212,30 +219,6 @@ int rank_main(const struct bc_options& o, int rank, const std::string& store_dir
 
 // ---- the parent ----------------------------------------------------------------
 
-std::vector<pid_t> g_ranks;  // 0 once reaped
-volatile sig_atomic_t g_watchdog_fired = 0;
-volatile sig_atomic_t g_stop_signal = 0;  // SIGTERM/SIGINT/SIGHUP received
-
-void kill_ranks() {
-  for (pid_t p : g_ranks)
-    if (p > 0) kill(p, SIGKILL);
-}
-
-// Kills the ranks; wait_ranks() then reaps them and main() cleans up.
-void on_watchdog(int) {
-  g_watchdog_fired = 1;
-  kill_ranks();
-  static const char msg[] = PROG_NAME ": watchdog (-T) expired, ranks killed\n";
-  ssize_t w = write(2, msg, sizeof msg - 1);
-  (void)w;
-}
-
-// Stopped from outside (timeout(1), ^C): stop the ranks the same way.
-void on_stop(int sig) {
-  g_stop_signal = sig;
-  kill_ranks();
-}
-
 // The FileStore keeps one file per key in the directory.
 void remove_store(const std::string& dir) {
   if (DIR* d = opendir(dir.c_str())) {
@@ -248,32 +231,6 @@ void remove_store(const std::string& dir) {
   if (rmdir(dir.c_str()) != 0)
     fprintf(stderr, PROG_NAME ": cannot remove %s: %s\n", dir.c_str(),
             strerror(errno));
-}
-
-// Waits for every rank; the first failure stops the others. Returns the
-// worst exit status.
-int wait_ranks() {
-  int worst = 0;
-  for (size_t left = g_ranks.size(); left > 0; left--) {
-    int st = 0;
-    pid_t p;
-    while ((p = wait(&st)) < 0 && errno == EINTR) {
-    }
-    if (p < 0) break;
-    size_t r = 0;
-    while (r < g_ranks.size() && g_ranks[r] != p) r++;
-    if (r == g_ranks.size()) continue;
-    g_ranks[r] = 0;
-    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (rc != 0 && !g_watchdog_fired && !g_stop_signal) {
-      if (rc != BC_EXIT_WRONG)
-        fprintf(stderr, PROG_NAME ": rank %zu exited with status %d%s\n", r, rc,
-                worst ? "" : "; stopping the others");
-      if (!worst && rc != BC_EXIT_WRONG) kill_ranks();
-      if (rc > worst) worst = rc;
-    }
-  }
-  return worst;
 }
 
 }  // namespace
@@ -308,34 +265,8 @@ int main(int argc, char** argv) {
   snprintf(library, sizeof library, "Gloo %d.%d.%d (headers), FileStore %s",
            GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, tmpl);
 
-  fflush(stdout);  // a child must not inherit unwritten output
-  fflush(stderr);
-  for (int r = 0; r < o.nranks; r++) {
-    pid_t p = fork();
-    if (p < 0) {
-      fprintf(stderr, PROG_NAME ": fork: %s\n", strerror(errno));
-      kill_ranks();
-      wait_ranks();
-      remove_store(store_dir);
-      return BC_EXIT_FAILED;
-    }
-    if (p == 0) {
-      int rc = rank_main(o, r, store_dir, library);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    g_ranks.push_back(p);
-  }
-  // Installed only now: a rank must keep the default actions.
-  signal(SIGALRM, on_watchdog);
-  signal(SIGTERM, on_stop);
-  signal(SIGINT, on_stop);
-  signal(SIGHUP, on_stop);
-  alarm((unsigned)o.watchdog_s);
-  int worst = wait_ranks();
-  alarm(0);
+  RankArgs args{store_dir, library};
+  int status = bc_fork_ranks(PROG_NAME, &o, rank_main, &args);
   remove_store(store_dir);
-  if (g_stop_signal) return 128 + g_stop_signal;
-  return g_watchdog_fired ? 124 : worst;
+  return status;
 }

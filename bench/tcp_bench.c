@@ -27,9 +27,9 @@
  * sizes, inputs, the timed loop, the check of every element, the columns and
  * the JSON - is bench_common.c, the measurement of tools/ringcc-bench.c too.
  *
- * The parent only waits: when a rank fails it stops the others; after -T
- * seconds (exit 124), or on SIGTERM/SIGINT/SIGHUP (exit 128+signal), it
- * stops them all.
+ * The parent only waits (bc_fork_ranks): when a rank fails it stops the
+ * others; after -T seconds (exit 124), or on SIGTERM/SIGINT/SIGHUP (exit
+ * 128+signal), it stops them all.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -40,13 +40,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_common.h"
@@ -234,9 +232,17 @@ static int set_fast(int fd) {
              : 0;
 }
 
+/* Every rank's listening socket and its port, made before the fork. */
+struct listeners {
+  int fd[MAX_RANKS];
+  uint16_t port[MAX_RANKS];
+};
+
 /* Rank r: the mesh (connect below, accept above), then the measurement. */
-static int rank_main(const struct bc_options *o, int rank, const int *lfd,
-                     const uint16_t *port) {
+static int rank_main(const struct bc_options *o, int rank, void *arg) {
+  const struct listeners *ls = arg;
+  const int *lfd = ls->fd;
+  const uint16_t *port = ls->port;
   struct tcp_ctx c = {.rank = rank, .nranks = o->nranks};
   for (int q = 0; q < o->nranks; q++) {
     c.fd[q] = -1;
@@ -290,136 +296,51 @@ static int rank_main(const struct bc_options *o, int rank, const int *lfd,
   return status;
 }
 
-/* ---- the parent ---------------------------------------------------------- */
-
-static pid_t g_ranks[MAX_RANKS]; /* 0 once reaped */
-static int g_nranks;
-static volatile sig_atomic_t g_watchdog_fired = 0;
-static volatile sig_atomic_t g_stop_signal = 0;
-
-static void kill_ranks(void) {
-  for (int r = 0; r < g_nranks; r++)
-    if (g_ranks[r] > 0)
-      kill(g_ranks[r], SIGKILL);
-}
-
-static void on_watchdog(int sig) {
-  static const char msg[] = PROG_NAME ": watchdog (-T) expired, ranks killed\n";
-  (void)sig;
-  g_watchdog_fired = 1;
-  kill_ranks();
-  ssize_t w = write(2, msg, sizeof msg - 1);
-  (void)w;
-}
-
-static void on_stop(int sig) {
-  g_stop_signal = sig;
-  kill_ranks();
-}
-
-/* Waits for every rank; the first failure stops the others. Returns the
- * worst exit status. */
-static int wait_ranks(void) {
-  int worst = 0;
-  for (int left = g_nranks; left > 0; left--) {
-    int st = 0, r = 0;
-    pid_t p;
-    while ((p = wait(&st)) < 0 && errno == EINTR) {
-    }
-    if (p < 0)
-      break;
-    while (r < g_nranks && g_ranks[r] != p)
-      r++;
-    if (r == g_nranks)
-      continue;
-    g_ranks[r] = 0;
-    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (rc != 0 && !g_watchdog_fired && !g_stop_signal) {
-      if (rc != BC_EXIT_WRONG)
-        fprintf(stderr, PROG_NAME ": rank %d exited with status %d%s\n", r,
-                rc, worst ? "" : "; stopping the others");
-      if (!worst && rc != BC_EXIT_WRONG)
-        kill_ranks();
-      if (rc > worst)
-        worst = rc;
-    }
-  }
-  return worst;
-}
-
 int main(int argc, char **argv) {
   struct bc_options o;
   char err[512];
   const char *usage_err =
       bc_parse_options(argc, argv, BC_OPT_FORK, &o, err, sizeof err);
-  if (usage_err == NULL && !o.help && o.coll != BC_ALLTOALLV && o.coll != BC_GATHER &&
+  if (usage_err == NULL && o.help) {
+    bc_usage(stdout, PROG_NAME, " --nranks N", BC_OPT_FORK);
+    return 0;
+  }
+  if (usage_err == NULL && o.coll != BC_ALLTOALLV && o.coll != BC_GATHER &&
       o.coll != BC_SCATTER) {
     snprintf(err, sizeof err, "--coll %s: only alltoallv, gather and scatter "
              "are written on raw sockets", bc_coll_name(o.coll));
     usage_err = err;
   }
-  if (usage_err == NULL && !o.help && (o.nranks < 1 || o.nranks > MAX_RANKS)) {
+  if (usage_err == NULL && (o.nranks < 1 || o.nranks > MAX_RANKS)) {
     snprintf(err, sizeof err, "--nranks %d: 1 to %d", o.nranks, MAX_RANKS);
     usage_err = err;
   }
-  if (usage_err == NULL && !o.help)
+  if (usage_err == NULL)
     usage_err = bc_check_nranks(&o, o.nranks, err, sizeof err);
   if (usage_err) {
     fprintf(stderr, PROG_NAME ": %s\nTry '" PROG_NAME " --help'.\n",
             usage_err);
     return BC_EXIT_USAGE;
   }
-  if (o.help) {
-    bc_usage(stdout, PROG_NAME, " --nranks N", BC_OPT_FORK);
-    return 0;
-  }
 
-  int lfd[MAX_RANKS];
-  uint16_t port[MAX_RANKS];
+  struct listeners ls;
   for (int r = 0; r < o.nranks; r++) {
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
-    lfd[r] = socket(AF_INET, SOCK_STREAM, 0);
-    if (lfd[r] < 0 || bind(lfd[r], (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        listen(lfd[r], MAX_RANKS) != 0 ||
-        getsockname(lfd[r], (struct sockaddr *)&a, &len) != 0) {
+    ls.fd[r] = socket(AF_INET, SOCK_STREAM, 0);
+    if (ls.fd[r] < 0 ||
+        bind(ls.fd[r], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        listen(ls.fd[r], MAX_RANKS) != 0 ||
+        getsockname(ls.fd[r], (struct sockaddr *)&a, &len) != 0) {
       fprintf(stderr, PROG_NAME ": listening on 127.0.0.1: %s\n",
               strerror(errno));
       return BC_EXIT_FAILED;
     }
-    port[r] = ntohs(a.sin_port);
+    ls.port[r] = ntohs(a.sin_port);
   }
-  fflush(stdout); /* a child must not inherit unwritten output */
-  fflush(stderr);
-  g_nranks = o.nranks;
-  for (int r = 0; r < o.nranks; r++) {
-    pid_t p = fork();
-    if (p < 0) {
-      fprintf(stderr, PROG_NAME ": fork: %s\n", strerror(errno));
-      kill_ranks();
-      wait_ranks();
-      return BC_EXIT_FAILED;
-    }
-    if (p == 0) {
-      int rc = rank_main(&o, r, lfd, port);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    g_ranks[r] = p;
-  }
+  int status = bc_fork_ranks(PROG_NAME, &o, rank_main, &ls);
   for (int r = 0; r < o.nranks; r++)
-    close(lfd[r]);
-  /* Installed only now: a rank keeps the default actions. */
-  signal(SIGALRM, on_watchdog);
-  signal(SIGTERM, on_stop);
-  signal(SIGINT, on_stop);
-  signal(SIGHUP, on_stop);
-  alarm((unsigned)o.watchdog_s);
-  int worst = wait_ranks();
-  alarm(0);
-  if (g_stop_signal)
-    return 128 + g_stop_signal;
-  return g_watchdog_fired ? 124 : worst;
+    close(ls.fd[r]);
+  return status;
 }
