@@ -551,15 +551,21 @@ static void held_flush(struct exec *x, int then_wait) {
   x->nheld = 0;
 }
 
+/* Whether c's engine can hold a send back. */
+static int can_hold(const struct rcc_conn *c) {
+  return c->ops != NULL && c->ops->published_later != NULL &&
+         c->ops->flush != NULL;
+}
+
 /* Whether step s may run with sends still held: it is one more send over
- * a network connection. */
+ * a connection whose engine holds sends. */
 static int holds_through(const struct exec *x, const struct rcc_step *s) {
-  return s->kind == RCC_STEP_SEND && send_conn(x, s)->ops != NULL;
+  return s->kind == RCC_STEP_SEND && can_hold(send_conn(x, s));
 }
 
 /* c's next publish may be held: c is noted among the held connections. */
 static int hold_on(struct exec *x, struct rcc_conn *c) {
-  if (!x->hold || c->ops->published_later == NULL || c->ops->flush == NULL)
+  if (!x->hold || !can_hold(c))
     return 0;
   for (int i = 0; i < x->nheld; i++)
     if (x->held[i] == c)
