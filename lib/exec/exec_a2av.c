@@ -128,6 +128,8 @@ struct a2av {
   char *pack;
   int mismatched; /* board: the only failure of reading the places was a
                      size that a pair of ranks does not agree on */
+  const char *span_lo, *span_hi; /* the unregistered blocks peers read in
+                                    place: from the first to the last end */
 };
 
 /* ---- what both ways share ---------------------------------------------- */
@@ -146,11 +148,25 @@ static void place_large(struct a2av *a, int p, const char *block,
     w->addr = (uint64_t)(uintptr_t)block;
     if (!a->allowed) /* peers read this buffer: before they learn it */
       rcc_cma_allow_peers(a->comm, a->allowed = 1);
-    if (w->slot == RCC_ZC_NO_SLOT) /* pinned by the reader: huge pages */
-      rcc_thp_note(a->comm, block, bytes);
+    if (w->slot == RCC_ZC_NO_SLOT) { /* pinned by the reader */
+      if (a->span_hi == NULL || block < a->span_lo)
+        a->span_lo = block;
+      if (a->span_hi == NULL || block + bytes > a->span_hi)
+        a->span_hi = block + bytes;
+    }
   }
   w->form = w->slot == RCC_ZC_NO_SLOT && !a->cma ? FORM_FIFO : FORM_READ;
   a->big_s[p] = (uint8_t)w->form;
+}
+
+/* Once every large block is placed, before the peers learn the addresses:
+ * huge pages for the part of the send buffer they will read in place, as
+ * one range (the blocks lie in one buffer; noted block by block, a block of
+ * less than 4 MiB holds at most one whole huge page, often none). */
+static void note_span(struct a2av *a) {
+  if (a->span_hi != NULL)
+    rcc_thp_note(a->comm, a->span_lo, (size_t)(a->span_hi - a->span_lo));
+  a->span_lo = a->span_hi = NULL;
 }
 
 /* A block into the receive buffer, around the cache where the call is
@@ -318,6 +334,7 @@ static void arrive(struct a2av *a, uint32_t seq) {
     }
     pl[p] = w;
   }
+  note_span(a);
   mine->bytes = at;
   publish(mine, seq);
 }
@@ -532,6 +549,7 @@ static ringcc_result_t plan_sends(struct a2av *a) {
     }
     at += a->sc[p];
   }
+  note_span(a);
   return RINGCC_SUCCESS;
 }
 
