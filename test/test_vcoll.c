@@ -6,7 +6,8 @@
  * (binomial tree, direct, cross-memory attach), on tiny FIFO slots too
  * (many pieces per block); cross-memory attach around the tuner's
  * threshold (the algorithm each call ran checked in the statistics) and
- * with a rank killed.
+ * with a rank killed; over TCP with ranks entering calls late (messages
+ * parked in the socket until their receiver lands them).
  * Layouts are random but the same on every rank (drawn from one seed, which
  * every failure prints; VCOLL_SEED=... reruns one): counts with zeros (some
  * calls all zero), blocks in a shuffled order with gaps between them, in
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -655,6 +657,62 @@ Test(tcp, every, .timeout = 400) {
   run_all(2, &direct, "tcp, direct");
   run_all(3, &tree, "tcp, binomial trees, 4 KiB slots");
   run_all(5, &direct, "tcp, direct");
+}
+
+/* ---- payloads parked in the socket (RINGCC_NET_PARK_US) ----------------- */
+
+/* Over TCP, one rank in turn enters each call late (by 0 to 30 ms), so its
+ * peers' large messages reach it before it is ready: they wait in the
+ * socket (parked) until it lands them or waits for them, or for
+ * RINGCC_NET_PARK_US, and then go to the slots. AllToAllv's large blocks,
+ * Gather and Scatter of 32 to 544 KiB blocks, in and out of place, the
+ * root anywhere; every byte checked. */
+static int body_parked(h_ctx_t *h) {
+  static const useconds_t skew_us[] = {0, 300, 3000, 30000};
+  static const ringcc_datatype_t dts[] = {RINGCC_FLOAT64, RINGCC_FLOAT32,
+                                          RINGCC_UINT8};
+  const struct spec *s = h->arg;
+  a2a_large = 1;
+  for (int call = 0; call < 18; call++) {
+    uint64_t salt = h_hash3(s->seed, 77, (uint64_t)call);
+    ringcc_datatype_t dt = dts[call % 3];
+    size_t count =
+        (32768 + h_hash3(salt, 78, 0) % (512 * 1024)) / h_dt_size(dt);
+    if (h->rank == call % h->nranks)
+      usleep(skew_us[(call / h->nranks) % 4]);
+    int bad = call % 3 == 0
+                  ? check_alltoallv(h, dt, salt)
+                  : check_rooted_count(h, dt, salt, call % 3 == 1, count);
+    if (bad)
+      return h_fail(h, "call %d (seed %#llx: rerun with VCOLL_SEED=%#llx)",
+                    call, (unsigned long long)s->seed,
+                    (unsigned long long)s->seed);
+  }
+  return 0;
+}
+
+static void run_parked(int n, const char *park_us) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_AUTO, 0, 1);
+  struct spec s = {seed_base() ^ ((uint64_t)n << 32) ^ 0x9a4c, 0, 0};
+  char what[96];
+  snprintf(what, sizeof(what), "tcp, late ranks, RINGCC_NET_PARK_US=%s",
+           park_us);
+  setenv("RINGCC_NET_PARK_US", park_us, 1); /* this worker and its ranks */
+  h_run_opts_t o = {.nranks = n, .body = body_parked, .arg = &s,
+                    .config = &cfg, .timeout_s = 120, .name = what};
+  int ok = h_run(&o);
+  unsetenv("RINGCC_NET_PARK_US");
+  cr_assert(ok, "%s, n=%d, seed %#llx: failed (above)", what, n,
+            (unsigned long long)s.seed);
+}
+
+/* The default; parked until landed or waited for (1 s: never due here);
+ * due almost at once; never parked. */
+Test(tcp, parked, .timeout = 400) {
+  run_parked(3, "2000");
+  run_parked(4, "1000000");
+  run_parked(5, "100");
+  run_parked(2, "0");
 }
 
 /* ---- bad arguments ----------------------------------------------------- */

@@ -120,6 +120,22 @@ struct rcc_net_plugin {
    * match). 0, or -1 when nothing changed. NULL: receives stay where they
    * were posted. */
   int (*redirect)(void *request, void *data, size_t max_bytes, int force);
+  /* Optional: a receive whose header announces a payload of at least
+   * min_bytes, and whose immediate has a bit of imm_mask set, leaves its
+   * payload in the network (the kernel's socket buffers) after its header
+   * came: parked, until a redirect moves it (it then reads straight there)
+   * or ns passed since its header came (it reads where it was posted). A
+   * parked receive's socket is left out of fds(); fds() returns -1 once one
+   * is due. Every call unparks what is parked (it reads on, at the next
+   * test()); min_bytes 0 turns parking off. This is the sender waiting for
+   * its receiver (MPI's rendezvous): a message that arrives before its
+   * receiver is ready waits in the socket rather than in the slot, out of
+   * which it would be copied once more. NULL: receives read as they come. */
+  void (*park)(void *comm, size_t min_bytes, uint32_t imm_mask, int64_t ns);
+  /* With park: milliseconds until the first parked receive of comm is due
+   * (0: due now), -1 where none is parked: what a caller sleeping in poll()
+   * on fds() may sleep at most. */
+  int (*parked_ms)(void *comm);
   /* Optional: readiness from the caller's poll(). fd -1: from now on the
    * caller polls the fds of this connection (fds()) before it waits and
    * reports every one poll() found ready (POLLIN, POLLERR or POLLHUP) with

@@ -85,6 +85,15 @@
  * between its checks of the deadline and of abort. */
 #define WAIT_SLICE_MS 20
 
+/* Parked payloads (net.h park): a message of a collective whose receives
+ * land (RCC_META_LANDS) and at least PARK_MIN_BYTES long waits in the
+ * socket, once its header came, until the executor lands it, waits for it,
+ * or RINGCC_NET_PARK_US passed: a message that arrives before its receiver
+ * entered the call (from a peer that left the call before) then still
+ * lands, rather than being read into its slot and copied out of it. */
+#define PARK_MIN_BYTES 32768
+#define IMM_LANDS ((uint32_t)(RCC_META_LANDS >> 32))
+
 /* In a poll set, the listener's descriptors (lazy links), not a
  * connection's. */
 #define LISTENER (-2)
@@ -657,6 +666,16 @@ static uint32_t *idle_word(struct rcc_proxy_conn *c, uint32_t **waiters) {
   return c->is_send ? &c->fifo->tail : &c->fifo->head;
 }
 
+/* The sleep of a poll() on c's fds, shortened to when a parked payload of
+ * c is due. */
+static int park_timeout(const struct rcc_proxy *px,
+                        const struct rcc_proxy_conn *c, int timeout_ms) {
+  if (!c->parking || c->net_comm == NULL)
+    return timeout_ms;
+  int ms = px->plugin->parked_ms(c->net_comm);
+  return ms >= 0 && (timeout_ms < 0 || ms < timeout_ms) ? ms : timeout_ms;
+}
+
 /* Sleeps until a socket is ready, the doorbell rings, or POLL_MS passed
  * (1 ms while FAIL messages are still going out). */
 static void idle_sleep(struct rcc_proxy *px) {
@@ -715,9 +734,14 @@ static void idle_sleep(struct rcc_proxy *px) {
     int k = px->plugin->fds(c->net_comm, fds, 16);
     if (k < 0) /* bytes already read wait for a round */
       changed = 1;
-    short events = POLLIN;
-    if (c->is_send && c->done != c->posted)
-      events |= POLLOUT;
+    timeout = park_timeout(px, c, timeout);
+    /* A send connection waits for room (a socket) or a completion (verbs:
+     * send_events); not for its socket to be readable: over TCP a receive
+     * connection the other way may share it, and leave bytes there on
+     * purpose (parked), or with its slots full. */
+    short events = !c->is_send ? POLLIN
+                   : px->plugin->send_events ? px->plugin->send_events
+                                             : POLLOUT;
     for (int j = 0; j < k && nfds < MAX_POLL_FDS; j++) {
       px->pconn[nfds] = i;
       px->pfds[nfds++] = (struct pollfd){.fd = fds[j], .events = events};
@@ -1111,6 +1135,12 @@ static int land(struct rcc_proxy *px, struct rcc_proxy_conn *c, uint32_t seq,
   if (px->plugin->redirect == NULL)
     return 0;
   pthread_mutex_lock(&px->lock);
+  if (!c->parking && !c->device && !c->failed && c->net_comm != NULL &&
+      px->plugin->park != NULL && px->comm->set.net_park_us > 0) {
+    c->parking = 1; /* its receiver lands: payloads may wait for it */
+    px->plugin->park(c->net_comm, PARK_MIN_BYTES, IMM_LANDS,
+                     px->comm->set.net_park_us * 1000);
+  }
   uint32_t slot = seq % c->nslots;
   /* Posted and not done: done <= seq < posted. */
   if (!c->failed && !c->bye && (int32_t)(seq - c->done) >= 0 &&
@@ -1189,6 +1219,7 @@ static void poll_ready(struct rcc_proxy *px, int timeout_ms) {
       continue; /* nothing can come, or nothing to send; or no link */
     int fds[16];
     int k = px->plugin->fds(c->net_comm, fds, 16);
+    timeout_ms = park_timeout(px, c, timeout_ms);
     if (k < 0 && nfds < MAX_POLL_FDS) {
       /* The plugin already holds bytes for it: progress it, do not sleep
        * (poll() ignores a negative fd and reports it as not ready). */
@@ -1313,8 +1344,12 @@ static int op_wait(struct rcc_conn *end, const uint32_t *word, uint32_t old,
   struct rcc_spin *spin = &px->comm->spin;
   int budget = rcc_spin_budget(spin), i, r = 0;
   int64_t t0 = 0, t_out = 0;
+  struct rcc_proxy_conn *c = engine(end);
   pthread_mutex_lock(&px->lock);
-  want_link(px, engine(end));
+  want_link(px, c);
+  int parking = c->parking && !c->is_send && word == &c->fifo->tail;
+  if (parking) /* the executor wants its next message: read on */
+    px->plugin->park(c->net_comm, 0, 0, 0);
   pthread_mutex_unlock(&px->lock);
   drive(px, 1);
   for (i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
@@ -1338,6 +1373,13 @@ static int op_wait(struct rcc_conn *end, const uint32_t *word, uint32_t old,
     if (budget == spin->spin && budget > 0)
       spin->full_ns = t_out - t0;
     spin->now = rcc_now_ns() - t_out < spin->full_ns ? spin->spin : budget / 2;
+  }
+  if (parking) {
+    pthread_mutex_lock(&px->lock);
+    if (!c->failed && c->net_comm != NULL)
+      px->plugin->park(c->net_comm, PARK_MIN_BYTES, IMM_LANDS,
+                       px->comm->set.net_park_us * 1000);
+    pthread_mutex_unlock(&px->lock);
   }
   settle(px);
   return r;

@@ -59,6 +59,9 @@ struct rcc_proxy_conn {
                              net.c may set it (an ask at init) */
   int device;             /* a kernel fills or drains this FIFO (a device
                              kind's): it calls no hook */
+  int parking;            /* recv: the plugin parks payloads that will land
+                             (plugin->park), since the executor first
+                             landed one here */
   int64_t next_try;
   int64_t first_refused; /* the first connect that found no listener */
   void *tell_request;

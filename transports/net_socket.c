@@ -291,6 +291,8 @@ struct net_request {
   uint8_t header[MSG_HEADER_BYTES];
   void *home; /* a redirected receive: where it was posted, and its size */
   size_t home_bytes;
+  int64_t parked_at; /* a receive parked (socket_park): when; 0: not */
+  int go;            /* a receive that reads on: never parked (again) */
 };
 
 /* The requests of one socket, in posting order: the head moves first. A
@@ -321,6 +323,10 @@ struct net_conn {
   int corrupt;           /* failed on bytes that break the protocol */
   int hinted;            /* the caller reports poll()'s readiness (readable) */
   int local_peer;        /* alive(): 0 not looked yet, 1 this host, -1 not */
+  size_t park_min;       /* socket_park: 0 off */
+  uint32_t park_mask;
+  int64_t park_ns;
+  int nparked;           /* receives parked now */
   struct rcc_probe probe; /* alive(): a fresh connect to a silent peer */
   int nfree;
   struct net_request *free_list[RCC_NET_MAX_REQUESTS];
@@ -592,6 +598,80 @@ static int checksum_ok(struct net_conn *c, int sock,
   return 0;
 }
 
+/* ---- parked receives (socket_park) --------------------------------------- */
+
+static void unpark(struct net_conn *c, struct net_request *r) {
+  if (r->parked_at != 0)
+    c->nparked--;
+  r->parked_at = 0;
+  r->go = 1;
+}
+
+/* Receive r's header is in and none of its payload: 1 if the payload stays
+ * in the socket for now (parked, or parked from now on), 0 if it is read. */
+static int parks(struct net_conn *c, struct net_request *r) {
+  if (r->go)
+    return 0;
+  if (c->park_min == 0 || r->bytes < c->park_min ||
+      (r->imm & c->park_mask) == 0) {
+    r->go = 1;
+    return 0;
+  }
+  int64_t now = rcc_now_ns();
+  if (r->parked_at == 0) {
+    r->parked_at = now;
+    c->nparked++;
+  }
+  if (now - r->parked_at < c->park_ns)
+    return 1;
+  unpark(c, r); /* due: nobody came for it */
+  return 0;
+}
+
+/* The head receive of socket s: 1 parked, -1 parked and due, 0 neither. */
+static int head_parked(const struct net_conn *c, const struct sock_queue *s) {
+  if (c->nparked == 0 || s->count == 0)
+    return 0;
+  const struct net_request *r = s->q[s->head];
+  if (r->parked_at == 0)
+    return 0;
+  return rcc_now_ns() - r->parked_at < c->park_ns ? 1 : -1;
+}
+
+static void socket_park(void *comm, size_t min_bytes, uint32_t imm_mask,
+                        int64_t ns) {
+  struct net_conn *c = comm;
+  if (c == NULL || c->kind != COMM_RECV)
+    return;
+  for (int i = 0; i < c->nsocks && c->nparked > 0; i++) {
+    struct sock_queue *s = &c->socks[i];
+    for (unsigned k = 0; k < s->count; k++) {
+      struct net_request *r = s->q[(s->head + k) % RCC_NET_MAX_REQUESTS];
+      if (r->parked_at != 0)
+        unpark(c, r);
+    }
+  }
+  c->park_min = ns > 0 ? min_bytes : 0;
+  c->park_mask = imm_mask;
+  c->park_ns = ns;
+}
+
+static int socket_parked_ms(void *comm) {
+  const struct net_conn *c = comm;
+  if (c == NULL || c->kind != COMM_RECV || c->nparked == 0)
+    return -1;
+  int64_t first = INT64_MAX, now = rcc_now_ns();
+  for (int i = 0; i < c->nsocks; i++) {
+    const struct sock_queue *s = &c->socks[i];
+    if (head_parked(c, s) != 0 && s->q[s->head]->parked_at < first)
+      first = s->q[s->head]->parked_at;
+  }
+  if (first == INT64_MAX)
+    return -1;
+  int64_t left = first + c->park_ns - now;
+  return left <= 0 ? 0 : (int)((left + 999999) / 1000000);
+}
+
 /* Receives into the posted requests of one socket until it would block.
  * Bytes come from the read buffer first. A header, or a payload remainder
  * shorter than RBUF_BYTES, is read through the buffer (what follows it stays
@@ -606,6 +686,8 @@ static void progress_recv(struct net_conn *c, int sock) {
   int drained = 0;
   while (s->count > 0 && !s->eof && c->error == RINGCC_SUCCESS) {
     struct net_request *r = s->q[s->head];
+    if (r->moved == MSG_HEADER_BYTES && parks(c, r))
+      return; /* the payload waits in the socket */
     int in_header = r->moved < MSG_HEADER_BYTES;
     size_t end = MSG_HEADER_BYTES + r->bytes; /* the payload's end */
     char *to;
@@ -821,6 +903,7 @@ static int socket_redirect(void *request, void *data, size_t max_bytes,
     return -1; /* too late, or the message is known not to fit */
   if (have > 0)
     memcpy(data, r->data, have);
+  unpark(r->conn, r); /* landed: it reads on, straight there */
   if (r->moved < MSG_HEADER_BYTES) {
     if (r->home == NULL) { /* the first place: for a message that is longer */
       r->home = r->data;
@@ -1279,11 +1362,15 @@ static int socket_fds(void *comm, int *fds, int max) {
   if (*(const int *)comm == COMM_LISTEN) /* and what its gate holds */
     return rcc_gate_fds(((const struct net_listen *)comm)->gate, fds, max);
   const struct net_conn *c = comm;
-  for (int i = 0; i < c->nsocks; i++)
-    if (c->socks[i].count > 0 && c->socks[i].roff < c->socks[i].rlen)
-      return -1;
+  for (int i = 0; i < c->nsocks; i++) {
+    int parked = head_parked(c, &c->socks[i]);
+    if (parked < 0 || (parked == 0 && c->socks[i].count > 0 &&
+                       c->socks[i].roff < c->socks[i].rlen))
+      return -1; /* due, or bytes already read */
+  }
   for (int i = 0; i < c->nsocks && n < max; i++)
-    if (c->socks[i].count > 0 && !c->socks[i].eof)
+    if (c->socks[i].count > 0 && !c->socks[i].eof &&
+        head_parked(c, &c->socks[i]) == 0)
       fds[n++] = c->socks[i].fd;
   return n;
 }
@@ -1421,6 +1508,8 @@ const struct rcc_net_plugin rcc_net_socket = {
     .fds = socket_fds,
     .rebase = socket_rebase,
     .redirect = socket_redirect,
+    .park = socket_park,
+    .parked_ms = socket_parked_ms,
     .readable = socket_readable,
     .reverse = socket_reverse,
     .alive = socket_alive,

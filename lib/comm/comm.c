@@ -199,6 +199,7 @@ static ringcc_result_t resolve_settings(const ringcc_config_t *c,
   SETTING(-1, "RINGCC_YIELDS", -1, -1, 1 << 24, s->yields);
   SETTING(-1, "RINGCC_NET_ZEROCOPY", 1, 0, 1, s->net_zerocopy);
   SETTING(-1, "RINGCC_THP", 1, 0, 1, s->thp);
+  SETTING(-1, "RINGCC_NET_PARK_US", 2000, 0, 1000000, s->net_park_us);
   s->nchannels = -1; /* unset: by collective and link (kind_channels) */
   if (rcc_getenv("RINGCC_NCHANNELS") != NULL) /* set: 1..32, as documented */
     SETTING(-1, "RINGCC_NCHANNELS", 1, 1, RCC_MAX_CHANNELS, s->nchannels);

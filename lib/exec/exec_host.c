@@ -667,8 +667,17 @@ static void step_data(struct exec *x, const struct rcc_step *s, const char *in,
   }
 }
 
-static uint64_t meta_of(const struct rcc_step *s, size_t bytes) {
-  return (uint64_t)bytes | (s->last ? RCC_META_LAST : 0);
+/* The collectives whose receives all land in the user's buffer (plain
+ * receives, no reduction, no forwarding). */
+static int lands_all(enum rcc_coll coll) {
+  return coll == RCC_COLL_ALLTOALL || coll == RCC_COLL_ALLTOALLV ||
+         coll == RCC_COLL_GATHER || coll == RCC_COLL_SCATTER;
+}
+
+static uint64_t meta_of(const struct exec *x, const struct rcc_step *s,
+                        size_t bytes) {
+  return (uint64_t)bytes | (s->last ? RCC_META_LAST : 0) |
+         (lands_all(x->plan->coll) ? RCC_META_LANDS : 0);
 }
 
 /* AllToAll and Barrier: send to one peer (the first half of the step),
@@ -685,7 +694,7 @@ static ringcc_result_t send_half(struct exec *x, const struct rcc_step *s) {
     return r;
   if (lent == NULL)
     copy_bytes(out, x->src + s->src_off * x->esize, bytes);
-  return send_publish(x, sc, lent, bytes, meta_of(s, bytes), 0);
+  return send_publish(x, sc, lent, bytes, meta_of(x, s, bytes), 0);
 }
 
 static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
@@ -754,7 +763,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
       (r = lent_wait(x, x->dst + s->dst_off * x->esize, bytes)) != 0)
     return r;
   step_data(x, s, in, out);
-  if (sc && (r = send_publish(x, sc, lent, bytes, meta_of(s, bytes),
+  if (sc && (r = send_publish(x, sc, lent, bytes, meta_of(x, s, bytes),
                              s->kind == RCC_STEP_SEND)) != 0)
     return r;
   if (sc)

@@ -86,6 +86,11 @@ RCC_STATIC_ASSERT(sizeof(struct rcc_fifo) <= RCC_FIFO_DATA_OFFSET,
  * their place, and the receiver hands it back once it has read them
  * (exec_p2p_place.c). */
 #define RCC_META_PLACE ((uint64_t)1 << 33)
+/* A piece of a collective whose receives land in the user's buffer
+ * (AllToAll(v), Gather, Scatter): over the network it may wait in the
+ * socket until its receiver lands it (net.h park), rather than be read into
+ * the slot and copied out of it. Receivers ignore it. */
+#define RCC_META_LANDS ((uint64_t)1 << 34)
 #define RCC_META_BYTES(m) ((uint32_t)((m) & 0xffffffffu))
 
 /* The zero-copy flags of device calls (exec_zc_cuda.cu, registry.h): two

@@ -62,6 +62,9 @@ struct rcc_settings {
   int checksum;     /* CRC-32C of network payloads (RINGCC_CHECKSUM) */
   int thp; /* huge pages for buffers peers read in place (RINGCC_THP,
               thp.h) */
+  int64_t net_park_us; /* how long a network payload may wait in the socket
+                          for its receiver to land it (RINGCC_NET_PARK_US,
+                          net_proxy.c); 0: never */
 };
 
 /* Where a communicator stands, kept up to date by the executor for error
