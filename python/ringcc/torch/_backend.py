@@ -304,10 +304,13 @@ class ProcessGroupRingcc(dist.ProcessGroup):
 
     # ---- plumbing ----------------------------------------------------------------
 
-    def _submit(self, title, inputs, run, outputs, args=()):
+    def _submit(self, title, inputs, run, outputs, args=(), opts=None):
         """Queues run() on the worker; a Work for its outputs. title names
         the operation (c10d's collective name) in profiler events and
-        errors."""
+        errors. A blocking call (opts.asyncOp False: c10d waits for its Work
+        at once) on host tensors runs in the calling thread right away where
+        nothing is queued before it: no hand-over to the worker, whose
+        wake-up costs more than the call itself for small messages."""
         run = self._titled(title, run)
         record = self._record(title, inputs)
         if record is not None:
@@ -320,6 +323,11 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                     _record_exit(record)
         if any(a.cuda for a in args):
             return self._submit_cuda(run, outputs, args)
+        if record is None and self._coalesced is None and \
+                getattr(opts, "asyncOp", True) is False:
+            future = self._worker.run_now(run, outputs)
+            if future is not None:
+                return work_for(future)
         future, task = self._worker.submit(run, outputs)
         # Profiled: the operation ends on the worker, never inline in
         # wait() (the event must begin and end on different threads).
@@ -434,7 +442,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             for a in args:
                 self._call("ringcc_allreduce", a.address, a.address, a.count,
                            a.dtype, op)
-        return self._submit("all_reduce", tensors, run, list(tensors), args)
+        return self._submit("all_reduce", tensors, run, list(tensors), args,
+                            opts=opts)
 
     def _allreduce_sparse(self, tensors, op):
         """Sparse COO all-reduce as Gloo does it: every rank's indices and
@@ -497,7 +506,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 n = _flat(t).numel()
                 _flat(t).copy_(flat[offset:offset + n])
                 offset += n
-        return self._submit("all_reduce_coalesced", tensors, run, list(tensors), args)
+        return self._submit("all_reduce_coalesced", tensors, run, list(tensors), args,
+                            opts=opts)
 
     # ---- broadcast and reduce ------------------------------------------------
 
@@ -509,7 +519,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         def run():
             for a in args:
                 self._call("ringcc_bcast", a.address, a.count, a.dtype, root)
-        return self._submit("broadcast", tensors, run, list(tensors), args)
+        return self._submit("broadcast", tensors, run, list(tensors), args,
+                            opts=opts)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -523,7 +534,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 self._call("ringcc_reduce", a.address,
                            a.address if at_root else None, a.count, a.dtype,
                            op, root)
-        return self._submit("reduce", tensors, run, list(tensors), args)
+        return self._submit("reduce", tensors, run, list(tensors), args,
+                            opts=opts)
 
     def _root(self, root, name):
         if not 0 <= root < self.size():
@@ -545,7 +557,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         def run():
             self._call("ringcc_allgather", inp.address, out.address,
                        inp.count, inp.dtype)
-        return self._submit("all_gather_into_tensor", [input], run, [output], [out, inp])
+        return self._submit("all_gather_into_tensor", [input], run, [output], [out, inp],
+                            opts=opts)
 
     _allgather_base = all_gather_single
 
@@ -557,7 +570,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 self._call("ringcc_allgather", inp.address, out.address,
                            inp.count, inp.dtype)
         return self._submit("all_gather_into_tensor_coalesced", inputs, run, list(outputs),
-                            [a for p in pairs for a in p])
+                            [a for p in pairs for a in p], opts=opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -595,7 +608,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                        inp.dtype)
             for i, o in enumerate(outputs):
                 o.view(-1).copy_(staging.view(self.size(), -1)[i])
-        return self._submit("all_gather", [inp.tensor], run, [list(outputs)], outs + [inp])
+        return self._submit("all_gather", [inp.tensor], run, [list(outputs)], outs + [inp],
+                            opts=opts)
 
     def _allgather_uneven(self, outputs, inp):
         """all_gather into tensors of different sizes: one
@@ -671,7 +685,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                     _flat(o).copy_(rows[r, offset:offset + k])
                     offset += k
         return self._submit("all_gather_coalesced", list(input_list), run,
-                            [list(o) for o in output_lists], outs + ins)
+                            [list(o) for o in output_lists], outs + ins,
+                            opts=opts)
 
     # ---- reduce-scatter ------------------------------------------------------------
 
@@ -687,7 +702,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         def run():
             self._call("ringcc_reduce_scatter", inp.address, out.address,
                        out.count, out.dtype, op)
-        return self._submit("reduce_scatter_tensor", [input], run, [output], [out, inp])
+        return self._submit("reduce_scatter_tensor", [input], run, [output], [out, inp],
+                            opts=opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -702,7 +718,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                 self._call("ringcc_reduce_scatter", inp.address, out.address,
                            out.count, out.dtype, op)
         return self._submit("reduce_scatter_tensor_coalesced", inputs, run, list(outputs),
-                            [a for p in pairs for a in p])
+                            [a for p in pairs for a in p], opts=opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -721,7 +737,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             s = _Arg(staging, "staging", op)
             self._call("ringcc_reduce_scatter", s.address, out.address,
                        out.count, out.dtype, op)
-        return self._submit("reduce_scatter", inputs, run, [output], ins + [out])
+        return self._submit("reduce_scatter", inputs, run, [output], ins + [out],
+                            opts=opts)
 
     # ---- alltoall --------------------------------------------------------------------
 
@@ -742,14 +759,16 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             def run():
                 self._call("ringcc_alltoall", inp.address, out.address,
                            inp.count // n, inp.dtype)
-            return self._submit("all_to_all", [input], run, [output], [out, inp])
+            return self._submit("all_to_all", [input], run, [output], [out, inp],
+                                opts=opts)
         if out.cuda:  # ringcc_alltoallv runs host buffers only
             send = self._splits(input, input_split_sizes, "input")
             recv = self._splits(output, output_split_sizes, "output")
 
             def run():
                 self._exchange(send, recv)
-            return self._submit("all_to_all", [input], run, [output], [out, inp])
+            return self._submit("all_to_all", [input], run, [output], [out, inp],
+                                opts=opts)
         # one ringcc_alltoallv: the blocks' elements (of the flat view) and
         # where they start, from the split sizes (no views made)
         sc, sd = self._counts(self._split_counts(inp, input_split_sizes,
@@ -760,7 +779,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         def run():
             self._call("ringcc_alltoallv", inp.address, sc, sd, out.address,
                        rc, rd, inp.dtype)
-        return self._submit("all_to_all", [input], run, [output], [out, inp])
+        return self._submit("all_to_all", [input], run, [output], [out, inp],
+                            opts=opts)
 
     @staticmethod
     def _counts(counts):
@@ -847,7 +867,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             else:
                 self._exchange([t.view(-1) for t in input_tensors],
                                [t.view(-1) for t in output_tensors])
-        return self._submit("all_to_all", input_tensors, run, list(output_tensors), outs + ins)
+        return self._submit("all_to_all", input_tensors, run, list(output_tensors), outs + ins,
+                            opts=opts)
 
     # ---- gather and scatter --------------------------------------------------------
 
@@ -877,7 +898,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             for i, o in enumerate(outs):
                 _flat(o.tensor).copy_(staging.view(self.size(), -1)[i])
         return self._submit("gather", [inp.tensor], run, [list(outputs)] if me == root else [],
-                            outs + [inp])
+                            outs + [inp], opts=opts)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ScatterOptions()
@@ -901,7 +922,8 @@ class ProcessGroupRingcc(dist.ProcessGroup):
                          "staging")
             self._call("ringcc_scatter", s and s.address, out.address,
                        out.count, out.dtype, root)
-        return self._submit("scatter", [out.tensor], run, [out.tensor], ins + [out])
+        return self._submit("scatter", [out.tensor], run, [out.tensor], ins + [out],
+                            opts=opts)
 
     # ---- barrier ------------------------------------------------------------------------
 

@@ -120,7 +120,8 @@ class Worker:
     def _finished(self):
         with self._cond:
             self._busy = False
-            self._cond.notify_all()
+            if self._tasks or self._closed:  # else the worker sleeps on
+                self._cond.notify_all()
 
     def _loop(self):
         while True:
@@ -148,6 +149,20 @@ class Worker:
         self._execute(task)
         self._finished()
         return True
+
+    def run_now(self, run, outputs):
+        """Runs `run()` in the calling thread at once if no task is queued
+        or running (a blocking call, which its caller waits for anyway);
+        returns its completed Future (as submit's), or None where it must
+        queue behind others."""
+        with self._cond:
+            if self._busy or self._tasks or self._closed:
+                return None
+            self._busy = True
+        task = (run, outputs, Completion())
+        self._execute(task)
+        self._finished()
+        return task[2].future
 
     def close(self, join=True, timeout=None):
         """Stops accepting tasks; the thread ends after the queued ones."""

@@ -674,6 +674,24 @@ def async_ops(groups, n, r):
              f"in-flight all_reduce {k}")
     same(o, torch.arange(n).float().repeat_interleave(10),
          "in-flight all_gather")
+    # A blocking call (run in the caller's thread where nothing is queued)
+    # issued behind operations still in flight runs after them, in order.
+    works, outs = [], []
+    for k in range(6):
+        t = torch.full((3000 + k,), float(r))
+        works.append(dist.all_reduce(t, group=g, async_op=True))
+        outs.append(t)
+    u = torch.full((5,), float(r + 1))
+    dist.all_reduce(u, group=g)
+    checked += 1
+    if not all(w.is_completed() for w in works):
+        fail("a blocking all_reduce returned before the async ones issued "
+             "before it completed")
+    same(u, torch.full((5,), float(n * (n + 1) / 2)), "blocking after async")
+    for k, (w, t) in enumerate(zip(works, outs)):
+        w.wait()
+        same(t, torch.full((3000 + k,), float(n * (n - 1) / 2)),
+             f"async {k} before a blocking call")
     other = dist.new_group(list(range(n)), backend="ringcc")
     a, b = torch.ones(50000), torch.full((70000,), 2.0)
     wa = dist.all_reduce(a, group=g, async_op=True)
