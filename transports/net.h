@@ -123,8 +123,9 @@ struct rcc_net_plugin {
   /* Optional: a receive whose header announces a payload of at least
    * min_bytes, and whose immediate has a bit of imm_mask set, leaves its
    * payload in the network (the kernel's socket buffers) after its header
-   * came: parked, until a redirect moves it (it then reads straight there)
-   * or ns passed since its header came (it reads where it was posted). A
+   * came: parked, until a redirect moves it (it then reads straight there),
+   * want() asks for it, or ns passed since its header came (it then reads
+   * where it was posted). A
    * parked receive's socket is left out of fds(); fds() returns -1 once one
    * is due. Every call unparks what is parked (it reads on, at the next
    * test()); min_bytes 0 turns parking off. This is the sender waiting for
@@ -136,6 +137,10 @@ struct rcc_net_plugin {
    * (0: due now), -1 where none is parked: what a caller sleeping in poll()
    * on fds() may sleep at most. */
   int (*parked_ms)(void *comm);
+  /* With park: the caller waits for this posted receive: it reads on,
+   * parked or not, and is never parked. 1 if it was parked (the caller
+   * polls its socket again), else 0. */
+  int (*want)(void *request);
   /* Optional: readiness from the caller's poll(). fd -1: from now on the
    * caller polls the fds of this connection (fds()) before it waits and
    * reports every one poll() found ready (POLLIN, POLLERR or POLLHUP) with

@@ -1136,7 +1136,8 @@ static int land(struct rcc_proxy *px, struct rcc_proxy_conn *c, uint32_t seq,
     return 0;
   pthread_mutex_lock(&px->lock);
   if (!c->parking && !c->device && !c->failed && c->net_comm != NULL &&
-      px->plugin->park != NULL && px->comm->set.net_park_us > 0) {
+      px->plugin->park != NULL && px->plugin->want != NULL &&
+      px->comm->set.net_park_us > 0) {
     c->parking = 1; /* its receiver lands: payloads may wait for it */
     px->plugin->park(c->net_comm, PARK_MIN_BYTES, IMM_LANDS,
                      px->comm->set.net_park_us * 1000);
@@ -1405,6 +1406,23 @@ static int op_land(struct rcc_conn *end, uint32_t seq, char *p, size_t bytes) {
   return land(c->proxy, c, seq, p, bytes);
 }
 
+/* A channel executor is about to sleep on the FIFO's counter until its next
+ * message is in, while the proxy thread serves the sockets: that message
+ * must not wait in the socket for a landing (parked); where it did, the
+ * proxy thread polls its socket again. */
+static void op_want(struct rcc_conn *end) {
+  struct rcc_proxy_conn *c = engine(end);
+  struct rcc_proxy *px = c->proxy;
+  int woke = 0;
+  pthread_mutex_lock(&px->lock);
+  if (c->parking && !c->failed && c->net_comm != NULL &&
+      (int32_t)(c->posted - c->done) > 0)
+    woke = px->plugin->want(c->request[c->done % c->nslots]);
+  pthread_mutex_unlock(&px->lock);
+  if (woke)
+    ring(px->doorbell);
+}
+
 static void op_landed(struct rcc_conn *end, uint32_t seq) {
   struct rcc_proxy_conn *c = engine(end);
   c->to[seq % c->nslots] = NULL;
@@ -1428,6 +1446,7 @@ static const struct rcc_conn_ops net_conn_ops = {
     .lend = op_lend,
     .land = op_land,
     .landed = op_landed,
+    .want = op_want,
     .reclaim = op_reclaim,
 };
 

@@ -656,6 +656,15 @@ static void socket_park(void *comm, size_t min_bytes, uint32_t imm_mask,
   c->park_ns = ns;
 }
 
+static int socket_want(void *request) {
+  struct net_request *r = request;
+  if (r == NULL || r->state != REQ_POSTED || r->conn->kind != COMM_RECV)
+    return 0;
+  int was = r->parked_at != 0;
+  unpark(r->conn, r);
+  return was;
+}
+
 static int socket_parked_ms(void *comm) {
   const struct net_conn *c = comm;
   if (c == NULL || c->kind != COMM_RECV || c->nparked == 0)
@@ -1510,6 +1519,7 @@ const struct rcc_net_plugin rcc_net_socket = {
     .redirect = socket_redirect,
     .park = socket_park,
     .parked_ms = socket_parked_ms,
+    .want = socket_want,
     .readable = socket_readable,
     .reverse = socket_reverse,
     .alive = socket_alive,

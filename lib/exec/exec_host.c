@@ -1009,8 +1009,11 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
    * links): "a slot is free" makes the engine want it, so a sender that
    * left (and will never make it) is noticed. A send wanted it when it
    * published. */
-  if (!send && conn->ops != NULL)
+  if (!send && conn->ops != NULL) {
     conn->ops->published(conn);
+    if (conn->ops->want != NULL) /* not left in the network (parked) */
+      conn->ops->want(conn);
+  }
   uint32_t *word = send ? &conn->fifo->head : &conn->fifo->tail;
   uint32_t *waiters = send ? &conn->fifo->head_waiters
                            : &conn->fifo->tail_waiters;

@@ -168,6 +168,12 @@ struct rcc_conn_ops {
   int (*land)(struct rcc_conn *c, uint32_t seq, char *p, size_t bytes);
   /* The executor consumed message seq where it landed. */
   void (*landed)(struct rcc_conn *c, uint32_t seq);
+  /* Receive FIFO, optional: the executor is about to sleep until c's next
+   * message is in without driving the engine (a futex wait while the
+   * engine's thread serves the FIFOs): the engine reads that message now,
+   * also where it would leave it in the network for its receiver to land
+   * (parked, net.h). */
+  void (*want)(struct rcc_conn *c);
   /* After a failed call the user's buffers go back to the user: what is
    * still lent or landing there moves into the slots (or, where the engine
    * cannot, the connection is given up). */
