@@ -1180,6 +1180,20 @@ static void unland(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
              moved == 1 ? "" : "s");
 }
 
+/* The executor waits for receive connection c's next message: it is read
+ * as it comes, never left in the socket for a landing (parked), and its
+ * receive is posted now if it was not, so that it cannot park before
+ * anybody asks. 1 if it was parked. The caller holds px->lock. */
+static int want_next(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
+  ringcc_result_t r = RINGCC_SUCCESS;
+  if (!c->parking || c->failed || c->net_comm == NULL)
+    return 0;
+  (void)progress_recv_posts(px, c, &r, 1);
+  if (c->failed || (int32_t)(c->posted - c->done) <= 0)
+    return 0;
+  return px->plugin->want(c->request[c->done % c->nslots]);
+}
+
 /* on: the proxy thread stops polling the sockets (the executor's thread
  * polls them; the proxy thread only runs a round every POLL_MS); off: the
  * proxy thread takes over again, woken at once. */
@@ -1348,9 +1362,8 @@ static int op_wait(struct rcc_conn *end, const uint32_t *word, uint32_t old,
   struct rcc_proxy_conn *c = engine(end);
   pthread_mutex_lock(&px->lock);
   want_link(px, c);
-  int parking = c->parking && !c->is_send && word == &c->fifo->tail;
-  if (parking) /* the executor wants its next message: read on */
-    px->plugin->park(c->net_comm, 0, 0, 0);
+  if (!c->is_send && word == &c->fifo->tail)
+    (void)want_next(px, c); /* this thread polls its socket next */
   pthread_mutex_unlock(&px->lock);
   drive(px, 1);
   for (i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
@@ -1374,13 +1387,6 @@ static int op_wait(struct rcc_conn *end, const uint32_t *word, uint32_t old,
     if (budget == spin->spin && budget > 0)
       spin->full_ns = t_out - t0;
     spin->now = rcc_now_ns() - t_out < spin->full_ns ? spin->spin : budget / 2;
-  }
-  if (parking) {
-    pthread_mutex_lock(&px->lock);
-    if (!c->failed && c->net_comm != NULL)
-      px->plugin->park(c->net_comm, PARK_MIN_BYTES, IMM_LANDS,
-                       px->comm->set.net_park_us * 1000);
-    pthread_mutex_unlock(&px->lock);
   }
   settle(px);
   return r;
@@ -1407,17 +1413,13 @@ static int op_land(struct rcc_conn *end, uint32_t seq, char *p, size_t bytes) {
 }
 
 /* A channel executor is about to sleep on the FIFO's counter until its next
- * message is in, while the proxy thread serves the sockets: that message
- * must not wait in the socket for a landing (parked); where it did, the
- * proxy thread polls its socket again. */
+ * message is in, while the proxy thread serves the sockets: where that
+ * message was parked, the proxy thread polls its socket again. */
 static void op_want(struct rcc_conn *end) {
   struct rcc_proxy_conn *c = engine(end);
   struct rcc_proxy *px = c->proxy;
-  int woke = 0;
   pthread_mutex_lock(&px->lock);
-  if (c->parking && !c->failed && c->net_comm != NULL &&
-      (int32_t)(c->posted - c->done) > 0)
-    woke = px->plugin->want(c->request[c->done % c->nslots]);
+  int woke = want_next(px, c);
   pthread_mutex_unlock(&px->lock);
   if (woke)
     ring(px->doorbell);
