@@ -613,8 +613,8 @@ static ringcc_result_t ring_error(struct rcc_bootstrap *b, ringcc_result_t r,
                     failed_recv ? "waiting for" : "sending to", peer, pa, op);
   if (r == RINGCC_ERR_PEER_FAILED)
     return rcc_errf(err, errlen, r, "bootstrap: rank %d lost rank %d (%s) in "
-                    "%s: %s; did rank %d fail or exit?", b->rank, peer, pa,
-                    op, msg, peer);
+                    "%s: %s; its connection closed: rank %d died or exited",
+                    b->rank, peer, pa, op, msg, peer);
   return rcc_errf(err, errlen, r, "bootstrap: rank %d, %s with rank %d (%s): "
                   "%s", b->rank, op, peer, pa, msg);
 }

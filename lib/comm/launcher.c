@@ -179,12 +179,13 @@ static int hydra_proxy_key(char *out, size_t len) {
 }
 
 /* A port from the job key: the same on every rank, different per job
- * (collisions 1 in 20000), in 20000..39999, below Linux's ephemeral range. */
+ * (collisions 1 in 16384), in 16384..32767, below Linux's ephemeral range
+ * (32768..60999 by default), where a connection's own port never lands. */
 static int derived_port(const char *job) {
   uint8_t h[RCC_SHA256_BYTES];
   rcc_sha256(job, strlen(job), h);
   uint32_t v = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16;
-  return 20000 + (int)(v % 20000);
+  return 16384 + (int)(v % 16384);
 }
 
 static void format_root(char *root, size_t len, const char *host,
