@@ -381,6 +381,11 @@ typedef struct {
   ringcc_stats_row_t rows[RINGCC_STATS_MAX_ROWS];
   int ntransports;
   ringcc_stats_transport_t transports[RINGCC_STATS_MAX_TRANSPORTS];
+  /* Of received_bytes, those a network connection wrote straight into the
+   * caller's buffer (no copy out of a slot): large blocks whose receive
+   * was posted before they came, or that waited in the socket for it
+   * (RINGCC_NET_ZEROCOPY, RINGCC_NET_PARK_US). */
+  uint64_t landed_bytes;
 } ringcc_comm_stats_t;
 
 #define RINGCC_COMM_STATS_INIT                                                 \

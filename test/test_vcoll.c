@@ -715,6 +715,88 @@ Test(tcp, parked, .timeout = 400) {
   run_parked(2, "0");
 }
 
+/* That payloads do wait: AllToAll of 256 KiB blocks over TCP, rank 0
+ * entering each call 40 ms after its peers, whose blocks for it are in its
+ * socket by then. Parked (1 s), every one of them lands in rank 0's output
+ * (ringcc_comm_stats' landed_bytes grows by both blocks a call) from the
+ * second call on (the first tells the connection that its receiver lands);
+ * read as they come (0), they are in their slots before rank 0 enters and
+ * none can land: printed, not asserted (a descheduled proxy thread may
+ * leave one in the socket). Every element checked. */
+#define LATE_COUNT (256 * 1024 / 4)
+#define LATE_CALLS 6
+static int body_late_lands(h_ctx_t *h) {
+  int n = h->nranks, me = h->rank;
+  const int *must = h->arg;
+  float *in = malloc((size_t)n * LATE_COUNT * sizeof(float));
+  float *out = malloc((size_t)n * LATE_COUNT * sizeof(float));
+  if (in == NULL || out == NULL)
+    return h_fail(h, "out of memory");
+  uint64_t landed[LATE_CALLS];
+  int bad = 0;
+  for (int call = 0; call < LATE_CALLS && !bad; call++) {
+    for (int j = 0; j < n; j++)
+      for (int e = 0; e < LATE_COUNT; e++)
+        in[(size_t)j * LATE_COUNT + e] =
+            (float)((me * 8 + j) * 1000 + call * 7 + e % 997);
+    memset(out, 0xEE, (size_t)n * LATE_COUNT * sizeof(float));
+    ringcc_comm_stats_t st0 = RINGCC_COMM_STATS_INIT;
+    ringcc_comm_stats_t st1 = RINGCC_COMM_STATS_INIT;
+    if (me == 0)
+      usleep(40000);
+    if (ringcc_comm_stats(h->comm, &st0) != RINGCC_SUCCESS ||
+        !h_ok(h, ringcc_alltoall(in, out, LATE_COUNT, RINGCC_FLOAT32, h->comm,
+                                 NULL), "alltoall") ||
+        ringcc_comm_stats(h->comm, &st1) != RINGCC_SUCCESS)
+      return h_fail(h, "call %d failed (above)", call);
+    landed[call] = st1.landed_bytes - st0.landed_bytes;
+    for (int i = 0; i < n && !bad; i++)
+      for (int e = 0; e < LATE_COUNT && !bad; e++) {
+        float want = (float)((i * 8 + me) * 1000 + call * 7 + e % 997);
+        if (out[(size_t)i * LATE_COUNT + e] != want)
+          bad = h_fail(h, "call %d: element %d of the block from rank %d is "
+                       "%g, expected %g", call, e, i,
+                       (double)out[(size_t)i * LATE_COUNT + e], (double)want);
+      }
+  }
+  free(in);
+  free(out);
+  if (bad || me != 0)
+    return bad;
+  uint64_t want = (uint64_t)(n - 1) * LATE_COUNT * sizeof(float);
+  char each[160] = "";
+  for (int c = 0, off = 0; c < LATE_CALLS; c++)
+    off += snprintf(each + off, sizeof each - (size_t)off, " %llu",
+                    (unsigned long long)landed[c]);
+  fprintf(stderr, "tcp late rank 0, RINGCC_NET_PARK_US=%s: bytes landed per "
+          "call:%s (of %llu)\n", *must ? "1000000" : "0", each,
+          (unsigned long long)want);
+  for (int c = 1; c < LATE_CALLS && *must; c++)
+    if (landed[c] != want)
+      return h_fail(h, "parked payloads: call %d landed %llu bytes in rank "
+                    "0's output, not all %llu that came before it entered "
+                    "(per call:%s)", c, (unsigned long long)landed[c],
+                    (unsigned long long)want, each);
+  return 0;
+}
+
+static void run_late_lands(int n, int must) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_AUTO, 0, 1);
+  setenv("RINGCC_NET_PARK_US", must ? "1000000" : "0", 1);
+  h_run_opts_t o = {.nranks = n, .body = body_late_lands, .arg = &must,
+                    .config = &cfg, .timeout_s = 60,
+                    .name = "tcp, a late rank's payloads land"};
+  int ok = h_run(&o);
+  unsetenv("RINGCC_NET_PARK_US");
+  cr_assert(ok, "tcp, n=%d, RINGCC_NET_PARK_US=%s: failed (above)", n,
+            must ? "1000000" : "0");
+}
+
+Test(tcp, parked_payloads_land, .timeout = 200) {
+  run_late_lands(3, 1);
+  run_late_lands(3, 0);
+}
+
 /* ---- bad arguments ----------------------------------------------------- */
 
 /* r must be INVALID_ARGUMENT and the last error name `word`. */

@@ -409,7 +409,8 @@ static const char *lend_source(const struct exec *x, const struct rcc_step *s) {
 
 /* ---- receives straight into the user's buffers ------------------------------
  *
- * A receive whose bytes go to dst unchanged (RECV, RECV_COPY_SEND) on a
+ * A receive whose bytes go to dst unchanged (RECV, RECV_COPY_SEND, the
+ * receiving half of SEND_RECV where its own send reads elsewhere) on a
  * connection whose engine can land it (ops->land) lands there instead of in
  * its slot: the engine moves the posted receive before its payload arrives,
  * and the step then finds its bytes in place and copies nothing. Over TCP
@@ -484,14 +485,17 @@ static void land_ahead(struct exec *x, uint64_t i) {
     }
     uint32_t seq = rc->step + seen[k].n++; /* this step's message on rc */
     size_t bytes = t->nelem * x->esize;
-    if ((t->kind != RCC_STEP_RECV && t->kind != RCC_STEP_RECV_COPY_SEND) ||
+    if ((t->kind != RCC_STEP_RECV && t->kind != RCC_STEP_RECV_COPY_SEND &&
+         t->kind != RCC_STEP_SEND_RECV) ||
         rc->ops == NULL || rc->ops->land == NULL || bytes < LAND_MIN_BYTES ||
         land_find(x, rc, seq) != NULL)
       continue;
     char *p = x->dst + t->dst_off * x->esize;
     uint64_t bit = (uint64_t)1 << a;
     if (!(x->clear & bit)) {
-      int clash = 0;
+      /* A send-and-receive step's own send must not read what lands. */
+      int clash = t->kind == RCC_STEP_SEND_RECV && x->src != NULL &&
+                  overlaps(x->src + t->src_off * x->esize, bytes, p, bytes);
       for (int b = 0; b < a && !clash; b++)
         clash = step_touches(x, &s[b], p, bytes);
       for (int z = 0; z < x->nlent && !clash; z++)
@@ -710,16 +714,23 @@ static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
     return r;
   if ((r = check_meta(x, s, meta, bytes)) != 0)
     return r;
-  if (x->nlent > 0 && (r = lent_wait(x, dst, bytes)) != 0)
-    return r;
-  copy_bytes(dst, in, bytes);
+  if (x->nland > 0 && land_take(x, rc) != NULL) {
+    rcc_stats_add(&x->stats->landed, bytes); /* its bytes are in dst */
+  } else {
+    if (x->nlent > 0 && (r = lent_wait(x, dst, bytes)) != 0)
+      return r;
+    copy_bytes(dst, in, bytes);
+  }
   rcc_proto_recv_end(rc);
   rcc_stats_sent(x->stats, s->send_peer, bytes);
   rcc_stats_received(x->stats, s->recv_peer, bytes);
   return RINGCC_SUCCESS;
 }
 
-static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s) {
+static ringcc_result_t run_send_recv(struct exec *x, const struct rcc_step *s,
+                                     uint64_t i) {
+  if (x->land)
+    land_ahead(x, i); /* before the send: the reply may come at once */
   ringcc_result_t r = send_half(x, s);
   return r != RINGCC_SUCCESS ? r : recv_half(x, s);
 }
@@ -734,7 +745,7 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
   int r;
 
   if (s->kind == RCC_STEP_SEND_RECV)
-    return run_send_recv(x, s);
+    return run_send_recv(x, s, i);
   if (rcc_step_receives(s->kind)) {
     rc = recv_conn(x, s);
     if (x->land)
@@ -745,8 +756,10 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
     if ((r = check_meta(x, s, meta, bytes)) != 0)
       return r;
     char *landed = x->nland > 0 ? land_take(x, rc) : NULL;
-    if (landed != NULL)
+    if (landed != NULL) {
       in = landed; /* == dst: the copies below are no-ops */
+      rcc_stats_add(&x->stats->landed, bytes);
+    }
   }
   const char *lent = NULL;
   if (rcc_step_sends(s->kind)) {

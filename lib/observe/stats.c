@@ -8,6 +8,8 @@
  *   stats: waits by edge: from rank 3 (SHM) 8.2 ms (90%), to rank 1 (SHM)
  *     0.9 ms (10%)
  *   stats: transports: SHM 2 edges, sent 36 MB, received 36 MB
+ *   (and where a network connection received into the caller's buffers:
+ *   "; 20 MB of it received straight into the caller's buffers")
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -91,6 +93,7 @@ static void collect(const struct ringcc_comm *comm, ringcc_comm_stats_t *out,
   out->nranks = comm->nranks;
   out->timed = st->timing;
   out->wait_ns = GET(st->wait_total);
+  out->landed_bytes = GET(st->landed);
   for (int c = 0; c < RCC_NUM_COLLS; c++)
     for (int a = 0; a < RCC_NUM_ALGS; a++) {
       const struct rcc_stats_row *row = &st->row[c][a];
@@ -285,6 +288,9 @@ void rcc_stats_format(const struct ringcc_comm *comm, char *buf, size_t len) {
           s.transports[t].edges == 1 ? "" : "s",
           mb(s.transports[t].sent_bytes, a, sizeof a),
           mb(s.transports[t].received_bytes, b, sizeof b));
+  if (s.landed_bytes > 0)
+    PRINT("; %s of it received straight into the caller's buffers",
+          mb(s.landed_bytes, a, sizeof a));
   PRINT("%s\n", s.ntransports ? "" : " none");
   free(e);
 }

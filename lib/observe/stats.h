@@ -48,6 +48,8 @@ struct rcc_stats {
   int live;            /* init finished: counting the user's calls */
   uint64_t sent_total; /* all edges: a call's share is the difference */
   uint64_t wait_total; /* ns, all waits */
+  uint64_t landed;     /* bytes received over the network straight into
+                          the caller's buffer (net.h: land) */
   uint64_t board;      /* bytes of one-shot board calls: every peer read
                           that many from this rank's region, and this rank
                           as many from each peer's (added to every edge
