@@ -125,9 +125,8 @@ struct rcc_net_plugin {
    * payload in the network (the kernel's socket buffers) after its header
    * came: parked, until a redirect moves it (it then reads straight there),
    * want() asks for it, or ns passed since its header came (it then reads
-   * where it was posted). A
-   * parked receive's socket is left out of fds(); fds() returns -1 once one
-   * is due. Every call unparks what is parked (it reads on, at the next
+   * where it was posted). A parked receive's socket is left out of fds();
+   * fds() returns -1 once one is due. Every call unparks what is parked (it reads on, at the next
    * test()); min_bytes 0 turns parking off. This is the sender waiting for
    * its receiver (MPI's rendezvous): a message that arrives before its
    * receiver is ready waits in the socket rather than in the slot, out of

@@ -510,15 +510,16 @@ static void land_ahead(struct exec *x, uint64_t i) {
   }
 }
 
-/* The receive about to be consumed on c landed: where its bytes are (its
- * entry gone), else NULL. */
-static char *land_take(struct exec *x, struct rcc_conn *c) {
+/* The receive about to be consumed on c (bytes long) landed: where its
+ * bytes are (its entry gone, the bytes counted), else NULL. */
+static char *land_take(struct exec *x, struct rcc_conn *c, size_t bytes) {
   struct land *l = x->nland > 0 ? land_find(x, c, c->step) : NULL;
   if (l == NULL)
     return NULL;
   char *p = l->p;
   c->ops->landed(c, c->step);
   *l = x->lands[--x->nland];
+  rcc_stats_add(&x->stats->landed, bytes);
   return p;
 }
 
@@ -714,9 +715,7 @@ static ringcc_result_t recv_half(struct exec *x, const struct rcc_step *s) {
     return r;
   if ((r = check_meta(x, s, meta, bytes)) != 0)
     return r;
-  if (x->nland > 0 && land_take(x, rc) != NULL) {
-    rcc_stats_add(&x->stats->landed, bytes); /* its bytes are in dst */
-  } else {
+  if (land_take(x, rc, bytes) == NULL) { /* else its bytes are in dst */
     if (x->nlent > 0 && (r = lent_wait(x, dst, bytes)) != 0)
       return r;
     copy_bytes(dst, in, bytes);
@@ -755,11 +754,9 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
       return r;
     if ((r = check_meta(x, s, meta, bytes)) != 0)
       return r;
-    char *landed = x->nland > 0 ? land_take(x, rc) : NULL;
-    if (landed != NULL) {
+    char *landed = land_take(x, rc, bytes);
+    if (landed != NULL)
       in = landed; /* == dst: the copies below are no-ops */
-      rcc_stats_add(&x->stats->landed, bytes);
-    }
   }
   const char *lent = NULL;
   if (rcc_step_sends(s->kind)) {
