@@ -8,6 +8,9 @@
  * threshold (the algorithm each call ran checked in the statistics) and
  * with a rank killed; over TCP with ranks entering calls late (messages
  * parked in the socket until their receiver lands them).
+ * Every kind of call mixed in one random stream on one communicator
+ * (soak/random_coll.h): these with the AllReduce family, grouped send/recv
+ * and requests, shm, TCP and ranks as threads.
  * Layouts are random but the same on every rank (drawn from one seed, which
  * every failure prints; VCOLL_SEED=... reruns one): counts with zeros (some
  * calls all zero), blocks in a shuffled order with gaps between them, in
@@ -26,6 +29,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "soak/random_coll.h"
 
 #define MAXN 8
 #define GUARD 0xEE
@@ -657,6 +661,73 @@ Test(tcp, every, .timeout = 400) {
   run_all(2, &direct, "tcp, direct");
   run_all(3, &tree, "tcp, binomial trees, 4 KiB slots");
   run_all(5, &direct, "tcp, direct");
+}
+
+/* ---- every kind in one stream (soak/random_coll.h) ---------------------- */
+
+/* Blocks of up to 1.6 MB (8-byte elements, log-uniform: most are small), so
+ * that a stream crosses every size threshold: the board's inline blocks,
+ * cross-memory attach from 64 KiB, more than a FIFO holds. */
+#define MIXED_MAX_COUNT 200000
+
+struct mixed {
+  uint64_t seed;
+  int calls;
+};
+
+/* Calls 0..calls-1 of rc_draw_mixed's stream, every result checked; the
+ * first failure names the call and the seed. */
+static int body_mixed(h_ctx_t *h) {
+  const struct mixed *m = h->arg;
+  rc_rank_t st;
+  if (!rc_rank_init(&st, h->rank, h->nranks, MIXED_MAX_COUNT)) {
+    rc_rank_free(&st);
+    return h_fail(h, "out of memory");
+  }
+  int bad = 0;
+  for (int i = 0; i < m->calls && !bad; i++) {
+    rc_call_t c;
+    rc_draw_mixed(m->seed, (uint64_t)i, h->nranks, MIXED_MAX_COUNT, &c);
+    int res = rc_run(&st, &c, h->comm);
+    if (res != 0) {
+      char what[160];
+      rc_describe(&c, what, sizeof what);
+      bad = h_fail(h, "call %d (%s): %s (seed %#llx: rerun with "
+                   "VCOLL_SEED=%#llx)", i, what,
+                   res == RC_WRONG_DATA ? "wrong data (above)"
+                                        : ringcc_comm_last_error(h->comm),
+                   (unsigned long long)m->seed,
+                   (unsigned long long)seed_base());
+    }
+  }
+  rc_rank_free(&st);
+  return bad;
+}
+
+static void run_mixed(int n, int no_shm, bool threads, int calls) {
+  ringcc_config_t cfg = config(RINGCC_ALGO_AUTO, 0, no_shm);
+  struct mixed m = {seed_base() ^ ((uint64_t)n << 32) ^
+                        ((uint64_t)no_shm << 40) ^ ((uint64_t)threads << 41),
+                    calls};
+  char what[96];
+  snprintf(what, sizeof(what), "mixed stream, %s%s", no_shm ? "tcp" : "shm",
+           threads ? ", ranks as threads" : "");
+  h_run_opts_t o = {.nranks = n, .body = body_mixed, .arg = &m,
+                    .config = &cfg, .threads = threads, .timeout_s = 300,
+                    .name = what};
+  cr_assert(h_run(&o), "%s, n=%d, seed %#llx: failed (above)", what, n,
+            (unsigned long long)m.seed);
+}
+
+Test(mixed, stream_shm, .timeout = 600) {
+  run_mixed(3, 0, false, 400);
+  run_mixed(8, 0, false, 300);
+  run_mixed(4, 0, true, 300);
+}
+
+Test(mixed, stream_tcp, .timeout = 600) {
+  run_mixed(2, 1, false, 300);
+  run_mixed(5, 1, false, 300);
 }
 
 /* ---- payloads parked in the socket (RINGCC_NET_PARK_US) ----------------- */
