@@ -23,9 +23,9 @@
  * one-shot AllReduce and AllToAllv, cross-memory attach, the FIFOs, the
  * network), which tests of one collective at a time do not show.
  *
- * Header-only (static functions) because it is shared by test/test_faults.c,
- * which the Makefile builds, and test/soak/soak.c, which scripts/soak.sh
- * builds; both link test/harness.c.
+ * Header-only (static functions) because it is shared by test programs the
+ * Makefile builds (test_faults, test_multihost, test_vcoll) and by
+ * test/soak/soak.c, which scripts/soak.sh builds; all link test/harness.c.
  */
 #ifndef RCC_TEST_RANDOM_COLL_H
 #define RCC_TEST_RANDOM_COLL_H
