@@ -328,6 +328,21 @@ static inline uint64_t rc_owner(int base, int n, int src, int dst) {
   return (uint64_t)base * 100000u + (uint64_t)src * (uint64_t)n + (uint64_t)dst;
 }
 
+/* Checks the span elements of recvbuf of an uneven call: rank q's block,
+ * counts[q] elements of rc_owner(base, n, q, to), at displs[q]; the gaps
+ * poisoned still. */
+static inline int rc_check_layout(rc_rank_t *s, const rc_call_t *c, int base,
+                                  int to, const size_t *counts,
+                                  const size_t *displs, size_t span) {
+  int n = s->ctx.nranks;
+  size_t es = h_dt_size(c->dt);
+  rc_poison(s->expect, span * es);
+  for (int q = 0; q < n; q++)
+    h_fill_pattern(c->dt, rc_owner(base, n, q, to), 0, c->salt,
+                   s->expect + displs[q] * es, counts[q]);
+  return rc_check(s, c, s->recv, span);
+}
+
 static inline int rc_alltoallv(rc_rank_t *s, const rc_call_t *c,
                                ringcc_comm_t comm) {
   int me = s->ctx.rank, n = s->ctx.nranks;
@@ -355,14 +370,8 @@ static inline int rc_alltoallv(rc_rank_t *s, const rc_call_t *c,
   ringcc_result_t r = ringcc_alltoallv(
       c->in_place ? RINGCC_IN_PLACE : s->send, sc, sd, s->recv, rcn, rd, c->dt,
       comm, NULL);
-  int res = (int)r;
-  if (r == RINGCC_SUCCESS) {
-    rc_poison(s->expect, span * es);
-    for (int i = 0; i < n; i++)
-      h_fill_pattern(c->dt, rc_owner(5, n, i, me), 0, c->salt,
-                     s->expect + rd[i] * es, rcn[i]);
-    res = rc_check(s, c, s->recv, span);
-  }
+  int res = r == RINGCC_SUCCESS ? rc_check_layout(s, c, 5, me, rcn, rd, span)
+                                : (int)r;
   free(sc);
   return res;
 }
@@ -384,14 +393,8 @@ static inline int rc_allgatherv(rc_rank_t *s, const rc_call_t *c,
   ringcc_result_t r =
       ringcc_allgatherv(c->in_place ? RINGCC_IN_PLACE : s->send, cn[me],
                         s->recv, cn, d, c->dt, comm, NULL);
-  int res = (int)r;
-  if (r == RINGCC_SUCCESS) {
-    rc_poison(s->expect, span * es);
-    for (int q = 0; q < n; q++)
-      h_fill_pattern(c->dt, rc_owner(7, n, q, 0), 0, c->salt,
-                     s->expect + d[q] * es, cn[q]);
-    res = rc_check(s, c, s->recv, span);
-  }
+  int res = r == RINGCC_SUCCESS ? rc_check_layout(s, c, 7, 0, cn, d, span)
+                                : (int)r;
   free(cn);
   return res;
 }
