@@ -163,7 +163,7 @@ void bc_usage_common(FILE *f) {
 "                           x1024^2, x1024^3)\n"
 "  -n, --iters N            timed iterations per size (default 20)\n"
 "  -w, --warmup_iters N     untimed iterations before them (default 5)\n"
-"  -m, --agg_iters 1        calls per iteration: 1 only (no grouped calls)\n"
+"  -m, --agg_iters 1        calls per iteration: 1 only (timed one by one)\n"
 "  -c, --check N            checked calls per size and placement, each on\n"
 "                           fresh inputs, every element compared (default 1;\n"
 "                           0: no check, #wrong shows N/A)\n"
@@ -305,7 +305,7 @@ static bool parse_op(const char *s, bool every, struct bc_options *o) {
 
 /* Long-only options get codes above the characters. */
 enum { OPT_COLL = 256, OPT_JSON, OPT_MIN_TIME, OPT_IN_PLACE, OPT_NRANKS,
-       OPT_DEVICE, OPT_CALIBRATE, OPT_REGISTER };
+       OPT_DEVICE, OPT_CALIBRATE, OPT_REGISTER, OPT_GROUP };
 
 /* Every option any program knows: short letter (or OPT_*), long name, takes
  * a value, and the BC_OPT_* flag a program needs for it (0: every one). */
@@ -334,6 +334,7 @@ static const struct {
     {OPT_DEVICE, "device", false, BC_OPT_DEVICE},
     {OPT_CALIBRATE, "calibrate", false, BC_OPT_CALIBRATE},
     {OPT_REGISTER, "register", false, BC_OPT_REGISTER},
+    {OPT_GROUP, "group", false, BC_OPT_GROUP},
 };
 #define NKNOWN (sizeof known / sizeof known[0])
 
@@ -408,6 +409,7 @@ static bool parse_one(int c, const char *arg, bool every, struct bc_options *o,
   case OPT_DEVICE: o->device = true; return true;
   case OPT_CALIBRATE: o->calibrate = true; return true;
   case OPT_REGISTER: o->register_buffers = true; return true;
+  case OPT_GROUP: o->group = true; return true;
   default: return false;
   }
 }
@@ -415,7 +417,7 @@ static bool parse_one(int c, const char *arg, bool every, struct bc_options *o,
 /* What a value may be, for the message of an invalid one. */
 static const char *wanted(int c) {
   switch (c) {
-  case 'm': return " (1 only: libringcc has no grouped calls)";
+  case 'm': return " (1 only: one call per timed iteration)";
   case 'g': return " (1 only: one GPU per rank; start more ranks for more)";
   case 't': return " (1 only: one thread per rank; start more ranks)";
   case 'f': return " (an integer >= 1)";
@@ -1365,7 +1367,7 @@ static void sweep(struct run *r, const size_t *sizes, int nsizes,
       continue;
     }
     row.oop = measure(r, &row.plan, false);
-    if (o->in_place && !no_in_place(o->coll))
+    if (o->in_place && !no_in_place(o->coll) && !o->group)
       row.ip = measure(r, &row.plan, true);
     else
       row.ip = (struct bc_result){.valid = false};

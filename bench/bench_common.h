@@ -88,6 +88,7 @@ struct bc_options {
   bool device;           /* --device (BC_OPT_DEVICE) */
   bool calibrate;        /* --calibrate (BC_OPT_CALIBRATE) */
   bool register_buffers; /* --register, -R 1|2 (BC_OPT_REGISTER) */
+  bool group;            /* --group (BC_OPT_GROUP) */
   /* Only for programs that fork their own ranks (BC_OPT_FORK). */
   int nranks;
   int watchdog_s;
@@ -154,6 +155,8 @@ struct bc_backend {
 #define BC_OPT_DEVICE 8    /* --device; -G N (CUDA graphs) with it */
 #define BC_OPT_CALIBRATE 16 /* --calibrate */
 #define BC_OPT_REGISTER 32 /* --register, -R 1|2 */
+#define BC_OPT_GROUP 64    /* --group: sendrecv, alltoall as one group of
+                              sends and receives */
 
 /* Parses argv into *o. Returns NULL, or the message of a usage error (put in
  * err). -h sets o->help and stops there. */

@@ -134,6 +134,10 @@ static void usage(FILE *f) {
 "                           one the program's name picks)\n"
 "  --device                 device buffers (cudaMalloc) on one stream; needs a\n"
 "                           CUDA build and a GPU (RINGCC_CUDA_DEVICE picks it)\n"
+"  --group                  sendrecv and alltoall as one group of ringcc_send\n"
+"                           and ringcc_recv per peer (ringcc_group_start/\n"
+"                           end), as NCCL programs and nccl-tests write them;\n"
+"                           host buffers, measured out of place only\n"
 "  --register               host buffers from ringcc_mem_alloc, registered once\n"
 "                           with ringcc_comm_register (outside the timed\n"
 "                           loops): collectives on one host may then run\n"
@@ -193,11 +197,40 @@ static void usage(FILE *f) {
 
 /* ---- the backend: one call of each collective ---------------------------- */
 
+/* --group: sendrecv and alltoall as NCCL programs (and nccl-tests'
+ * sendrecv_perf and alltoall_perf) write them, one group of a ringcc_send
+ * and a ringcc_recv per peer (the rank itself included for alltoall). */
+static ringcc_result_t grouped(struct bench *b, const struct bc_plan *p,
+                               ringcc_datatype_t dt, char *s, char *r,
+                               bool all, const char **call) {
+  int n = b->nranks;
+  size_t block = all ? p->arg * ringcc_datatype_size(dt) : 0;
+  ringcc_result_t res = ringcc_group_start();
+  *call = "ringcc_group_start";
+  for (int k = all ? 0 : 1; k < (all ? n : 2) && res == RINGCC_SUCCESS; k++) {
+    int to = (b->rank + k) % n, from = (b->rank - k + n) % n;
+    *call = "ringcc_send (in a group)";
+    res = ringcc_send(s + (size_t)to * block, p->arg, dt, to, b->comm,
+                      b->stream);
+    if (res == RINGCC_SUCCESS) {
+      *call = "ringcc_recv (in a group)";
+      res = ringcc_recv(r + (size_t)from * block, p->arg, dt, from, b->comm,
+                        b->stream);
+    }
+  }
+  ringcc_result_t end = ringcc_group_end();
+  if (res == RINGCC_SUCCESS && end != RINGCC_SUCCESS)
+    *call = "ringcc_group_end";
+  return res != RINGCC_SUCCESS ? res : end;
+}
+
 static ringcc_result_t sendrecv(struct bench *b, const struct bc_plan *p,
                                 ringcc_datatype_t dt, char *s, char *r,
                                 const char **call) {
   int next = (b->rank + 1) % b->nranks;
   int prev = (b->rank - 1 + b->nranks) % b->nranks;
+  if (b->o->group)
+    return grouped(b, p, dt, s, r, false, call);
   /* Blocking calls: even ranks send first, odd ranks receive first, so every
    * send meets a receive (also with an odd number of ranks). */
   for (int step = 0; step < 2; step++) {
@@ -262,6 +295,8 @@ static ringcc_result_t call_coll(struct bench *b, const struct bc_options *o,
     *call = "ringcc_reduce";
     return ringcc_reduce(in_place ? r : s, r, p->arg, dt, op, o->root, c, b->stream);
   case BC_ALLTOALL:
+    if (o->group)
+      return grouped(b, p, dt, s, r, true, call);
     *call = "ringcc_alltoall";
     return ringcc_alltoall(in_place ? r : s, r, p->arg, dt, c, b->stream);
   case BC_GATHER:
@@ -782,8 +817,15 @@ int main(int argc, char **argv) {
   char err[512], library[64];
   const char *usage_err = bc_parse_options(
       argc, argv,
-      BC_OPT_EVERY | BC_OPT_DEVICE | BC_OPT_CALIBRATE | BC_OPT_REGISTER, &o,
-      err, sizeof err);
+      BC_OPT_EVERY | BC_OPT_DEVICE | BC_OPT_CALIBRATE | BC_OPT_REGISTER |
+          BC_OPT_GROUP,
+      &o, err, sizeof err);
+  if (usage_err == NULL && o.group &&
+      ((o.coll != BC_SENDRECV && o.coll != BC_ALLTOALL) || o.device)) {
+    snprintf(err, sizeof err, "--group: sendrecv or alltoall, on host "
+             "buffers (grouped sends and receives take host buffers)");
+    usage_err = err;
+  }
   if (usage_err == NULL && o.help) {
     usage(stdout);
     exit(0);
