@@ -465,6 +465,155 @@ Test(groups, usage, .timeout = 60) {
     run("usage", n, usage_body, NULL, false, 0);
 }
 
+/* ---- a group's network messages land in the user's buffers ------------------
+ *
+ * Over TCP a group's receives land straight in their buffers and its sends
+ * leave from theirs (exec_host.c, rcc_exec_host_p2p). */
+
+/* A receive that does not match its message, inside a group, over TCP:
+ * rank 1 posts a receive of `want` elements for a message of MSG_N (longer
+ * or shorter, on a piece boundary or not), then one for the next message
+ * on the same link. The group fails with RINGCC_ERR_INVALID_USAGE naming
+ * the first, quickly; the second still gets exactly its message (pieces of
+ * it that landed where the first receive's buffer was move back: nothing
+ * of them may be lost or misplaced), the sender's group succeeds, and the
+ * communicator stays usable. */
+#define MSG_N (MIB / 4) /* 1 MiB of int32: four pieces over TCP */
+static int group_mismatch_body(h_ctx_t *h) {
+  static const size_t want[] = {2 * MSG_N, MSG_N / 2, MSG_N / 2 + 1,
+                                MSG_N + 1, MSG_N - 1};
+  static const char *how[] = {"shorter", "longer", "longer", "shorter",
+                              "longer"};
+  int32_t *a = h_xmalloc((2 * MSG_N + 1) * 4), *b = h_xmalloc(MSG_N * 4);
+  bool good = true;
+  for (int k = 0; k < (int)(sizeof(want) / sizeof(want[0])) && good; k++) {
+    if (h->rank == 0) {
+      h_fill_pattern(RINGCC_INT32, owner(0, 1, 3 * k), 0, 7, a, MSG_N);
+      h_fill_pattern(RINGCC_INT32, owner(0, 1, 3 * k + 1), 0, 7, b, MSG_N);
+      good = ok(h, h->comm, ringcc_group_start(), "group_start") &&
+             ok(h, h->comm, ringcc_send(a, MSG_N, RINGCC_INT32, 1, h->comm,
+                                        NULL), "send") &&
+             ok(h, h->comm, ringcc_send(b, MSG_N, RINGCC_INT32, 1, h->comm,
+                                        NULL), "send") &&
+             ok(h, h->comm, ringcc_group_end(), "the sender's group_end");
+    } else {
+      memset(b, 0xee, MSG_N * 4);
+      double t0 = h_now_s();
+      good = ok(h, h->comm, ringcc_group_start(), "group_start") &&
+             ok(h, h->comm, ringcc_recv(a, want[k], RINGCC_INT32, 0, h->comm,
+                                        NULL), "recv") &&
+             ok(h, h->comm, ringcc_recv(b, MSG_N, RINGCC_INT32, 0, h->comm,
+                                        NULL), "recv");
+      ringcc_result_t r = good ? ringcc_group_end() : RINGCC_SUCCESS;
+      const char *why = ringcc_comm_last_error(h->comm);
+      if (good && (r != RINGCC_ERR_INVALID_USAGE ||
+                   strstr(why, how[k]) == NULL))
+        good = !h_fail(h, "a receive of %zu elements for a message of %zu: "
+                       "group_end returned %s (%s), expected "
+                       "RINGCC_ERR_INVALID_USAGE naming it %s", want[k],
+                       MSG_N, ringcc_strerror(r), why, how[k]);
+      if (good && h_now_s() - t0 > 5)
+        good = !h_fail(h, "the failed group took %.1f s", h_now_s() - t0);
+      good = good && check_msg(h, "the message after the mismatched one",
+                               RINGCC_INT32, b, 0, 1, 3 * k + 1, MSG_N);
+    }
+    /* Usable: one more message, the other way, in a group. */
+    if (good) {
+      if (h->rank == 1)
+        h_fill_pattern(RINGCC_INT32, owner(1, 0, 3 * k + 2), 0, 7, b, MSG_N);
+      else
+        memset(b, 0xee, MSG_N * 4);
+      good = ok(h, h->comm, ringcc_group_start(), "group_start") &&
+             ok(h, h->comm,
+                h->rank == 1
+                    ? ringcc_send(b, MSG_N, RINGCC_INT32, 0, h->comm, NULL)
+                    : ringcc_recv(b, MSG_N, RINGCC_INT32, 1, h->comm, NULL),
+                "send or recv") &&
+             ok(h, h->comm, ringcc_group_end(), "group_end after it");
+      if (good && h->rank == 0)
+        good = check_msg(h, "the message after the failed group",
+                         RINGCC_INT32, b, 1, 0, 3 * k + 2, MSG_N);
+    }
+  }
+  free(a);
+  free(b);
+  return good ? 0 : 1;
+}
+
+Test(lands, mismatch_then_the_next_message_tcp, .timeout = 120) {
+  run("a mismatched grouped receive", 2, group_mismatch_body, NULL, true, 0);
+}
+
+/* That they land: AllToAll written as a group of sends and receives (the
+ * rank's own block included) of 256 KiB blocks over TCP, rank 0 entering
+ * each group 40 ms after its peers, whose blocks for it are in its socket
+ * by then. With payloads parked (RINGCC_NET_PARK_US=1000000), from the
+ * second group on every block from a peer lands in rank 0's buffer
+ * (ringcc_comm_stats' landed_bytes grows by all of them); every element
+ * checked. */
+#define LAND_N (256 * 1024 / 4)
+#define LAND_GROUPS 5
+static int group_lands_body(h_ctx_t *h) {
+  int p = h->nranks;
+  int32_t *s = h_xmalloc((size_t)p * LAND_N * 4);
+  int32_t *r = h_xmalloc((size_t)p * LAND_N * 4);
+  uint64_t landed[LAND_GROUPS];
+  bool good = true;
+  for (int g = 0; g < LAND_GROUPS && good; g++) {
+    for (int q = 0; q < p; q++)
+      h_fill_pattern(RINGCC_INT32, owner(h->rank, q, g), 0, 7,
+                     s + (size_t)q * LAND_N, LAND_N);
+    memset(r, 0xee, (size_t)p * LAND_N * 4);
+    ringcc_comm_stats_t st0 = RINGCC_COMM_STATS_INIT;
+    ringcc_comm_stats_t st1 = RINGCC_COMM_STATS_INIT;
+    if (h->rank == 0)
+      h_sleep_ms(40);
+    good = ringcc_comm_stats(h->comm, &st0) == RINGCC_SUCCESS &&
+           ok(h, h->comm, ringcc_group_start(), "group_start");
+    for (int k = 0; k < p && good; k++) { /* sends and receives interleaved */
+      int to = (h->rank + k) % p, from = (h->rank - k + p) % p;
+      good = ok(h, h->comm, ringcc_send(s + (size_t)to * LAND_N, LAND_N,
+                                        RINGCC_INT32, to, h->comm, NULL),
+                "send") &&
+             ok(h, h->comm, ringcc_recv(r + (size_t)from * LAND_N, LAND_N,
+                                        RINGCC_INT32, from, h->comm, NULL),
+                "recv");
+    }
+    good = good && ok(h, h->comm, ringcc_group_end(), "group_end") &&
+           ringcc_comm_stats(h->comm, &st1) == RINGCC_SUCCESS;
+    landed[g] = st1.landed_bytes - st0.landed_bytes;
+    for (int q = 0; q < p && good; q++)
+      good = check_msg(h, "a block of the grouped alltoall", RINGCC_INT32,
+                       r + (size_t)q * LAND_N, q, h->rank, g, LAND_N);
+  }
+  free(s);
+  free(r);
+  if (!good || h->rank != 0)
+    return good ? 0 : 1;
+  uint64_t all = (uint64_t)(p - 1) * LAND_N * 4;
+  fprintf(stderr, "grouped alltoall over TCP, n=%d, rank 0 late: bytes "
+          "landed per group: %llu %llu %llu %llu %llu (of %llu)\n", p,
+          (unsigned long long)landed[0], (unsigned long long)landed[1],
+          (unsigned long long)landed[2], (unsigned long long)landed[3],
+          (unsigned long long)landed[4], (unsigned long long)all);
+  for (int g = 1; g < LAND_GROUPS; g++)
+    if (landed[g] != all)
+      return h_fail(h, "group %d landed %llu bytes in rank 0's buffers, not "
+                    "all %llu that came before it entered", g,
+                    (unsigned long long)landed[g], (unsigned long long)all);
+  return 0;
+}
+
+Test(lands, late_receiver_tcp, .timeout = 120) {
+  setenv("RINGCC_NET_PARK_US", "1000000", 1);
+  ringcc_config_t cfg = config(true);
+  h_run_opts_t o = {.nranks = 3, .body = group_lands_body, .config = &cfg,
+                    .timeout_s = 60, .name = "grouped receives land"};
+  bool good = h_run(&o);
+  unsetenv("RINGCC_NET_PARK_US");
+  cr_assert(good, "grouped receives over TCP: failed (above)");
+}
+
 /* ---- requests ---------------------------------------------------------------- */
 
 /* k requests in flight on one communicator: allreduces of their own

@@ -1392,6 +1392,37 @@ static int op_wait(struct rcc_conn *end, const uint32_t *word, uint32_t old,
   return r;
 }
 
+/* op_wait for whichever of several FIFOs of this engine is ready first
+ * (ready(ctx)): the executor polls every socket with work, as in op_wait,
+ * so the message or the room it waits for wakes the thread that wants it,
+ * not the proxy thread and then it. */
+static int op_wait_any(struct rcc_conn *const *conns, int n,
+                       int (*ready)(void *ctx), int (*check)(void *ctx),
+                       void *ctx) {
+  struct rcc_proxy *px = engine(conns[0])->proxy;
+  struct rcc_spin *spin = &px->comm->spin;
+  int budget = rcc_spin_budget(spin), i, r = 0;
+  pthread_mutex_lock(&px->lock);
+  for (int k = 0; k < n; k++) { /* as op_wait, for each */
+    struct rcc_proxy_conn *c = engine(conns[k]);
+    want_link(px, c);
+    if (!c->is_send)
+      (void)want_next(px, c);
+  }
+  pthread_mutex_unlock(&px->lock);
+  drive(px, 1);
+  for (i = 0; !ready(ctx); i++) {
+    int sleep = i >= budget + 2;
+    if (!sleep && i >= budget)
+      sched_yield();
+    poll_ready(px, sleep ? WAIT_SLICE_MS : 0);
+    if (sleep && !ready(ctx) && (r = check(ctx)) != 0)
+      break;
+  }
+  settle(px);
+  return r;
+}
+
 static void op_notify(struct rcc_conn *end) {
   ring(engine(end)->proxy->doorbell);
 }
@@ -1443,6 +1474,7 @@ static const struct rcc_conn_ops net_conn_ops = {
     .published_later = op_published_later,
     .flush = op_flush,
     .wait = op_wait,
+    .wait_any = op_wait_any,
     .notify = op_notify,
     .release = op_release,
     .lend = op_lend,

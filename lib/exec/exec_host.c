@@ -384,6 +384,19 @@ static void lent_release(struct exec *x) {
   x->nlent = 0;
 }
 
+/* Whether one more send can be lent without waiting for an earlier one
+ * to leave (those that left are forgotten). A group's channels never wait
+ * there: a send that finds no room is copied into its slot instead, so
+ * that the receives of the group go on meanwhile. */
+static int lent_room(struct exec *x) {
+  for (int i = 0; i < x->nlent;)
+    if (lent_done(&x->lent[i]))
+      x->lent[i] = x->lent[--x->nlent];
+    else
+      i++;
+  return x->nlent < LENT_MAX;
+}
+
 static int can_lend(const struct rcc_conn *c) {
   return c->ops != NULL && c->ops->lend != NULL;
 }
@@ -681,8 +694,12 @@ static int lands_all(enum rcc_coll coll) {
 
 static uint64_t meta_of(const struct exec *x, const struct rcc_step *s,
                         size_t bytes) {
+  /* A group's receives land (rcc_exec_host_p2p): its sends' payloads may
+   * wait in the network for them (parked, net.h), as a collective's. */
+  int lands = lands_all(x->plan->coll) ||
+              (x->grouped && x->plan->coll == RCC_COLL_SEND);
   return (uint64_t)bytes | (s->last ? RCC_META_LAST : 0) |
-         (lands_all(x->plan->coll) ? RCC_META_LANDS : 0);
+         (lands ? RCC_META_LANDS : 0);
 }
 
 /* AllToAll and Barrier: send to one peer (the first half of the step),
@@ -764,7 +781,8 @@ static ringcc_result_t run_step(struct exec *x, const struct rcc_step *s,
     waiting_on(x, "a free slot to send to", s->send_peer, sc, 1);
     if ((r = rcc_proto_send_begin(x, sc, &out)) != 0)
       return r;
-    if (x->lending && can_lend(sc) && (lent = lend_source(x, s)) != NULL)
+    if (x->lending && can_lend(sc) && (!x->grouped || lent_room(x)) &&
+        (lent = lend_source(x, s)) != NULL)
       out = NULL;
   }
   /* Every step but a plain send and a reduce into the slot writes dst. */
@@ -930,6 +948,10 @@ struct chan {
   uint32_t placed_seq;     /* ... reaching this acknowledges it */
   int draining; /* a receive that failed locally takes the rest of its
                    message, dropping it */
+  int lend, land; /* point-to-point of a group over the network: its
+                     send leaves from the user's buffer, its receive
+                     lands there (exec.lending, exec.land) */
+  uint64_t land_at; /* 1 + the step its receives were last landed at */
 };
 
 /* Channel k cannot start yet: the one before it on its FIFO runs. */
@@ -961,6 +983,8 @@ static void chan_select(struct exec *x, struct chan *k, int c) {
   x->src = k->src;
   x->dst = k->dst;
   x->esize = k->esize;
+  x->lending = k->lend;
+  x->land = k->land;
   x->channel = c;
   RCC_PUT(x->at->channel, c);
 }
@@ -976,6 +1000,10 @@ struct chan_wait {
   struct exec *x;
   struct chan *ch;
   int n;
+  struct rcc_conn *driven; /* the engine this thread drove last (wait_any),
+                              or NULL */
+  struct rcc_conn **blocked; /* n entries: the FIFOs a wait_any waits on
+                                (NULL: out of memory, no wait_any) */
 };
 
 static int any_ready(struct chan_wait *w) {
@@ -994,6 +1022,37 @@ static int any_ready(struct chan_wait *w) {
   return 0;
 }
 
+static int any_ready_cb(void *ctx) { return any_ready(ctx); }
+static int wait_failed_cb(void *ctx) {
+  return rcc_host_wait_failed(((struct chan_wait *)ctx)->x);
+}
+
+/* Where every blocked channel waits on a FIFO of one engine that can wait
+ * for several (ops->wait_any): their number, with the FIFOs in w->blocked;
+ * else 0 (or where one is ready after all). */
+static int one_engine(struct chan_wait *w) {
+  int nb = 0;
+  if (w->blocked == NULL || w->n < 2)
+    return 0; /* one channel: the engine's thread serves it, as before */
+  for (int c = 0; c < w->n; c++) {
+    struct chan *k = &w->ch[c];
+    struct rcc_conn *conn;
+    struct rcc_step s;
+    int send;
+    if (k->i >= k->plan.nsteps || chan_waits_turn(w->ch, k))
+      continue;
+    chan_select(w->x, k, c);
+    rcc_plan_step(&k->plan, k->i, &s);
+    if (chan_ready(w->x, k, &s, &conn, &send))
+      return 0; /* ready after all: no wait */
+    if (conn->ops == NULL || conn->ops->wait_any == NULL)
+      return 0;
+    /* One engine serves all of a communicator's network FIFOs. */
+    w->blocked[nb++] = conn;
+  }
+  return nb;
+}
+
 static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
                                              struct chan *k, int c) {
   struct exec *x = w->x;
@@ -1001,6 +1060,22 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
   struct rcc_conn *conn;
   struct rcc_step s;
   int send;
+  int nb = one_engine(w);
+  if (nb > 0) {
+    chan_select(x, k, c);
+    rcc_plan_step(&k->plan, k->i, &s);
+    (void)chan_ready(x, k, &s, &conn, &send);
+    waiting_on(x, send ? "a free slot to send to" : "data from", conn->peer,
+               conn, send);
+    x->wait_word = NULL; /* any FIFO: progress is any channel ready */
+    w->driven = w->blocked[0];
+    return (ringcc_result_t)w->driven->ops->wait_any(
+        w->blocked, nb, any_ready_cb, wait_failed_cb, w);
+  }
+  if (w->driven != NULL) { /* its thread serves the sockets again */
+    w->driven->ops->release(w->driven);
+    w->driven = NULL;
+  }
   for (int i = 0; i < spin->now + spin->yields; i++) {
     if (any_ready(w))
       return RINGCC_SUCCESS;
@@ -1151,14 +1226,32 @@ ringcc_result_t rcc_host_drop_piece(struct exec *x, struct rcc_conn *rc,
   return RINGCC_SUCCESS;
 }
 
+/* A receive of rc that does not match its message: the messages of rc
+ * landing in (or landed in) its buffer go back to their slots, whoever's
+ * they are (the rest of this one, dropped, or the next receive's). */
+static void land_forget(struct exec *x, struct rcc_conn *rc) {
+  int any = 0;
+  for (int i = 0; i < x->nland;)
+    if (x->lands[i].conn == rc) {
+      x->lands[i] = x->lands[--x->nland];
+      any = 1;
+    } else {
+      i++;
+    }
+  if (any)
+    rc->ops->reclaim(rc);
+}
+
 /* Channel k's receive found a piece that does not match (x->misfit): it
  * takes that piece, and the rest of the message after it (draining, one
  * piece as each comes), so that the FIFO is at the next message. */
 static void misfit_taken(struct exec *x, struct chan *k,
                          const struct rcc_step *s) {
   int last;
+  struct rcc_conn *rc = recv_conn(x, s);
   x->misfit = 0; /* not a place: dropped */
-  (void)rcc_host_drop_piece(x, recv_conn(x, s), x->misfit_meta, &last);
+  land_forget(x, rc);
+  (void)rcc_host_drop_piece(x, rc, x->misfit_meta, &last);
   if (last)
     k->i = k->plan.nsteps;
   else
@@ -1208,7 +1301,8 @@ static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
 
 /* Runs the channels' plans to the end, or to the first failure. */
 static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
-  struct chan_wait w = {x, ch, n};
+  struct chan_wait w = {x, ch, n, NULL,
+                        malloc((size_t)n * sizeof(struct rcc_conn *))};
   ringcc_result_t r = RINGCC_SUCCESS;
   for (;;) {
     int moved = 0, left = 0, blocked = -1;
@@ -1224,6 +1318,12 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
         continue;
       chan_select(x, k, c);
       rcc_plan_step(&k->plan, k->i, &s);
+      if (k->land && !k->draining && k->land_at != k->i + 1) {
+        /* Before its bytes come: a receive lands only where its engine
+         * has not begun to read it into the slot. */
+        land_ahead(x, k->i);
+        k->land_at = k->i + 1;
+      }
       if (!chan_ready(x, k, &s, &waiter, &send)) {
         blocked = blocked < 0 ? c : blocked;
         continue;
@@ -1260,13 +1360,15 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
         k->half = 0, k->i++;
     }
     if (r != RINGCC_SUCCESS || !left)
-      return r;
+      break;
     if (moved && x->grouped)
       x->deadline = 0; /* a group's deadline counts from its last progress */
     if (!moved && (r = wait_channels(&w, &ch[blocked], blocked)) !=
                       RINGCC_SUCCESS)
-      return r;
+      break;
   }
+  free(w.blocked);
+  return r;
 }
 
 ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
@@ -1291,6 +1393,8 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
     ch[c].dst = dst;
     ch[c].esize = ringcc_datatype_size(dt);
     ch[c].after = -1;
+    ch[c].lend = ch[c].land = 0;
+    ch[c].land_at = 0;
     total += ch[c].plan.nsteps;
   }
   struct exec x = {
@@ -1357,6 +1461,70 @@ static ringcc_result_t placed_wait(struct exec *x, struct chan *ch, int n) {
   return placed_collect(x, ch, n);
 }
 
+struct span {
+  const char *a, *b; /* [a, b) */
+};
+
+static int span_cmp(const void *p, const void *q) {
+  const struct span *x = p, *y = q;
+  return x->a < y->a ? -1 : x->a > y->a;
+}
+
+/* Which of a group's network sends leave from the user's buffer (lend) and
+ * which of its receives land there (land): every receive that its engine
+ * can land, and every send whose bytes no receive of the group writes (a
+ * send may leave after the receives began: MPI and NCCL forbid such
+ * overlaps, but a lent send would then carry what a receive wrote). Sends
+ * stay copied outside a group: ringcc_send returns once the data is in the
+ * slots, as it always has. */
+static void p2p_zero_copy(struct ringcc_comm *comm,
+                          const struct rcc_p2p_op *ops, struct chan *ch,
+                          int n) {
+  struct span *recvs = malloc((size_t)n * sizeof(*recvs));
+  const char **reach = malloc((size_t)n * sizeof(*reach));
+  int nr = 0;
+  if (recvs == NULL || reach == NULL) {
+    free(recvs);
+    free(reach);
+    return; /* every byte through its slot, as without zero-copy */
+  }
+  for (int c = 0; c < n; c++) {
+    struct rcc_conn *conn =
+        ops[c].send ? rcc_send_conn(comm, RCC_CONN_P2P, 0, ops[c].peer)
+                    : rcc_recv_conn(comm, RCC_CONN_P2P, 0, ops[c].peer);
+    size_t bytes = ops[c].count * ringcc_datatype_size(ops[c].dt);
+    if (!ops[c].send && bytes > 0)
+      recvs[nr++] =
+          (struct span){ops[c].buf, (const char *)ops[c].buf + bytes};
+    ch[c].lend = ops[c].send && can_lend(conn);
+    ch[c].land = !ops[c].send && conn->ops != NULL && conn->ops->land != NULL;
+  }
+  /* A send overlaps a receive when some receive starting before its end
+   * reaches past its start: the receives by start, each with the furthest
+   * end of those up to it. */
+  qsort(recvs, (size_t)nr, sizeof(*recvs), span_cmp);
+  for (int i = 0; i < nr; i++)
+    reach[i] = i > 0 && reach[i - 1] > recvs[i].b ? reach[i - 1] : recvs[i].b;
+  for (int c = 0; c < n; c++) {
+    const char *a = ops[c].buf,
+               *b = a + ops[c].count * ringcc_datatype_size(ops[c].dt);
+    if (!ch[c].lend || a == b)
+      continue;
+    int lo = 0, hi = nr; /* the receives starting before b: [0, lo) */
+    while (lo < hi) {
+      int mid = lo + (hi - lo) / 2;
+      if (recvs[mid].a < b)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo > 0 && reach[lo - 1] > a)
+      ch[c].lend = 0;
+  }
+  free(recvs);
+  free(reach);
+}
+
 ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
                                   struct rcc_p2p_op *ops, int n, int grouped) {
   if (n <= 0)
@@ -1368,6 +1536,9 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
                           "sends and receives", comm->rank, n);
   uint64_t total = 0;
   char local_msg[RCC_ERRLEN];
+  struct lent_send lent[LENT_MAX];
+  struct land lands[LAND_MAX];
+  struct rcc_step ahead[LAND_AHEAD];
   for (int c = 0; c < n; c++) {
     p2p_plan(comm, &ops[c], &ch[c].plan);
     ch[c].src = ch[c].dst = ops[c].buf; /* a send reads it, a recv writes */
@@ -1379,6 +1550,8 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
         ch[c].after = b;
     total += ch[c].plan.nsteps;
   }
+  if (grouped && comm->set.net_zerocopy)
+    p2p_zero_copy(comm, ops, ch, n);
   struct exec x = {
       .comm = comm,
       .plan = &ch[0].plan,
@@ -1390,6 +1563,9 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
       .grouped = grouped,
       .p2p = ops,
       .local_msg = local_msg,
+      .lent = lent,
+      .lands = lands,
+      .ahead = ahead,
   };
   RCC_PUT(x.at->coll, ch[0].plan.coll);
   RCC_PUT(x.at->alg, RCC_ALG_P2P);
@@ -1408,6 +1584,14 @@ ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,
   ringcc_result_t r = run_channels(&x, ch, n);
   if (r == RINGCC_SUCCESS)
     r = placed_wait(&x, ch, n);
+  /* The user's buffers are theirs again only once what was sent from them
+   * has left (every receive is done: nothing waits for this rank). */
+  if (r == RINGCC_SUCCESS && x.nlent > 0)
+    r = lent_wait(&x, NULL, 0);
+  if (r != RINGCC_SUCCESS && x.nlent > 0)
+    lent_release(&x);
+  if (x.nland > 0) /* a failure: what still lands goes to the slots */
+    land_release(&x);
   if (r == RINGCC_SUCCESS && x.local != RINGCC_SUCCESS) {
     r = x.local; /* the first one's sentence, as the result */
     rcc_comm_set_last_error(comm, x.local_msg);

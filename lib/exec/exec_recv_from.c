@@ -89,6 +89,15 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
     if (peer_left(comm, p)) /* every peer left: a message still there? */
       return (*source = first_ready(comm)) >= 0 ? RINGCC_SUCCESS
                                                  : nobody_left(x);
+    /* A message a group's send sent may wait in the network for a receive
+     * that lands it (parked, net.h): this one does not land, so every
+     * engine's receive FIFO reads its next message as it comes. */
+    for (int q = 0; q < n; q++) {
+      struct rcc_conn *w = rcc_recv_conn(comm, RCC_CONN_P2P, 0, q);
+      if (q != comm->rank && w->fifo != NULL && w->ops != NULL &&
+          w->ops->want != NULL)
+        w->ops->want(w);
+    }
     struct rcc_conn *c = rcc_recv_conn(comm, RCC_CONN_P2P, 0, p);
     waiting_on(x, "data (any source) from", p, c, 0);
     uint32_t *word = &c->fifo->tail;

@@ -140,6 +140,13 @@ struct rcc_conn_ops {
    * sleep calls check(ctx), and a non-zero result ends the wait with it. */
   int (*wait)(struct rcc_conn *c, const uint32_t *word, uint32_t old,
               int (*check)(void *ctx), void *ctx);
+  /* Optional: wait() for several FIFOs of this engine at once (a channel
+   * executor whose blocked channels are all on it: conns[0 .. n - 1], each
+   * waiting for data if a receive FIFO, for room if a send FIFO): drives
+   * the engine until ready(ctx) is true; check(ctx) as in wait(). */
+  int (*wait_any)(struct rcc_conn *const *conns, int n,
+                  int (*ready)(void *ctx), int (*check)(void *ctx),
+                  void *ctx);
   /* Wakes the engine: something it must act on changed (a dead rank to
    * pass on, a kernel that publishes without waking anybody). */
   void (*notify)(struct rcc_conn *c);
