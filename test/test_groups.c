@@ -605,12 +605,18 @@ static int group_lands_body(h_ctx_t *h) {
 }
 
 Test(lands, late_receiver_tcp, .timeout = 120) {
+  /* Pieces of 256 KiB, eight receives posted ahead: only pieces of 32 KiB
+   * and more wait in the socket, and only posted receives can land. */
+  setenv("RINGCC_NET_CHUNK_BYTES", "262144", 1);
+  setenv("RINGCC_NSLOTS", "8", 1);
   setenv("RINGCC_NET_PARK_US", "1000000", 1);
   ringcc_config_t cfg = config(true);
   h_run_opts_t o = {.nranks = 3, .body = group_lands_body, .config = &cfg,
                     .timeout_s = 60, .name = "grouped receives land"};
   bool good = h_run(&o);
   unsetenv("RINGCC_NET_PARK_US");
+  unsetenv("RINGCC_NSLOTS");
+  unsetenv("RINGCC_NET_CHUNK_BYTES");
   cr_assert(good, "grouped receives over TCP: failed (above)");
 }
 
