@@ -190,16 +190,21 @@ static ringcc_result_t run_p2p(struct batch *b) {
   comm->failed_locally = 0;
   if (nremote > 0) {
     RCC_PUT(comm->seq, comm->seq + 1); /* the hang report reads it */
-    struct rcc_stats_mark mark = {.sent = comm->stats->sent_total};
+    struct rcc_stats *st = comm->stats;
+    struct rcc_stats_mark mark = {.sent = st->sent_total};
+    if (st->timing)
+      rcc_stats_time_begin(st, &mark);
     r = rcc_exec_host_p2p(comm, b->p2p, nremote, 1);
     /* Each counted in its row as a blocking call is, by what moved it; the
-     * batch's bytes on the wire go to its first. */
+     * batch's bytes on the wire, its time and its waits go to its first. */
     for (int i = 0; i < nremote && r == RINGCC_SUCCESS; i++) {
       const struct rcc_p2p_op *op = &b->p2p[i];
-      rcc_stats_count(comm->stats, op->send ? RCC_COLL_SEND : RCC_COLL_RECV,
-                      op->ran, op->count * ringcc_datatype_size(op->dt),
-                      &mark);
-      mark.sent = comm->stats->sent_total;
+      int coll = op->send ? RCC_COLL_SEND : RCC_COLL_RECV;
+      rcc_stats_count(st, coll, op->ran,
+                      op->count * ringcc_datatype_size(op->dt), &mark);
+      if (i == 0 && st->timing)
+        (void)rcc_stats_time_end(st, coll, op->ran, &mark);
+      mark.sent = st->sent_total;
     }
   }
   /* A mismatch of this rank with itself moved nothing: local. */
