@@ -318,7 +318,7 @@ Test(groups, collective_and_p2p, .timeout = 120) {
 static int two_comms_body(h_ctx_t *h) {
   ringcc_comm_t b = NULL;
   int me = h->rank, other = 1 - me;
-  ringcc_config_t cfg = config(false);
+  ringcc_config_t cfg = *h->config; /* the first one's transport */
   if (!ok(h, NULL, ringcc_comm_init(&b, h->nranks, &h->extra_ids[0], me, &cfg),
           "comm_init (second communicator)"))
     return 1;
@@ -346,6 +346,7 @@ static int two_comms_body(h_ctx_t *h) {
 
 Test(groups, two_communicators, .timeout = 120) {
   run("two communicators", 2, two_comms_body, NULL, false, 1);
+  run("two communicators", 2, two_comms_body, NULL, true, 1);
 }
 
 /* One thread driving both ranks' communicators (as ncclCommInitAll users
@@ -394,12 +395,15 @@ static int drive_body(h_ctx_t *h) {
 }
 
 Test(groups, one_thread_drives_two_ranks, .timeout = 120) {
-  struct drive_arg a = {NULL, 0};
-  ringcc_config_t cfg = config(false);
-  h_run_opts_t o = {.nranks = 2, .body = drive_body, .arg = &a,
-                    .config = &cfg, .timeout_s = 60, .threads = true,
-                    .name = "one thread, two ranks"};
-  cr_assert(h_run(&o));
+  for (int tcp = 0; tcp <= 1; tcp++) {
+    struct drive_arg a = {NULL, 0};
+    ringcc_config_t cfg = config(tcp);
+    h_run_opts_t o = {.nranks = 2, .body = drive_body, .arg = &a,
+                      .config = &cfg, .timeout_s = 60, .threads = true,
+                      .name = tcp ? "one thread, two ranks, TCP"
+                                  : "one thread, two ranks"};
+    cr_assert(h_run(&o));
+  }
 }
 
 /* ---- usage ------------------------------------------------------------------ */
