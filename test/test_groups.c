@@ -10,6 +10,7 @@
  * too, outside a group, against a short deadline and its message.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -622,6 +623,92 @@ Test(lands, late_receiver_tcp, .timeout = 120) {
   unsetenv("RINGCC_NSLOTS");
   unsetenv("RINGCC_NET_CHUNK_BYTES");
   cr_assert(good, "grouped receives over TCP: failed (above)");
+}
+
+/* A rank killed in the middle of grouped exchanges over TCP, while its
+ * peers' sends leave from their buffers and their receives land in theirs:
+ * the survivors' group fails with RINGCC_ERR_PEER_FAILED (or a network
+ * error) within seconds, and once it returned nothing writes into their
+ * buffers any more (a receive still landing there was moved back): the
+ * pattern they write over them right after stays as it is. */
+#define KILL_N (4 * MIB / 4) /* 4 MiB blocks */
+struct mid_kill {
+  int code[MAX_RANKS];
+  int rounds[MAX_RANKS];
+};
+
+static void *kill_soon(void *arg) {
+  h_sleep_ms(*(int *)arg);
+  raise(SIGKILL);
+  return NULL;
+}
+
+static int mid_kill_body(h_ctx_t *h) {
+  struct mid_kill *a = h->arg;
+  int p = h->nranks, me = h->rank, victim = p - 1;
+  int32_t *s = h_xmalloc((size_t)p * KILL_N * 4);
+  int32_t *r = h_xmalloc((size_t)p * KILL_N * 4);
+  for (int q = 0; q < p; q++)
+    h_fill_pattern(RINGCC_INT32, owner(me, q, 0), 0, 7,
+                   s + (size_t)q * KILL_N, KILL_N);
+  static int delay_ms = 15;
+  for (int round = 0; round < 100; round++) {
+    if (me == victim && round == 2) {
+      pthread_t t;
+      pthread_create(&t, NULL, kill_soon, &delay_ms);
+    }
+    bool good = ok(h, h->comm, ringcc_group_start(), "group_start");
+    for (int k = 0; k < p && good; k++) {
+      int to = (me + k) % p, from = (me - k + p) % p;
+      good = ok(h, h->comm, ringcc_send(s + (size_t)to * KILL_N, KILL_N,
+                                        RINGCC_INT32, to, h->comm, NULL),
+                "send") &&
+             ok(h, h->comm, ringcc_recv(r + (size_t)from * KILL_N, KILL_N,
+                                        RINGCC_INT32, from, h->comm, NULL),
+                "recv");
+    }
+    if (!good)
+      return 1;
+    ringcc_result_t res = ringcc_group_end();
+    if (res == RINGCC_SUCCESS)
+      continue;
+    a->code[me] = (int)res;
+    a->rounds[me] = round;
+    /* The buffers are the caller's again: nothing may land in them now. */
+    memset(r, 0x5a, (size_t)p * KILL_N * 4);
+    memset(s, 0x5a, (size_t)p * KILL_N * 4);
+    h_sleep_ms(300);
+    for (size_t i = 0; i < (size_t)p * KILL_N; i++)
+      if (r[i] != 0x5a5a5a5a)
+        return h_fail(h, "after the failed group returned, element %zu of "
+                      "its receive buffer changed to %d", i, r[i]);
+    free(s);
+    free(r);
+    return 0;
+  }
+  return h_fail(h, "100 grouped exchanges, and the victim's death was not "
+                "seen");
+}
+
+Test(lands, peer_killed_mid_exchange_tcp, .timeout = 120) {
+  struct mid_kill *a = h_shared_alloc(sizeof *a);
+  ringcc_config_t cfg = config(true);
+  h_run_opts_t o = {.nranks = 3, .body = mid_kill_body, .arg = a,
+                    .config = &cfg, .timeout_s = 60,
+                    .name = "rank killed in grouped exchanges"};
+  double t0 = h_now_s();
+  cr_assert_not(h_run(&o), "the victim's death was not seen");
+  double took = h_now_s() - t0;
+  for (int q = 0; q < 2; q++) {
+    fprintf(stderr, "rank %d: grouped exchange failed in round %d with %d\n",
+            q, a->rounds[q], a->code[q]);
+    cr_expect(a->code[q] == RINGCC_ERR_PEER_FAILED ||
+                  a->code[q] == RINGCC_ERR_NETWORK,
+              "rank %d's group completed with %d, expected "
+              "RINGCC_ERR_PEER_FAILED", q, a->code[q]);
+  }
+  cr_expect_lt(took, 30, "the survivors took %.1f s", took);
+  h_shared_free(a, sizeof *a);
 }
 
 /* ---- requests ---------------------------------------------------------------- */
