@@ -556,6 +556,22 @@ Test(lands, mismatch_then_the_next_message_tcp, .timeout = 120) {
  * second group on every block from a peer lands in rank 0's buffer
  * (ringcc_comm_stats' landed_bytes grows by all of them); every element
  * checked. */
+/* Starts a group and posts an AllToAll of n int32 a block in it: a send to
+ * and a receive from each rank (this one included), interleaved. */
+static bool post_alltoall(h_ctx_t *h, const int32_t *s, int32_t *r,
+                          size_t n) {
+  int p = h->nranks;
+  bool good = ok(h, h->comm, ringcc_group_start(), "group_start");
+  for (int k = 0; k < p && good; k++) {
+    int to = (h->rank + k) % p, from = (h->rank - k + p) % p;
+    good = ok(h, h->comm, ringcc_send(s + (size_t)to * n, n, RINGCC_INT32,
+                                      to, h->comm, NULL), "send") &&
+           ok(h, h->comm, ringcc_recv(r + (size_t)from * n, n, RINGCC_INT32,
+                                      from, h->comm, NULL), "recv");
+  }
+  return good;
+}
+
 #define LAND_N (256 * 1024 / 4)
 #define LAND_GROUPS 5
 static int group_lands_body(h_ctx_t *h) {
@@ -574,17 +590,8 @@ static int group_lands_body(h_ctx_t *h) {
     if (h->rank == 0)
       h_sleep_ms(40);
     good = ringcc_comm_stats(h->comm, &st0) == RINGCC_SUCCESS &&
-           ok(h, h->comm, ringcc_group_start(), "group_start");
-    for (int k = 0; k < p && good; k++) { /* sends and receives interleaved */
-      int to = (h->rank + k) % p, from = (h->rank - k + p) % p;
-      good = ok(h, h->comm, ringcc_send(s + (size_t)to * LAND_N, LAND_N,
-                                        RINGCC_INT32, to, h->comm, NULL),
-                "send") &&
-             ok(h, h->comm, ringcc_recv(r + (size_t)from * LAND_N, LAND_N,
-                                        RINGCC_INT32, from, h->comm, NULL),
-                "recv");
-    }
-    good = good && ok(h, h->comm, ringcc_group_end(), "group_end") &&
+           post_alltoall(h, s, r, LAND_N) &&
+           ok(h, h->comm, ringcc_group_end(), "group_end") &&
            ringcc_comm_stats(h->comm, &st1) == RINGCC_SUCCESS;
     landed[g] = st1.landed_bytes - st0.landed_bytes;
     for (int q = 0; q < p && good; q++)
@@ -657,17 +664,7 @@ static int mid_kill_body(h_ctx_t *h) {
       pthread_t t;
       pthread_create(&t, NULL, kill_soon, &delay_ms);
     }
-    bool good = ok(h, h->comm, ringcc_group_start(), "group_start");
-    for (int k = 0; k < p && good; k++) {
-      int to = (me + k) % p, from = (me - k + p) % p;
-      good = ok(h, h->comm, ringcc_send(s + (size_t)to * KILL_N, KILL_N,
-                                        RINGCC_INT32, to, h->comm, NULL),
-                "send") &&
-             ok(h, h->comm, ringcc_recv(r + (size_t)from * KILL_N, KILL_N,
-                                        RINGCC_INT32, from, h->comm, NULL),
-                "recv");
-    }
-    if (!good)
+    if (!post_alltoall(h, s, r, KILL_N))
       return 1;
     ringcc_result_t res = ringcc_group_end();
     if (res == RINGCC_SUCCESS)

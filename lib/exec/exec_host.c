@@ -1003,22 +1003,29 @@ struct chan_wait {
   struct rcc_conn *driven; /* the engine this thread drove last (wait_any),
                               or NULL */
   struct rcc_conn **blocked; /* n entries: the FIFOs a wait_any waits on
-                                (NULL: out of memory, no wait_any) */
+                                (NULL until one_engine needs them) */
 };
 
+/* Channel c's next step (or half), the channel selected: -1 where it has
+ * none to run now (done, or its FIFO's earlier channel runs), 1 where it
+ * can run, 0 where it waits (on *conn, for room if *send, else data). */
+static int chan_look(struct chan_wait *w, int c, struct rcc_conn **conn,
+                     int *send) {
+  struct chan *k = &w->ch[c];
+  struct rcc_step s;
+  if (k->i >= k->plan.nsteps || chan_waits_turn(w->ch, k))
+    return -1;
+  chan_select(w->x, k, c);
+  rcc_plan_step(&k->plan, k->i, &s);
+  return chan_ready(w->x, k, &s, conn, send);
+}
+
 static int any_ready(struct chan_wait *w) {
-  for (int c = 0; c < w->n; c++) {
-    struct chan *k = &w->ch[c];
-    struct rcc_conn *waiter;
-    struct rcc_step s;
-    int send;
-    if (k->i >= k->plan.nsteps || chan_waits_turn(w->ch, k))
-      continue;
-    chan_select(w->x, k, c);
-    rcc_plan_step(&k->plan, k->i, &s);
-    if (chan_ready(w->x, k, &s, &waiter, &send))
+  struct rcc_conn *conn;
+  int send;
+  for (int c = 0; c < w->n; c++)
+    if (chan_look(w, c, &conn, &send) > 0)
       return 1;
-  }
   return 0;
 }
 
@@ -1028,23 +1035,23 @@ static int wait_failed_cb(void *ctx) {
 }
 
 /* Where every blocked channel waits on a FIFO of one engine that can wait
- * for several (ops->wait_any): their number, with the FIFOs in w->blocked;
- * else 0 (or where one is ready after all). */
+ * for several (ops->wait_any): their number, with the FIFOs in w->blocked
+ * (made at the first such wait of the run); else 0 (or where one is ready
+ * after all). */
 static int one_engine(struct chan_wait *w) {
   int nb = 0;
-  if (w->blocked == NULL || w->n < 2)
+  if (w->n < 2)
     return 0; /* one channel: the engine's thread serves it, as before */
+  if (w->blocked == NULL &&
+      (w->blocked = malloc((size_t)w->n * sizeof(*w->blocked))) == NULL)
+    return 0; /* out of memory: the wait below serves too */
   for (int c = 0; c < w->n; c++) {
-    struct chan *k = &w->ch[c];
     struct rcc_conn *conn;
-    struct rcc_step s;
-    int send;
-    if (k->i >= k->plan.nsteps || chan_waits_turn(w->ch, k))
+    int send, ready = chan_look(w, c, &conn, &send);
+    if (ready > 0)
+      return 0; /* no wait */
+    if (ready < 0)
       continue;
-    chan_select(w->x, k, c);
-    rcc_plan_step(&k->plan, k->i, &s);
-    if (chan_ready(w->x, k, &s, &conn, &send))
-      return 0; /* ready after all: no wait */
     if (conn->ops == NULL || conn->ops->wait_any == NULL)
       return 0;
     /* One engine serves all of a communicator's network FIFOs. */
@@ -1053,18 +1060,14 @@ static int one_engine(struct chan_wait *w) {
   return nb;
 }
 
-static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
-                                             struct chan *k, int c) {
+static ringcc_result_t wait_channels_untimed(struct chan_wait *w, int c) {
   struct exec *x = w->x;
   struct rcc_spin *spin = &x->comm->spin;
   struct rcc_conn *conn;
-  struct rcc_step s;
   int send;
   int nb = one_engine(w);
   if (nb > 0) {
-    chan_select(x, k, c);
-    rcc_plan_step(&k->plan, k->i, &s);
-    (void)chan_ready(x, k, &s, &conn, &send);
+    (void)chan_look(w, c, &conn, &send);
     waiting_on(x, send ? "a free slot to send to" : "data from", conn->peer,
                conn, send);
     x->wait_word = NULL; /* any FIFO: progress is any channel ready */
@@ -1084,10 +1087,8 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
     else
       sched_yield();
   }
-  chan_select(x, k, c);
-  rcc_plan_step(&k->plan, k->i, &s);
-  if (chan_ready(x, k, &s, &conn, &send))
-    return RINGCC_SUCCESS;
+  if (chan_look(w, c, &conn, &send) != 0)
+    return RINGCC_SUCCESS; /* ready (or nothing left to wait for) */
   waiting_on(x, send ? "a free slot to send to" : "data from", conn->peer,
              conn, send);
   /* An engine's receive FIFO whose link may not be made yet (net.c's lazy
@@ -1103,7 +1104,7 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
   uint32_t *waiters = send ? &conn->fifo->head_waiters
                            : &conn->fifo->tail_waiters;
   uint32_t old = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-  if (chan_ready(x, k, &s, &conn, &send))
+  if (chan_look(w, c, &conn, &send) != 0)
     return RINGCC_SUCCESS; /* it changed meanwhile */
   struct timespec slice = {0, CHANNEL_SLICE_NS};
   __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
@@ -1120,19 +1121,15 @@ static ringcc_result_t wait_channels_untimed(struct chan_wait *w,
 /* As rcc_host_wait: where timing is on, the wait is charged to the edge the
  * first blocked channel waits on (the stats; a trace shows channel steps
  * without their waits between them). */
-static ringcc_result_t wait_channels(struct chan_wait *w, struct chan *k,
-                                     int c) {
+static ringcc_result_t wait_channels(struct chan_wait *w, int c) {
   struct exec *x = w->x;
   if (!x->timing)
-    return wait_channels_untimed(w, k, c);
+    return wait_channels_untimed(w, c);
   struct rcc_conn *conn = NULL;
-  struct rcc_step s;
   int send = 0;
-  chan_select(x, k, c);
-  rcc_plan_step(&k->plan, k->i, &s);
-  (void)chan_ready(x, k, &s, &conn, &send);
+  (void)chan_look(w, c, &conn, &send);
   int64_t t0 = rcc_now_ns();
-  ringcc_result_t r = wait_channels_untimed(w, k, c);
+  ringcc_result_t r = wait_channels_untimed(w, c);
   if (conn != NULL)
     rcc_stats_waited(x->stats, conn->peer, send, rcc_now_ns() - t0);
   return r;
@@ -1301,8 +1298,7 @@ static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
 
 /* Runs the channels' plans to the end, or to the first failure. */
 static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
-  struct chan_wait w = {x, ch, n, NULL,
-                        malloc((size_t)n * sizeof(struct rcc_conn *))};
+  struct chan_wait w = {x, ch, n, NULL, NULL};
   ringcc_result_t r = RINGCC_SUCCESS;
   for (;;) {
     int moved = 0, left = 0, blocked = -1;
@@ -1363,7 +1359,7 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
       break;
     if (moved && x->grouped)
       x->deadline = 0; /* a group's deadline counts from its last progress */
-    if (!moved && (r = wait_channels(&w, &ch[blocked], blocked)) !=
+    if (!moved && (r = wait_channels(&w, blocked)) !=
                       RINGCC_SUCCESS)
       break;
   }
@@ -1480,25 +1476,32 @@ static int span_cmp(const void *p, const void *q) {
 static void p2p_zero_copy(struct ringcc_comm *comm,
                           const struct rcc_p2p_op *ops, struct chan *ch,
                           int n) {
-  struct span *recvs = malloc((size_t)n * sizeof(*recvs));
-  const char **reach = malloc((size_t)n * sizeof(*reach));
-  int nr = 0;
-  if (recvs == NULL || reach == NULL) {
-    free(recvs);
-    free(reach);
-    return; /* every byte through its slot, as without zero-copy */
-  }
+  int nlend = 0, nr = 0;
   for (int c = 0; c < n; c++) {
     struct rcc_conn *conn =
         ops[c].send ? rcc_send_conn(comm, RCC_CONN_P2P, 0, ops[c].peer)
                     : rcc_recv_conn(comm, RCC_CONN_P2P, 0, ops[c].peer);
-    size_t bytes = ops[c].count * ringcc_datatype_size(ops[c].dt);
-    if (!ops[c].send && bytes > 0)
-      recvs[nr++] =
-          (struct span){ops[c].buf, (const char *)ops[c].buf + bytes};
+    int empty = ops[c].count == 0;
     ch[c].lend = ops[c].send && can_lend(conn);
     ch[c].land = !ops[c].send && conn->ops != NULL && conn->ops->land != NULL;
+    nlend += ch[c].lend && !empty;
+    nr += !ops[c].send && !empty;
   }
+  if (nlend == 0 || nr == 0)
+    return; /* no send a receive could write */
+  struct span *recvs = malloc((size_t)nr * (sizeof(*recvs) + sizeof(char *)));
+  if (recvs == NULL) {
+    for (int c = 0; c < n; c++)
+      ch[c].lend = 0; /* unchecked: through the slots */
+    return;
+  }
+  const char **reach = (const char **)(recvs + nr);
+  nr = 0;
+  for (int c = 0; c < n; c++)
+    if (!ops[c].send && ops[c].count > 0)
+      recvs[nr++] = (struct span){
+          ops[c].buf, (const char *)ops[c].buf +
+                          ops[c].count * ringcc_datatype_size(ops[c].dt)};
   /* A send overlaps a receive when some receive starting before its end
    * reaches past its start: the receives by start, each with the furthest
    * end of those up to it. */
@@ -1522,7 +1525,6 @@ static void p2p_zero_copy(struct ringcc_comm *comm,
       ch[c].lend = 0;
   }
   free(recvs);
-  free(reach);
 }
 
 ringcc_result_t rcc_exec_host_p2p(struct ringcc_comm *comm,

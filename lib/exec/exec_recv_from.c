@@ -63,7 +63,7 @@ static int first_ready(const struct ringcc_comm *comm) {
 static ringcc_result_t wait_any_source(struct exec *x, int *source) {
   struct ringcc_comm *comm = x->comm;
   struct rcc_spin *spin = &comm->spin;
-  int n = comm->nranks, p = comm->rank;
+  int n = comm->nranks, p = comm->rank, wanted = 0;
   rcc_host_release_engines(comm);
   x->wait_word = NULL; /* any FIFO: first_ready looks at them all */
   for (int i = 0;; i++) {
@@ -91,13 +91,15 @@ static ringcc_result_t wait_any_source(struct exec *x, int *source) {
                                                  : nobody_left(x);
     /* A message a group's send sent may wait in the network for a receive
      * that lands it (parked, net.h): this one does not land, so every
-     * engine's receive FIFO reads its next message as it comes. */
-    for (int q = 0; q < n; q++) {
+     * engine's receive FIFO reads its next message as it comes (asked
+     * once: no message is taken while this wait lasts). */
+    for (int q = 0; q < n && !wanted; q++) {
       struct rcc_conn *w = rcc_recv_conn(comm, RCC_CONN_P2P, 0, q);
       if (q != comm->rank && w->fifo != NULL && w->ops != NULL &&
           w->ops->want != NULL)
         w->ops->want(w);
     }
+    wanted = 1;
     struct rcc_conn *c = rcc_recv_conn(comm, RCC_CONN_P2P, 0, p);
     waiting_on(x, "data (any source) from", p, c, 0);
     uint32_t *word = &c->fifo->tail;
