@@ -1142,6 +1142,14 @@ static int land(struct rcc_proxy *px, struct rcc_proxy_conn *c, uint32_t seq,
     px->plugin->park(c->net_comm, PARK_MIN_BYTES, IMM_LANDS,
                      px->comm->set.net_park_us * 1000);
   }
+  /* Slots the executor freed since the engine last ran a round (the proxy
+   * thread runs one only every POLL_MS while an executor drives): their
+   * receives are posted now, or a message due there could not land. */
+  if (!c->failed && !c->bye && c->net_comm != NULL &&
+      (int32_t)(c->posted - seq) <= 0) {
+    ringcc_result_t r = RINGCC_SUCCESS;
+    (void)progress_recv_posts(px, c, &r, 1);
+  }
   uint32_t slot = seq % c->nslots;
   /* Posted and not done: done <= seq < posted. */
   if (!c->failed && !c->bye && (int32_t)(seq - c->done) >= 0 &&
