@@ -836,11 +836,25 @@ Test(ib_coll, sigkill_n4, .timeout = 200) { kill_one(4); }
 
 /* ==== the plugin under the core, on the fake device =========================== */
 
-/* What rank r's init and first allreduce said, for the parent to check. */
+/* What rank r's init and first allreduce said, for the parent to check;
+ * done[r] once rank r has said it. */
 typedef struct {
-  int init_code[2], call_code[2];
+  int init_code[2], call_code[2], done[2];
   char message[2][RCC_ERRLEN];
 } lib_area_t;
+
+/* Rank r has recorded its result: it waits (30 s at most) for the other
+ * rank's before it leaves, so that a failing call is judged while its peer
+ * still lives (a peer that has already exited is a dead peer, not a broken
+ * link, and the call would rightly say RINGCC_ERR_PEER_FAILED). */
+static void lib_done(lib_area_t *a, int rank) {
+  __atomic_store_n(&a->done[rank], 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 30000; i++) {
+    if (__atomic_load_n(&a->done[1 - rank], __ATOMIC_ACQUIRE))
+      return;
+    usleep(1000);
+  }
+}
 
 static int lib_body(h_ctx_t *ctx) {
   lib_area_t *a = ctx->arg;
@@ -851,6 +865,7 @@ static int lib_body(h_ctx_t *ctx) {
   if (r != RINGCC_SUCCESS) {
     snprintf(a->message[ctx->rank], RCC_ERRLEN, "%s",
              ringcc_comm_last_error(NULL));
+    __atomic_store_n(&a->done[ctx->rank], 1, __ATOMIC_RELEASE);
     return 0;
   }
   float x[1024] = {0}, y[1024];
@@ -858,6 +873,7 @@ static int lib_body(h_ctx_t *ctx) {
   a->call_code[ctx->rank] = r;
   snprintf(a->message[ctx->rank], RCC_ERRLEN, "%s",
            r == RINGCC_SUCCESS ? "" : ringcc_comm_last_error(comm));
+  lib_done(a, ctx->rank);
   ringcc_comm_destroy(comm);
   return 0;
 }
