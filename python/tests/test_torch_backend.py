@@ -27,6 +27,19 @@ def test_backend(what, n):
     assert int(job.lines(0, "CHECKED")[0]) > 0
 
 
+def test_p2p_over_tcp_leaves_quietly():
+    """send/recv and isend/irecv over TCP (each pair's channel a
+    communicator of its own), then destroy_process_group: the channels say
+    goodbye, so no rank logs a warning about a peer that left (they were
+    aborted at shutdown, which a peer rightly takes for a failure)."""
+    job = run_ranks(3, "torch_ranks.py", "p2p", timeout=240,
+                    env={"RINGCC_SHM_DISABLE": "1",
+                         "RINGCC_SOCKET_IFNAME": "=lo"})
+    assert int(job.lines(0, "CHECKED")[0]) > 0
+    for rank, out in enumerate(job.outputs):
+        assert "RINGCC WARN" not in out, f"rank {rank}:\n{out}"
+
+
 @pytest.mark.parametrize("mode,timeout", [("kill", 30), ("stop", 6)])
 def test_rank_lost_mid_training(mode, timeout):
     n = 3

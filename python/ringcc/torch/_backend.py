@@ -1156,7 +1156,7 @@ class ProcessGroupRingcc(dist.ProcessGroup):
             self._shut = True
             channels = list(self._channels.values())
         self._worker.close()
-        self._stop(channels)
+        self._stop(channels, clean=True)
 
     def abort(self):
         """Makes blocked calls return (RINGCC_ERR_ABORTED) and frees the
@@ -1168,13 +1168,36 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         self._comm.abort()
         self._stop(channels)
 
-    def _stop(self, channels):
-        """Stops the channels' and CUDA threads (a receive that waits is
-        aborted), joins every thread, frees the communicators."""
+    def _stop(self, channels, clean=False):
+        """Stops the channels' and CUDA threads, joins every thread, frees
+        the communicators. clean (shutdown): a channel whose thread has
+        nothing left to do is destroyed (its peer reads a goodbye, not the
+        failure an abort shows it, which it would log as a warning); one
+        still inside a call within a second (a send its receiver never
+        takes, a receive nothing comes for) is aborted, as every channel is
+        by abort()."""
         for ch in channels:
             ch.close()
-            if ch._comm is not None:
-                ch._comm.abort()
+        until = time.monotonic() + (1.0 if clean else 0.0)
+        for ch in channels:
+            if clean:
+                ch.join(timeout=max(0.0, until - time.monotonic()))
+        leaving = []
+        for ch in channels:
+            comm = ch._comm
+            if comm is None:
+                continue
+            if clean and not ch.alive():
+                leaving.append(comm)
+            else:
+                comm.abort()
+        # In parallel: each destroy waits (3 s at most) for its peer's
+        # goodbye, and the peers destroy their ends in their own order.
+        destroys = [threading.Thread(target=_quiet_destroy, args=(c,),
+                                     name="ringcc-p2p-destroy")
+                    for c in leaving]
+        for t in destroys:
+            t.start()
         if self._cuda_done is not None:
             self._cuda_done.close(join=False)
         for ch in channels:
@@ -1182,7 +1205,18 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         if self._cuda_done is not None:
             self._cuda_done.join(timeout=5.0)
         self._worker.join(timeout=5.0)
+        for t in destroys:
+            t.join()
         self._comm.destroy()
+
+
+def _quiet_destroy(comm):
+    """A channel's ringcc_comm_destroy at shutdown; a failure there (its
+    peer failed meanwhile) concerns no operation any more."""
+    try:
+        comm.destroy()
+    except Exception:  # noqa: BLE001 - nothing waits for it
+        pass
 
 
 class _ServedDevices(tuple):

@@ -176,6 +176,9 @@ class Worker:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
+    def alive(self):
+        return self._thread.is_alive()
+
 
 class RingccWork(Work):
     """A c10d Work over a Completion's future: wait() blocks (without the

@@ -90,6 +90,10 @@ class SendChannel:
     def join(self, timeout):
         self._worker.join(timeout)
 
+    def alive(self):
+        """Whether its thread still runs (a queued send not yet taken)."""
+        return self._worker.alive()
+
 
 class _Posted:
     __slots__ = ("tensor", "tag", "src", "nbytes", "done", "source")
@@ -310,3 +314,7 @@ class RecvChannel:
     def join(self, timeout):
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
+
+    def alive(self):
+        """Whether its thread still runs (inside a receive)."""
+        return self._thread.is_alive()
