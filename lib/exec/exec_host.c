@@ -1300,6 +1300,18 @@ static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
 static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
   struct chan_wait w = {x, ch, n, NULL, NULL};
   ringcc_result_t r = RINGCC_SUCCESS;
+  /* Every receive that can land is offered before the first send leaves: a
+   * peer that answers that send at once (its next group) finds the
+   * connection parking payloads for this rank (the first landing turns
+   * that on), not reading them into the slots. */
+  for (int c = 0; c < n; c++) {
+    struct chan *k = &ch[c];
+    if (!k->land || k->i >= k->plan.nsteps || chan_waits_turn(ch, k))
+      continue;
+    chan_select(x, k, c);
+    land_ahead(x, k->i);
+    k->land_at = k->i + 1;
+  }
   for (;;) {
     int moved = 0, left = 0, blocked = -1;
     for (int c = 0; c < n && r == RINGCC_SUCCESS; c++) {
