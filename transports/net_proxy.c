@@ -1145,9 +1145,8 @@ static int land(struct rcc_proxy *px, struct rcc_proxy_conn *c, uint32_t seq,
   /* Slots the executor freed since the engine last ran a round (the proxy
    * thread runs one only every POLL_MS while an executor drives): their
    * receives are posted now, or a message due there could not land. */
-  if (!c->failed && !c->bye && c->net_comm != NULL &&
-      (int32_t)(c->posted - seq) <= 0) {
-    ringcc_result_t r = RINGCC_SUCCESS;
+  if (!c->failed && (int32_t)(c->posted - seq) <= 0) {
+    ringcc_result_t r = RINGCC_SUCCESS; /* (a failure marks c failed) */
     (void)progress_recv_posts(px, c, &r, 1);
   }
   uint32_t slot = seq % c->nslots;

@@ -1296,6 +1296,16 @@ static ringcc_result_t placed_collect(struct exec *x, struct chan *ch, int n) {
   return RINGCC_SUCCESS;
 }
 
+/* Channel k (selected) offers the receives from its next step on for
+ * landing, once per step: before their bytes come, since a receive lands
+ * only where its engine has not begun to read it into the slot. */
+static void chan_offer_lands(struct exec *x, struct chan *k) {
+  if (k->land && !k->draining && k->land_at != k->i + 1) {
+    land_ahead(x, k->i);
+    k->land_at = k->i + 1;
+  }
+}
+
 /* Runs the channels' plans to the end, or to the first failure. */
 static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
   struct chan_wait w = {x, ch, n, NULL, NULL};
@@ -1309,8 +1319,7 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
     if (!k->land || k->i >= k->plan.nsteps || chan_waits_turn(ch, k))
       continue;
     chan_select(x, k, c);
-    land_ahead(x, k->i);
-    k->land_at = k->i + 1;
+    chan_offer_lands(x, k);
   }
   for (;;) {
     int moved = 0, left = 0, blocked = -1;
@@ -1326,12 +1335,7 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
         continue;
       chan_select(x, k, c);
       rcc_plan_step(&k->plan, k->i, &s);
-      if (k->land && !k->draining && k->land_at != k->i + 1) {
-        /* Before its bytes come: a receive lands only where its engine
-         * has not begun to read it into the slot. */
-        land_ahead(x, k->i);
-        k->land_at = k->i + 1;
-      }
+      chan_offer_lands(x, k);
       if (!chan_ready(x, k, &s, &waiter, &send)) {
         blocked = blocked < 0 ? c : blocked;
         continue;

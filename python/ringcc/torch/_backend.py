@@ -1178,9 +1178,9 @@ class ProcessGroupRingcc(dist.ProcessGroup):
         by abort()."""
         for ch in channels:
             ch.close()
-        until = time.monotonic() + (1.0 if clean else 0.0)
-        for ch in channels:
-            if clean:
+        if clean:
+            until = time.monotonic() + 1.0
+            for ch in channels:
                 ch.join(timeout=max(0.0, until - time.monotonic()))
         leaving = []
         for ch in channels:
