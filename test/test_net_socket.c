@@ -29,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -640,6 +643,107 @@ Test(net_socket, receiver_closes_mid_transfer, .timeout = 10) {
   P->close_listen(l);
   free(buf);
   free(rbuf);
+}
+
+/* TCP_NOTSENT_LOWAT as the plugin set it on a socket (0: not set, the
+ * kernel's net.ipv4.tcp_notsent_lowat applies). */
+static int unsent_bound(int fd) {
+  int v = -1;
+  socklen_t len = sizeof(v);
+  cr_assert_eq(getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len), 0,
+               "getsockopt: %s", strerror(errno));
+  return v;
+}
+
+#define UNSENT_MSG (8u << 20)
+
+/* RINGCC_SOCKET_NOTSENT_BYTES (default 64 KiB) bounds what a connection's
+ * sockets hold unsent: a send to a receiver that does not read stops with
+ * about that much unsent (the kernel checks the bound before each copy of
+ * up to 64 KiB, so 128 KiB at most), where unbounded the kernel takes what
+ * its send buffer allows (megabytes). unsent_all lifts the bound and brings
+ * it back. Once read, the message arrives whole. With 0 the plugin leaves
+ * the kernel's bound. */
+static void unsent_case(const char *value, int want_bound) {
+  uint8_t handle[RCC_NET_HANDLE_BYTES];
+  char err[RCC_ERRLEN];
+  void *sc, *rc, *sreq, *rreq;
+  int fd, done = 0;
+  size_t bytes;
+  uint32_t imm;
+  uint8_t *buf = malloc(UNSENT_MSG), *rbuf = calloc(1, UNSENT_MSG);
+  cr_assert(buf != NULL && rbuf != NULL);
+  for (size_t i = 0; i < UNSENT_MSG; i++)
+    buf[i] = (uint8_t)(i * 131 + (i >> 12));
+  if (value != NULL)
+    setenv("RINGCC_SOCKET_NOTSENT_BYTES", value, 1);
+  init_plugin(NULL);
+  void *l = do_listen(handle);
+  make_pair(l, handle, 1, &sc, &rc);
+  cr_assert_eq(P->isend(sc, buf, UNSENT_MSG, 7, NULL, &sreq, err,
+                        sizeof(err)), 0, "%s", err);
+  cr_assert_eq(P->fds(sc, &fd, 1), 1);
+  cr_assert_eq(unsent_bound(fd), want_bound, "the sender's socket");
+  int64_t until = rcc_now_ns() + 300 * MS; /* nothing reads: it stalls */
+  while (rcc_now_ns() < until) {
+    cr_assert_eq(P->test(sreq, &done, &bytes, &imm, err, sizeof(err)), 0,
+                 "%s", err);
+    cr_assert_eq(done, 0, "8 MiB sent with nobody reading");
+  }
+  int unsent = -1;
+  cr_assert_eq(ioctl(fd, SIOCOUTQNSD, &unsent), 0, "%s", strerror(errno));
+  printf("RINGCC_SOCKET_NOTSENT_BYTES=%s: %d bytes unsent once stalled\n",
+         value != NULL ? value : "(unset)", unsent);
+  if (want_bound > 0)
+    cr_assert_leq(unsent, 2 * want_bound, "%d bytes unsent, bound %d", unsent,
+                  want_bound);
+  /* A Scatter root lifts the bound for a call (unsent_all), then brings it
+   * back. */
+  P->unsent_all(sc, 1);
+  cr_assert_eq(unsent_bound(fd), 0, "lifted");
+  P->unsent_all(sc, 0);
+  cr_assert_eq(unsent_bound(fd), want_bound, "brought back");
+  cr_assert_eq(P->irecv(rc, rbuf, UNSENT_MSG, NULL, &rreq, err, sizeof(err)),
+               0, "%s", err);
+  int rfd;
+  cr_assert_eq(P->fds(rc, &rfd, 1), 1);
+  cr_assert_eq(unsent_bound(rfd), want_bound, "the receiver's socket");
+  int sdone = 0, rdone = 0;
+  until = rcc_now_ns() + 10000 * MS;
+  while (!(sdone && rdone) && rcc_now_ns() < until) {
+    if (!sdone)
+      cr_assert_eq(P->test(sreq, &sdone, &bytes, &imm, err, sizeof(err)), 0,
+                   "%s", err);
+    if (!rdone) {
+      cr_assert_eq(P->test(rreq, &rdone, &bytes, &imm, err, sizeof(err)), 0,
+                   "%s", err);
+      if (rdone)
+        cr_assert(bytes == UNSENT_MSG && imm == 7, "%zu bytes, imm %u",
+                  bytes, imm);
+    }
+  }
+  cr_assert(sdone && rdone, "8 MiB not moved in 10 s once read");
+  size_t bad = 0;
+  for (size_t i = 0; i < UNSENT_MSG; i++)
+    bad += rbuf[i] != buf[i];
+  cr_assert_eq(bad, 0, "%zu of %u bytes differ", bad, UNSENT_MSG);
+  P->close_send(sc);
+  P->close_recv(rc);
+  P->close_listen(l);
+  free(buf);
+  free(rbuf);
+}
+
+Test(net_socket, unsent_bytes_are_bounded, .timeout = 30) {
+  unsent_case(NULL, 65536);
+}
+
+Test(net_socket, unsent_bound_set_by_the_variable, .timeout = 30) {
+  unsent_case("16384", 16384);
+}
+
+Test(net_socket, unsent_bound_zero_is_the_kernels, .timeout = 30) {
+  unsent_case("0", 0);
 }
 
 /* reverse(): one link both ways. Streams run both ways at once, with 1, 2

@@ -134,6 +134,8 @@ Test(variables, network_plugin_variables_are_named, .timeout = 200) {
   bad_variable("RINGCC_NSOCKS_PERPEER", "0");
   bad_variable("RINGCC_NSOCKS_PERPEER", "abc");
   bad_variable("RINGCC_SOCKET_LINK_TIMEOUT_MS", "1");
+  bad_variable("RINGCC_SOCKET_NOTSENT_BYTES", "100");
+  bad_variable("RINGCC_SOCKET_NOTSENT_BYTES", "-1");
   bad_variable("RINGCC_SOCKET_FAMILY", "abc");
   bad_variable("RINGCC_SOCKET_IFNAME", "=nosuch0");
   bad_variable("RINGCC_IB_DISABLE", "abc");

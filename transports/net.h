@@ -146,6 +146,11 @@ struct rcc_net_plugin {
    * its fd, so the plugin may stop reading a socket a read found empty until
    * told: no system call that only says EAGAIN. NULL: test() reads. */
   void (*readable)(void *comm, int fd);
+  /* Optional, send connections: all = 1: the connection takes whatever a
+   * send gives it, past the plugin's bound on bytes not sent yet (over TCP,
+   * RINGCC_SOCKET_NOTSENT_BYTES), until called with 0, which brings the
+   * bound back. NULL: no such bound. */
+  void (*unsent_all)(void *send_comm, int all);
   /* Optional: a connection the other way over the same link (a receive
    * connection from a send connection's peer, or a send connection to a
    * receive connection's peer), so that one connect() joins two ranks both

@@ -1476,6 +1476,17 @@ static void op_reclaim(struct rcc_conn *end) {
     unland(c->proxy, c);
 }
 
+static void op_unsent_all(struct rcc_conn *end, int all) {
+  struct rcc_proxy_conn *c = engine(end);
+  struct rcc_proxy *px = c->proxy;
+  if (px->plugin->unsent_all == NULL)
+    return;
+  pthread_mutex_lock(&px->lock);
+  if (c->is_send && c->net_comm != NULL && !c->failed)
+    px->plugin->unsent_all(c->net_comm, all);
+  pthread_mutex_unlock(&px->lock);
+}
+
 static const struct rcc_conn_ops net_conn_ops = {
     .published = op_published,
     .published_later = op_published_later,
@@ -1489,6 +1500,7 @@ static const struct rcc_conn_ops net_conn_ops = {
     .landed = op_landed,
     .want = op_want,
     .reclaim = op_reclaim,
+    .unsent_all = op_unsent_all,
 };
 
 void rcc_proxy_bind(struct rcc_conn *end, struct rcc_proxy_conn *c) {

@@ -146,6 +146,7 @@ static struct {
   struct sockaddr_storage addr; /* port 0 */
   char ifname[IF_NAMESIZE + 1];
   int64_t link_timeout_ms; /* RINGCC_SOCKET_LINK_TIMEOUT_MS; 0: off */
+  int notsent;             /* RINGCC_SOCKET_NOTSENT_BYTES; 0: the kernel's */
 } g_net = {.lock = PTHREAD_MUTEX_INITIALIZER, .ifname = "none"};
 
 /* How long a fresh connect to a silent peer's host may wait for an answer,
@@ -170,15 +171,19 @@ static ringcc_result_t socket_init(const char *spec, char *err,
       (r = rcc_net_socket_family(&family, err, errlen)) != RINGCC_SUCCESS ||
       (r = rcc_net_socket_link_timeout(&g_net.link_timeout_ms, err, errlen)) !=
           RINGCC_SUCCESS ||
+      (r = rcc_net_socket_notsent(&g_net.notsent, err, errlen)) !=
+          RINGCC_SUCCESS ||
       (r = rcc_socket_pick_address_family(spec, family, &g_net.addr,
                                           g_net.ifname, sizeof(g_net.ifname),
                                           err, errlen)) != RINGCC_SUCCESS)
     goto out;
   g_net.ready = 1;
   RCC_INFO(-1, "NET/Socket: using interface %s (%s), %d socket%s per "
-               "connection, link timeout %lld ms%s%s%s%s",
+               "connection, link timeout %lld ms, %d unsent bytes a socket at "
+           "most%s%s%s%s",
            g_net.ifname, rcc_net_socket_host(&g_net.addr, host, sizeof(host)), nsocks,
            nsocks == 1 ? "" : "s", (long long)g_net.link_timeout_ms,
+           g_net.notsent,
            named ? ", RINGCC_SOCKET_IFNAME=" : "",
            named ? spec : "",
            family != AF_UNSPEC ? ", RINGCC_SOCKET_FAMILY=" : "",
@@ -983,6 +988,8 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
                                    why, sizeof(why));
       if (r == RINGCC_SUCCESS) {
         rcc_net_socket_keepalive(c->socks[i].fd, g_net.link_timeout_ms);
+        if (g_net.notsent > 0)
+          rcc_net_socket_bound_unsent(c->socks[i].fd, g_net.notsent);
         r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
                                 sizeof(why));
       }
@@ -1305,6 +1312,8 @@ static struct net_conn *take_complete(struct net_listen *l, void *hello) {
         continue;
       c->socks[q->index].fd = q->fd;
       rcc_net_socket_keepalive(q->fd, g_net.link_timeout_ms);
+      if (g_net.notsent > 0)
+        rcc_net_socket_bound_unsent(q->fd, g_net.notsent);
       l->members[j--] = l->members[--l->nmembers];
     }
     return c;
@@ -1410,6 +1419,14 @@ static void socket_readable(void *comm, int fd) {
  * the connection fails (the first failure sticks to it and its twin, which
  * shares the sockets). Silent for T and the host answered: RINGCC_SUCCESS
  * with err saying so (the engine logs the suspicion). */
+/* TCP_NOTSENT_LOWAT off (0: the kernel's, unbounded by default) or back to
+ * RINGCC_SOCKET_NOTSENT_BYTES on the connection's sockets. */
+static void socket_unsent_all(void *send_comm, int all) {
+  struct net_conn *c = send_comm;
+  for (int i = 0; i < c->nsocks && g_net.notsent > 0; i++)
+    rcc_net_socket_bound_unsent(c->socks[i].fd, all ? 0 : g_net.notsent);
+}
+
 static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
   struct net_conn *c = comm;
   int64_t t = g_net.link_timeout_ms;
@@ -1521,6 +1538,7 @@ const struct rcc_net_plugin rcc_net_socket = {
     .parked_ms = socket_parked_ms,
     .want = socket_want,
     .readable = socket_readable,
+    .unsent_all = socket_unsent_all,
     .reverse = socket_reverse,
     .alive = socket_alive,
     .close_send = socket_close_conn,

@@ -17,6 +17,8 @@
 #include "probe.h"
 
 #define LINK_TIMEOUT_DEFAULT_MS 6000
+#define NOTSENT_DEFAULT_BYTES 65536
+#define NOTSENT_MAX_BYTES (1 << 30)
 
 /* RINGCC_SOCKET_LINK_TIMEOUT_MS: how long a peer may leave this rank's data
  * or keepalive probes unacknowledged before its link counts as down. Read
@@ -33,6 +35,37 @@ ringcc_result_t rcc_net_socket_link_timeout(int64_t *ms, char *err,
                     "NET/Socket: RINGCC_SOCKET_LINK_TIMEOUT_MS=\"%s\" is not "
                     "0 (off) or a number of milliseconds in 2000..3600000", v);
   return RINGCC_SUCCESS;
+}
+
+/* RINGCC_SOCKET_NOTSENT_BYTES: the most bytes a data socket holds that the
+ * kernel has not sent yet (TCP_NOTSENT_LOWAT). Without a bound a sender
+ * copies far ahead of the peer's receive window into its socket, and the
+ * receiver's own reads then transmit that backlog, in the softirq of the
+ * window update they send (loopback and every peer on one host: the sender's
+ * protocol work lands on the receiver's CPU, docs/performance.md). With it
+ * the sender's send() stops at the bound and the sender, woken when the
+ * window opens, copies and transmits its bytes itself. Read here only, once
+ * per process. */
+ringcc_result_t rcc_net_socket_notsent(int *bytes, char *err, size_t errlen) {
+  const char *v = rcc_getenv("RINGCC_SOCKET_NOTSENT_BYTES");
+  int64_t x;
+  *bytes = NOTSENT_DEFAULT_BYTES;
+  if (v == NULL)
+    return RINGCC_SUCCESS;
+  if (rcc_parse_decimal(v, &x) != 0 || x < 0 || (x > 0 && x < 4096) ||
+      x > NOTSENT_MAX_BYTES)
+    return rcc_errf(err, errlen, RINGCC_ERR_INVALID_ARGUMENT,
+                    "NET/Socket: RINGCC_SOCKET_NOTSENT_BYTES=\"%s\" is not 0 "
+                    "(the kernel's bound, net.ipv4.tcp_notsent_lowat) or a "
+                    "number of bytes in 4096..%d", v, NOTSENT_MAX_BYTES);
+  *bytes = (int)x;
+  return RINGCC_SUCCESS;
+}
+
+void rcc_net_socket_bound_unsent(int fd, int bytes) {
+  if (fd >= 0)
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes,
+                     sizeof(bytes));
 }
 
 /* TCP_KEEPCNT's maximum: with T = 6 s the kernel gives up on an idle link

@@ -21,6 +21,10 @@ ringcc_result_t rcc_net_socket_link_timeout(int64_t *ms, char *err,
 ringcc_result_t rcc_net_socket_count(int *n, char *err, size_t errlen);
 /* RINGCC_SOCKET_FAMILY: AF_INET, AF_INET6 or AF_UNSPEC where unset. */
 ringcc_result_t rcc_net_socket_family(int *family, char *err, size_t errlen);
+/* RINGCC_SOCKET_NOTSENT_BYTES (default 64 KiB; 0: the kernel's bound). */
+ringcc_result_t rcc_net_socket_notsent(int *bytes, char *err, size_t errlen);
+/* TCP_NOTSENT_LOWAT on a connection's socket (0: the kernel's bound). */
+void rcc_net_socket_bound_unsent(int fd, int bytes);
 /* Keepalive and the retransmission cap on a connection's socket, timed from
  * the link timeout t (ms; 0: none). */
 void rcc_net_socket_keepalive(int fd, int64_t t);

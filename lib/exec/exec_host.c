@@ -1383,10 +1383,10 @@ static ringcc_result_t run_channels(struct exec *x, struct chan *ch, int n) {
   return r;
 }
 
-ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
-                                       const struct rcc_plan *call,
-                                       const void *src, void *dst,
-                                       ringcc_datatype_t dt, ringcc_op_t op) {
+static ringcc_result_t exec_channels(struct ringcc_comm *comm,
+                                     const struct rcc_plan *call,
+                                     const void *src, void *dst,
+                                     ringcc_datatype_t dt, ringcc_op_t op) {
   int n = call->nchannels > 1 ? call->nchannels : 1;
   if (n == 1) { /* as one plan, with the user-buffer paths */
     struct rcc_plan plan;
@@ -1429,6 +1429,43 @@ ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
   rcc_host_release_engines(comm);
   ringcc_result_t r = run_channels(&x, ch, n);
   RCC_PUT(x.at->active, 0);
+  return r;
+}
+
+/* The network's bound on a connection's unsent bytes (TCP_NOTSENT_LOWAT,
+ * RINGCC_SOCKET_NOTSENT_BYTES) makes each sender move its own bytes as its
+ * receiver's window opens: where many send to one (a Gather root over TCP on
+ * one host) the receiver then no longer transmits its senders' backlog
+ * itself. Where one sends to all, the sender is the bottleneck and the
+ * other way round is cheaper: a Scatter root with blocks of
+ * UNSENT_ALL_BLOCK_BYTES and more lifts the bound on its connections for
+ * the call, so that its peers' reads move its bytes (docs/performance.md,
+ * measured both ways). */
+#define UNSENT_ALL_BLOCK_BYTES (2u << 20)
+
+static void unsent_all(struct ringcc_comm *comm, const struct rcc_plan *call,
+                       int all) {
+  int n = call->nchannels > 1 ? call->nchannels : 1;
+  for (int c = 0; c < n; c++)
+    for (int p = 0; p < comm->nranks; p++) {
+      struct rcc_conn *sc =
+          p == comm->rank ? NULL : rcc_send_conn(comm, RCC_CONN_COLL, c, p);
+      if (sc != NULL && sc->ops != NULL && sc->ops->unsent_all != NULL)
+        sc->ops->unsent_all(sc, all);
+    }
+}
+
+ringcc_result_t rcc_exec_host_channels(struct ringcc_comm *comm,
+                                       const struct rcc_plan *call,
+                                       const void *src, void *dst,
+                                       ringcc_datatype_t dt, ringcc_op_t op) {
+  int all = call->coll == RCC_COLL_SCATTER && call->rank == call->root &&
+            call->count * ringcc_datatype_size(dt) >= UNSENT_ALL_BLOCK_BYTES;
+  if (all)
+    unsent_all(comm, call, 1);
+  ringcc_result_t r = exec_channels(comm, call, src, dst, dt, op);
+  if (all)
+    unsent_all(comm, call, 0);
   return r;
 }
 

@@ -185,6 +185,11 @@ struct rcc_conn_ops {
    * still lent or landing there moves into the slots (or, where the engine
    * cannot, the connection is given up). */
   void (*reclaim)(struct rcc_conn *c);
+  /* Send FIFO, optional: all = 1: what the executor sends may wait in the
+   * network past the engine's bound on bytes not sent yet (a rank that
+   * sends to every peer at once, the call's bottleneck: each receiver's
+   * reads then move its bytes, exec_host.c); 0: the bound again. */
+  void (*unsent_all)(struct rcc_conn *c, int all);
 };
 
 #endif /* RCC_PROTO_H */
