@@ -14,7 +14,9 @@
 # exact, fds and threads did not grow after the first sample (the warm-up)
 # and RSS grew by at most 2 MiB over the second half of the run (memory
 # first touched late, such as network FIFO slots that a message first passes
-# through, levels off; a leak does not). Over shared memory unless --tcp
+# through, levels off; a leak does not), with the mappings of
+# /proc/self/smaps that grew most over that half at the rank that grew most
+# (the heap and malloc's arenas, or the FIFOs). Over shared memory unless --tcp
 # (RINGCC_SHM_DISABLE=1: TCP between the local ranks). --mixed draws also
 # AllToAllv, AllGatherv, Gather, Scatter, groups of send/recv and requests
 # (test/soak/random_coll.h), one stream mixing every executor.
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift 2 ;;
     --max-count) max_count=$2; shift 2 ;;
     --mixed) mixed=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

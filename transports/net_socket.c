@@ -65,6 +65,12 @@
  * their own: the send side's close shuts the sockets for writing (the peer
  * reads the end of its stream, as if they had closed), and the second close
  * closes them.
+ *
+ * Unsent bytes. Every socket holds at most RINGCC_SOCKET_NOTSENT_BYTES that
+ * the kernel has not sent (TCP_NOTSENT_LOWAT): a sender stops there and
+ * moves the rest itself as the peer's window opens, rather than leaving a
+ * backlog that the receiver's window updates would transmit on the
+ * receiver's CPU (net_socket_env.c; unsent_all lifts it for a call).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -180,7 +186,7 @@ static ringcc_result_t socket_init(const char *spec, char *err,
   g_net.ready = 1;
   RCC_INFO(-1, "NET/Socket: using interface %s (%s), %d socket%s per "
                "connection, link timeout %lld ms, %d unsent bytes a socket at "
-           "most%s%s%s%s",
+               "most%s%s%s%s",
            g_net.ifname, rcc_net_socket_host(&g_net.addr, host, sizeof(host)), nsocks,
            nsocks == 1 ? "" : "s", (long long)g_net.link_timeout_ms,
            g_net.notsent,
@@ -1412,13 +1418,6 @@ static void socket_readable(void *comm, int fd) {
       c->socks[i].idle = 0;
 }
 
-/* The link of a connection still carries acknowledgements (see the top).
- * For each socket: the kernel gave up on it (closed, with its error), or it
- * has data in flight or probes out and nothing acknowledged: silence. Silent
- * for the link timeout T and a fresh connect to the peer's host unanswered:
- * the connection fails (the first failure sticks to it and its twin, which
- * shares the sockets). Silent for T and the host answered: RINGCC_SUCCESS
- * with err saying so (the engine logs the suspicion). */
 /* TCP_NOTSENT_LOWAT off (0: the kernel's, unbounded by default) or back to
  * RINGCC_SOCKET_NOTSENT_BYTES on the connection's sockets. */
 static void socket_unsent_all(void *send_comm, int all) {
@@ -1427,6 +1426,13 @@ static void socket_unsent_all(void *send_comm, int all) {
     rcc_net_socket_bound_unsent(c->socks[i].fd, all ? 0 : g_net.notsent);
 }
 
+/* The link of a connection still carries acknowledgements (see the top).
+ * For each socket: the kernel gave up on it (closed, with its error), or it
+ * has data in flight or probes out and nothing acknowledged: silence. Silent
+ * for the link timeout T and a fresh connect to the peer's host unanswered:
+ * the connection fails (the first failure sticks to it and its twin, which
+ * shares the sockets). Silent for T and the host answered: RINGCC_SUCCESS
+ * with err saying so (the engine logs the suspicion). */
 static ringcc_result_t socket_alive(void *comm, char *err, size_t errlen) {
   struct net_conn *c = comm;
   int64_t t = g_net.link_timeout_ms;

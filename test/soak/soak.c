@@ -11,7 +11,7 @@
  * a warm-up of every kind of call at the largest size, so most FIFO slots
  * and staging are resident already): fds and threads must not grow at all,
  * VmRSS by at most the tolerance over the second half of the run (verdict()
- * says why). Exit status 0 when every result was exact and nothing grew
+ * says why), and the mappings that grew most over that half are named. Exit status 0 when every result was exact and nothing grew
  * beyond the tolerance, 1 otherwise, 2 on a usage or setup error.
  */
 #include <dirent.h>
@@ -104,6 +104,74 @@ static void print_header(int n) {
   printf("\n");
 }
 
+/* Where VmRSS grew: each mapping of /proc/self/smaps (start address, size,
+ * resident KiB, name), read at the mid sample and at the end; the mappings
+ * that grew most are printed for the rank that grew most, so a failed
+ * verdict says whether the growth is in the heap or malloc's arenas (a
+ * leak's place) or in the network FIFOs' mappings (posix_memalign'd apart,
+ * each the size of nslots slots plus a page or two: pages touched for the
+ * first time). */
+#define MAPS_MAX 8192
+#define GROWTH_TOP 4
+
+typedef struct {
+  uint64_t start;
+  int64_t size_kib, rss_kib;
+  char name[48];
+} mapping_t;
+
+typedef struct {
+  int64_t size_kib, rss_mid, rss_end;
+  char name[48];
+} growth_t;
+
+static int read_maps(mapping_t *m, int max) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int n = -1;
+  if (f == NULL)
+    return 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    unsigned long long a, b;
+    long long kib;
+    char path[256] = "";
+    if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %255s", &a, &b, path) >= 2 &&
+        strchr(line, '-') < strchr(line, ' ')) {
+      if (n + 1 >= max)
+        break;
+      n++;
+      m[n] = (mapping_t){a, (int64_t)((b - a) >> 10), 0, ""};
+      snprintf(m[n].name, sizeof m[n].name, "%s", path[0] ? path : "anon");
+    } else if (n >= 0 && sscanf(line, "Rss: %lld kB", &kib) == 1) {
+      m[n].rss_kib = kib;
+    }
+  }
+  fclose(f);
+  return n + 1;
+}
+
+/* The GROWTH_TOP mappings of now that grew most since then. */
+static void growth_of(const mapping_t *then, int nthen, const mapping_t *now,
+                      int nnow, growth_t *top) {
+  memset(top, 0, GROWTH_TOP * sizeof *top);
+  for (int i = 0; i < nnow; i++) {
+    int64_t before = 0;
+    for (int j = 0; j < nthen; j++)
+      if (then[j].start == now[i].start) {
+        before = then[j].rss_kib;
+        break;
+      }
+    int64_t g = now[i].rss_kib - before;
+    for (int k = 0; k < GROWTH_TOP; k++)
+      if (g > top[k].rss_end - top[k].rss_mid) {
+        memmove(&top[k + 1], &top[k], (GROWTH_TOP - 1 - k) * sizeof *top);
+        top[k] = (growth_t){now[i].size_kib, before, now[i].rss_kib, ""};
+        snprintf(top[k].name, sizeof top[k].name, "%s", now[i].name);
+        break;
+      }
+  }
+}
+
 /* The kinds of calls drawn: -x 1, RC_NUM_ALL_KINDS. */
 static int kinds = RC_NUM_KINDS;
 
@@ -116,7 +184,7 @@ static int kinds = RC_NUM_KINDS;
  * first. Both RSS figures are printed. */
 static int verdict(const sample_t *first, const sample_t *mid,
                    const sample_t *last, int n, int64_t calls, int64_t wrong,
-                   const int64_t *by_kind) {
+                   const int64_t *by_kind, const growth_t *where) {
   int64_t rss_all = INT64_MIN, rss_grow = INT64_MIN, fd_grow = INT64_MIN,
           th_grow = INT64_MIN;
   int all_rank = 0, rss_rank = 0, fd_rank = 0, th_rank = 0;
@@ -150,6 +218,16 @@ static int verdict(const sample_t *first, const sample_t *mid,
          fd_rank);
   printf("  threads %+lld (rank %d; tolerance 0)\n", (long long)th_grow,
          th_rank);
+  printf("  where rank %d grew from call %lld (the mappings that grew "
+         "most):\n", rss_rank, (long long)mid[0].calls);
+  for (int k = 0; k < GROWTH_TOP; k++)
+    if (where[rss_rank * GROWTH_TOP + k].rss_end >
+        where[rss_rank * GROWTH_TOP + k].rss_mid) {
+      const growth_t *g = &where[rss_rank * GROWTH_TOP + k];
+      printf("    %+lld KiB: %lld -> %lld KiB resident of %lld KiB, %s\n",
+             (long long)(g->rss_end - g->rss_mid), (long long)g->rss_mid,
+             (long long)g->rss_end, (long long)g->size_kib, g->name);
+    }
   int ok = wrong == 0 && rss_grow <= RSS_TOLERANCE_KIB && fd_grow <= 0 &&
            th_grow <= 0;
   printf("verdict: %s\n", ok ? "PASS (no fd or thread growth after warm-up, "
@@ -206,8 +284,13 @@ int main(int argc, char **argv) {
   sample_t mine, *all = calloc((size_t)n, sizeof *all);
   sample_t *first = calloc((size_t)n, sizeof *first);
   sample_t *mid = calloc((size_t)n, sizeof *mid);
+  mapping_t *maps_mid = calloc(MAPS_MAX, sizeof *maps_mid);
+  mapping_t *maps_end = calloc(MAPS_MAX, sizeof *maps_end);
+  growth_t top[GROWTH_TOP];
+  growth_t *where = calloc((size_t)n * GROWTH_TOP, sizeof *where);
+  int nmaps_mid = 0;
   if (!rc_rank_init(&s, rank, n, max_count) || all == NULL || first == NULL ||
-      mid == NULL) {
+      mid == NULL || maps_mid == NULL || maps_end == NULL || where == NULL) {
     fprintf(stderr, "soak: rank %d: out of memory\n", rank);
     return 2;
   }
@@ -271,10 +354,20 @@ int main(int argc, char **argv) {
     }
     if (i + 1 == every)
       memcpy(first, all, (size_t)n * sizeof *all);
-    if (i + 1 <= calls / 2 + every / 2 || i + 1 == every) /* the one nearest half */
+    if (i + 1 <= calls / 2 + every / 2 || i + 1 == every) { /* nearest half */
       memcpy(mid, all, (size_t)n * sizeof *all);
+      nmaps_mid = read_maps(maps_mid, MAPS_MAX);
+    }
     if (rank == 0)
       print_row(all, n, now_s() - start);
+  }
+  /* After the last sample (the loop's last call took it). */
+  growth_of(maps_mid, nmaps_mid, maps_end, read_maps(maps_end, MAPS_MAX), top);
+  if (ringcc_allgather(top, where, sizeof top, RINGCC_UINT8, comm, NULL) !=
+      RINGCC_SUCCESS) {
+    fprintf(stderr, "soak: rank %d: allgather of the mappings: %s\n", rank,
+            ringcc_comm_last_error(comm));
+    return 1;
   }
   int64_t total_wrong = wrong;
   if (ringcc_allreduce(&wrong, &total_wrong, 1, RINGCC_INT64, RINGCC_SUM, comm,
@@ -286,12 +379,15 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     printf("%.1f s, %.0f calls/s\n", now_s() - start,
            (double)calls / (now_s() - start));
-    rc = verdict(first, mid, all, n, calls, total_wrong, by_kind);
+    rc = verdict(first, mid, all, n, calls, total_wrong, by_kind, where);
   }
   ringcc_comm_destroy(comm);
   rc_rank_free(&s);
   free(all);
   free(first);
   free(mid);
+  free(maps_mid);
+  free(maps_end);
+  free(where);
   return rc;
 }
