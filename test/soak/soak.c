@@ -11,8 +11,9 @@
  * a warm-up of every kind of call at the largest size, so most FIFO slots
  * and staging are resident already): fds and threads must not grow at all,
  * VmRSS by at most the tolerance over the second half of the run (verdict()
- * says why), and the mappings that grew most over that half are named. Exit status 0 when every result was exact and nothing grew
- * beyond the tolerance, 1 otherwise, 2 on a usage or setup error.
+ * says why), and the mappings that grew most over that half are named.
+ * Exit status 0 when every result was exact and nothing grew beyond the
+ * tolerance, 1 otherwise, 2 on a usage or setup error.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -108,9 +109,9 @@ static void print_header(int n) {
  * resident KiB, name), read at the mid sample and at the end; the mappings
  * that grew most are printed for the rank that grew most, so a failed
  * verdict says whether the growth is in the heap or malloc's arenas (a
- * leak's place) or in the network FIFOs' mappings (posix_memalign'd apart,
- * each the size of nslots slots plus a page or two: pages touched for the
- * first time). */
+ * leak's place) or in the network FIFOs (allocated one after another at
+ * init, each nslots slots and a few pages, which the kernel merges into one
+ * mapping: pages touched for the first time). */
 #define MAPS_MAX 8192
 #define GROWTH_TOP 4
 
