@@ -162,6 +162,14 @@ static struct {
 #define PROBE_WAIT_DIV 2    /* each waits T/2 for an answer */
 #define PROBE_EVERY_DIV 3   /* again every T/3 while silent */
 
+/* A socket of a connection, connected or accepted: keepalive timed from the
+ * link timeout, and the bound on its unsent bytes (see the top). */
+static void data_socket_setup(int fd) {
+  rcc_net_socket_keepalive(fd, g_net.link_timeout_ms);
+  if (g_net.notsent > 0)
+    rcc_net_socket_bound_unsent(fd, g_net.notsent);
+}
+
 static ringcc_result_t socket_init(const char *spec, char *err,
                                    size_t errlen) {
   ringcc_result_t r = RINGCC_SUCCESS;
@@ -993,9 +1001,7 @@ static ringcc_result_t socket_connect(const uint8_t *key, const void *handle,
       r = rcc_socket_connect_errno(&addr, deadline_ns, &c->socks[i].fd, &e,
                                    why, sizeof(why));
       if (r == RINGCC_SUCCESS) {
-        rcc_net_socket_keepalive(c->socks[i].fd, g_net.link_timeout_ms);
-        if (g_net.notsent > 0)
-          rcc_net_socket_bound_unsent(c->socks[i].fd, g_net.notsent);
+        data_socket_setup(c->socks[i].fd);
         r = rcc_socket_send_all(c->socks[i].fd, pre, len, deadline_ns, why,
                                 sizeof(why));
       }
@@ -1317,9 +1323,7 @@ static struct net_conn *take_complete(struct net_listen *l, void *hello) {
       if (q->id != id)
         continue;
       c->socks[q->index].fd = q->fd;
-      rcc_net_socket_keepalive(q->fd, g_net.link_timeout_ms);
-      if (g_net.notsent > 0)
-        rcc_net_socket_bound_unsent(q->fd, g_net.notsent);
+      data_socket_setup(q->fd);
       l->members[j--] = l->members[--l->nmembers];
     }
     return c;

@@ -136,8 +136,8 @@ static int read_maps(mapping_t *m, int max) {
     unsigned long long a, b;
     long long kib;
     char path[256] = "";
-    if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %255s", &a, &b, path) >= 2 &&
-        strchr(line, '-') < strchr(line, ' ')) {
+    /* A mapping's line ("start-end perms ..."); no field line parses so. */
+    if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %255s", &a, &b, path) >= 2) {
       if (n + 1 >= max)
         break;
       n++;
