@@ -71,24 +71,24 @@ static void never_again(uintptr_t a, uintptr_t e) {
       table[i].next = 0;
 }
 
-void rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
-                  size_t bytes) {
+int rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
+                 size_t bytes) {
   uintptr_t a = ((uintptr_t)buf + HUGE - 1) & ~(HUGE - 1);
   uintptr_t e = ((uintptr_t)buf + bytes) & ~(HUGE - 1);
   if (!comm->set.thp || e <= a || e - a < RCC_THP_MIN_BYTES)
-    return;
+    return 0;
   pthread_mutex_lock(&lock);
   int go = due(a, e);
   pthread_mutex_unlock(&lock);
   if (!go)
-    return;
+    return 0;
   int64_t t0 = rcc_now_ns();
   int rc = madvise((void *)a, e - a, MADV_COLLAPSE);
   int err = rc == 0 ? 0 : errno;
   int64_t us = (rcc_now_ns() - t0) / 1000;
   pthread_mutex_lock(&lock);
-  if (err != 0 && err != EAGAIN) /* not this memory (a file, NOHUGEPAGE),
-                                    or a kernel without the advice */
+  if (err != 0 && err != EAGAIN && err != ENOMEM) /* not this memory (a
+                          file, NOHUGEPAGE), or a kernel without the advice */
     never_again(a, e);
   int first = !told;
   told = 1;
@@ -98,9 +98,11 @@ void rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
              "madvise(MADV_COLLAPSE) of %zu MiB at %p: %s (%lld us)%s",
              (size_t)((e - a) >> 20), (void *)a,
              err == 0 ? "done" : strerror(err), (long long)us,
-             err == 0 || err == EAGAIN ? "" : "; not tried again on it");
+             err == 0 || err == EAGAIN || err == ENOMEM
+                 ? "" : "; not tried again on it");
   else
     RCC_TRACE(comm->rank, "madvise(MADV_COLLAPSE) of %zu MiB at %p: %s "
               "(%lld us)", (size_t)((e - a) >> 20), (void *)a,
               err == 0 ? "done" : strerror(err), (long long)us);
+  return err == 0 ? 1 : -err;
 }
