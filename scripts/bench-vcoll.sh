@@ -5,8 +5,8 @@
 # Open MPI btl tcp), measured interleaved in one sitting.
 #
 #   scripts/bench-vcoll.sh [--n "4 8"] [--reps 3] [--colls "alltoallv gather
-#                          scatter"] [--max "4:64M 8:16M"] [--configs "..."]
-#                          [--factor 4] [--out DIR]
+#                          scatter"] [--min 1K] [--max "4:64M 8:16M"]
+#                          [--configs "..."] [--factor 4] [--out DIR]
 #
 # Configurations (--configs, default all but ringcc-nothp, ringcc-cma and
 # ringcc-fifo): ringcc-shm (the tuner's choice: Gather and Scatter by
@@ -25,12 +25,13 @@
 # the same exchange written directly on one loopback socket per pair, no
 # library: what the exchange itself costs over TCP here).
 #
-# Sizes: per-rank blocks of 1 KiB to the --max of each n (default 64 MiB at
+# Sizes: per-rank blocks of --min (default 1 KiB; a power of two) to the
+# --max of each n (default 64 MiB at
 # n = 4, 16 MiB at n = 8: the buffers of 8 ranks at 64 MiB a block are 8 GiB,
 # more than a machine shared with other jobs should give one run), by x4
 # (1, 4, 16, 64, 256 KiB ...; --factor F: by xF); ringcc-bench and
 # mpi-bench's size is n blocks
-# (-b 1K*n -e MAX*n -f F),
+# (-b MIN*n -e MAX*n -f F),
 # float32, out of place, -n 3 -w 1 --min-time 0.2 (small sizes get more
 # iterations), -c 1 (every element checked once per size). AllToAllv's
 # blocks are uneven by ringcc-bench's rule (--help: rank i sends rank j
@@ -44,7 +45,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp tcp-raw" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4
+configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp tcp-raw" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4 min=1K
 out=build/bench-results/vcoll-$(date -u +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -52,6 +53,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift ;;
     --colls) colls=$2; shift ;;
     --max) maxes=$2; shift ;;
+    --min) min=$2; shift ;;
     --out) out=$2; shift ;;
     --configs) configs=$2; shift ;;
     --factor) factor=$2; shift ;;
@@ -74,13 +76,13 @@ NC=${#CONFIGS[@]}
 bytes() { numfmt --from=iec "$1"; }
 printf 'rep\tcoll\tconfig\tn\tload1\trc\twall_s\n' > "$out/runs.tsv"
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "commit: $(git rev-parse --short HEAD)"
-  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --max \"$maxes\" --configs \"$configs\" --factor $factor"
+  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --min $min --max \"$maxes\" --configs \"$configs\" --factor $factor"
   echo "mpirun: $(mpirun --version 2>&1 | head -1)"; nproc; } > "$out/versions.txt"
 for rep in $(seq 1 "$reps"); do
   for n in $ns; do
     max=$(for m in $maxes; do [ "${m%%:*}" = "$n" ] && echo "${m#*:}"; done)
     max=${max:-16M}
-    args=(-b $((1024 * n)) -e $(($(bytes "$max") * n)) -f "$factor" -n 3 -w 1 --min-time 0.2 -c 1 -d float32)
+    args=(-b $(($(bytes "$min") * n)) -e $(($(bytes "$max") * n)) -f "$factor" -n 3 -w 1 --min-time 0.2 -c 1 -d float32)
     for coll in $colls; do
       for k in $(seq 0 $((NC - 1))); do
         cfg=${CONFIGS[$(((k + rep) % NC))]}
