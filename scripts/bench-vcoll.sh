@@ -6,7 +6,8 @@
 #
 #   scripts/bench-vcoll.sh [--n "4 8"] [--reps 3] [--colls "alltoallv gather
 #                          scatter"] [--min 1K] [--max "4:64M 8:16M"]
-#                          [--configs "..."] [--factor 4] [--out DIR]
+#                          [--configs "..."] [--factor 4] [--warmup 20]
+#                          [--out DIR]
 #
 # Configurations (--configs, default all but ringcc-nothp, ringcc-cma and
 # ringcc-fifo): ringcc-shm (the tuner's choice: Gather and Scatter by
@@ -32,9 +33,13 @@
 # (1, 4, 16, 64, 256 KiB ...; --factor F: by xF); ringcc-bench and
 # mpi-bench's size is n blocks
 # (-b MIN*n -e MAX*n -f F),
-# float32, out of place, -n 3 -w 1 --min-time 0.2 (small sizes get more
-# iterations), -c 1 (every element checked once per size). AllToAllv's
-# blocks are uneven by ringcc-bench's rule (--help: rank i sends rank j
+# float32, out of place, -n 3 -w WARMUP --min-time 0.2 (small sizes get
+# more iterations; --warmup, default 20 calls a size before the timing, as
+# OSU's benchmarks warm up: what a first call costs once, ringcc's huge
+# pages for a reused buffer at its 2nd and 16th call, Open MPI's
+# registration cache, the first touch of each buffer, stays out of a
+# per-call time; the sittings before 2026-12-07 19:30 UTC ran -w 1), -c 1
+# (every element checked once per size). AllToAllv's blocks are uneven by ringcc-bench's rule (--help: rank i sends rank j
 # floor(2*b*((i+j) mod n)/(n-1)) elements). Each repetition goes round every
 # (n, collective, configuration) starting at a different configuration, so
 # slow phases of a loaded machine hit all alike; the load average is
@@ -45,7 +50,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp tcp-raw" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4 min=1K
+configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp tcp-raw" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4 min=1K warmup=20
 out=build/bench-results/vcoll-$(date -u +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,6 +59,7 @@ while [ $# -gt 0 ]; do
     --colls) colls=$2; shift ;;
     --max) maxes=$2; shift ;;
     --min) min=$2; shift ;;
+    --warmup) warmup=$2; shift ;;
     --out) out=$2; shift ;;
     --configs) configs=$2; shift ;;
     --factor) factor=$2; shift ;;
@@ -76,13 +82,13 @@ NC=${#CONFIGS[@]}
 bytes() { numfmt --from=iec "$1"; }
 printf 'rep\tcoll\tconfig\tn\tload1\trc\twall_s\n' > "$out/runs.tsv"
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "commit: $(git rev-parse --short HEAD)"
-  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --min $min --max \"$maxes\" --configs \"$configs\" --factor $factor"
+  echo "command: scripts/bench-vcoll.sh --n \"$ns\" --reps $reps --colls \"$colls\" --min $min --max \"$maxes\" --configs \"$configs\" --factor $factor --warmup $warmup"
   echo "mpirun: $(mpirun --version 2>&1 | head -1)"; nproc; } > "$out/versions.txt"
 for rep in $(seq 1 "$reps"); do
   for n in $ns; do
     max=$(for m in $maxes; do [ "${m%%:*}" = "$n" ] && echo "${m#*:}"; done)
     max=${max:-16M}
-    args=(-b $(($(bytes "$min") * n)) -e $(($(bytes "$max") * n)) -f "$factor" -n 3 -w 1 --min-time 0.2 -c 1 -d float32)
+    args=(-b $(($(bytes "$min") * n)) -e $(($(bytes "$max") * n)) -f "$factor" -n 3 -w "$warmup" --min-time 0.2 -c 1 -d float32)
     for coll in $colls; do
       for k in $(seq 0 $((NC - 1))); do
         cfg=${CONFIGS[$(((k + rep) % NC))]}
