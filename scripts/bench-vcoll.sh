@@ -38,8 +38,9 @@
 # OSU's benchmarks warm up: what a first call costs once, ringcc's huge
 # pages for a reused buffer at its 2nd and 16th call, Open MPI's
 # registration cache, the first touch of each buffer, stays out of a
-# per-call time; the sittings before 2026-12-07 19:30 UTC ran -w 1), -c 1
-# (every element checked once per size). AllToAllv's blocks are uneven by ringcc-bench's rule (--help: rank i sends rank j
+# per-call time; the sittings before 2026-12-07 19:14 UTC ran -w 1), -c 1
+# (every element checked once per size). AllToAllv's blocks are uneven by
+# ringcc-bench's rule (--help: rank i sends rank j
 # floor(2*b*((i+j) mod n)/(n-1)) elements). Each repetition goes round every
 # (n, collective, configuration) starting at a different configuration, so
 # slow phases of a loaded machine hit all alike; the load average is
