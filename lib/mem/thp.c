@@ -65,6 +65,13 @@ static int due(uintptr_t a, uintptr_t e) {
   return 1;
 }
 
+/* The kernel's refusals that say "not now" (madvise(2)): EAGAIN, pages it
+ * could not move just then; ENOMEM, no free huge page; EBUSY, the huge page
+ * not charged to the memory cgroup, at its limit. */
+static int transient(int err) {
+  return err == EAGAIN || err == ENOMEM || err == EBUSY;
+}
+
 static void never_again(uintptr_t a, uintptr_t e) {
   for (int i = 0; i < RANGES; i++)
     if (table[i].a == a && table[i].e == e)
@@ -87,8 +94,8 @@ int rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
   int err = rc == 0 ? 0 : errno;
   int64_t us = (rcc_now_ns() - t0) / 1000;
   pthread_mutex_lock(&lock);
-  if (err != 0 && err != EAGAIN && err != ENOMEM) /* not this memory (a
-                          file, NOHUGEPAGE), or a kernel without the advice */
+  if (err != 0 && !transient(err)) /* not this memory (a file,
+                                       NOHUGEPAGE), or a kernel without it */
     never_again(a, e);
   int first = !told;
   told = 1;
@@ -98,8 +105,7 @@ int rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
              "madvise(MADV_COLLAPSE) of %zu MiB at %p: %s (%lld us)%s",
              (size_t)((e - a) >> 20), (void *)a,
              err == 0 ? "done" : strerror(err), (long long)us,
-             err == 0 || err == EAGAIN || err == ENOMEM
-                 ? "" : "; not tried again on it");
+             err == 0 || transient(err) ? "" : "; not tried again on it");
   else
     RCC_TRACE(comm->rank, "madvise(MADV_COLLAPSE) of %zu MiB at %p: %s "
               "(%lld us)", (size_t)((e - a) >> 20), (void *)a,
