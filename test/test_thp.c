@@ -103,9 +103,9 @@ static int transient(int rc) {
 
 /* Noted once: left alone; noted twice: huge, the same bytes. The kernel may
  * refuse a collapse for want of free huge pages or of room in the memory
- * cgroup (a loaded machine); then
- * the 16th note must try again, and only when the kernel refuses that too
- * is the size of the pages left unchecked (the contents never are). */
+ * cgroup (a loaded machine); then the 16th note must try again, and only
+ * when the kernel refuses that too is the size of the pages left unchecked
+ * (the contents never are). */
 Test(thp, second_note_collapses_keeps_contents) {
   if (!kernel_collapses())
     cr_skip_test("this kernel does not collapse on request (MADV_COLLAPSE, "

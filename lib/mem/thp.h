@@ -31,8 +31,9 @@ struct ringcc_comm;
  * 1 when it collapsed the range now, 0 when it was not due (or is off, or
  * too small), -errno when the kernel refused: EAGAIN, ENOMEM and EBUSY
  * are transient (pages busy, no free huge page, the memory cgroup at its
- * limit; tried again at a later note), the others are not. Callers need not look: a refusal leaves the
- * buffer as it was, and only the speed of the copies depends on it. */
+ * limit; tried again at a later note), the others are not. Callers need
+ * not look: a refusal leaves the buffer as it was, and only the speed of
+ * the copies depends on it. */
 int rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
                  size_t bytes);
 
