@@ -50,7 +50,7 @@ BINDIR      ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 DESTDIR     ?=
 
-TEST_JOBS   ?= 2
+TEST_JOBS   ?= 1
 TEST_TIMEOUT ?= 900
 TEST_ARGS   ?=
 T           ?=
