@@ -117,8 +117,10 @@ struct rcc_net_plugin {
    * copied over, unless !force, where a receive that took payload bytes
    * stays as it is. A message longer than max_bytes goes back to the
    * first place it was posted (the caller then sees a size that does not
-   * match). 0, or -1 when nothing changed. NULL: receives stay where they
-   * were posted. */
+   * match). A receive that is complete but not yet collected by test()
+   * moves whole where force is set (its place is about to be given back),
+   * and stays where it is otherwise. 0, or -1 when nothing changed. NULL:
+   * receives stay where they were posted. */
   int (*redirect)(void *request, void *data, size_t max_bytes, int force);
   /* Optional: a receive whose header announces a payload of at least
    * min_bytes, and whose immediate has a bit of imm_mask set, leaves its
