@@ -1187,18 +1187,24 @@ static void unland(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
              moved == 1 ? "" : "s");
 }
 
-/* The executor waits for receive connection c's next message: it is read
- * as it comes, never left in the socket for a landing (parked), and its
- * receive is posted now if it was not, so that it cannot park before
- * anybody asks. 1 if it was parked. The caller holds px->lock. */
-static int want_next(struct rcc_proxy *px, struct rcc_proxy_conn *c) {
+/* The executor waits for receive connection c's message seq, the next it
+ * reads: it is read as it comes, never left in the socket for a landing
+ * (parked), and its receive is posted now if it was not, so that it cannot
+ * park before anybody asks. Where seq is in already (it came after the
+ * executor looked), nothing: the next message is a later call's, and must
+ * still be free to park and land there (wanting it instead made a whole
+ * call's receives miss their landing, under load). 1 if seq was parked.
+ * The caller holds px->lock. */
+static int want_next(struct rcc_proxy *px, struct rcc_proxy_conn *c,
+                     uint32_t seq) {
   ringcc_result_t r = RINGCC_SUCCESS;
   if (!c->parking || c->failed || c->net_comm == NULL)
     return 0;
   (void)progress_recv_posts(px, c, &r, 1);
-  if (c->failed || (int32_t)(c->posted - c->done) <= 0)
+  if (c->failed || (int32_t)(c->done - seq) > 0 ||
+      (int32_t)(c->posted - seq) <= 0)
     return 0;
-  return px->plugin->want(c->request[c->done % c->nslots]);
+  return px->plugin->want(c->request[seq % c->nslots]);
 }
 
 /* on: the proxy thread stops polling the sockets (the executor's thread
@@ -1370,7 +1376,7 @@ static int op_wait(struct rcc_conn *end, const uint32_t *word, uint32_t old,
   pthread_mutex_lock(&px->lock);
   want_link(px, c);
   if (!c->is_send && word == &c->fifo->tail)
-    (void)want_next(px, c); /* this thread polls its socket next */
+    (void)want_next(px, c, end->step); /* this thread polls its socket next */
   pthread_mutex_unlock(&px->lock);
   drive(px, 1);
   for (i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == old; i++) {
@@ -1414,7 +1420,7 @@ static int op_wait_any(struct rcc_conn *const *conns, int n,
     struct rcc_proxy_conn *c = engine(conns[k]);
     want_link(px, c);
     if (!c->is_send)
-      (void)want_next(px, c);
+      (void)want_next(px, c, conns[k]->step);
   }
   pthread_mutex_unlock(&px->lock);
   drive(px, 1);
@@ -1457,7 +1463,7 @@ static void op_want(struct rcc_conn *end) {
   struct rcc_proxy_conn *c = engine(end);
   struct rcc_proxy *px = c->proxy;
   pthread_mutex_lock(&px->lock);
-  int woke = want_next(px, c);
+  int woke = want_next(px, c, end->step);
   pthread_mutex_unlock(&px->lock);
   if (woke)
     ring(px->doorbell);
