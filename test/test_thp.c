@@ -1,7 +1,8 @@
 /*
  * test_thp.c - huge pages for buffers that peers read in place (thp.c):
  * a buffer noted a second time is collapsed into 2 MiB pages with its
- * contents intact, a range noted once or with RINGCC_THP=0 is not, and
+ * contents intact (and the huge pages at its ends that it holds half of
+ * or more), a range noted once or with RINGCC_THP=0 is not, and
  * collectives that read the same buffers call after call (AllToAllv,
  * Gather, Scatter, send/recv of large messages, by cross-memory attach)
  * deliver every element, with the contents changed between calls.
@@ -148,8 +149,26 @@ Test(thp, second_note_collapses_keeps_contents) {
                  strerror(-second), strerror(-sixteenth));
 }
 
-/* RINGCC_THP=0 (set.thp 0), and ranges of less than one aligned huge
- * page: never collapsed. */
+/* 4 MiB of a mapping of its own starting on a 2 MiB boundary (two huge
+ * pages), filled with a pattern of `salt`. */
+static char *aligned4(uint64_t salt) {
+  size_t map = 8 * MIB;
+  char *p = mmap(NULL, map, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  cr_assert(p != MAP_FAILED, "mmap: %s", strerror(errno));
+  char *x = (char *)(((uintptr_t)p + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1));
+  if (x > p)
+    munmap(p, (size_t)(x - p));
+  if (x + 4 * MIB < p + map)
+    munmap(x + 4 * MIB, (size_t)(p + map - (x + 4 * MIB)));
+  fill(x, 4 * MIB, salt);
+  return x;
+}
+
+/* RINGCC_THP=0 (set.thp 0): never collapsed. A range holding less than
+ * half of every huge page it touches: left alone. One that holds half of
+ * a page or more at an end: that whole page collapsed, the memory of it
+ * outside the range as it was, the page it holds less of left alone. */
 Test(thp, off_and_small_ranges_left_alone) {
   if (!kernel_collapses())
     cr_skip_test("this kernel does not collapse on request");
@@ -162,22 +181,49 @@ Test(thp, off_and_small_ranges_left_alone) {
     cr_expect_eq(rcc_thp_note(&off, p, bytes), 0, "RINGCC_THP=0 tried");
   cr_expect_eq(huge_kib(p, bytes), before, "RINGCC_THP=0 collapsed %ld KiB",
                huge_kib(p, bytes) - before);
-  char *q = buffer(3 * MIB); /* at an odd start: no aligned 2 MiB inside
-                                 ... or one at most */
-  fill(q, 3 * MIB, 2);
-  uintptr_t a = ((uintptr_t)q + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1);
-  size_t inside = a + 2 * MIB <= (uintptr_t)q + 3 * MIB ? 2 * MIB : 0;
-  long qbefore = huge_kib(q, 3 * MIB);
-  for (int i = 0; i < 3; i++) {
-    int r = rcc_thp_note(&on, q, 3 * MIB);
-    cr_expect(inside > 0 || r == 0, "a 3 MiB range with no whole huge page "
-              "inside: note %d returned %d", i + 1, r);
-  }
-  long qafter = huge_kib(q, 3 * MIB);
-  cr_expect(qafter - qbefore <= (long)(inside >> 10),
-            "a 3 MiB range got %ld KiB of huge pages (room for %zu)",
-            qafter - qbefore, inside >> 10);
-  cr_expect_eq(first_wrong(q, 3 * MIB, 2), SIZE_MAX, "changed");
+
+  /* 2 MiB - 8 KiB across the boundary of two pages, 1 MiB - 4 KiB of each;
+   * then 1 MiB - 8 KiB inside one page */
+  char *x = aligned4(2);
+  const struct {
+    size_t off, len;
+  } small[] = {{MIB + 4096, 2 * MIB - 8192}, {4096, MIB - 8192}};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < 3; i++)
+      cr_expect_eq(rcc_thp_note(&on, x + small[k].off, small[k].len), 0,
+                   "a range holding under half of each page (%zu bytes at "
+                   "%zu): note %d returned non-zero", small[k].len,
+                   small[k].off, i + 1);
+  cr_expect_eq(huge_kib(x, 4 * MIB), 0, "under half a page: %ld KiB huge",
+               huge_kib(x, 4 * MIB));
+  cr_expect_eq(first_wrong(x, 4 * MIB, 2), SIZE_MAX, "changed");
+
+  /* 1.5 MiB + 4 KiB from 512 KiB on: 1.5 MiB of page 0, 4 KiB of page 1 */
+  char *y = aligned4(3);
+  int r = 0;
+  for (int i = 0; i < 2; i++)
+    r = rcc_thp_note(&on, y + MIB / 2, 3 * MIB / 2 + 4096);
+  cr_expect(r == 1 || transient(r), "noted twice: %d (%s)", r,
+            r < 0 ? strerror(-r) : "not tried");
+  if (r == 1)
+    cr_expect_eq(huge_kib(y, 4 * MIB), 2048, "three quarters of page 0 "
+                 "noted twice: %ld KiB huge, not page 0's 2048",
+                 huge_kib(y, 4 * MIB));
+  cr_expect_eq(first_wrong(y, 4 * MIB, 3), SIZE_MAX,
+               "changed (inside the range or out)");
+
+  /* 3 MiB, the whole mapping: page 0 and half of page 1, which reaches
+   * past the mapping's end: page 0 collapsed alone */
+  char *z = aligned4(4);
+  munmap(z + 3 * MIB, MIB);
+  for (int i = 0; i < 2; i++)
+    r = rcc_thp_note(&on, z, 3 * MIB);
+  cr_expect(r == 1 || transient(r), "an end page past the mapping, noted "
+            "twice: %d (%s)", r, r < 0 ? strerror(-r) : "not tried");
+  if (r == 1)
+    cr_expect_eq(huge_kib(z, 3 * MIB), 2048, "page 0 of a 3 MiB mapping: "
+                 "%ld KiB huge", huge_kib(z, 3 * MIB));
+  cr_expect_eq(first_wrong(z, 3 * MIB, 4), SIZE_MAX, "changed");
 }
 
 /* ---- collectives on reused buffers ------------------------------------- */

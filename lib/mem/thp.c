@@ -2,8 +2,9 @@
  * thp.c - huge pages for buffers that peers read or write in place (thp.h
  * says why).
  *
- * One table per process remembers the last RANGES ranges noted (their
- * 2 MiB-aligned interiors, least recently noted replaced first) and how
+ * One table per process remembers the last RANGES ranges noted (the
+ * 2 MiB-aligned pages they hold half of or more: thp.h; least recently
+ * noted replaced first) and how
  * often each was. A range is collapsed when it is noted for the 2nd, 16th,
  * 128th ... time: the first makes a reused buffer huge; the later ones, on
  * memory that is already huge, return in microseconds, and where the
@@ -78,11 +79,25 @@ static void never_again(uintptr_t a, uintptr_t e) {
       table[i].next = 0;
 }
 
+/* Bytes of [lo, hi) in the huge page at p. */
+static uintptr_t covered(uintptr_t lo, uintptr_t hi, uintptr_t p) {
+  uintptr_t s = lo > p ? lo : p, e = hi < p + HUGE ? hi : p + HUGE;
+  return e > s ? e - s : 0;
+}
+
 int rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
                  size_t bytes) {
-  uintptr_t a = ((uintptr_t)buf + HUGE - 1) & ~(HUGE - 1);
-  uintptr_t e = ((uintptr_t)buf + bytes) & ~(HUGE - 1);
-  if (!comm->set.thp || e <= a || e - a < RCC_THP_MIN_BYTES)
+  uintptr_t lo = (uintptr_t)buf, hi = lo + bytes;
+  /* The pages inside, and those at the ends the range holds half of. */
+  uintptr_t in_a = (lo + HUGE - 1) & ~(HUGE - 1), in_e = hi & ~(HUGE - 1);
+  uintptr_t a = lo & ~(HUGE - 1), e = (hi + HUGE - 1) & ~(HUGE - 1);
+  if (!comm->set.thp || bytes < HUGE / 2)
+    return 0;
+  if (covered(lo, hi, a) < HUGE / 2)
+    a += HUGE;
+  if (e > a && covered(lo, hi, e - HUGE) < HUGE / 2)
+    e -= HUGE;
+  if (e <= a)
     return 0;
   pthread_mutex_lock(&lock);
   int go = due(a, e);
@@ -92,6 +107,12 @@ int rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
   int64_t t0 = rcc_now_ns();
   int rc = madvise((void *)a, e - a, MADV_COLLAPSE);
   int err = rc == 0 ? 0 : errno;
+  /* An end page may reach past the buffer's mapping (ENOMEM: a hole) or
+   * into one that cannot be collapsed (EINVAL): the kernel did the others;
+   * the pages inside are what must be huge. */
+  if (err != 0 && (a != in_a || e != in_e) && in_e > in_a &&
+      madvise((void *)in_a, in_e - in_a, MADV_COLLAPSE) == 0)
+    err = 0;
   int64_t us = (rcc_now_ns() - t0) / 1000;
   pthread_mutex_lock(&lock);
   if (err != 0 && !transient(err)) /* not this memory (a file,

@@ -24,16 +24,21 @@
 
 struct ringcc_comm;
 
-/* Ranges whose 2 MiB-aligned interior is smaller than this are not noted. */
-#define RCC_THP_MIN_BYTES ((size_t)2 << 20)
-
-/* Peers will pin [buf, buf + bytes) of this process in this call. Returns
- * 1 when it collapsed the range now, 0 when it was not due (or is off, or
- * too small), -errno when the kernel refused: EAGAIN, ENOMEM and EBUSY
- * are transient (pages busy, no free huge page, the memory cgroup at its
- * limit; tried again at a later note), the others are not. Callers need
- * not look: a refusal leaves the buffer as it was, and only the speed of
- * the copies depends on it. */
+/* Peers will pin [buf, buf + bytes) of this process in this call. What
+ * is collapsed: the 2 MiB-aligned pages the range holds at least half of
+ * (those inside it, and at each end the page it shares with other memory
+ * where it holds half of that page or more: a range of 2 MiB at any start
+ * has one, and the peers' pins of a 256 KiB-block AllToAllv at n = 8 then
+ * take 2 MiB at a time; docs/performance.md). The rest of such an end
+ * page is collapsed with it, its contents kept too, its untouched 4 KiB
+ * pages made resident (at most 1 MiB an end); where the end page reaches
+ * past the buffer's mapping, the pages inside are collapsed alone.
+ * Returns 1 when it collapsed the range now, 0 when it was not due (or is
+ * off, or holds no half page), -errno when the kernel refused: EAGAIN,
+ * ENOMEM and EBUSY are transient (pages busy, no free huge page, the
+ * memory cgroup at its limit; tried again at a later note), the others
+ * are not. Callers need not look: a refusal leaves the buffer as it was,
+ * and only the speed of the copies depends on it. */
 int rcc_thp_note(const struct ringcc_comm *comm, const void *buf,
                  size_t bytes);
 
