@@ -44,11 +44,15 @@
 # floor(2*b*((i+j) mod n)/(n-1)) elements). Each repetition goes round every
 # (n, collective, configuration) starting at a different configuration, so
 # slow phases of a loaded machine hit all alike; the load average is
-# recorded before every run. Output in DIR (default
+# recorded before every run. ringcc's runs get RINGCC_TIMEOUT_MS=120000
+# (unless set): a call that hangs ends with the library's report of where
+# each rank stands, in the run's log, long before the 600 s a run may
+# take. Output in DIR (default
 # build/bench-results/vcoll-DATE): logs/, runs.tsv (load, status, wall
 # time), table.md (median time per size of every configuration and Open
 # MPI's time over ringcc's).
 set -uo pipefail
+export RINGCC_TIMEOUT_MS=${RINGCC_TIMEOUT_MS:-120000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 configs="ringcc-shm ringcc-reg mpi-vader ringcc-tcp mpi-tcp tcp-raw" ns="4 8" reps=3 colls="alltoallv gather scatter" maxes="4:64M 8:16M" factor=4 min=1K warmup=20

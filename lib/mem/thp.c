@@ -4,12 +4,12 @@
  *
  * One table per process remembers the last RANGES ranges noted (the
  * 2 MiB-aligned pages they hold half of or more: thp.h; least recently
- * noted replaced first) and how
- * often each was. A range is collapsed when it is noted for the 2nd, 16th,
- * 128th ... time: the first makes a reused buffer huge; the later ones, on
- * memory that is already huge, return in microseconds, and where the
- * program freed and reallocated the buffer in between they make the new
- * pages huge too, at a cost that the growing gaps keep small. The collapse
+ * noted replaced first) and how often each was. A range is collapsed
+ * when it is noted for the 2nd, 16th, 128th ... time: the first makes a
+ * reused buffer huge; the later ones, on memory that is already huge,
+ * return in microseconds, and where the program freed and reallocated the
+ * buffer in between they make the new pages huge too, at a cost that the
+ * growing gaps keep small. The collapse
  * runs in the calling thread, outside the table's lock, before the peers
  * learn the address, so no peer pins the pages while they move; the
  * kernel keeps the contents (and refuses, EAGAIN, pages pinned by others).
