@@ -723,6 +723,17 @@ static void check_untouched(const uint8_t *p, size_t n, uint8_t v,
       cr_assert_fail("%s: byte %zu of %zu changed to %u", what, i, n, p[i]);
 }
 
+/* Closes a pair and its listener, and frees a test's three buffers. */
+static void close_three(void *sc, void *rc, void *l, void *a, void *b,
+                        void *c) {
+  P->close_send(sc);
+  P->close_recv(rc);
+  P->close_listen(l);
+  free(a);
+  free(b);
+  free(c);
+}
+
 /* Redirected before anything came: the message lands only at the new place;
  * one longer than the new place goes back where it was posted, whole, and
  * reports its own size (the caller sees the mismatch). */
@@ -754,12 +765,7 @@ Test(net_socket, redirect_before_arrival, .timeout = 20) {
   check_msg(slot, n, 2, "back where it was posted");
   check_untouched(user, n, 0xdd, "the place too small for it");
 
-  P->close_send(sc);
-  P->close_recv(rc);
-  P->close_listen(l);
-  free(buf);
-  free(slot);
-  free(user);
+  close_three(sc, rc, l, buf, slot, user);
 }
 
 /* Redirected after part of the payload came: refused unless forced; forced,
@@ -786,12 +792,7 @@ Test(net_socket, redirect_mid_payload, .timeout = 30) {
   cr_assert_eq(imm, 1);
   check_msg(user, BIG, 3, "forced mid-payload");
   check_untouched(slot, BIG, 0xee, "the slot after the move");
-  P->close_send(sc);
-  P->close_recv(rc);
-  P->close_listen(l);
-  free(buf);
-  free(slot);
-  free(user);
+  close_three(sc, rc, l, buf, slot, user);
 }
 
 /* A receive that is complete in the plugin but not yet collected by test()
