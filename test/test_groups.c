@@ -552,8 +552,8 @@ Test(lands, mismatch_then_the_next_message_tcp, .timeout = 120) {
 /* That they land: AllToAll written as a group of sends and receives (the
  * rank's own block included) of 256 KiB blocks over TCP, rank 0 entering
  * each of ten groups 40 ms after its peers, whose blocks for it are in its
- * socket by then. With payloads parked (RINGCC_NET_PARK_US=1000000), from the
- * second group on every block from a peer lands in rank 0's buffer
+ * socket by then. With payloads parked (RINGCC_NET_PARK_US=1000000), from
+ * the second group on every block from a peer lands in rank 0's buffer
  * (ringcc_comm_stats' landed_bytes grows by all of them); every element
  * checked. */
 /* Starts a group and posts an AllToAll of n int32 a block in it: a send to

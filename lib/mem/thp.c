@@ -9,10 +9,10 @@
  * reused buffer huge; the later ones, on memory that is already huge,
  * return in microseconds, and where the program freed and reallocated the
  * buffer in between they make the new pages huge too, at a cost that the
- * growing gaps keep small. The collapse
- * runs in the calling thread, outside the table's lock, before the peers
- * learn the address, so no peer pins the pages while they move; the
- * kernel keeps the contents (and refuses, EAGAIN, pages pinned by others).
+ * growing gaps keep small. The collapse runs in the calling thread,
+ * outside the table's lock, before the peers learn the address, so no peer
+ * pins the pages while they move; the kernel keeps the contents (and
+ * refuses, EAGAIN, pages pinned by others).
  */
 #include <errno.h>
 #include <pthread.h>
